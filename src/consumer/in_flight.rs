@@ -1,0 +1,253 @@
+//! Client-side bookkeeping of the last poll: which records may be acknowledged, which are
+//! acknowledged, and which acknowledgements are still to be sent. Shared by every
+//! [`ShareConsumer`](super::ShareConsumer) implementation, free of I/O.
+
+use std::sync::Arc;
+
+use super::{AcknowledgeType, ConsumerError};
+use crate::record::{ConsumerRecord, RecordId, TopicPartition};
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    partition: u32,
+    offset: i64,
+    ack: Option<AcknowledgeType>,
+    sent: bool,
+}
+
+/// Acknowledgements of one partition, ready to be sent, in offset order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionAcks {
+    pub(crate) partition: TopicPartition,
+    pub(crate) acks: Vec<(i64, AcknowledgeType)>,
+}
+
+/// The records of the last poll and their acknowledgement state.
+#[derive(Debug, Default)]
+pub(crate) struct InFlightBatch {
+    partitions: Vec<TopicPartition>,
+    /// Sorted by (partition index, offset).
+    entries: Vec<Entry>,
+    unacknowledged: usize,
+}
+
+impl InFlightBatch {
+    /// Replaces the batch with the records of a new poll. The previous batch must have had
+    /// all its acknowledgements taken.
+    pub(crate) fn reset(&mut self, records: &[ConsumerRecord]) {
+        self.partitions.clear();
+        self.entries.clear();
+        self.entries.reserve(records.len());
+        for record in records {
+            let partition = self.partition_index_or_insert(record.topic_arc(), record.partition());
+            self.entries.push(Entry {
+                partition,
+                offset: record.offset(),
+                ack: None,
+                sent: false,
+            });
+        }
+        // Polls return runs of ascending offsets per partition; this is cheap when sorted.
+        self.entries
+            .sort_unstable_by_key(|e| (e.partition, e.offset));
+        self.unacknowledged = self.entries.len();
+    }
+
+    fn partition_index_or_insert(&mut self, topic: &Arc<str>, partition: i32) -> u32 {
+        if let Some(i) = self.partition_index(topic, partition) {
+            return i;
+        }
+        self.partitions
+            .push(TopicPartition::new(Arc::clone(topic), partition));
+        u32::try_from(self.partitions.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    fn partition_index(&self, topic: &str, partition: i32) -> Option<u32> {
+        // A poll spans few partitions; a linear scan beats hashing here.
+        self.partitions
+            .iter()
+            .position(|tp| tp.partition() == partition && tp.topic() == topic)
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// Records an acknowledgement for one record of the batch.
+    pub(crate) fn acknowledge(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        let index = self.partition_index(topic, partition).and_then(|p| {
+            self.entries
+                .binary_search_by_key(&(p, offset), |e| (e.partition, e.offset))
+                .ok()
+        });
+        let Some(index) = index else {
+            return Err(ConsumerError::NotInBatch {
+                record: RecordId::new(topic, partition, offset),
+            });
+        };
+        let entry = &mut self.entries[index];
+        if entry.sent && entry.ack != Some(AcknowledgeType::Renew) {
+            return Err(ConsumerError::AlreadyAcknowledged {
+                record: RecordId::new(topic, partition, offset),
+            });
+        }
+        if entry.ack.is_none() {
+            self.unacknowledged -= 1;
+        }
+        entry.ack = Some(ack);
+        entry.sent = false;
+        Ok(())
+    }
+
+    /// Number of records with no acknowledgement yet.
+    pub(crate) fn unacknowledged(&self) -> usize {
+        self.unacknowledged
+    }
+
+    /// The first record with no acknowledgement.
+    pub(crate) fn first_unacknowledged(&self) -> Option<RecordId> {
+        self.entries.iter().find(|e| e.ack.is_none()).map(|e| {
+            let tp = &self.partitions[e.partition as usize];
+            RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
+        })
+    }
+
+    /// Takes the acknowledgements not yet sent, grouped by partition, and marks them sent.
+    /// With `accept_unacknowledged` (implicit mode) records without one are accepted.
+    pub(crate) fn take_unsent(&mut self, accept_unacknowledged: bool) -> Vec<PartitionAcks> {
+        let mut out: Vec<PartitionAcks> = Vec::new();
+        let mut current: Option<u32> = None;
+        for entry in &mut self.entries {
+            if entry.sent {
+                continue;
+            }
+            let ack = match entry.ack {
+                Some(ack) => ack,
+                None if accept_unacknowledged => {
+                    self.unacknowledged -= 1;
+                    entry.ack = Some(AcknowledgeType::Accept);
+                    AcknowledgeType::Accept
+                }
+                None => continue,
+            };
+            entry.sent = true;
+            if current != Some(entry.partition) {
+                current = Some(entry.partition);
+                out.push(PartitionAcks {
+                    partition: self.partitions[entry.partition as usize].clone(),
+                    acks: Vec::new(),
+                });
+            }
+            if let Some(last) = out.last_mut() {
+                last.acks.push((entry.offset, ack));
+            }
+        }
+        out
+    }
+
+    /// The records whose last sent acknowledgement was RENEW: they are still held and are
+    /// presented again by the next poll.
+    pub(crate) fn renewed(&self) -> Vec<RecordId> {
+        self.entries
+            .iter()
+            .filter(|e| e.sent && e.ack == Some(AcknowledgeType::Renew))
+            .map(|e| {
+                let tp = &self.partitions[e.partition as usize];
+                RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
+            })
+            .collect()
+    }
+
+    /// Forgets the batch.
+    pub(crate) fn clear(&mut self) {
+        self.partitions.clear();
+        self.entries.clear();
+        self.unacknowledged = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> InFlightBatch {
+        let records = vec![
+            ConsumerRecord::new("b", 0, 5),
+            ConsumerRecord::new("a", 1, 7),
+            ConsumerRecord::new("a", 1, 6),
+        ];
+        let mut batch = InFlightBatch::default();
+        batch.reset(&records);
+        batch
+    }
+
+    #[test]
+    fn acks_group_by_partition_in_offset_order() {
+        let mut b = batch();
+        assert_eq!(b.unacknowledged(), 3);
+        b.acknowledge("a", 1, 7, AcknowledgeType::Release).unwrap();
+        b.acknowledge("a", 1, 6, AcknowledgeType::Accept).unwrap();
+        assert_eq!(b.unacknowledged(), 1);
+        assert_eq!(b.first_unacknowledged(), Some(RecordId::new("b", 0, 5)));
+        let sent = b.take_unsent(false);
+        assert_eq!(
+            sent,
+            vec![PartitionAcks {
+                partition: TopicPartition::new("a", 1),
+                acks: vec![(6, AcknowledgeType::Accept), (7, AcknowledgeType::Release)],
+            }]
+        );
+        assert!(b.take_unsent(false).is_empty(), "acks are sent once");
+    }
+
+    #[test]
+    fn unknown_record_and_double_ack_are_refused() {
+        let mut b = batch();
+        assert!(matches!(
+            b.acknowledge("a", 1, 8, AcknowledgeType::Accept),
+            Err(ConsumerError::NotInBatch { .. })
+        ));
+        b.acknowledge("b", 0, 5, AcknowledgeType::Accept).unwrap();
+        // Replacing before sending is allowed.
+        b.acknowledge("b", 0, 5, AcknowledgeType::Reject).unwrap();
+        b.take_unsent(false);
+        assert!(matches!(
+            b.acknowledge("b", 0, 5, AcknowledgeType::Accept),
+            Err(ConsumerError::AlreadyAcknowledged { .. })
+        ));
+    }
+
+    #[test]
+    fn renewed_records_can_be_acknowledged_again() {
+        let mut b = batch();
+        b.acknowledge("b", 0, 5, AcknowledgeType::Renew).unwrap();
+        b.take_unsent(false);
+        assert_eq!(b.renewed(), vec![RecordId::new("b", 0, 5)]);
+        b.acknowledge("b", 0, 5, AcknowledgeType::Accept).unwrap();
+        assert!(b.renewed().is_empty());
+        assert_eq!(
+            b.take_unsent(false)[0].acks,
+            vec![(5, AcknowledgeType::Accept)]
+        );
+    }
+
+    #[test]
+    fn implicit_mode_accepts_everything_unacknowledged() {
+        let mut b = batch();
+        b.acknowledge("a", 1, 6, AcknowledgeType::Release).unwrap();
+        let sent = b.take_unsent(true);
+        let all: Vec<_> = sent.iter().flat_map(|p| p.acks.clone()).collect();
+        assert_eq!(
+            all,
+            vec![
+                (5, AcknowledgeType::Accept),
+                (6, AcknowledgeType::Release),
+                (7, AcknowledgeType::Accept)
+            ]
+        );
+        assert_eq!(b.unacknowledged(), 0);
+    }
+}

@@ -1,0 +1,391 @@
+//! The share-consumer abstraction the driver works against.
+//!
+//! [`ShareConsumer`] mirrors Java's `KafkaShareConsumer` where that is right for Rust:
+//! `subscribe`, `poll`, local `acknowledge`, `commit_sync` with one result per partition,
+//! `commit_async`, `close`. Two implementations exist: the
+//! [`EmbeddedShareConsumer`](crate::embedded::EmbeddedShareConsumer) of the in-process
+//! [`EmbeddedBroker`](crate::embedded::EmbeddedBroker), and the native Kafka client.
+
+mod error;
+pub(crate) mod in_flight;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+
+pub use self::error::{AckError, ConsumerError};
+use crate::record::{ConsumerRecord, TopicPartition};
+
+/// How a delivered record is settled (KIP-932, with RENEW from KIP-1222).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AcknowledgeType {
+    /// Processed: the record is done for this group (state ACKNOWLEDGED).
+    Accept,
+    /// Not processed: the record becomes available again and is delivered again, with its
+    /// delivery count one higher, unless the delivery-count limit archives it.
+    Release,
+    /// Unprocessable: the record is archived and never delivered again.
+    Reject,
+    /// Still being processed: the acquisition lock is extended and the record stays with
+    /// this consumer. The next poll returns it again; it must then be acknowledged again.
+    Renew,
+}
+
+impl AcknowledgeType {
+    /// The wire code of the acknowledgement type (1 accept, 2 release, 3 reject, 4 renew).
+    pub fn wire_code(self) -> i8 {
+        match self {
+            Self::Accept => 1,
+            Self::Release => 2,
+            Self::Reject => 3,
+            Self::Renew => 4,
+        }
+    }
+}
+
+/// Whether the application acknowledges records itself (`share.acknowledgement.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AcknowledgementMode {
+    /// Every record of a poll must be acknowledged before the next poll. The default here
+    /// (Java's default is implicit), since a sink must not accept what it did not write.
+    #[default]
+    Explicit,
+    /// The next poll, `commit_sync` or `commit_async` accepts every record of the previous
+    /// poll; `acknowledge` is refused.
+    Implicit,
+}
+
+impl FromStr for AcknowledgementMode {
+    type Err = String;
+
+    /// Parses `explicit` or `implicit`, ignoring case, as Java's config does.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "explicit" => Ok(Self::Explicit),
+            "implicit" => Ok(Self::Implicit),
+            other => Err(format!(
+                "unknown acknowledgement mode `{other}`: expected `explicit` or `implicit`"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for AcknowledgementMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Explicit => "explicit",
+            Self::Implicit => "implicit",
+        })
+    }
+}
+
+/// Who this consumer is in its share group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    group_id: String,
+    member_id: String,
+    member_epoch: i32,
+}
+
+impl GroupMetadata {
+    /// Creates group metadata.
+    pub fn new(
+        group_id: impl Into<String>,
+        member_id: impl Into<String>,
+        member_epoch: i32,
+    ) -> Self {
+        Self {
+            group_id: group_id.into(),
+            member_id: member_id.into(),
+            member_epoch,
+        }
+    }
+
+    /// The share group id.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    /// This member's id.
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// This member's epoch: 0 before joining, -1 after leaving.
+    pub fn member_epoch(&self) -> i32 {
+        self.member_epoch
+    }
+}
+
+/// The outcome of a commit: one entry per partition whose acknowledgements were sent.
+///
+/// An empty result means nothing was pending. A failed partition keeps its records with the
+/// share group, which delivers them again: no data is lost, but they may be processed twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitResults {
+    results: BTreeMap<TopicPartition, Result<(), AckError>>,
+}
+
+impl CommitResults {
+    /// No partitions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the outcome of one partition. A failure is never overwritten by a success.
+    pub fn insert(&mut self, partition: TopicPartition, result: Result<(), AckError>) {
+        match self.results.get(&partition) {
+            Some(Err(_)) if result.is_ok() => {}
+            _ => {
+                self.results.insert(partition, result);
+            }
+        }
+    }
+
+    /// Adds every outcome of `other`, with the same rule as [`insert`](Self::insert).
+    pub fn merge(&mut self, other: CommitResults) {
+        for (partition, result) in other.results {
+            self.insert(partition, result);
+        }
+    }
+
+    /// The outcome of one partition, if its acknowledgements were sent.
+    pub fn get(&self, partition: &TopicPartition) -> Option<&Result<(), AckError>> {
+        self.results.get(partition)
+    }
+
+    /// Every partition and its outcome, in topic-partition order.
+    pub fn iter(&self) -> impl Iterator<Item = (&TopicPartition, &Result<(), AckError>)> {
+        self.results.iter()
+    }
+
+    /// The partitions that failed, with why.
+    pub fn failures(&self) -> impl Iterator<Item = (&TopicPartition, &AckError)> {
+        self.results
+            .iter()
+            .filter_map(|(tp, r)| r.as_ref().err().map(|e| (tp, e)))
+    }
+
+    /// True when every partition succeeded (and when there were none).
+    pub fn is_success(&self) -> bool {
+        self.results.values().all(Result::is_ok)
+    }
+
+    /// Number of partitions.
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    /// True when nothing was pending.
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+}
+
+/// A commit started by [`ShareConsumer::commit_async`]. Await it for the per-partition
+/// results, or drop it: the acknowledgements are sent either way.
+#[must_use = "await the commit to learn its per-partition results, or drop it explicitly"]
+pub struct PendingCommit {
+    inner: BoxFuture<'static, Result<CommitResults, ConsumerError>>,
+}
+
+impl PendingCommit {
+    /// A commit whose results are already known.
+    pub fn ready(results: Result<CommitResults, ConsumerError>) -> Self {
+        Self {
+            inner: Box::pin(std::future::ready(results)),
+        }
+    }
+
+    /// A commit that completes when `future` does.
+    pub fn new(
+        future: impl Future<Output = Result<CommitResults, ConsumerError>> + Send + 'static,
+    ) -> Self {
+        Self {
+            inner: Box::pin(future),
+        }
+    }
+}
+
+impl fmt::Debug for PendingCommit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingCommit").finish_non_exhaustive()
+    }
+}
+
+impl Future for PendingCommit {
+    type Output = Result<CommitResults, ConsumerError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// A consumer of a Kafka share group (KIP-932).
+///
+/// Records handed out by [`poll`](Self::poll) are *acquired* by this consumer for the
+/// acquisition lock duration. Acknowledging is local ([`acknowledge`](Self::acknowledge));
+/// acknowledgements travel on the next poll or on a commit. A record whose lock expires
+/// before its acknowledgement arrives goes back to the group and is delivered again.
+///
+/// The trait is object safe: `Box<dyn ShareConsumer>` is itself a `ShareConsumer`.
+///
+/// # Cancel safety
+///
+/// Dropping a `poll` future loses no data: records it may have acquired stay locked to this
+/// consumer until they expire or [`close`](Self::close) releases them.
+#[async_trait]
+pub trait ShareConsumer: Send {
+    /// Subscribes to these topics, replacing any earlier subscription.
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError>;
+
+    /// The subscribed topics.
+    fn subscription(&self) -> Vec<String>;
+
+    /// Waits up to `timeout` for records and returns those acquired (possibly none).
+    ///
+    /// Sends the acknowledgements made since the last poll or commit first; their outcome is
+    /// reported by the next commit. In explicit mode this fails with
+    /// [`ConsumerError::UnacknowledgedRecords`] while a record of the previous poll has no
+    /// acknowledgement; in implicit mode it accepts every record of the previous poll.
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError>;
+
+    /// Acknowledges one record of the last poll. Local: nothing is sent until the next poll
+    /// or commit. Acknowledging a record again before it is sent replaces the first type.
+    fn acknowledge(
+        &mut self,
+        record: &ConsumerRecord,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.acknowledge_offset(record.topic(), record.partition(), record.offset(), ack)
+    }
+
+    /// Acknowledges a record of the last poll by its coordinates.
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError>;
+
+    /// Sends every pending acknowledgement and waits up to `timeout` for the outcome.
+    ///
+    /// The result has one entry per partition whose acknowledgements were sent since the last
+    /// commit, including those sent by `poll`. A lost lock is
+    /// [`AckError::InvalidRecordState`]; it is reported, not retried.
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError>;
+
+    /// Sends every pending acknowledgement without waiting; await the returned
+    /// [`PendingCommit`] for the outcome.
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError>;
+
+    /// Commits what was acknowledged, releases every other record this consumer holds, and
+    /// leaves the group. Later calls fail with [`ConsumerError::Closed`]; closing again is a
+    /// no-op.
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError>;
+
+    /// The acquisition lock duration reported for the last records fetched, if known.
+    fn acquisition_lock_timeout(&self) -> Option<Duration>;
+
+    /// The group and member identity.
+    fn group_metadata(&self) -> GroupMetadata;
+
+    /// Explicit or implicit acknowledgement.
+    fn acknowledgement_mode(&self) -> AcknowledgementMode;
+}
+
+#[async_trait]
+impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        (**self).subscribe(topics).await
+    }
+
+    fn subscription(&self) -> Vec<String> {
+        (**self).subscription()
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        (**self).poll(timeout).await
+    }
+
+    fn acknowledge(
+        &mut self,
+        record: &ConsumerRecord,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        (**self).acknowledge(record, ack)
+    }
+
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        (**self).acknowledge_offset(topic, partition, offset, ack)
+    }
+
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        (**self).commit_sync(timeout).await
+    }
+
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        (**self).commit_async()
+    }
+
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        (**self).close(timeout).await
+    }
+
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        (**self).acquisition_lock_timeout()
+    }
+
+    fn group_metadata(&self) -> GroupMetadata {
+        (**self).group_metadata()
+    }
+
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        (**self).acknowledgement_mode()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_safe() {
+        fn _assert(_: Box<dyn ShareConsumer>) {}
+    }
+
+    #[test]
+    fn acknowledgement_mode_parses_like_java() {
+        assert_eq!("EXPLICIT".parse(), Ok(AcknowledgementMode::Explicit));
+        assert_eq!(" implicit ".parse(), Ok(AcknowledgementMode::Implicit));
+        let err = "auto".parse::<AcknowledgementMode>().unwrap_err();
+        assert!(err.contains("`auto`") && err.contains("explicit"), "{err}");
+    }
+
+    #[test]
+    fn a_failure_is_not_overwritten_by_a_success() {
+        let tp = TopicPartition::new("t", 0);
+        let mut results = CommitResults::new();
+        results.insert(tp.clone(), Err(AckError::Timeout));
+        results.insert(tp.clone(), Ok(()));
+        assert_eq!(results.get(&tp), Some(&Err(AckError::Timeout)));
+        assert!(!results.is_success());
+        assert_eq!(results.failures().count(), 1);
+    }
+}

@@ -1,0 +1,170 @@
+//! Settings of the [`ShareSinkTask`](super::ShareSinkTask) driver.
+
+use std::time::Duration;
+
+use crate::task::TaskConfig;
+
+/// When the driver commits acknowledgements with `commit_sync`.
+///
+/// Between commits, acknowledgements still travel with the next poll; a commit makes them
+/// durable on the broker and reports lost locks. The default commits every iteration.
+///
+/// ```
+/// use kafka_share_sink::CommitPolicy;
+/// use std::time::Duration;
+/// let policy = CommitPolicy::interval(Duration::from_secs(5)).or_records(10_000);
+/// # let _ = policy;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommitPolicy {
+    interval: Option<Duration>,
+    records: Option<u64>,
+}
+
+impl CommitPolicy {
+    /// Commit at the end of every iteration that acknowledged anything (the default).
+    pub fn every_iteration() -> Self {
+        Self::default()
+    }
+
+    /// Commit once this much time has passed since the last commit.
+    pub fn interval(interval: Duration) -> Self {
+        Self {
+            interval: Some(interval),
+            records: None,
+        }
+    }
+
+    /// Commit once this many records were acknowledged since the last commit.
+    pub fn records(records: u64) -> Self {
+        Self {
+            interval: None,
+            records: Some(records.max(1)),
+        }
+    }
+
+    /// Also commit once this many records were acknowledged.
+    pub fn or_records(mut self, records: u64) -> Self {
+        self.records = Some(records.max(1));
+        self
+    }
+
+    /// Also commit once this much time has passed.
+    pub fn or_interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    pub(crate) fn is_due(&self, since_last: Duration, acknowledged: u64) -> bool {
+        match (self.interval, self.records) {
+            (None, None) => true,
+            (interval, records) => {
+                interval.is_some_and(|i| since_last >= i)
+                    || records.is_some_and(|r| acknowledged >= r)
+            }
+        }
+    }
+}
+
+/// Settings of the driver.
+///
+/// ```
+/// use kafka_share_sink::{CommitPolicy, DriverConfig};
+/// use std::time::Duration;
+/// let config = DriverConfig::new(["orders"])
+///     .poll_timeout(Duration::from_millis(200))
+///     .commit_policy(CommitPolicy::interval(Duration::from_secs(1)));
+/// assert_eq!(config.topics(), ["orders".to_string()]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub(crate) topics: Vec<String>,
+    pub(crate) task_config: TaskConfig,
+    pub(crate) poll_timeout: Duration,
+    pub(crate) commit_policy: CommitPolicy,
+    pub(crate) commit_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+    pub(crate) retriable_backoff: Duration,
+}
+
+impl DriverConfig {
+    /// Drain these topics, with the defaults below.
+    pub fn new<I, S>(topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            topics: topics.into_iter().map(Into::into).collect(),
+            task_config: TaskConfig::new(),
+            // Java's fetch.max.wait.ms.
+            poll_timeout: Duration::from_millis(500),
+            commit_policy: CommitPolicy::every_iteration(),
+            // Java's default.api.timeout.ms.
+            commit_timeout: Duration::from_secs(60),
+            // Java's close() default.
+            close_timeout: Duration::from_secs(30),
+            // A released batch is available at once; without a pause a failing sink would
+            // burn the delivery-count limit in milliseconds.
+            retriable_backoff: Duration::from_millis(500),
+        }
+    }
+
+    /// The topics to subscribe to.
+    pub fn topics(&self) -> &[String] {
+        &self.topics
+    }
+
+    /// The config handed to [`SinkTask::start`](crate::SinkTask::start).
+    pub fn task_config(mut self, config: TaskConfig) -> Self {
+        self.task_config = config;
+        self
+    }
+
+    /// How long one poll waits for records (default 500 ms). It also bounds how long
+    /// [`run`](super::ShareSinkTask::run) takes to notice shutdown while idle.
+    pub fn poll_timeout(mut self, timeout: Duration) -> Self {
+        self.poll_timeout = timeout;
+        self
+    }
+
+    /// When to commit acknowledgements (default: every iteration).
+    pub fn commit_policy(mut self, policy: CommitPolicy) -> Self {
+        self.commit_policy = policy;
+        self
+    }
+
+    /// How long a commit may take (default 60 s).
+    pub fn commit_timeout(mut self, timeout: Duration) -> Self {
+        self.commit_timeout = timeout;
+        self
+    }
+
+    /// How long closing the consumer may take (default 30 s).
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
+    /// The pause before the next poll after a retriable `put` error, unless the error asks
+    /// for its own (default 500 ms).
+    pub fn retriable_backoff(mut self, backoff: Duration) -> Self {
+        self.retriable_backoff = backoff;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_policy_due() {
+        assert!(CommitPolicy::every_iteration().is_due(Duration::ZERO, 0));
+        let p = CommitPolicy::interval(Duration::from_secs(1)).or_records(10);
+        assert!(!p.is_due(Duration::from_millis(999), 9));
+        assert!(p.is_due(Duration::from_secs(1), 0));
+        assert!(p.is_due(Duration::ZERO, 10));
+        assert!(!CommitPolicy::records(5).is_due(Duration::from_secs(3600), 4));
+    }
+}

@@ -1,0 +1,168 @@
+//! Share-group and consumer settings of the embedded broker.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::EmbeddedError;
+use crate::consumer::AcknowledgementMode;
+
+/// Where a share group starts reading a partition it has never read (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AutoOffsetReset {
+    /// From the records produced after the group first reads the partition. Kafka's default:
+    /// records produced before that are never delivered to the group.
+    #[default]
+    Latest,
+    /// From the first record of the partition.
+    Earliest,
+}
+
+impl FromStr for AutoOffsetReset {
+    type Err = EmbeddedError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "latest" => Ok(Self::Latest),
+            "earliest" => Ok(Self::Earliest),
+            _ => Err(EmbeddedError::InvalidConfig {
+                key: "share.auto.offset.reset",
+                value: s.to_owned(),
+                expected: "`latest` or `earliest`",
+            }),
+        }
+    }
+}
+
+/// The share-group configs of one group, with Kafka's defaults.
+///
+/// ```
+/// use kafka_share_sink::embedded::{AutoOffsetReset, GroupConfig};
+/// use std::time::Duration;
+///
+/// let config = GroupConfig::new()
+///     .auto_offset_reset(AutoOffsetReset::Earliest)
+///     .record_lock_duration(Duration::from_secs(15))
+///     .delivery_count_limit(3);
+/// assert!(config.validate().is_ok());
+/// assert!(GroupConfig::new().delivery_count_limit(1).validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub(crate) auto_offset_reset: AutoOffsetReset,
+    pub(crate) record_lock_duration: Duration,
+    pub(crate) delivery_count_limit: u16,
+    pub(crate) partition_max_record_locks: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            auto_offset_reset: AutoOffsetReset::Latest,
+            // group.share.record.lock.duration.ms
+            record_lock_duration: Duration::from_secs(30),
+            // group.share.delivery.count.limit
+            delivery_count_limit: 5,
+            // group.share.partition.max.record.locks (4.1+)
+            partition_max_record_locks: 2000,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// Kafka's defaults: `latest`, 30 s locks, delivery-count limit 5, 2000 record locks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `share.auto.offset.reset`.
+    pub fn auto_offset_reset(mut self, reset: AutoOffsetReset) -> Self {
+        self.auto_offset_reset = reset;
+        self
+    }
+
+    /// `share.record.lock.duration.ms`: how long an acquired record stays with its consumer.
+    /// The embedded broker takes any positive duration (Kafka bounds group values to
+    /// 15–60 s by default), so tests can use short locks.
+    pub fn record_lock_duration(mut self, duration: Duration) -> Self {
+        self.record_lock_duration = duration;
+        self
+    }
+
+    /// `share.delivery.count.limit`: deliveries after which a record that is released or
+    /// times out is archived instead. Kafka's range is 2 to 10.
+    pub fn delivery_count_limit(mut self, limit: u16) -> Self {
+        self.delivery_count_limit = limit;
+        self
+    }
+
+    /// `share.partition.max.record.locks`: how many records of one partition may be in
+    /// flight (acquired, or available again inside the window) before no new record is
+    /// acquired. At least 1 here (Kafka's minimum is 100).
+    pub fn partition_max_record_locks(mut self, locks: usize) -> Self {
+        self.partition_max_record_locks = locks;
+        self
+    }
+
+    /// Checks every value, naming the config key that is wrong.
+    pub fn validate(&self) -> Result<(), EmbeddedError> {
+        if self.record_lock_duration.is_zero() {
+            return Err(EmbeddedError::InvalidConfig {
+                key: "share.record.lock.duration.ms",
+                value: format!("{}", self.record_lock_duration.as_millis()),
+                expected: "a positive number of milliseconds",
+            });
+        }
+        if !(2..=10).contains(&self.delivery_count_limit) {
+            return Err(EmbeddedError::InvalidConfig {
+                key: "share.delivery.count.limit",
+                value: self.delivery_count_limit.to_string(),
+                expected: "a number from 2 to 10",
+            });
+        }
+        if self.partition_max_record_locks == 0 {
+            return Err(EmbeddedError::InvalidConfig {
+                key: "share.partition.max.record.locks",
+                value: "0".to_owned(),
+                expected: "at least 1",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Settings of one [`EmbeddedShareConsumer`](super::EmbeddedShareConsumer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    pub(crate) max_poll_records: usize,
+    pub(crate) acknowledgement_mode: AcknowledgementMode,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        Self {
+            // max.poll.records
+            max_poll_records: 500,
+            acknowledgement_mode: AcknowledgementMode::Explicit,
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// 500 records a poll, explicit acknowledgement.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `max.poll.records`: at most this many records a poll (at least 1).
+    pub fn max_poll_records(mut self, max: usize) -> Self {
+        self.max_poll_records = max.max(1);
+        self
+    }
+
+    /// `share.acknowledgement.mode`.
+    pub fn acknowledgement_mode(mut self, mode: AcknowledgementMode) -> Self {
+        self.acknowledgement_mode = mode;
+        self
+    }
+}

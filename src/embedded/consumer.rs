@@ -1,0 +1,229 @@
+//! The share consumer of the embedded broker.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::partition::MemberKey;
+use super::{ConsumerOptions, Shared};
+use crate::consumer::in_flight::InFlightBatch;
+use crate::consumer::{
+    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
+    PendingCommit, ShareConsumer,
+};
+use crate::record::ConsumerRecord;
+
+/// A member of a share group of an [`EmbeddedBroker`](super::EmbeddedBroker).
+///
+/// Made by [`EmbeddedBroker::share_consumer`](super::EmbeddedBroker::share_consumer). Every
+/// member may fetch from every partition of the topics it subscribes to, so members share
+/// partitions as KIP-932 allows.
+///
+/// Dropping it without [`close`](ShareConsumer::close) behaves like a crashed process: the
+/// records it holds stay acquired until their locks expire.
+#[derive(Debug)]
+pub struct EmbeddedShareConsumer {
+    shared: Arc<Shared>,
+    group_id: String,
+    member: MemberKey,
+    member_id: String,
+    options: ConsumerOptions,
+    subscription: Vec<String>,
+    batch: InFlightBatch,
+    /// Outcomes of acknowledgements sent by poll, reported by the next commit.
+    unreported: CommitResults,
+    lock_timeout: Option<Duration>,
+    closed: bool,
+}
+
+impl EmbeddedShareConsumer {
+    pub(crate) fn new(shared: Arc<Shared>, group_id: &str, options: ConsumerOptions) -> Self {
+        let (member, member_id) = shared.lock().join(group_id);
+        Self {
+            shared,
+            group_id: group_id.to_owned(),
+            member,
+            member_id,
+            options,
+            subscription: Vec::new(),
+            batch: InFlightBatch::default(),
+            unreported: CommitResults::new(),
+            lock_timeout: None,
+            closed: false,
+        }
+    }
+
+    fn ensure_open(&self) -> Result<(), ConsumerError> {
+        if self.closed {
+            Err(ConsumerError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn implicit(&self) -> bool {
+        self.options.acknowledgement_mode == AcknowledgementMode::Implicit
+    }
+
+    /// Sends the pending acknowledgements and returns their outcome.
+    fn send_acknowledgements(&mut self, accept_unacknowledged: bool) -> CommitResults {
+        let acks = self.batch.take_unsent(accept_unacknowledged);
+        if acks.is_empty() {
+            return CommitResults::new();
+        }
+        let results =
+            self.shared
+                .lock()
+                .acknowledge(&self.group_id, self.member, &acks, Instant::now());
+        for (partition, error) in results.failures() {
+            tracing::debug!(%partition, %error, "acknowledgement failed");
+        }
+        // Released and rejected records, and a shrunken window, may unblock other members.
+        self.shared.changed.notify_waiters();
+        results
+    }
+
+    fn commit_now(&mut self) -> Result<CommitResults, ConsumerError> {
+        self.ensure_open()?;
+        let implicit = self.implicit();
+        let mut results = std::mem::take(&mut self.unreported);
+        results.merge(self.send_acknowledgements(implicit));
+        Ok(results)
+    }
+}
+
+#[async_trait]
+impl ShareConsumer for EmbeddedShareConsumer {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if topics.is_empty() {
+            return Err(ConsumerError::InvalidSubscription {
+                reason: "the topic list is empty".to_owned(),
+            });
+        }
+        if let Some(empty) = topics.iter().position(|t| t.trim().is_empty()) {
+            return Err(ConsumerError::InvalidSubscription {
+                reason: format!("topic #{} has an empty name", empty + 1),
+            });
+        }
+        let mut topics = topics;
+        topics.sort();
+        topics.dedup();
+        self.subscription = topics;
+        Ok(())
+    }
+
+    fn subscription(&self) -> Vec<String> {
+        self.subscription.clone()
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.ensure_open()?;
+        if self.subscription.is_empty() {
+            return Err(ConsumerError::NotSubscribed);
+        }
+        let implicit = self.implicit();
+        if !implicit {
+            if let Some(first) = self.batch.first_unacknowledged() {
+                return Err(ConsumerError::UnacknowledgedRecords {
+                    count: self.batch.unacknowledged(),
+                    first,
+                });
+            }
+        }
+        let sent = self.send_acknowledgements(implicit);
+        self.unreported.merge(sent);
+        let mut renewed = self.batch.renewed();
+        self.batch.clear();
+
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut changed = pin!(self.shared.changed.notified());
+            changed.as_mut().enable();
+            let now = Instant::now();
+            let fetched = self.shared.lock().fetch(
+                &self.group_id,
+                self.member,
+                &self.subscription,
+                &renewed,
+                self.options.max_poll_records,
+                now,
+            );
+            renewed.clear();
+            if !fetched.records.is_empty() {
+                self.lock_timeout = Some(fetched.lock_duration);
+                self.batch.reset(&fetched.records);
+                return Ok(fetched.records);
+            }
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = fetched.next_deadline.map_or(deadline, |d| d.min(deadline));
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        self.batch.acknowledge(topic, partition, offset, ack)
+    }
+
+    async fn commit_sync(&mut self, _timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.commit_now()
+    }
+
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        Ok(PendingCommit::ready(self.commit_now()))
+    }
+
+    async fn close(&mut self, _timeout: Duration) -> Result<(), ConsumerError> {
+        if self.closed {
+            return Ok(());
+        }
+        // Commit what was acknowledged; everything else (in implicit mode, the whole last
+        // poll) is released by leaving.
+        let results = self.send_acknowledgements(false);
+        for (partition, error) in results.failures() {
+            tracing::warn!(%partition, %error, "acknowledgement failed during close");
+        }
+        self.shared.lock().leave(&self.group_id, self.member);
+        self.shared.changed.notify_waiters();
+        self.batch.clear();
+        self.closed = true;
+        Ok(())
+    }
+
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.lock_timeout
+    }
+
+    fn group_metadata(&self) -> GroupMetadata {
+        let epoch = if self.closed {
+            -1
+        } else if self.subscription.is_empty() {
+            0
+        } else {
+            1
+        };
+        GroupMetadata::new(&self.group_id, &self.member_id, epoch)
+    }
+
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.options.acknowledgement_mode
+    }
+}

@@ -1,0 +1,632 @@
+//! An in-process share-group engine: topics, produce, and share consumers that follow
+//! KIP-932 for real.
+//!
+//! Unlike Java's `MockShareConsumer`, acknowledgements matter here: records are acquired under
+//! locks that expire (on the tokio clock, so `#[tokio::test(start_paused = true)]` controls
+//! them), delivery counts rise with each acquisition, RELEASE makes a record available again,
+//! REJECT archives it, RENEW extends its lock, a record that reaches the delivery-count limit
+//! is archived, and the in-flight window per partition is bounded. `close` releases what a
+//! consumer still holds; dropping a consumer without closing it is a crash, and its locks
+//! simply expire.
+//!
+//! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
+//! broker.
+//!
+//! ```
+//! use std::time::Duration;
+//! use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord, RecordState};
+//! use kafka_share_sink::{AcknowledgeType, ShareConsumer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = EmbeddedBroker::new();
+//! broker.create_topic("orders", 2)?;
+//! broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
+//! broker.produce("orders", ProduceRecord::new().partition(0).value("hello"))?;
+//!
+//! let mut consumer = broker.share_consumer("sink");
+//! consumer.subscribe(vec!["orders".into()]).await?;
+//! let records = consumer.poll(Duration::from_secs(1)).await?;
+//! assert_eq!(records.len(), 1);
+//! consumer.acknowledge(&records[0], AcknowledgeType::Accept)?;
+//! assert!(consumer.commit_sync(Duration::from_secs(1)).await?.is_success());
+//!
+//! let view = broker.record_state("sink", "orders", 0, 0).unwrap();
+//! assert_eq!(view.state(), RecordState::Acknowledged);
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod consumer;
+mod error;
+mod partition;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig};
+pub use self::consumer::EmbeddedShareConsumer;
+pub use self::error::EmbeddedError;
+pub use self::partition::RecordState;
+use self::partition::{Acquired, MemberKey, SharePartition};
+use crate::consumer::in_flight::PartitionAcks;
+use crate::consumer::{AckError, CommitResults};
+use crate::record::{ConsumerRecord, Headers, RecordId, TimestampType, TopicPartition};
+
+/// A record to produce to the embedded broker.
+///
+/// ```
+/// use kafka_share_sink::embedded::ProduceRecord;
+/// let record = ProduceRecord::new()
+///     .key("user-7")
+///     .value(r#"{"total": 12}"#)
+///     .header("source", "web")
+///     .null_header("trace")
+///     .timestamp(1_700_000_000_000);
+/// # let _ = record;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ProduceRecord {
+    partition: Option<i32>,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: Headers,
+    timestamp: Option<i64>,
+}
+
+impl ProduceRecord {
+    /// A record with null key and value, no headers, the current time as its timestamp.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends it to this partition. Without one, a keyed record goes to the partition of its
+    /// key's hash and an unkeyed one round-robin.
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the value. Without one the value is null (a tombstone).
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// Appends a header.
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push(key, Some(value.into()));
+        self
+    }
+
+    /// Appends a header with a null value.
+    pub fn null_header(mut self, key: impl Into<String>) -> Self {
+        self.headers.push(key, None);
+        self
+    }
+
+    /// Sets the create time, in milliseconds since the epoch.
+    pub fn timestamp(mut self, millis: i64) -> Self {
+        self.timestamp = Some(millis);
+        self
+    }
+}
+
+/// What a record looks like to one share group, for tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView {
+    state: RecordState,
+    delivery_count: u16,
+    member_id: Option<String>,
+}
+
+impl RecordView {
+    /// The record's state.
+    pub fn state(&self) -> RecordState {
+        self.state
+    }
+
+    /// How many times the group has handed the record out.
+    pub fn delivery_count(&self) -> u16 {
+        self.delivery_count
+    }
+
+    /// The member holding the record, while it is acquired.
+    pub fn member_id(&self) -> Option<&str> {
+        self.member_id.as_deref()
+    }
+}
+
+/// How many records of a group are in each state, over every partition the group has read.
+/// Records the group has not reached yet count as available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    /// Available to any consumer.
+    pub available: u64,
+    /// Held by a consumer.
+    pub acquired: u64,
+    /// Accepted.
+    pub acknowledged: u64,
+    /// Rejected or over the delivery-count limit.
+    pub archived: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct StoredRecord {
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: Headers,
+    timestamp: i64,
+}
+
+#[derive(Debug)]
+struct Topic {
+    name: Arc<str>,
+    partitions: Vec<Vec<StoredRecord>>,
+    next_partition: usize,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    config: GroupConfig,
+    partitions: HashMap<(Arc<str>, i32), SharePartition>,
+    members: HashMap<MemberKey, String>,
+    cursor: usize,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    topics: HashMap<Arc<str>, Topic>,
+    groups: HashMap<String, Group>,
+    next_member: MemberKey,
+}
+
+/// What a fetch returned, and when a lock of the group expires next.
+pub(crate) struct Fetched {
+    pub(crate) records: Vec<ConsumerRecord>,
+    pub(crate) next_deadline: Option<Instant>,
+    pub(crate) lock_duration: std::time::Duration,
+}
+
+impl State {
+    fn group(&mut self, group_id: &str) -> &mut Group {
+        self.groups.entry(group_id.to_owned()).or_default()
+    }
+
+    pub(crate) fn join(&mut self, group_id: &str) -> (MemberKey, String) {
+        self.next_member += 1;
+        let key = self.next_member;
+        let member_id = format!("embedded-{group_id}-{key}");
+        self.group(group_id).members.insert(key, member_id.clone());
+        (key, member_id)
+    }
+
+    /// Acquires records of the subscribed topics for `member`, after re-presenting the
+    /// renewed records it still holds.
+    pub(crate) fn fetch(
+        &mut self,
+        group_id: &str,
+        member: MemberKey,
+        topics: &[String],
+        renewed: &[RecordId],
+        max: usize,
+        now: Instant,
+    ) -> Fetched {
+        let State {
+            topics: logs,
+            groups,
+            ..
+        } = self;
+        let group = groups.entry(group_id.to_owned()).or_default();
+        let mut records = Vec::new();
+        for id in renewed {
+            let Some(log) = logs.get(id.topic()) else {
+                continue;
+            };
+            let Some(share) = group
+                .partitions
+                .get(&(Arc::clone(&log.name), id.partition()))
+            else {
+                continue;
+            };
+            if !share.is_held_by(id.offset(), member, now) {
+                continue;
+            }
+            let dc = share.slot(id.offset()).map_or(1, |s| s.delivery_count);
+            if let Some(record) = log.record(id.partition(), id.offset(), dc) {
+                records.push(record);
+            }
+        }
+
+        let mut targets: Vec<(&Topic, i32)> = Vec::new();
+        for name in topics {
+            if let Some(log) = logs.get(name.as_str()) {
+                for p in 0..log.partitions.len() {
+                    targets.push((log, i32::try_from(p).unwrap_or(i32::MAX)));
+                }
+            }
+        }
+        let mut acquired: Vec<Acquired> = Vec::new();
+        if !targets.is_empty() {
+            let first = group.cursor % targets.len();
+            group.cursor = group.cursor.wrapping_add(1);
+            for i in 0..targets.len() {
+                if records.len() >= max {
+                    break;
+                }
+                let (log, p) = targets[(first + i) % targets.len()];
+                let log_end = log.end_offset(p);
+                let config = &group.config;
+                let share = group
+                    .partitions
+                    .entry((Arc::clone(&log.name), p))
+                    .or_insert_with(|| {
+                        SharePartition::new(match config.auto_offset_reset {
+                            AutoOffsetReset::Earliest => 0,
+                            AutoOffsetReset::Latest => log_end,
+                        })
+                    });
+                acquired.clear();
+                share.acquire(
+                    member,
+                    now,
+                    log_end,
+                    max - records.len(),
+                    config,
+                    &mut acquired,
+                );
+                records.reserve(acquired.len());
+                for a in &acquired {
+                    if let Some(record) = log.record(p, a.offset, a.delivery_count) {
+                        records.push(record);
+                    }
+                }
+            }
+        }
+        let next_deadline = group
+            .partitions
+            .values()
+            .filter_map(SharePartition::next_deadline)
+            .min();
+        Fetched {
+            records,
+            next_deadline,
+            lock_duration: group.config.record_lock_duration,
+        }
+    }
+
+    /// Applies acknowledgements, partition by partition, each all or nothing.
+    pub(crate) fn acknowledge(
+        &mut self,
+        group_id: &str,
+        member: MemberKey,
+        acks: &[PartitionAcks],
+        now: Instant,
+    ) -> CommitResults {
+        let group = self.group(group_id);
+        let mut results = CommitResults::new();
+        for PartitionAcks { partition, acks } in acks {
+            let key = (Arc::clone(partition.topic_arc()), partition.partition());
+            let result = match group.partitions.get_mut(&key) {
+                Some(share) => share.acknowledge(member, acks, now, &group.config),
+                None => Err(AckError::InvalidRecordState {
+                    detail: "the group has never read this partition".to_owned(),
+                }),
+            };
+            results.insert(partition.clone(), result);
+        }
+        results
+    }
+
+    /// Releases every record the member holds and removes it from the group.
+    pub(crate) fn leave(&mut self, group_id: &str, member: MemberKey) {
+        let group = self.group(group_id);
+        for share in group.partitions.values_mut() {
+            share.release_member(member, &group.config);
+        }
+        group.members.remove(&member);
+    }
+}
+
+impl Topic {
+    fn end_offset(&self, partition: i32) -> i64 {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.partitions.get(p))
+            .map_or(0, |log| log.len() as i64)
+    }
+
+    fn record(&self, partition: i32, offset: i64, delivery_count: u16) -> Option<ConsumerRecord> {
+        let log = self.partitions.get(usize::try_from(partition).ok()?)?;
+        let stored = log.get(usize::try_from(offset).ok()?)?;
+        Some(
+            ConsumerRecord::new(Arc::clone(&self.name), partition, offset)
+                .with_key(stored.key.clone())
+                .with_value(stored.value.clone())
+                .with_headers(stored.headers.clone())
+                .with_timestamp(stored.timestamp, TimestampType::CreateTime)
+                .with_delivery_count(delivery_count),
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// Woken whenever records may have become available.
+    pub(crate) changed: Notify,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-written in a way that
+        // matters more than losing the broker, so keep going.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// An in-process broker holding topics and share groups. Cheap to clone; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct EmbeddedBroker {
+    shared: Arc<Shared>,
+}
+
+impl EmbeddedBroker {
+    /// An empty broker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates a topic with `partitions` partitions.
+    pub fn create_topic(&self, name: &str, partitions: usize) -> Result<(), EmbeddedError> {
+        if name.is_empty() || name.len() > 249 {
+            return Err(EmbeddedError::InvalidTopic {
+                name: name.to_owned(),
+                reason: "a topic name has 1 to 249 characters",
+            });
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(EmbeddedError::InvalidTopic {
+                name: name.to_owned(),
+                reason: "a topic name uses only ASCII letters, digits, '.', '_' and '-'",
+            });
+        }
+        if partitions == 0 || i32::try_from(partitions).is_err() {
+            return Err(EmbeddedError::InvalidTopic {
+                name: name.to_owned(),
+                reason: "a topic needs at least one partition",
+            });
+        }
+        let mut state = self.shared.lock();
+        if state.topics.contains_key(name) {
+            return Err(EmbeddedError::TopicExists(name.to_owned()));
+        }
+        let name: Arc<str> = name.into();
+        state.topics.insert(
+            Arc::clone(&name),
+            Topic {
+                name,
+                partitions: vec![Vec::new(); partitions],
+                next_partition: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Sets the share-group configs of a group, creating the group if needed. Like Kafka,
+    /// this may be done before any consumer joins; `share.auto.offset.reset` only affects
+    /// partitions the group has not read yet.
+    pub fn set_group_config(
+        &self,
+        group_id: &str,
+        config: GroupConfig,
+    ) -> Result<(), EmbeddedError> {
+        config.validate()?;
+        self.shared.lock().group(group_id).config = config;
+        // A shorter lock or a changed limit may matter to waiting pollers.
+        self.shared.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Appends a record and returns where it landed.
+    pub fn produce(&self, topic: &str, record: ProduceRecord) -> Result<RecordId, EmbeddedError> {
+        let id = {
+            let mut state = self.shared.lock();
+            let log = state
+                .topics
+                .get_mut(topic)
+                .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+            let count = log.partitions.len();
+            let partition = match (record.partition, &record.key) {
+                (Some(p), _) => {
+                    usize::try_from(p)
+                        .ok()
+                        .filter(|p| *p < count)
+                        .ok_or_else(|| EmbeddedError::UnknownPartition {
+                            topic: topic.to_owned(),
+                            partition: p,
+                            partitions: count,
+                        })?
+                }
+                (None, Some(key)) => (fnv1a(key) % count as u64) as usize,
+                (None, None) => {
+                    log.next_partition = (log.next_partition + 1) % count;
+                    log.next_partition
+                }
+            };
+            let timestamp = record.timestamp.unwrap_or_else(now_millis);
+            let partition_log = &mut log.partitions[partition];
+            partition_log.push(StoredRecord {
+                key: record.key,
+                value: record.value,
+                headers: record.headers,
+                timestamp,
+            });
+            RecordId::new(
+                Arc::clone(&log.name),
+                i32::try_from(partition).unwrap_or(i32::MAX),
+                partition_log.len() as i64 - 1,
+            )
+        };
+        self.shared.changed.notify_waiters();
+        Ok(id)
+    }
+
+    /// A new consumer of `group_id` with default options (explicit acknowledgement, 500
+    /// records a poll).
+    pub fn share_consumer(&self, group_id: &str) -> EmbeddedShareConsumer {
+        self.share_consumer_with(group_id, ConsumerOptions::default())
+    }
+
+    /// A new consumer of `group_id`.
+    pub fn share_consumer_with(
+        &self,
+        group_id: &str,
+        options: ConsumerOptions,
+    ) -> EmbeddedShareConsumer {
+        EmbeddedShareConsumer::new(Arc::clone(&self.shared), group_id, options)
+    }
+
+    /// One past the last offset of a partition.
+    pub fn log_end_offset(&self, topic: &str, partition: i32) -> Result<i64, EmbeddedError> {
+        let state = self.shared.lock();
+        let log = state
+            .topics
+            .get(topic)
+            .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+        let p = usize::try_from(partition)
+            .ok()
+            .filter(|p| *p < log.partitions.len())
+            .ok_or_else(|| EmbeddedError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+                partitions: log.partitions.len(),
+            })?;
+        Ok(log.partitions[p].len() as i64)
+    }
+
+    /// The group's view of one record, with expired locks applied; `None` when the group has
+    /// not read the partition, or the offset lies before where it started or past the log.
+    pub fn record_state(
+        &self,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Option<RecordView> {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let log_end = state.topics.get(topic)?.end_offset(partition);
+        let group = state.groups.get_mut(group_id)?;
+        let config = group.config.clone();
+        let share = group.partitions.get_mut(&(Arc::from(topic), partition))?;
+        if share.expire(now, &config) {
+            self.shared.changed.notify_waiters();
+        }
+        if offset < share.base_offset() || offset >= log_end {
+            return None;
+        }
+        let view = match share.slot(offset) {
+            Some(slot) => RecordView {
+                state: slot.state,
+                delivery_count: slot.delivery_count,
+                member_id: slot.owner.and_then(|m| group.members.get(&m).cloned()),
+            },
+            None => RecordView {
+                state: RecordState::Available,
+                delivery_count: 0,
+                member_id: None,
+            },
+        };
+        Some(view)
+    }
+
+    /// The share-partition start and end offsets of a partition the group has read: every
+    /// offset below the start is acknowledged or archived; none from the end on was ever
+    /// acquired.
+    pub fn share_partition_offsets(
+        &self,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(i64, i64)> {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let group = state.groups.get_mut(group_id)?;
+        let config = group.config.clone();
+        let share = group.partitions.get_mut(&(Arc::from(topic), partition))?;
+        share.expire(now, &config);
+        Some((share.start_offset(), share.end_offset()))
+    }
+
+    /// Counts the group's records by state, with expired locks applied.
+    pub fn state_counts(&self, group_id: &str) -> StateCounts {
+        let now = Instant::now();
+        let mut guard = self.shared.lock();
+        let State { topics, groups, .. } = &mut *guard;
+        let mut counts = StateCounts::default();
+        let Some(group) = groups.get_mut(group_id) else {
+            return counts;
+        };
+        for ((topic, partition), share) in &mut group.partitions {
+            share.expire(now, &group.config);
+            let log_end = topics.get(topic).map_or(0, |t| t.end_offset(*partition));
+            for offset in share.base_offset()..share.end_offset() {
+                if let Some(slot) = share.slot(offset) {
+                    match slot.state {
+                        RecordState::Available => counts.available += 1,
+                        RecordState::Acquired => counts.acquired += 1,
+                        RecordState::Acknowledged => counts.acknowledged += 1,
+                        RecordState::Archived => counts.archived += 1,
+                    }
+                }
+            }
+            counts.available += u64::try_from(log_end - share.end_offset()).unwrap_or(0);
+        }
+        counts
+    }
+
+    /// Every partition of every topic, sorted.
+    pub fn topic_partitions(&self) -> Vec<TopicPartition> {
+        let state = self.shared.lock();
+        let mut out: Vec<TopicPartition> = state
+            .topics
+            .values()
+            .flat_map(|t| {
+                (0..t.partitions.len()).map(|p| {
+                    TopicPartition::new(Arc::clone(&t.name), i32::try_from(p).unwrap_or(i32::MAX))
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A stable key hash for partition choice (not Kafka's murmur2: embedded only).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

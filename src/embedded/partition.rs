@@ -1,0 +1,380 @@
+//! The state of one partition for one share group: KIP-932's in-flight records, free of I/O
+//! (time is passed in).
+//!
+//! Offsets below `start` are terminal (acknowledged or archived); offsets from `end` up to the
+//! log end have never been acquired and are available. In between, each offset has a slot.
+//! Slots are kept from the first tracked offset on, so tests can inspect terminal states.
+
+use tokio::time::Instant;
+
+use super::GroupConfig;
+use crate::consumer::{AckError, AcknowledgeType};
+
+/// Member numbers inside the embedded broker.
+pub(crate) type MemberKey = u64;
+
+/// The state of a record for a share group (KIP-932).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RecordState {
+    /// Can be acquired by any consumer of the group.
+    Available,
+    /// Held by one consumer until it acknowledges it or its lock expires.
+    Acquired,
+    /// Accepted: done for this group.
+    Acknowledged,
+    /// Rejected, or released or timed out at the delivery-count limit: never delivered again.
+    Archived,
+}
+
+impl RecordState {
+    /// True for the states a record never leaves.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Acknowledged | Self::Archived)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub(crate) state: RecordState,
+    pub(crate) delivery_count: u16,
+    pub(crate) owner: Option<MemberKey>,
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl Slot {
+    /// Ends a delivery attempt that was not accepted: available again, or archived once the
+    /// delivery count has reached the limit.
+    fn release(&mut self, limit: u16) {
+        self.state = if self.delivery_count >= limit {
+            RecordState::Archived
+        } else {
+            RecordState::Available
+        };
+        self.owner = None;
+        self.deadline = None;
+    }
+}
+
+/// One acquired record: its offset and delivery count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acquired {
+    pub(crate) offset: i64,
+    pub(crate) delivery_count: u16,
+}
+
+#[derive(Debug)]
+pub(crate) struct SharePartition {
+    /// First offset the group tracks (where it started reading).
+    base: i64,
+    /// Share-partition start offset: every offset below is terminal.
+    start: i64,
+    /// Share-partition end offset: one past the last offset ever acquired.
+    end: i64,
+    slots: Vec<Slot>,
+    /// No lock expires before this instant.
+    next_deadline: Option<Instant>,
+}
+
+impl SharePartition {
+    pub(crate) fn new(start_offset: i64) -> Self {
+        Self {
+            base: start_offset,
+            start: start_offset,
+            end: start_offset,
+            slots: Vec::new(),
+            next_deadline: None,
+        }
+    }
+
+    pub(crate) fn start_offset(&self) -> i64 {
+        self.start
+    }
+
+    pub(crate) fn end_offset(&self) -> i64 {
+        self.end
+    }
+
+    pub(crate) fn base_offset(&self) -> i64 {
+        self.base
+    }
+
+    /// The earliest lock deadline, for waking pollers.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.next_deadline
+    }
+
+    fn index(&self, offset: i64) -> Option<usize> {
+        if offset < self.base || offset >= self.end {
+            return None;
+        }
+        usize::try_from(offset - self.base).ok()
+    }
+
+    /// The slot of an offset that has been acquired at least once.
+    pub(crate) fn slot(&self, offset: i64) -> Option<&Slot> {
+        self.index(offset).map(|i| &self.slots[i])
+    }
+
+    fn window(&self) -> std::ops::Range<usize> {
+        let from = usize::try_from(self.start - self.base).unwrap_or(0);
+        from..self.slots.len()
+    }
+
+    /// Expires the locks whose deadline has passed. Returns true if any record changed.
+    pub(crate) fn expire(&mut self, now: Instant, config: &GroupConfig) -> bool {
+        match self.next_deadline {
+            Some(deadline) if deadline <= now => {}
+            _ => return false,
+        }
+        let mut changed = false;
+        let mut next: Option<Instant> = None;
+        let window = self.window();
+        for slot in &mut self.slots[window] {
+            if slot.state != RecordState::Acquired {
+                continue;
+            }
+            match slot.deadline {
+                Some(d) if d <= now => {
+                    slot.release(config.delivery_count_limit);
+                    changed = true;
+                }
+                Some(d) => next = Some(next.map_or(d, |n: Instant| n.min(d))),
+                None => {}
+            }
+        }
+        self.next_deadline = next;
+        self.advance_start();
+        changed
+    }
+
+    fn advance_start(&mut self) {
+        while self.start < self.end {
+            let i = usize::try_from(self.start - self.base).unwrap_or(usize::MAX);
+            match self.slots.get(i) {
+                Some(slot) if slot.state.is_terminal() => self.start += 1,
+                _ => break,
+            }
+        }
+    }
+
+    fn lock(&mut self, slot_index: usize, member: MemberKey, deadline: Instant) -> Acquired {
+        let slot = &mut self.slots[slot_index];
+        slot.state = RecordState::Acquired;
+        slot.delivery_count = slot.delivery_count.saturating_add(1);
+        slot.owner = Some(member);
+        slot.deadline = Some(deadline);
+        self.next_deadline = Some(self.next_deadline.map_or(deadline, |n| n.min(deadline)));
+        Acquired {
+            offset: self.base + slot_index as i64,
+            delivery_count: slot.delivery_count,
+        }
+    }
+
+    /// Acquires up to `max` records for `member`, lowest offsets first: records available
+    /// again inside the window, then new records up to `log_end`, as long as the in-flight
+    /// window stays below the record-lock limit.
+    pub(crate) fn acquire(
+        &mut self,
+        member: MemberKey,
+        now: Instant,
+        log_end: i64,
+        max: usize,
+        config: &GroupConfig,
+        out: &mut Vec<Acquired>,
+    ) {
+        self.expire(now, config);
+        let deadline = now + config.record_lock_duration;
+        let mut taken = 0;
+        for i in self.window() {
+            if taken == max {
+                return;
+            }
+            if self.slots[i].state == RecordState::Available {
+                out.push(self.lock(i, member, deadline));
+                taken += 1;
+            }
+        }
+        let limit = i64::try_from(config.partition_max_record_locks).unwrap_or(i64::MAX);
+        while taken < max && self.end < log_end && self.end - self.start < limit {
+            self.slots.push(Slot {
+                state: RecordState::Available,
+                delivery_count: 0,
+                owner: None,
+                deadline: None,
+            });
+            self.end += 1;
+            let i = self.slots.len() - 1;
+            out.push(self.lock(i, member, deadline));
+            taken += 1;
+        }
+    }
+
+    /// True if `member` holds `offset` under a lock that has not expired.
+    pub(crate) fn is_held_by(&self, offset: i64, member: MemberKey, now: Instant) -> bool {
+        self.slot(offset).is_some_and(|s| {
+            s.state == RecordState::Acquired
+                && s.owner == Some(member)
+                && s.deadline.is_some_and(|d| d > now)
+        })
+    }
+
+    /// Applies `member`'s acknowledgements, all or none: if any record is not held by the
+    /// member, nothing changes and the error says which.
+    pub(crate) fn acknowledge(
+        &mut self,
+        member: MemberKey,
+        acks: &[(i64, AcknowledgeType)],
+        now: Instant,
+        config: &GroupConfig,
+    ) -> Result<(), AckError> {
+        self.expire(now, config);
+        for &(offset, _) in acks {
+            let held = self
+                .slot(offset)
+                .is_some_and(|s| s.state == RecordState::Acquired && s.owner == Some(member));
+            if !held {
+                let why = match self.slot(offset) {
+                    None => "it was never acquired".to_owned(),
+                    Some(s) if s.state == RecordState::Acquired => {
+                        "it is acquired by another member".to_owned()
+                    }
+                    Some(s) => format!(
+                        "it is {:?}, not acquired by this member (its lock may have expired)",
+                        s.state
+                    ),
+                };
+                return Err(AckError::InvalidRecordState {
+                    detail: format!("offset {offset}: {why}"),
+                });
+            }
+        }
+        let deadline = now + config.record_lock_duration;
+        for &(offset, ack) in acks {
+            let Some(i) = self.index(offset) else {
+                continue;
+            };
+            let slot = &mut self.slots[i];
+            match ack {
+                AcknowledgeType::Accept => {
+                    slot.state = RecordState::Acknowledged;
+                    slot.owner = None;
+                    slot.deadline = None;
+                }
+                AcknowledgeType::Release => slot.release(config.delivery_count_limit),
+                AcknowledgeType::Reject => {
+                    slot.state = RecordState::Archived;
+                    slot.owner = None;
+                    slot.deadline = None;
+                }
+                AcknowledgeType::Renew => {
+                    slot.deadline = Some(deadline);
+                }
+            }
+        }
+        self.advance_start();
+        Ok(())
+    }
+
+    /// Releases every record `member` holds (session close). Returns true if any did.
+    pub(crate) fn release_member(&mut self, member: MemberKey, config: &GroupConfig) -> bool {
+        let mut changed = false;
+        let window = self.window();
+        for slot in &mut self.slots[window] {
+            if slot.state == RecordState::Acquired && slot.owner == Some(member) {
+                slot.release(config.delivery_count_limit);
+                changed = true;
+            }
+        }
+        self.advance_start();
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config() -> GroupConfig {
+        GroupConfig::new()
+            .record_lock_duration(Duration::from_secs(10))
+            .delivery_count_limit(3)
+            .partition_max_record_locks(4)
+    }
+
+    fn acquire(
+        p: &mut SharePartition,
+        member: MemberKey,
+        now: Instant,
+        log_end: i64,
+        max: usize,
+    ) -> Vec<Acquired> {
+        let mut out = Vec::new();
+        p.acquire(member, now, log_end, max, &config(), &mut out);
+        out
+    }
+
+    #[test]
+    fn window_is_bounded_by_record_locks_and_shrinks_on_acknowledge() {
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        let got = acquire(&mut p, 1, now, 10, 100);
+        assert_eq!(got.len(), 4, "max record locks bounds the window");
+        assert!(acquire(&mut p, 2, now, 10, 100).is_empty());
+        p.acknowledge(
+            1,
+            &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Reject)],
+            now,
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(p.start_offset(), 2);
+        let got = acquire(&mut p, 2, now, 10, 100);
+        assert_eq!(got.iter().map(|a| a.offset).collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    #[test]
+    fn acknowledgements_are_atomic_per_partition() {
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        acquire(&mut p, 1, now, 2, 1);
+        acquire(&mut p, 2, now, 2, 1);
+        let err = p
+            .acknowledge(
+                1,
+                &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)],
+                now,
+                &config(),
+            )
+            .unwrap_err();
+        assert!(err.is_lock_lost());
+        assert!(err.to_string().contains("offset 1"), "{err}");
+        assert_eq!(
+            p.slot(0).unwrap().state,
+            RecordState::Acquired,
+            "nothing applied"
+        );
+    }
+
+    #[test]
+    fn release_at_the_limit_archives() {
+        let mut now = Instant::now();
+        let mut p = SharePartition::new(0);
+        for attempt in 1..=3 {
+            let got = acquire(&mut p, 1, now, 1, 1);
+            assert_eq!(
+                got,
+                vec![Acquired {
+                    offset: 0,
+                    delivery_count: attempt
+                }]
+            );
+            now += Duration::from_secs(10);
+            assert!(p.expire(now, &config()));
+        }
+        assert_eq!(p.slot(0).unwrap().state, RecordState::Archived);
+        assert!(acquire(&mut p, 1, now, 1, 1).is_empty());
+    }
+}

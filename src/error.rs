@@ -1,0 +1,177 @@
+//! Error types of the driver and of sink tasks.
+//!
+//! Each `Display` describes its own level only; walk [`std::error::Error::source`] for the cause.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::consumer::ConsumerError;
+
+/// A boxed error that can cross threads, used as the cause of a [`TaskError`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Whether the driver may try again after a [`TaskError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskErrorKind {
+    /// Connect's `RetriableException`: the batch was not written, but a later attempt may work
+    /// (a timeout, a full buffer, a downstream system that is briefly away). The driver
+    /// RELEASEs the batch so the share group delivers it again.
+    Retriable,
+    /// Anything else: the task cannot go on. The driver REJECTs the batch and stops.
+    Fatal,
+}
+
+/// The error a [`SinkTask`](crate::SinkTask) returns: retriable or fatal, with its cause.
+///
+/// ```
+/// use kafka_share_sink::TaskError;
+/// use std::time::Duration;
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "database did not answer");
+/// let err = TaskError::retriable(io).with_backoff(Duration::from_millis(200));
+/// assert!(err.is_retriable());
+/// assert_eq!(err.backoff(), Some(Duration::from_millis(200)));
+/// assert_eq!(err.to_string(), "retriable sink task error");
+/// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "database did not answer");
+///
+/// let fatal = TaskError::fatal("schema of table `orders` does not match the records");
+/// assert!(!fatal.is_retriable());
+/// ```
+#[derive(Debug)]
+pub struct TaskError {
+    kind: TaskErrorKind,
+    backoff: Option<Duration>,
+    source: BoxError,
+}
+
+impl TaskError {
+    /// A retriable error: the batch is released and delivered again.
+    pub fn retriable(cause: impl Into<BoxError>) -> Self {
+        Self {
+            kind: TaskErrorKind::Retriable,
+            backoff: None,
+            source: cause.into(),
+        }
+    }
+
+    /// A fatal error: the batch is rejected and the driver stops.
+    pub fn fatal(cause: impl Into<BoxError>) -> Self {
+        Self {
+            kind: TaskErrorKind::Fatal,
+            backoff: None,
+            source: cause.into(),
+        }
+    }
+
+    /// Asks the driver to wait this long before its next poll (Connect's
+    /// `SinkTaskContext.timeout`), so a struggling downstream system gets a breather.
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// Retriable or fatal.
+    pub fn kind(&self) -> TaskErrorKind {
+        self.kind
+    }
+
+    /// True for a retriable error.
+    pub fn is_retriable(&self) -> bool {
+        self.kind == TaskErrorKind::Retriable
+    }
+
+    /// The pause the task asked for, if any.
+    pub fn backoff(&self) -> Option<Duration> {
+        self.backoff
+    }
+
+    /// The cause, as given to the constructor.
+    pub fn cause(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.source
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            TaskErrorKind::Retriable => f.write_str("retriable sink task error"),
+            TaskErrorKind::Fatal => f.write_str("fatal sink task error"),
+        }
+    }
+}
+
+impl StdError for TaskError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Which call of the sink task failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskStage {
+    /// [`SinkTask::start`](crate::SinkTask::start).
+    Start,
+    /// [`SinkTask::put`](crate::SinkTask::put).
+    Put,
+    /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit).
+    PreCommit,
+    /// [`SinkTask::stop`](crate::SinkTask::stop).
+    Stop,
+}
+
+impl fmt::Display for TaskStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Start => "start",
+            Self::Put => "put",
+            Self::PreCommit => "pre_commit",
+            Self::Stop => "stop",
+        })
+    }
+}
+
+/// Errors of the [`ShareSinkTask`](crate::ShareSinkTask) driver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `iteration()` or `run()` was called before `initialize()`.
+    #[error("the driver is not initialized: call initialize() before iteration()")]
+    NotInitialized,
+    /// `initialize()` was called twice.
+    #[error("the driver is already initialized")]
+    AlreadyInitialized,
+    /// A fatal error stopped the driver earlier; it was returned then.
+    #[error("the driver stopped after a fatal error: close it and build a new one")]
+    Failed,
+    /// The driver was closed.
+    #[error("the driver is closed")]
+    Closed,
+    /// The sink task failed at the given stage.
+    #[error("sink task failed in {stage}")]
+    Task {
+        /// The call that failed.
+        stage: TaskStage,
+        /// What the task returned.
+        #[source]
+        source: TaskError,
+    },
+    /// The share consumer failed.
+    #[error("share consumer failed")]
+    Consumer(#[from] ConsumerError),
+}
+
+impl Error {
+    /// True when the driver can go on: calling `iteration()` again may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Consumer(e) => e.is_retriable(),
+            _ => false,
+        }
+    }
+}
+
+/// `Result` with the driver's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,650 @@
+//! Records: what a share consumer delivers ([`ConsumerRecord`]) and what a sink task sees
+//! ([`SinkRecord`]).
+//!
+//! Topic names are shared `Arc<str>`s and payloads are [`Bytes`], so moving a record from the
+//! consumer to the task clones reference counts, never payload bytes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// A topic and a partition number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    topic: Arc<str>,
+    partition: i32,
+}
+
+impl TopicPartition {
+    /// Creates a topic-partition.
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The shared topic name, cheap to clone.
+    pub fn topic_arc(&self) -> &Arc<str> {
+        &self.topic
+    }
+
+    /// The partition number.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Where a record lives: topic, partition and offset. This is what acknowledgements name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordId {
+    topic: Arc<str>,
+    partition: i32,
+    offset: i64,
+}
+
+impl RecordId {
+    /// Creates a record id.
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+            offset,
+        }
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The partition number.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The offset within the partition.
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    /// The topic-partition of this record.
+    pub fn topic_partition(&self) -> TopicPartition {
+        TopicPartition {
+            topic: Arc::clone(&self.topic),
+            partition: self.partition,
+        }
+    }
+}
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
+/// What a record timestamp means, as in Kafka's record batch attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum TimestampType {
+    /// The record carries no timestamp (the timestamp is -1).
+    #[default]
+    NoTimestampType,
+    /// Set by the producer when the record was created.
+    CreateTime,
+    /// Set by the broker when the record was appended to the log.
+    LogAppendTime,
+}
+
+/// One record header. Keys may repeat and values may be null; order is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    key: String,
+    value: Option<Bytes>,
+}
+
+impl Header {
+    /// Creates a header; `None` is a null value, which Kafka distinguishes from an empty one.
+    pub fn new(key: impl Into<String>, value: Option<Bytes>) -> Self {
+        Self {
+            key: key.into(),
+            value,
+        }
+    }
+
+    /// The header key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The header value; `None` for a null value.
+    pub fn value(&self) -> Option<&Bytes> {
+        self.value.as_ref()
+    }
+}
+
+/// Ordered record headers, duplicates and null values allowed, as on the wire.
+///
+/// ```
+/// use kafka_share_sink::Headers;
+/// let mut headers = Headers::new();
+/// headers.push("trace", Some("a".into()));
+/// headers.push("trace", Some("b".into()));
+/// headers.push("tombstone", None);
+/// assert_eq!(headers.len(), 3);
+/// assert_eq!(headers.last("trace").unwrap().value().unwrap().as_ref(), b"b");
+/// assert_eq!(headers.get_all("trace").count(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Headers(Vec<Header>);
+
+impl Headers {
+    /// No headers. Does not allocate.
+    pub const fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Appends a header at the end, keeping any header with the same key.
+    pub fn push(&mut self, key: impl Into<String>, value: Option<Bytes>) {
+        self.0.push(Header::new(key, value));
+    }
+
+    /// Number of headers, duplicates included.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are no headers.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// All headers in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Header> {
+        self.0.iter()
+    }
+
+    /// Every header with this key, in order.
+    pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a Header> + 'a {
+        self.0.iter().filter(move |h| h.key == key)
+    }
+
+    /// The last header with this key (Kafka's `Headers.lastHeader`).
+    pub fn last(&self, key: &str) -> Option<&Header> {
+        self.0.iter().rev().find(|h| h.key == key)
+    }
+}
+
+impl FromIterator<Header> for Headers {
+    fn from_iter<I: IntoIterator<Item = Header>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a Headers {
+    type Item = &'a Header;
+    type IntoIter = std::slice::Iter<'a, Header>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// A record as a share consumer delivers it: raw bytes plus the share-group delivery count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    topic: Arc<str>,
+    partition: i32,
+    offset: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: Headers,
+    timestamp: i64,
+    timestamp_type: TimestampType,
+    delivery_count: u16,
+}
+
+impl ConsumerRecord {
+    /// A record with no key, value, headers or timestamp, delivered for the first time.
+    /// Use the `with_*` methods to fill it in (handy in tests of your own sink).
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+            offset,
+            key: None,
+            value: None,
+            headers: Headers::new(),
+            timestamp: -1,
+            timestamp_type: TimestampType::NoTimestampType,
+            delivery_count: 1,
+        }
+    }
+
+    /// Sets the key (`None` is a null key).
+    pub fn with_key(mut self, key: Option<Bytes>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Sets the value (`None` is a null value, a tombstone).
+    pub fn with_value(mut self, value: Option<Bytes>) -> Self {
+        self.value = value;
+        self
+    }
+
+    /// Sets the headers.
+    pub fn with_headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets the timestamp (milliseconds since the epoch) and its type.
+    pub fn with_timestamp(mut self, timestamp: i64, timestamp_type: TimestampType) -> Self {
+        self.timestamp = timestamp;
+        self.timestamp_type = timestamp_type;
+        self
+    }
+
+    /// Sets the delivery count (1 on the first delivery).
+    pub fn with_delivery_count(mut self, delivery_count: u16) -> Self {
+        self.delivery_count = delivery_count;
+        self
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The shared topic name, cheap to clone.
+    pub fn topic_arc(&self) -> &Arc<str> {
+        &self.topic
+    }
+
+    /// The partition number.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The offset within the partition.
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    /// The key bytes; `None` for a null key.
+    pub fn key(&self) -> Option<&Bytes> {
+        self.key.as_ref()
+    }
+
+    /// The value bytes; `None` for a null value.
+    pub fn value(&self) -> Option<&Bytes> {
+        self.value.as_ref()
+    }
+
+    /// The headers, in order.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// The timestamp in milliseconds since the epoch, -1 when there is none.
+    pub fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+
+    /// What the timestamp means.
+    pub fn timestamp_type(&self) -> TimestampType {
+        self.timestamp_type
+    }
+
+    /// How many times the share group has handed this record out, this delivery included
+    /// (1 on the first delivery).
+    pub fn delivery_count(&self) -> u16 {
+        self.delivery_count
+    }
+
+    /// The record's coordinates.
+    pub fn id(&self) -> RecordId {
+        RecordId {
+            topic: Arc::clone(&self.topic),
+            partition: self.partition,
+            offset: self.offset,
+        }
+    }
+
+    /// Splits the record into its parts, moving the payloads out without copying.
+    pub(crate) fn into_parts(self) -> RecordParts {
+        RecordParts {
+            topic: self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key,
+            value: self.value,
+            headers: self.headers,
+            timestamp: self.timestamp,
+            timestamp_type: self.timestamp_type,
+            delivery_count: self.delivery_count,
+        }
+    }
+}
+
+/// The fields of a [`ConsumerRecord`], for conversion inside the crate.
+#[derive(Debug)]
+pub(crate) struct RecordParts {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Headers,
+    pub(crate) timestamp: i64,
+    pub(crate) timestamp_type: TimestampType,
+    pub(crate) delivery_count: u16,
+}
+
+/// A converted key, value or header value, as the sink task sees it.
+///
+/// The byte-array converter yields [`Value::Bytes`]; other converters yield other variants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Value {
+    /// A null key, value or header value.
+    Null,
+    /// Raw bytes.
+    Bytes(Bytes),
+    /// Text.
+    String(String),
+}
+
+impl Value {
+    /// True for [`Value::Null`].
+    pub fn is_null(&self) -> bool {
+        matches!(self, Self::Null)
+    }
+
+    /// The bytes of a [`Value::Bytes`], or the UTF-8 bytes of a [`Value::String`].
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::String(s) => Some(s.as_bytes()),
+            Self::Null => None,
+        }
+    }
+}
+
+impl From<Option<Bytes>> for Value {
+    fn from(bytes: Option<Bytes>) -> Self {
+        bytes.map_or(Self::Null, Self::Bytes)
+    }
+}
+
+/// A converted header, as the sink task sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkHeader {
+    key: String,
+    value: Value,
+}
+
+impl SinkHeader {
+    /// Creates a header.
+    pub fn new(key: impl Into<String>, value: Value) -> Self {
+        Self {
+            key: key.into(),
+            value,
+        }
+    }
+
+    /// The header key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The converted header value.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+}
+
+/// The record a [`SinkTask`](crate::SinkTask) receives, like Kafka Connect's `SinkRecord`.
+///
+/// `topic`, `partition`, key, value and headers may be changed by transforms; the `original_*`
+/// coordinates never change and are what acknowledgements and
+/// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit) use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkRecord {
+    topic: Arc<str>,
+    partition: i32,
+    key: Value,
+    value: Value,
+    headers: Vec<SinkHeader>,
+    timestamp: Option<i64>,
+    timestamp_type: TimestampType,
+    delivery_count: u16,
+    original: RecordId,
+}
+
+impl SinkRecord {
+    /// A record with null key and value, no headers and no timestamp, delivered once.
+    /// Meant for tests of your own sink task; the driver builds records from what it polled.
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+        let topic = topic.into();
+        Self {
+            original: RecordId::new(Arc::clone(&topic), partition, offset),
+            topic,
+            partition,
+            key: Value::Null,
+            value: Value::Null,
+            headers: Vec::new(),
+            timestamp: None,
+            timestamp_type: TimestampType::NoTimestampType,
+            delivery_count: 1,
+        }
+    }
+
+    /// Sets the converted key.
+    pub fn with_key(mut self, key: Value) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Sets the converted value.
+    pub fn with_value(mut self, value: Value) -> Self {
+        self.value = value;
+        self
+    }
+
+    /// Sets the converted headers.
+    pub fn with_headers(mut self, headers: Vec<SinkHeader>) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets the timestamp and its type.
+    pub fn with_timestamp(mut self, timestamp: Option<i64>, timestamp_type: TimestampType) -> Self {
+        self.timestamp = timestamp;
+        self.timestamp_type = timestamp_type;
+        self
+    }
+
+    /// Sets the delivery count.
+    pub fn with_delivery_count(mut self, delivery_count: u16) -> Self {
+        self.delivery_count = delivery_count;
+        self
+    }
+
+    /// Changes the current topic and partition, as a topic-routing transform would. The
+    /// original coordinates stay as they were.
+    pub fn with_topic_partition(mut self, topic: impl Into<Arc<str>>, partition: i32) -> Self {
+        self.topic = topic.into();
+        self.partition = partition;
+        self
+    }
+
+    /// Builds the sink record of a polled record with the byte-array converter: key, value
+    /// and header values stay bytes, a timestamp of -1 becomes `None`.
+    pub(crate) fn from_consumer_record(record: ConsumerRecord) -> Self {
+        let parts = record.into_parts();
+        let headers = if parts.headers.is_empty() {
+            Vec::new()
+        } else {
+            parts
+                .headers
+                .0
+                .into_iter()
+                .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
+                .collect()
+        };
+        Self {
+            original: RecordId {
+                topic: Arc::clone(&parts.topic),
+                partition: parts.partition,
+                offset: parts.offset,
+            },
+            topic: parts.topic,
+            partition: parts.partition,
+            key: Value::from(parts.key),
+            value: Value::from(parts.value),
+            headers,
+            timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
+            timestamp_type: parts.timestamp_type,
+            delivery_count: parts.delivery_count,
+        }
+    }
+
+    /// The current topic (transforms may change it).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The current partition (transforms may change it).
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The offset of the consumed record. Transforms cannot change it.
+    pub fn offset(&self) -> i64 {
+        self.original.offset
+    }
+
+    /// The converted key.
+    pub fn key(&self) -> &Value {
+        &self.key
+    }
+
+    /// The converted value.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The converted headers, in their original order.
+    pub fn headers(&self) -> &[SinkHeader] {
+        &self.headers
+    }
+
+    /// The timestamp in milliseconds since the epoch; `None` when the record had none.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// What the timestamp means.
+    pub fn timestamp_type(&self) -> TimestampType {
+        self.timestamp_type
+    }
+
+    /// How many times the share group has handed this record out (1 on the first delivery).
+    /// A value above 1 means an earlier delivery was released, timed out or crashed: make
+    /// `put` idempotent.
+    pub fn delivery_count(&self) -> u16 {
+        self.delivery_count
+    }
+
+    /// The topic the record was consumed from, before any transform.
+    pub fn original_topic(&self) -> &str {
+        &self.original.topic
+    }
+
+    /// The partition the record was consumed from, before any transform.
+    pub fn original_partition(&self) -> i32 {
+        self.original.partition
+    }
+
+    /// The offset the record was consumed from.
+    pub fn original_offset(&self) -> i64 {
+        self.original.offset
+    }
+
+    /// The original coordinates, which acknowledgements use.
+    pub fn original_id(&self) -> &RecordId {
+        &self.original
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sink_record_keeps_headers_in_order_with_duplicates_and_nulls() {
+        let mut headers = Headers::new();
+        headers.push("a", Some(Bytes::from_static(b"1")));
+        headers.push("a", None);
+        headers.push("b", Some(Bytes::new()));
+        let record = ConsumerRecord::new("t", 3, 42)
+            .with_key(Some(Bytes::from_static(b"k")))
+            .with_headers(headers)
+            .with_timestamp(-1, TimestampType::NoTimestampType)
+            .with_delivery_count(2);
+        let sink = SinkRecord::from_consumer_record(record);
+        let got: Vec<(&str, &Value)> = sink
+            .headers()
+            .iter()
+            .map(|h| (h.key(), h.value()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", &Value::Bytes(Bytes::from_static(b"1"))),
+                ("a", &Value::Null),
+                ("b", &Value::Bytes(Bytes::new())),
+            ]
+        );
+        assert_eq!(sink.key(), &Value::Bytes(Bytes::from_static(b"k")));
+        assert!(sink.value().is_null());
+        assert_eq!(sink.timestamp(), None);
+        assert_eq!(sink.delivery_count(), 2);
+        assert_eq!(sink.original_id(), &RecordId::new("t", 3, 42));
+    }
+
+    #[test]
+    fn transforms_do_not_change_original_coordinates() {
+        let sink = SinkRecord::new("orders", 1, 7).with_topic_partition("orders-eu", 0);
+        assert_eq!((sink.topic(), sink.partition()), ("orders-eu", 0));
+        assert_eq!(
+            (
+                sink.original_topic(),
+                sink.original_partition(),
+                sink.original_offset()
+            ),
+            ("orders", 1, 7)
+        );
+    }
+
+    #[test]
+    fn non_negative_timestamp_is_kept() {
+        let record = ConsumerRecord::new("t", 0, 0).with_timestamp(0, TimestampType::CreateTime);
+        let sink = SinkRecord::from_consumer_record(record);
+        assert_eq!(sink.timestamp(), Some(0));
+        assert_eq!(sink.timestamp_type(), TimestampType::CreateTime);
+    }
+}
