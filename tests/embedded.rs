@@ -1,0 +1,637 @@
+//! Every record-state transition of the embedded share group, and the consumer rules.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedError, EmbeddedShareConsumer,
+    GroupConfig, ProduceRecord, RecordState,
+};
+use kafka_share_sink::{
+    AckError, AcknowledgeType, AcknowledgementMode, ConsumerError, ConsumerRecord, ShareConsumer,
+    TimestampType, TopicPartition,
+};
+
+const GROUP: &str = "g";
+const LOCK: Duration = Duration::from_secs(30);
+
+fn broker(partitions: usize, records: usize, config: GroupConfig) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("t", partitions).unwrap();
+    broker.set_group_config(GROUP, config).unwrap();
+    for i in 0..records {
+        let p = i32::try_from(i % partitions).unwrap();
+        broker
+            .produce(
+                "t",
+                ProduceRecord::new().partition(p).value(format!("v{i}")),
+            )
+            .unwrap();
+    }
+    broker
+}
+
+fn earliest() -> GroupConfig {
+    GroupConfig::new()
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .record_lock_duration(LOCK)
+}
+
+async fn consumer(broker: &EmbeddedBroker, options: ConsumerOptions) -> EmbeddedShareConsumer {
+    let mut c = broker.share_consumer_with(GROUP, options);
+    c.subscribe(vec!["t".into()]).await.unwrap();
+    c
+}
+
+async fn poll(c: &mut EmbeddedShareConsumer) -> Vec<ConsumerRecord> {
+    c.poll(Duration::ZERO).await.unwrap()
+}
+
+fn offsets(records: &[ConsumerRecord]) -> Vec<i64> {
+    records.iter().map(ConsumerRecord::offset).collect()
+}
+
+fn state(broker: &EmbeddedBroker, offset: i64) -> (RecordState, u16) {
+    let view = broker
+        .record_state(GROUP, "t", 0, offset)
+        .expect("record is tracked");
+    (view.state(), view.delivery_count())
+}
+
+async fn ack_all(c: &mut EmbeddedShareConsumer, records: &[ConsumerRecord], ack: AcknowledgeType) {
+    for r in records {
+        c.acknowledge(r, ack).unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_acquires_with_delivery_count_one_for_this_member() {
+    let b = broker(1, 3, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    assert_eq!(offsets(&records), vec![0, 1, 2]);
+    assert!(records.iter().all(|r| r.delivery_count() == 1));
+    let view = b.record_state(GROUP, "t", 0, 1).unwrap();
+    assert_eq!(view.state(), RecordState::Acquired);
+    assert_eq!(view.member_id(), Some(c.group_metadata().member_id()));
+    assert_eq!(c.acquisition_lock_timeout(), Some(LOCK));
+    assert_eq!(c.group_metadata().group_id(), GROUP);
+    assert_eq!(c.group_metadata().member_epoch(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn accept_acknowledges_for_good() {
+    let b = broker(1, 2, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    ack_all(&mut c, &records, AcknowledgeType::Accept).await;
+    let results = c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(results.get(&TopicPartition::new("t", 0)), Some(&Ok(())));
+    assert_eq!(state(&b, 0), (RecordState::Acknowledged, 1));
+    assert_eq!(b.share_partition_offsets(GROUP, "t", 0), Some((2, 2)));
+    tokio::time::advance(LOCK * 3).await;
+    assert!(
+        poll(&mut c).await.is_empty(),
+        "accepted records never come back"
+    );
+    let mut other = consumer(&b, ConsumerOptions::new()).await;
+    assert!(poll(&mut other).await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_makes_available_and_redelivers_with_count_two() {
+    let b = broker(1, 1, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    c.acknowledge(&records[0], AcknowledgeType::Release)
+        .unwrap();
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Available, 1));
+    let again = poll(&mut c).await;
+    assert_eq!(offsets(&again), vec![0]);
+    assert_eq!(again[0].delivery_count(), 2);
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn reject_archives() {
+    let b = broker(1, 2, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    c.acknowledge(&records[0], AcknowledgeType::Reject).unwrap();
+    c.acknowledge(&records[1], AcknowledgeType::Release)
+        .unwrap();
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Archived, 1));
+    let again = poll(&mut c).await;
+    assert_eq!(
+        offsets(&again),
+        vec![1],
+        "the rejected record is never delivered again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_expiry_returns_the_record_to_another_member_and_late_acks_fail() {
+    let b = broker(1, 2, earliest());
+    let mut slow = consumer(&b, ConsumerOptions::new()).await;
+    let mut other = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut slow).await;
+    assert_eq!(records.len(), 2);
+    assert!(
+        poll(&mut other).await.is_empty(),
+        "held records go to no one else"
+    );
+
+    tokio::time::advance(LOCK - Duration::from_millis(1)).await;
+    assert_eq!(
+        state(&b, 0).0,
+        RecordState::Acquired,
+        "lock still valid just before expiry"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(state(&b, 0), (RecordState::Available, 1));
+
+    let taken = poll(&mut other).await;
+    assert_eq!(offsets(&taken), vec![0, 1]);
+    assert!(taken.iter().all(|r| r.delivery_count() == 2));
+
+    ack_all(&mut slow, &records, AcknowledgeType::Accept).await;
+    let results = slow.commit_sync(Duration::from_secs(1)).await.unwrap();
+    let err = results
+        .get(&TopicPartition::new("t", 0))
+        .unwrap()
+        .clone()
+        .unwrap_err();
+    assert!(err.is_lock_lost(), "{err}");
+    assert!(matches!(err, AckError::InvalidRecordState { .. }));
+    assert_eq!(
+        state(&b, 0).0,
+        RecordState::Acquired,
+        "the late ack changed nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_wakes_when_a_lock_expires() {
+    let b = broker(1, 1, earliest());
+    let mut first = consumer(&b, ConsumerOptions::new()).await;
+    assert_eq!(poll(&mut first).await.len(), 1);
+    let mut second = consumer(&b, ConsumerOptions::new()).await;
+    let started = tokio::time::Instant::now();
+    let got = second.poll(LOCK * 2).await.unwrap();
+    assert_eq!(offsets(&got), vec![0]);
+    assert_eq!(
+        started.elapsed(),
+        LOCK,
+        "woken at the lock deadline, not at the poll timeout"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn delivery_count_limit_archives_on_release_and_on_expiry() {
+    let b = broker(1, 2, earliest().delivery_count_limit(3));
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    for attempt in 1..=3_u16 {
+        let records = poll(&mut c).await;
+        assert_eq!(offsets(&records), vec![0, 1], "attempt {attempt}");
+        assert!(records.iter().all(|r| r.delivery_count() == attempt));
+        if attempt < 3 {
+            ack_all(&mut c, &records, AcknowledgeType::Release).await;
+        } else {
+            // Last attempt: offset 0 released, offset 1 left to time out.
+            c.acknowledge(&records[0], AcknowledgeType::Release)
+                .unwrap();
+            c.acknowledge(&records[1], AcknowledgeType::Renew).unwrap();
+            c.commit_sync(Duration::from_secs(1)).await.unwrap();
+        }
+    }
+    assert_eq!(state(&b, 0), (RecordState::Archived, 3));
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 3));
+    tokio::time::advance(LOCK).await;
+    assert_eq!(state(&b, 1), (RecordState::Archived, 3));
+    let mut fresh = consumer(&b, ConsumerOptions::new()).await;
+    assert!(poll(&mut fresh).await.is_empty());
+    let counts = b.state_counts(GROUP);
+    assert_eq!(
+        (counts.archived, counts.available, counts.acquired),
+        (2, 0, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn renew_keeps_the_record_past_the_lock_and_presents_it_again() {
+    let b = broker(1, 1, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let mut other = consumer(&b, ConsumerOptions::new()).await;
+    let mut records = poll(&mut c).await;
+    for _ in 0..3 {
+        tokio::time::advance(LOCK / 2).await;
+        c.acknowledge(&records[0], AcknowledgeType::Renew).unwrap();
+        records = poll(&mut c).await;
+        assert_eq!(
+            offsets(&records),
+            vec![0],
+            "a renewed record is returned again"
+        );
+        assert_eq!(
+            records[0].delivery_count(),
+            1,
+            "renewal is not a new delivery"
+        );
+    }
+    // 1.5 lock durations have passed since the acquisition.
+    assert!(
+        poll(&mut other).await.is_empty(),
+        "the renewed lock still holds"
+    );
+    c.acknowledge(&records[0], AcknowledgeType::Accept).unwrap();
+    assert!(
+        c.commit_sync(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    assert_eq!(state(&b, 0), (RecordState::Acknowledged, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renew_sent_by_commit_can_be_followed_by_accept() {
+    let b = broker(1, 1, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    tokio::time::advance(LOCK / 2).await;
+    c.acknowledge(&records[0], AcknowledgeType::Renew).unwrap();
+    assert!(
+        c.commit_sync(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    tokio::time::advance(LOCK * 3 / 4).await;
+    c.acknowledge(&records[0], AcknowledgeType::Accept).unwrap();
+    assert!(
+        c.commit_sync(Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    assert_eq!(state(&b, 0).0, RecordState::Acknowledged);
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_window_is_bounded_per_partition() {
+    let b = broker(1, 10, earliest().partition_max_record_locks(4));
+    let mut a = consumer(&b, ConsumerOptions::new()).await;
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let first = poll(&mut a).await;
+    assert_eq!(offsets(&first), vec![0, 1, 2, 3]);
+    assert!(poll(&mut c).await.is_empty(), "the window is full");
+    a.acknowledge(&first[0], AcknowledgeType::Accept).unwrap();
+    a.acknowledge(&first[1], AcknowledgeType::Accept).unwrap();
+    a.acknowledge(&first[2], AcknowledgeType::Release).unwrap();
+    a.acknowledge(&first[3], AcknowledgeType::Renew).unwrap();
+    a.commit_sync(Duration::from_secs(1)).await.unwrap();
+    let next = poll(&mut c).await;
+    assert_eq!(
+        offsets(&next),
+        vec![2, 4, 5],
+        "released record first, then new ones up to the window"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_poll_records_bounds_a_poll() {
+    let b = broker(2, 10, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new().max_poll_records(3)).await;
+    let records = poll(&mut c).await;
+    assert_eq!(records.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_offset_reset_latest_skips_earlier_records_and_earliest_does_not() {
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.produce("t", ProduceRecord::new().value("old")).unwrap();
+    let mut latest = b.share_consumer("latest-group");
+    latest.subscribe(vec!["t".into()]).await.unwrap();
+    assert!(latest.poll(Duration::ZERO).await.unwrap().is_empty());
+    b.produce("t", ProduceRecord::new().value("new")).unwrap();
+    let got = latest.poll(Duration::ZERO).await.unwrap();
+    assert_eq!(offsets(&got), vec![1]);
+    assert!(
+        b.record_state("latest-group", "t", 0, 0).is_none(),
+        "offset 0 is before the group's start"
+    );
+
+    b.set_group_config(
+        "earliest-group",
+        GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest),
+    )
+    .unwrap();
+    let mut earliest = b.share_consumer("earliest-group");
+    earliest.subscribe(vec!["t".into()]).await.unwrap();
+    assert_eq!(
+        offsets(&earliest.poll(Duration::ZERO).await.unwrap()),
+        vec![0, 1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_commits_acks_and_releases_the_rest_at_once() {
+    let b = broker(1, 3, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    c.acknowledge(&records[0], AcknowledgeType::Accept).unwrap();
+    c.close(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0).0, RecordState::Acknowledged);
+    assert_eq!(state(&b, 1), (RecordState::Available, 1));
+    let mut other = consumer(&b, ConsumerOptions::new()).await;
+    let got = poll(&mut other).await;
+    assert_eq!(
+        offsets(&got),
+        vec![1, 2],
+        "available without waiting for the lock"
+    );
+    assert!(matches!(
+        c.poll(Duration::ZERO).await,
+        Err(ConsumerError::Closed)
+    ));
+    assert!(matches!(
+        c.commit_sync(Duration::ZERO).await,
+        Err(ConsumerError::Closed)
+    ));
+    assert_eq!(c.group_metadata().member_epoch(), -1);
+    c.close(Duration::from_secs(1))
+        .await
+        .expect("closing twice is a no-op");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_consumer_keeps_its_locks_until_they_expire() {
+    let b = broker(1, 2, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    assert_eq!(poll(&mut c).await.len(), 2);
+    drop(c);
+    let mut other = consumer(&b, ConsumerOptions::new()).await;
+    assert!(
+        poll(&mut other).await.is_empty(),
+        "a crash releases nothing"
+    );
+    tokio::time::advance(LOCK).await;
+    let got = poll(&mut other).await;
+    assert_eq!(offsets(&got), vec![0, 1]);
+    assert!(got.iter().all(|r| r.delivery_count() == 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn explicit_mode_requires_every_record_acknowledged_before_the_next_poll() {
+    let b = broker(1, 3, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    c.acknowledge(&records[0], AcknowledgeType::Accept).unwrap();
+    match c.poll(Duration::ZERO).await {
+        Err(ConsumerError::UnacknowledgedRecords { count, first }) => {
+            assert_eq!(count, 2);
+            assert_eq!(first.offset(), 1);
+        }
+        other => panic!("expected UnacknowledgedRecords, got {other:?}"),
+    }
+    // The rest can still be acknowledged, and then polling works.
+    c.acknowledge(&records[1], AcknowledgeType::Accept).unwrap();
+    c.acknowledge(&records[2], AcknowledgeType::Release)
+        .unwrap();
+    let again = poll(&mut c).await;
+    assert_eq!(offsets(&again), vec![2]);
+    assert_eq!(
+        state(&b, 1).0,
+        RecordState::Acknowledged,
+        "acks rode on the poll"
+    );
+    let results = c.commit_sync(Duration::ZERO).await.unwrap();
+    assert_eq!(
+        results.get(&TopicPartition::new("t", 0)),
+        Some(&Ok(())),
+        "poll's acks reported"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn acknowledging_outside_the_last_poll_is_refused() {
+    let b = broker(1, 2, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new().max_poll_records(1)).await;
+    let first = poll(&mut c).await;
+    let stranger = ConsumerRecord::new("t", 0, 1);
+    assert!(matches!(
+        c.acknowledge(&stranger, AcknowledgeType::Accept),
+        Err(ConsumerError::NotInBatch { .. })
+    ));
+    c.acknowledge(&first[0], AcknowledgeType::Accept).unwrap();
+    c.commit_sync(Duration::ZERO).await.unwrap();
+    let err = c
+        .acknowledge(&first[0], AcknowledgeType::Reject)
+        .unwrap_err();
+    assert!(
+        matches!(err, ConsumerError::AlreadyAcknowledged { .. }),
+        "{err}"
+    );
+    poll(&mut c).await;
+    assert!(matches!(
+        c.acknowledge(&first[0], AcknowledgeType::Accept),
+        Err(ConsumerError::NotInBatch { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_accepts_on_next_poll_and_on_commit() {
+    let b = broker(1, 4, earliest());
+    let options = ConsumerOptions::new()
+        .acknowledgement_mode(AcknowledgementMode::Implicit)
+        .max_poll_records(2);
+    let mut c = consumer(&b, options).await;
+    let records = poll(&mut c).await;
+    let err = c
+        .acknowledge(&records[0], AcknowledgeType::Accept)
+        .unwrap_err();
+    assert!(matches!(err, ConsumerError::ImplicitAcknowledgement));
+    assert!(
+        err.to_string()
+            .contains("share.acknowledgement.mode=explicit")
+    );
+    let next = poll(&mut c).await;
+    assert_eq!(offsets(&next), vec![2, 3]);
+    assert_eq!(state(&b, 0).0, RecordState::Acknowledged);
+    assert_eq!(state(&b, 2).0, RecordState::Acquired);
+    assert!(c.commit_sync(Duration::ZERO).await.unwrap().is_success());
+    assert_eq!(state(&b, 3).0, RecordState::Acknowledged);
+}
+
+#[tokio::test(start_paused = true)]
+async fn implicit_close_releases_the_last_poll() {
+    let b = broker(1, 1, earliest());
+    let options = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    let mut c = consumer(&b, options).await;
+    assert_eq!(poll(&mut c).await.len(), 1);
+    c.close(Duration::ZERO).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Available, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn commit_async_reports_per_partition() {
+    let b = broker(2, 2, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    ack_all(&mut c, &records, AcknowledgeType::Accept).await;
+    let results = c.commit_async().unwrap().await.unwrap();
+    assert_eq!(results.len(), 2);
+    assert!(results.is_success());
+    assert!(
+        c.commit_async().unwrap().await.unwrap().is_empty(),
+        "nothing pending"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_waits_for_produce_and_times_out_when_idle() {
+    let b = broker(1, 0, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let started = tokio::time::Instant::now();
+    assert!(c.poll(Duration::from_secs(2)).await.unwrap().is_empty());
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+
+    let producer = b.clone();
+    let (got, ()) = tokio::join!(c.poll(Duration::from_secs(60)), async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        producer
+            .produce("t", ProduceRecord::new().value("late"))
+            .unwrap();
+    });
+    assert_eq!(offsets(&got.unwrap()), vec![0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn payloads_headers_and_timestamps_arrive_intact() {
+    let b = broker(1, 0, earliest());
+    b.produce(
+        "t",
+        ProduceRecord::new()
+            .key("k")
+            .header("h", "1")
+            .null_header("h")
+            .header("empty", "")
+            .timestamp(1_700_000_000_123),
+    )
+    .unwrap();
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let r = poll(&mut c).await.remove(0);
+    assert_eq!(r.key(), Some(&Bytes::from_static(b"k")));
+    assert_eq!(r.value(), None, "null value kept");
+    let headers: Vec<(&str, Option<&[u8]>)> = r
+        .headers()
+        .iter()
+        .map(|h| (h.key(), h.value().map(|v| v.as_ref())))
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            ("h", Some(&b"1"[..])),
+            ("h", None),
+            ("empty", Some(&b""[..]))
+        ]
+    );
+    assert_eq!(r.timestamp(), 1_700_000_000_123);
+    assert_eq!(r.timestamp_type(), TimestampType::CreateTime);
+}
+
+#[tokio::test(start_paused = true)]
+async fn consumer_calls_in_the_wrong_order_fail_clearly() {
+    let b = broker(1, 0, earliest());
+    let mut c = b.share_consumer(GROUP);
+    assert_eq!(c.group_metadata().member_epoch(), 0);
+    assert!(matches!(
+        c.poll(Duration::ZERO).await,
+        Err(ConsumerError::NotSubscribed)
+    ));
+    assert!(matches!(
+        c.subscribe(vec![]).await,
+        Err(ConsumerError::InvalidSubscription { .. })
+    ));
+    assert!(matches!(
+        c.subscribe(vec!["t".into(), " ".into()]).await,
+        Err(ConsumerError::InvalidSubscription { .. })
+    ));
+    c.subscribe(vec!["t".into(), "t".into()]).await.unwrap();
+    assert_eq!(c.subscription(), vec!["t".to_string()]);
+}
+
+#[test]
+fn admin_errors_name_what_is_wrong() {
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 2).unwrap();
+    assert_eq!(
+        b.create_topic("t", 1),
+        Err(EmbeddedError::TopicExists("t".into()))
+    );
+    assert!(matches!(
+        b.create_topic("", 1),
+        Err(EmbeddedError::InvalidTopic { .. })
+    ));
+    assert!(matches!(
+        b.create_topic("a b", 1),
+        Err(EmbeddedError::InvalidTopic { .. })
+    ));
+    assert!(matches!(
+        b.create_topic("z", 0),
+        Err(EmbeddedError::InvalidTopic { .. })
+    ));
+    assert_eq!(
+        b.produce("nope", ProduceRecord::new()).unwrap_err(),
+        EmbeddedError::UnknownTopic("nope".into())
+    );
+    let err = b
+        .produce("t", ProduceRecord::new().partition(2))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "topic `t` has 2 partition(s); there is no partition 2"
+    );
+    let err = b
+        .set_group_config(GROUP, GroupConfig::new().delivery_count_limit(11))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("share.delivery.count.limit"),
+        "{err}"
+    );
+    let err = b
+        .set_group_config(
+            GROUP,
+            GroupConfig::new().record_lock_duration(Duration::ZERO),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("share.record.lock.duration.ms"),
+        "{err}"
+    );
+    let err = "sometimes".parse::<AutoOffsetReset>().unwrap_err();
+    assert!(err.to_string().contains("share.auto.offset.reset"), "{err}");
+}
+
+#[test]
+fn keyed_records_stick_to_a_partition_and_unkeyed_spread() {
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 3).unwrap();
+    let p1 = b
+        .produce("t", ProduceRecord::new().key("same"))
+        .unwrap()
+        .partition();
+    let p2 = b
+        .produce("t", ProduceRecord::new().key("same"))
+        .unwrap()
+        .partition();
+    assert_eq!(p1, p2);
+    let spread: std::collections::BTreeSet<i32> = (0..3)
+        .map(|_| b.produce("t", ProduceRecord::new()).unwrap().partition())
+        .collect();
+    assert_eq!(spread.len(), 3);
+    assert_eq!(b.topic_partitions().len(), 3);
+}
