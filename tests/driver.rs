@@ -1,0 +1,609 @@
+//! The driver on the embedded share group: the put → acknowledge rules, crashes, commit policy,
+//! life cycle errors.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig,
+    ProduceRecord, RecordState,
+};
+use kafka_share_sink::{
+    AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
+    ConsumerRecord, DriverConfig, Durability, Error, GroupMetadata, PendingCommit, RecordId,
+    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, SinkTaskContext, TaskConfig, TaskError,
+    TaskStage,
+};
+
+const GROUP: &str = "sink";
+const LOCK: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Ok,
+    Retriable,
+    Fatal,
+    /// Write the records, then never return: the process dies before acknowledging.
+    WriteThenHang,
+}
+
+/// What a scripted sink saw and did.
+#[derive(Debug, Default)]
+struct Log {
+    /// Every record written, with the delivery count it arrived with.
+    written: Vec<(RecordId, u16)>,
+    /// Every non-empty batch handed to put.
+    batches: Vec<Vec<(RecordId, u16)>>,
+    pre_commits: Vec<Vec<RecordId>>,
+    started: bool,
+    stopped: bool,
+}
+
+struct ScriptedSink {
+    log: Arc<Mutex<Log>>,
+    /// Outcomes of the next non-empty puts; `Ok` once exhausted.
+    script: VecDeque<Outcome>,
+    context: Option<SinkTaskContext>,
+    request_commit_on_put: bool,
+    fail_start: bool,
+}
+
+impl ScriptedSink {
+    fn new(script: &[Outcome]) -> (Self, Arc<Mutex<Log>>) {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let sink = Self {
+            log: Arc::clone(&log),
+            script: script.iter().copied().collect(),
+            context: None,
+            request_commit_on_put: false,
+            fail_start: false,
+        };
+        (sink, log)
+    }
+}
+
+#[async_trait]
+impl SinkTask for ScriptedSink {
+    fn initialize(&mut self, context: SinkTaskContext) {
+        self.context = Some(context);
+    }
+
+    async fn start(&mut self, _config: &TaskConfig) -> Result<(), TaskError> {
+        if self.fail_start {
+            return Err(TaskError::fatal("cannot reach the database"));
+        }
+        self.log.lock().unwrap().started = true;
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<(RecordId, u16)> = records
+            .iter()
+            .map(|r| (r.original_id().clone(), r.delivery_count()))
+            .collect();
+        self.log.lock().unwrap().batches.push(batch.clone());
+        match self.script.pop_front().unwrap_or(Outcome::Ok) {
+            Outcome::Ok => {
+                self.log.lock().unwrap().written.extend(batch);
+                if self.request_commit_on_put {
+                    if let Some(ctx) = &self.context {
+                        ctx.request_commit();
+                    }
+                }
+                Ok(())
+            }
+            Outcome::Retriable => Err(TaskError::retriable("downstream busy")),
+            Outcome::Fatal => Err(TaskError::fatal("schema mismatch")),
+            Outcome::WriteThenHang => {
+                self.log.lock().unwrap().written.extend(batch);
+                std::future::pending::<()>().await;
+                unreachable!("pending never completes")
+            }
+        }
+    }
+
+    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+        self.log
+            .lock()
+            .unwrap()
+            .pre_commits
+            .push(delivered.to_vec());
+        Ok(Durability::All)
+    }
+
+    async fn stop(&mut self) -> Result<(), TaskError> {
+        self.log.lock().unwrap().stopped = true;
+        Ok(())
+    }
+}
+
+fn broker(records: usize, partitions: usize) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("t", partitions).unwrap();
+    let config = GroupConfig::new()
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .record_lock_duration(LOCK);
+    broker.set_group_config(GROUP, config).unwrap();
+    for i in 0..records {
+        broker
+            .produce(
+                "t",
+                ProduceRecord::new()
+                    .partition(i32::try_from(i % partitions).unwrap())
+                    .value(format!("{i}")),
+            )
+            .unwrap();
+    }
+    broker
+}
+
+fn config() -> DriverConfig {
+    DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .retriable_backoff(Duration::from_millis(100))
+}
+
+fn driver(
+    broker: &EmbeddedBroker,
+    sink: ScriptedSink,
+    options: ConsumerOptions,
+) -> ShareSinkTask<EmbeddedShareConsumer> {
+    ShareSinkTask::new(
+        Box::new(sink),
+        broker.share_consumer_with(GROUP, options),
+        config(),
+    )
+}
+
+fn state(broker: &EmbeddedBroker, partition: i32, offset: i64) -> (RecordState, u16) {
+    let view = broker.record_state(GROUP, "t", partition, offset).unwrap();
+    (view.state(), view.delivery_count())
+}
+
+fn all_acknowledged(broker: &EmbeddedBroker, records: u64) -> bool {
+    broker.state_counts(GROUP).acknowledged == records
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_are_put_then_accepted_and_committed() {
+    let b = broker(6, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.accepted, report.released),
+        (6, 6, 0)
+    );
+    assert!(report.committed);
+    assert!(all_acknowledged(&b, 6));
+    let log = log.lock().unwrap();
+    assert!(log.started);
+    assert_eq!(log.written.len(), 6);
+    assert_eq!(
+        log.pre_commits.len(),
+        1,
+        "pre_commit runs before the commit"
+    );
+    assert_eq!(log.pre_commits[0].len(), 6);
+    let m = d.metrics();
+    assert_eq!(
+        (m.records_read, m.records_put, m.put_batches, m.commits),
+        (6, 6, 1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_between_put_and_acknowledge_redelivers_after_the_lock_timeout() {
+    let b = broker(5, 1);
+    let (sink, crashed_log) = ScriptedSink::new(&[Outcome::WriteThenHang]);
+    let mut crashing = driver(&b, sink, ConsumerOptions::new());
+    crashing.initialize().await.unwrap();
+    let hung = tokio::time::timeout(Duration::from_secs(1), crashing.iteration()).await;
+    assert!(hung.is_err(), "put never returned");
+    drop(crashing); // the process dies: no acknowledgement, no close
+    assert_eq!(
+        crashed_log.lock().unwrap().written.len(),
+        5,
+        "the sink wrote before dying"
+    );
+    assert_eq!(
+        state(&b, 0, 0).0,
+        RecordState::Acquired,
+        "nothing was acknowledged"
+    );
+
+    let (sink, log) = ScriptedSink::new(&[]);
+    let mut survivor = driver(&b, sink, ConsumerOptions::new());
+    survivor.initialize().await.unwrap();
+    assert_eq!(
+        survivor.iteration().await.unwrap().records,
+        0,
+        "still locked by the dead member"
+    );
+    tokio::time::advance(LOCK).await;
+    let report = survivor.iteration().await.unwrap();
+    assert_eq!(report.accepted, 5);
+    let log = log.lock().unwrap();
+    assert!(
+        log.written.iter().all(|(_, dc)| *dc == 2),
+        "redelivered: {:?}",
+        log.written
+    );
+    assert!(all_acknowledged(&b, 5), "nothing lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retriable_error_releases_the_batch_and_it_comes_back_with_count_two() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.accepted, report.released),
+        (3, 0, 3)
+    );
+    assert_eq!(
+        state(&b, 0, 0),
+        (RecordState::Available, 1),
+        "released, not accepted"
+    );
+
+    let before = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert!(
+        before.elapsed() >= Duration::from_millis(100),
+        "the driver backs off first"
+    );
+    assert_eq!(report.accepted, 3);
+    let log = log.lock().unwrap();
+    assert_eq!(log.batches.len(), 2);
+    assert!(log.batches[1].iter().all(|(_, dc)| *dc == 2));
+    assert!(all_acknowledged(&b, 3));
+    assert_eq!(d.metrics().records_released, 3);
+    assert_eq!(d.metrics().records_redelivered, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fatal_error_rejects_the_batch_surfaces_and_stops_the_driver() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Fatal]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    let err = d.iteration().await.unwrap_err();
+    match &err {
+        Error::Task { stage, source } => {
+            assert_eq!(*stage, TaskStage::Put);
+            assert!(!source.is_retriable());
+            assert_eq!(source.cause().to_string(), "schema mismatch");
+        }
+        other => panic!("expected a task error, got {other:?}"),
+    }
+    assert!(!err.is_retriable());
+    for offset in 0..3 {
+        assert_eq!(
+            state(&b, 0, offset),
+            (RecordState::Archived, 1),
+            "rejected and committed"
+        );
+    }
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    d.close().await.unwrap();
+    assert!(log.lock().unwrap().stopped, "stop runs after a failure too");
+    assert!(log.lock().unwrap().written.is_empty());
+    assert_eq!(d.metrics().records_rejected, 3);
+}
+
+/// A consumer that loses every acknowledgement: the driver must not hide what follows.
+struct ForgetfulConsumer(EmbeddedShareConsumer);
+
+#[async_trait]
+impl ShareConsumer for ForgetfulConsumer {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.0.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.0.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.0.poll(timeout).await
+    }
+    fn acknowledge_offset(
+        &mut self,
+        _: &str,
+        _: i32,
+        _: i64,
+        _: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        Ok(())
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.0.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.0.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.0.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.0.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.0.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.0.acknowledgement_mode()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn explicit_mode_rule_is_enforced_and_surfaces_as_a_typed_error() {
+    let b = broker(2, 1);
+    let (sink, _log) = ScriptedSink::new(&[]);
+    let consumer: Box<dyn ShareConsumer> = Box::new(ForgetfulConsumer(b.share_consumer(GROUP)));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    d.iteration().await.unwrap();
+    let err = d.iteration().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Consumer(ConsumerError::UnacknowledgedRecords { count: 2, .. })
+        ),
+        "{err:?}"
+    );
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    d.close().await.unwrap();
+    assert_eq!(
+        state(&b, 0, 0),
+        (RecordState::Available, 1),
+        "close released what was never acknowledged"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_real_driver_acknowledges_every_record_so_explicit_polls_never_fail() {
+    let b = broker(50, 3);
+    let (sink, log) = ScriptedSink::new(&[
+        Outcome::Ok,
+        Outcome::Retriable,
+        Outcome::Ok,
+        Outcome::Retriable,
+    ]);
+    let mut d = driver(&b, sink, ConsumerOptions::new().max_poll_records(7));
+    d.initialize().await.unwrap();
+    for _ in 0..30 {
+        d.iteration().await.unwrap();
+        if all_acknowledged(&b, 50) {
+            break;
+        }
+    }
+    assert!(all_acknowledged(&b, 50));
+    let mut distinct: Vec<RecordId> = log
+        .lock()
+        .unwrap()
+        .written
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_accepts_after_put_and_retries_in_place() {
+    let b = broker(4, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
+    let options = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    let mut d = driver(&b, sink, options);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.retained, report.accepted, report.committed),
+        (4, 0, false)
+    );
+    assert_eq!(
+        state(&b, 0, 0).0,
+        RecordState::Acquired,
+        "kept, not accepted"
+    );
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 4);
+    assert!(all_acknowledged(&b, 4));
+    let log = log.lock().unwrap();
+    assert_eq!(log.batches.len(), 2);
+    assert_eq!(log.batches[0], log.batches[1], "the same batch, put again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_fatal_error_leaves_the_batch_to_be_released() {
+    let b = broker(2, 1);
+    let (sink, _log) = ScriptedSink::new(&[Outcome::Fatal]);
+    let options = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    let mut d = driver(&b, sink, options);
+    d.initialize().await.unwrap();
+    assert!(matches!(
+        d.iteration().await,
+        Err(Error::Task {
+            stage: TaskStage::Put,
+            ..
+        })
+    ));
+    d.close().await.unwrap();
+    assert_eq!(
+        state(&b, 0, 0),
+        (RecordState::Available, 1),
+        "never accepted without a successful put"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn life_cycle_misuse_returns_errors_not_panics() {
+    let b = broker(1, 1);
+    let (sink, _log) = ScriptedSink::new(&[]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    assert!(matches!(d.iteration().await, Err(Error::NotInitialized)));
+    d.initialize().await.unwrap();
+    assert!(matches!(
+        d.initialize().await,
+        Err(Error::AlreadyInitialized)
+    ));
+    d.close().await.unwrap();
+    assert!(matches!(d.iteration().await, Err(Error::Closed)));
+    d.close().await.expect("closing twice is a no-op");
+
+    let (mut sink, _log) = ScriptedSink::new(&[]);
+    sink.fail_start = true;
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    let err = d.initialize().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Task {
+                stage: TaskStage::Start,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn record_count_commit_policy_commits_only_when_enough_were_acknowledged() {
+    let b = broker(12, 1);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(3));
+    let config = config().commit_policy(CommitPolicy::records(6));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let mut committed = Vec::new();
+    let mut acknowledged = Vec::new();
+    for _ in 0..4 {
+        committed.push(d.iteration().await.unwrap().committed);
+        acknowledged.push(b.state_counts(GROUP).acknowledged);
+    }
+    assert_eq!(committed, vec![false, true, false, true]);
+    assert_eq!(
+        log.lock()
+            .unwrap()
+            .pre_commits
+            .iter()
+            .map(Vec::len)
+            .collect::<Vec<_>>(),
+        vec![6, 6]
+    );
+    // Acknowledgements stay local until a poll or a commit carries them.
+    assert_eq!(acknowledged, vec![0, 6, 6, 12]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn interval_commit_policy_and_commit_requests() {
+    let b = broker(0, 1);
+    let (mut sink, _log) = ScriptedSink::new(&[]);
+    sink.request_commit_on_put = true;
+    let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    b.produce("t", ProduceRecord::new().value("x")).unwrap();
+    assert!(
+        d.iteration().await.unwrap().committed,
+        "the task asked for a commit"
+    );
+
+    let (sink, _log) = ScriptedSink::new(&[]);
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    b.produce("t", ProduceRecord::new().value("y")).unwrap();
+    assert!(!d.iteration().await.unwrap().committed);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    b.produce("t", ProduceRecord::new().value("z")).unwrap();
+    assert!(d.iteration().await.unwrap().committed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_stops_on_shutdown_and_closes() {
+    let b = broker(20, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let mut d = driver(&b, sink, ConsumerOptions::new().max_poll_records(5));
+    let watcher = b.clone();
+    let shutdown = async move {
+        while !all_acknowledged(&watcher, 20) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    d.run(shutdown).await.unwrap();
+    assert!(log.lock().unwrap().stopped);
+    assert_eq!(log.lock().unwrap().written.len(), 20);
+    assert!(matches!(d.iteration().await, Err(Error::Closed)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_returns_a_fatal_error_after_closing() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Fatal]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    let err = d.run(std::future::pending()).await.unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Task {
+            stage: TaskStage::Put,
+            ..
+        }
+    ));
+    assert!(log.lock().unwrap().stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_drivers_share_a_partition_without_losing_records() {
+    let b = broker(200, 1);
+    let (sa, log_a) = ScriptedSink::new(&[Outcome::Retriable, Outcome::Ok, Outcome::Retriable]);
+    let (sb, log_b) = ScriptedSink::new(&[Outcome::Ok, Outcome::Retriable]);
+    let mut a = driver(&b, sa, ConsumerOptions::new().max_poll_records(10));
+    let mut c = driver(&b, sb, ConsumerOptions::new().max_poll_records(10));
+    a.initialize().await.unwrap();
+    c.initialize().await.unwrap();
+    for _ in 0..100 {
+        a.iteration().await.unwrap();
+        c.iteration().await.unwrap();
+        if all_acknowledged(&b, 200) {
+            break;
+        }
+    }
+    assert!(all_acknowledged(&b, 200));
+    let mut written: Vec<RecordId> = log_a
+        .lock()
+        .unwrap()
+        .written
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
+    written.extend(
+        log_b
+            .lock()
+            .unwrap()
+            .written
+            .iter()
+            .map(|(id, _)| id.clone()),
+    );
+    assert!(!log_a.lock().unwrap().written.is_empty() && !log_b.lock().unwrap().written.is_empty());
+    written.sort();
+    let total = written.len();
+    written.dedup();
+    assert_eq!(written.len(), 200, "every record written");
+    assert_eq!(
+        total, 200,
+        "only released records were handed out twice, and they were not written"
+    );
+}
