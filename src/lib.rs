@@ -13,6 +13,7 @@ pub mod consumer;
 mod driver;
 pub mod embedded;
 mod error;
+mod kafka;
 mod record;
 mod task;
 
@@ -24,6 +25,7 @@ pub use crate::driver::{
     CommitPolicy, DriverConfig, DriverMetrics, IterationReport, ShareSinkTask,
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
+pub use crate::kafka::admin::KafkaAdmin;
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,

@@ -58,12 +58,74 @@ pub enum ConsumerError {
     /// The call did not finish in time.
     #[error("the share consumer call did not finish within {0:?}")]
     Timeout(Duration),
+    /// A consumer setting is missing or malformed.
+    #[error("invalid consumer config `{key}`: {reason}")]
+    Config {
+        /// The config key.
+        key: String,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+    /// No connection to a broker could be made or kept.
+    #[error("connection to broker {broker} failed")]
+    Connection {
+        /// The broker address.
+        broker: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A broker answered with an error code.
+    #[error("broker answered {api} with error {code} ({name}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Broker {
+        /// The request, e.g. `ShareGroupHeartbeat`.
+        api: &'static str,
+        /// The Kafka error code.
+        code: i16,
+        /// The error code's name, e.g. `GROUP_AUTHORIZATION_FAILED`.
+        name: &'static str,
+        /// The broker's error message, if any.
+        message: Option<String>,
+        /// Whether Kafka classes the code as retriable.
+        retriable: bool,
+    },
+    /// A broker sent something that could not be decoded or makes no sense.
+    #[error("malformed answer from broker {broker}: {reason}")]
+    Protocol {
+        /// The broker address.
+        broker: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// This consumer does not offer the feature yet.
+    #[error("{what} is not implemented by this share consumer yet")]
+    Unimplemented {
+        /// The missing feature.
+        what: &'static str,
+    },
+    /// The broker lacks an API the share consumer needs.
+    #[error(
+        "broker {broker} does not support {api} {wanted}: share groups need Apache Kafka 4.1 or \
+         later with share groups enabled (share.version feature >= 1)"
+    )]
+    Unsupported {
+        /// The broker address.
+        broker: String,
+        /// The missing API.
+        api: &'static str,
+        /// The versions needed.
+        wanted: String,
+    },
 }
 
 impl ConsumerError {
     /// True when the same call may succeed later without any change by the caller.
     pub fn is_retriable(&self) -> bool {
-        matches!(self, Self::Timeout(_))
+        match self {
+            Self::Timeout(_) | Self::Connection { .. } => true,
+            Self::Broker { retriable, .. } => *retriable,
+            _ => false,
+        }
     }
 }
 

@@ -1,0 +1,1340 @@
+//! One TCP connection to one Kafka broker, with pipelined requests.
+//!
+//! # Design
+//!
+//! - Frames are a 4-byte big-endian length followed by that many bytes.
+//! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
+//!   bounded channel, so any number of tasks may send through one `&Connection` at once.
+//! - A **reader task** owns the read half. It reads each response frame, looks its correlation
+//!   id up among the waiting requests and hands the raw frame over a oneshot channel. The
+//!   requester then decodes the response header and body, so a body that fails to decode only
+//!   fails its own request.
+//! - The connection is **poisoned** (closed for good, every waiting request failed) when the
+//!   broker sends a frame that is negative or larger than [`ConnectionConfig::max_frame_bytes`],
+//!   a response nobody waits for ([`ConsumerError::Protocol`]), or on EOF or an I/O error
+//!   ([`ConsumerError::Connection`]). Later requests fail at once with
+//!   [`ConsumerError::Connection`]: build a new connection.
+//! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
+//!
+//! # Cancel safety
+//!
+//! Requests are cancel safe and never poison the connection. A request waits for a slot in
+//! the writer's queue (cancel safe), then registers its correlation id and puts the whole frame
+//! in that slot without an `.await` in between. So a dropped request future either queued
+//! nothing or queued a whole frame, which the writer task writes whole. The response to a
+//! request that was dropped or timed out is read and discarded when it arrives.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, StrBytes, VersionRange, encode_request_header_into_buffer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+use tracing::{Instrument, debug, warn};
+
+use crate::consumer::ConsumerError;
+use crate::kafka::errors::{api_name, broker_error};
+
+/// How many frames may wait for the writer task before senders wait for room.
+const WRITE_QUEUE_FRAMES: usize = 64;
+
+/// The `ClientSoftwareName` sent in ApiVersions v3+.
+const CLIENT_SOFTWARE_NAME: &str = "kafka-share-sink";
+
+/// Kafka's UNSUPPORTED_VERSION error code.
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// The ApiVersions version tried first; a broker without it answers in v0 with
+/// UNSUPPORTED_VERSION, and the handshake falls back to v0.
+const API_VERSIONS_FIRST: i16 = 3;
+
+/// Settings of one broker connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionConfig {
+    /// The `client.id` sent in every request header.
+    pub(crate) client_id: Arc<str>,
+    /// Bound on the TCP connect, and separately on the ApiVersions handshake.
+    pub(crate) connect_timeout: Duration,
+    /// Bound on one request, from queueing it to decoding its response.
+    pub(crate) request_timeout: Duration,
+    /// The largest response frame accepted; a larger one poisons the connection.
+    pub(crate) max_frame_bytes: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            client_id: Arc::from(CLIENT_SOFTWARE_NAME),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_frame_bytes: 100 << 20,
+        }
+    }
+}
+
+/// One TCP connection to one broker; clones share the connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Connection {
+    /// The state shared by the handles; dropping the last one closes the connection.
+    inner: Arc<Inner>,
+}
+
+/// What the [`Connection`] handles share.
+#[derive(Debug)]
+struct Inner {
+    /// What the handles share with the reader and writer tasks.
+    shared: Arc<Shared>,
+    /// The writer task's queue.
+    frames: mpsc::Sender<Frame>,
+    /// The `client.id` of every request header.
+    client_id: StrBytes,
+    /// The default request timeout.
+    request_timeout: Duration,
+    /// What the broker offers, learnt by the ApiVersions handshake.
+    versions: OnceLock<BrokerVersions>,
+    /// The reader and writer tasks, stopped on drop.
+    tasks: [AbortHandle; 2],
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.close(CloseReason::Dropped);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// What a broker offers, from its ApiVersions response.
+#[derive(Debug, Default)]
+struct BrokerVersions {
+    /// Per API key, the broker's (min, max) versions.
+    apis: HashMap<i16, (i16, i16)>,
+    /// Per finalized feature (e.g. `share.version`), its max version level.
+    finalized_features: HashMap<String, i16>,
+}
+
+/// One request frame for the writer task: the length prefix and header, then the body.
+#[derive(Debug)]
+struct Frame {
+    /// The 4-byte length and the request header.
+    head: Bytes,
+    /// The encoded request body.
+    body: Bytes,
+}
+
+/// What the handles, the reader task and the writer task share.
+#[derive(Debug)]
+struct Shared {
+    /// The broker address, for errors and logs.
+    broker: String,
+    /// The waiting requests and whether the connection is closed.
+    state: Mutex<State>,
+    /// Turns `true` once, when the connection closes; stops the tasks.
+    closed: watch::Sender<bool>,
+}
+
+/// The mutable part of [`Shared`].
+#[derive(Debug)]
+struct State {
+    /// The correlation id of the next request.
+    next_correlation_id: i32,
+    /// The requests whose responses have not arrived, by correlation id. Requests that timed
+    /// out or were dropped stay until their late response arrives and is discarded.
+    waiters: HashMap<i32, Waiter>,
+    /// Why the connection closed, once it has.
+    closed: Option<CloseReason>,
+}
+
+/// A request waiting for its response.
+#[derive(Debug)]
+struct Waiter {
+    /// The request's API, for logs.
+    api: ApiKey,
+    /// Where the raw response frame (header and body) goes.
+    reply: oneshot::Sender<Result<Bytes, ConsumerError>>,
+}
+
+/// Why a connection closed.
+#[derive(Clone, Debug)]
+enum CloseReason {
+    /// EOF or an I/O error: [`ConsumerError::Connection`].
+    Io {
+        /// The I/O error kind.
+        kind: io::ErrorKind,
+        /// What happened.
+        message: String,
+    },
+    /// The broker broke the protocol: [`ConsumerError::Protocol`].
+    Protocol(String),
+    /// The last handle was dropped.
+    Dropped,
+}
+
+impl CloseReason {
+    /// The reason for an I/O error while `doing` something.
+    fn io(doing: &str, error: &io::Error) -> Self {
+        let message = if error.kind() == io::ErrorKind::UnexpectedEof {
+            format!("the broker closed the connection while {doing}")
+        } else {
+            format!("{doing} failed: {error}")
+        };
+        Self::Io {
+            kind: error.kind(),
+            message,
+        }
+    }
+
+    /// The error a request on a connection closed for this reason gets.
+    fn error(&self, broker: &str) -> ConsumerError {
+        match self {
+            Self::Io { kind, message } => ConsumerError::Connection {
+                broker: broker.to_owned(),
+                source: io::Error::new(*kind, message.clone()),
+            },
+            Self::Protocol(reason) => ConsumerError::Protocol {
+                broker: broker.to_owned(),
+                reason: format!("connection closed: {reason}"),
+            },
+            Self::Dropped => ConsumerError::Connection {
+                broker: broker.to_owned(),
+                source: io::Error::new(io::ErrorKind::NotConnected, "the connection was dropped"),
+            },
+        }
+    }
+}
+
+impl Shared {
+    /// The state, even if a panicking thread poisoned the lock (the state stays consistent).
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The error of a request on this connection once it is closed.
+    fn closed_error(&self) -> ConsumerError {
+        // A request on a connection poisoned earlier fails with a Connection error, so that the
+        // caller reconnects; only the requests waiting at the time see the Protocol error.
+        let reason = match self.lock().closed.clone() {
+            Some(CloseReason::Protocol(reason)) => format!("the connection was closed: {reason}"),
+            Some(CloseReason::Io { message, .. }) => {
+                format!("the connection was closed: {message}")
+            }
+            Some(CloseReason::Dropped) | None => "the connection was closed".to_owned(),
+        };
+        ConsumerError::Connection {
+            broker: self.broker.clone(),
+            source: io::Error::new(io::ErrorKind::NotConnected, reason),
+        }
+    }
+
+    /// Registers a request; its correlation id and where its response will arrive.
+    fn register(
+        &self,
+        api: ApiKey,
+    ) -> Result<(i32, oneshot::Receiver<Result<Bytes, ConsumerError>>), ConsumerError> {
+        let mut state = self.lock();
+        if state.closed.is_some() {
+            drop(state);
+            return Err(self.closed_error());
+        }
+        let mut correlation_id = state.next_correlation_id;
+        while state.waiters.contains_key(&correlation_id) {
+            correlation_id = next_correlation_id(correlation_id);
+        }
+        state.next_correlation_id = next_correlation_id(correlation_id);
+        let (reply, receiver) = oneshot::channel();
+        state.waiters.insert(correlation_id, Waiter { api, reply });
+        Ok((correlation_id, receiver))
+    }
+
+    /// Forgets a registered request that could not be sent.
+    fn unregister(&self, correlation_id: i32) {
+        self.lock().waiters.remove(&correlation_id);
+    }
+
+    /// The request waiting for the response with this correlation id.
+    fn take(&self, correlation_id: i32) -> Option<Waiter> {
+        self.lock().waiters.remove(&correlation_id)
+    }
+
+    /// Closes the connection (once) and fails every waiting request.
+    fn close(&self, reason: CloseReason) {
+        let waiters = {
+            let mut state = self.lock();
+            if state.closed.is_some() {
+                return;
+            }
+            state.closed = Some(reason.clone());
+            std::mem::take(&mut state.waiters)
+        };
+        self.closed.send_replace(true);
+        match &reason {
+            CloseReason::Dropped => debug!(broker = %self.broker, "connection dropped"),
+            CloseReason::Io { message, .. } => {
+                warn!(broker = %self.broker, waiting = waiters.len(), "connection closed: {message}");
+            }
+            CloseReason::Protocol(reason) => {
+                warn!(broker = %self.broker, waiting = waiters.len(), "connection poisoned: {reason}");
+            }
+        }
+        for waiter in waiters.into_values() {
+            // A waiter that gave up (timeout, cancellation) has no receiver any more.
+            let _ = waiter.reply.send(Err(reason.error(&self.broker)));
+        }
+    }
+}
+
+/// The correlation id after `id`, wrapping to 0 and staying non-negative.
+fn next_correlation_id(id: i32) -> i32 {
+    if id == i32::MAX { 0 } else { id + 1 }
+}
+
+impl Connection {
+    /// Connects to the broker at `addr` (`host:port`) and learns its API versions.
+    ///
+    /// The TCP connect is bounded by [`ConnectionConfig::connect_timeout`] (a timeout is a
+    /// [`ConsumerError::Connection`] of kind `TimedOut`), and so, separately, is the ApiVersions
+    /// handshake (a timeout is a [`ConsumerError::Timeout`]): v3 first, then v0 if the broker
+    /// answers UNSUPPORTED_VERSION.
+    pub(crate) async fn connect(
+        addr: &str,
+        config: &ConnectionConfig,
+    ) -> Result<Self, ConsumerError> {
+        let connection_error = |source| ConsumerError::Connection {
+            broker: addr.to_owned(),
+            source,
+        };
+        let stream =
+            match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => return Err(connection_error(error)),
+                Err(_) => {
+                    return Err(connection_error(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "TCP connect did not finish within {:?}",
+                            config.connect_timeout
+                        ),
+                    )));
+                }
+            };
+        stream.set_nodelay(true).map_err(connection_error)?;
+        let connection = Self::start(addr, stream, config);
+        connection.handshake(config.connect_timeout).await?;
+        debug!(broker = addr, "connected");
+        Ok(connection)
+    }
+
+    /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses)
+    /// that answers, trying them in order.
+    ///
+    /// With one address its error is returned as is. With several, the error is a
+    /// [`ConsumerError::Connection`] for the whole list whose source names each failure.
+    pub(crate) async fn connect_any(
+        bootstrap: &str,
+        config: &ConnectionConfig,
+    ) -> Result<Self, ConsumerError> {
+        let addrs: Vec<&str> = bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect();
+        if let [addr] = addrs.as_slice() {
+            return Self::connect(addr, config).await;
+        }
+        if addrs.is_empty() {
+            return Err(ConsumerError::Config {
+                key: "bootstrap.servers".to_owned(),
+                reason: format!(
+                    "no broker address in `{bootstrap}`: expected host:port[,host:port...]"
+                ),
+            });
+        }
+        let mut failures = Vec::with_capacity(addrs.len());
+        let mut kind = None;
+        for addr in addrs {
+            match Self::connect(addr, config).await {
+                Ok(connection) => return Ok(connection),
+                Err(error) => {
+                    debug!(broker = addr, %error, "bootstrap broker failed");
+                    if let ConsumerError::Connection { source, .. } = &error {
+                        kind.get_or_insert(source.kind());
+                    }
+                    failures.push(format!("{addr}: {}", describe(&error)));
+                }
+            }
+        }
+        Err(ConsumerError::Connection {
+            broker: bootstrap.to_owned(),
+            source: io::Error::new(
+                kind.unwrap_or(io::ErrorKind::Other),
+                format!("no bootstrap broker answered: {}", failures.join("; ")),
+            ),
+        })
+    }
+
+    /// Spawns the reader and writer tasks of a connected socket.
+    fn start(addr: &str, stream: TcpStream, config: &ConnectionConfig) -> Self {
+        let (read, write) = stream.into_split();
+        let shared = Arc::new(Shared {
+            broker: addr.to_owned(),
+            state: Mutex::new(State {
+                next_correlation_id: 1,
+                waiters: HashMap::new(),
+                closed: None,
+            }),
+            closed: watch::Sender::new(false),
+        });
+        let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES);
+        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read, config.max_frame_bytes));
+        let writer = tokio::spawn(write_loop(Arc::clone(&shared), write, queue));
+        Self {
+            inner: Arc::new(Inner {
+                shared,
+                frames,
+                client_id: StrBytes::from_string(config.client_id.to_string()),
+                request_timeout: config.request_timeout,
+                versions: OnceLock::new(),
+                tasks: [reader.abort_handle(), writer.abort_handle()],
+            }),
+        }
+    }
+
+    /// Asks the broker for its API versions (v3, else v0) and keeps them.
+    async fn handshake(&self, timeout: Duration) -> Result<(), ConsumerError> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str(CLIENT_SOFTWARE_NAME))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let key = ApiKey::ApiVersions;
+        let body = self.encode(key, API_VERSIONS_FIRST, &request)?;
+        let frame = self
+            .exchange(key, API_VERSIONS_FIRST, body, timeout)
+            .await?;
+        // ApiVersions responses always have header v0. A broker without v3 answers in v0 with
+        // UNSUPPORTED_VERSION, which a v3 decoder would misread: peek at the error code first.
+        let body = self.strip_header(key, API_VERSIONS_FIRST, 0, frame)?;
+        let response: ApiVersionsResponse = if body.starts_with(&UNSUPPORTED_VERSION.to_be_bytes())
+        {
+            debug!(
+                broker = self.broker(),
+                "ApiVersions v3 unsupported, falling back to v0"
+            );
+            self.request_with_timeout(key, 0, &ApiVersionsRequest::default(), timeout)
+                .await?
+        } else {
+            self.decode_body(key, API_VERSIONS_FIRST, body)?
+        };
+        if let Some(error) = broker_error(api_name(key), response.error_code, None) {
+            return Err(error);
+        }
+        let versions = BrokerVersions {
+            apis: response
+                .api_keys
+                .iter()
+                .map(|a| (a.api_key, (a.min_version, a.max_version)))
+                .collect(),
+            finalized_features: response
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.as_str().to_owned(), f.max_version_level))
+                .collect(),
+        };
+        // Set once, by the only handshake of this connection.
+        let _ = self.inner.versions.set(versions);
+        Ok(())
+    }
+
+    /// The broker address this connection was made to.
+    pub(crate) fn broker(&self) -> &str {
+        &self.inner.shared.broker
+    }
+
+    /// The broker's (min, max) versions of `key`, or `None` if it does not offer the API.
+    pub(crate) fn api_range(&self, key: ApiKey) -> Option<(i16, i16)> {
+        self.inner.versions.get()?.apis.get(&(key as i16)).copied()
+    }
+
+    /// The max version level of a finalized cluster feature such as `share.version`, as
+    /// reported by ApiVersions v3+; `None` when not reported.
+    #[allow(dead_code, reason = "for the share consumer's share.version check")]
+    pub(crate) fn finalized_feature(&self, name: &str) -> Option<i16> {
+        self.inner
+            .versions
+            .get()?
+            .finalized_features
+            .get(name)
+            .copied()
+    }
+
+    /// The highest version of `key` both the broker and `ours` support.
+    ///
+    /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
+    /// includes versions kafka-protocol cannot encode. Without a common version the error is
+    /// [`ConsumerError::Unsupported`], naming the API and both ranges.
+    pub(crate) fn negotiate(&self, key: ApiKey, ours: VersionRange) -> Result<i16, ConsumerError> {
+        let unsupported = |theirs: &str| ConsumerError::Unsupported {
+            broker: self.broker().to_owned(),
+            api: api_name(key),
+            wanted: format!("v{}-v{} (the broker offers {theirs})", ours.min, ours.max),
+        };
+        let Some((min, max)) = self.api_range(key) else {
+            return Err(unsupported("none"));
+        };
+        let common = ours.intersect(&VersionRange { min, max });
+        if common.is_empty() {
+            return Err(unsupported(&format!("v{min}-v{max}")));
+        }
+        Ok(common.max)
+    }
+
+    /// Sends `req` as version `version` of `key` and decodes the response, within
+    /// [`ConnectionConfig::request_timeout`]. See [`Self::request_with_timeout`].
+    pub(crate) fn request<'c, Req, Resp>(
+        &'c self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> impl Future<Output = Result<Resp, ConsumerError>> + Send + use<'c, Req, Resp>
+    where
+        Req: Encodable,
+        Resp: Decodable + HeaderVersion,
+    {
+        self.request_with_timeout(key, version, req, self.inner.request_timeout)
+    }
+
+    /// Sends `req` as version `version` of `key` and decodes the response, within `timeout`.
+    ///
+    /// `req` is encoded when this is called, so the returned future does not borrow it.
+    /// Errors: [`ConsumerError::Timeout`] (the connection stays usable),
+    /// [`ConsumerError::Protocol`] for an encoding or decoding failure (the connection stays
+    /// usable) or for a poisoned connection, [`ConsumerError::Connection`] when the connection
+    /// is or becomes closed. Broker error codes inside the response are the caller's to check.
+    pub(crate) fn request_with_timeout<'c, Req, Resp>(
+        &'c self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Resp, ConsumerError>> + Send + use<'c, Req, Resp>
+    where
+        Req: Encodable,
+        Resp: Decodable + HeaderVersion,
+    {
+        let body = self.encode(key, version, req);
+        async move {
+            let frame = self.exchange(key, version, body?, timeout).await?;
+            let body = self.strip_header(key, version, Resp::header_version(version), frame)?;
+            self.decode_body(key, version, body)
+        }
+    }
+
+    /// True once the connection is closed; every later request fails at once.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.shared.lock().closed.is_some()
+    }
+
+    /// A [`ConsumerError::Protocol`] about this broker.
+    fn protocol_error(&self, reason: String) -> ConsumerError {
+        ConsumerError::Protocol {
+            broker: self.broker().to_owned(),
+            reason,
+        }
+    }
+
+    /// Encodes a request body.
+    fn encode<Req: Encodable>(
+        &self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Bytes, ConsumerError> {
+        let mut body = BytesMut::new();
+        req.encode(&mut body, version).map_err(|error| {
+            self.protocol_error(format!(
+                "cannot encode a {} v{version} request: {error:#}",
+                api_name(key)
+            ))
+        })?;
+        Ok(body.freeze())
+    }
+
+    /// Sends an encoded request and waits for its raw response frame, within `timeout`.
+    async fn exchange(
+        &self,
+        key: ApiKey,
+        version: i16,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, ConsumerError> {
+        let span = tracing::debug_span!(
+            "kafka_request",
+            broker = %self.broker(),
+            api = api_name(key),
+            version,
+            correlation_id = tracing::field::Empty,
+        );
+        async {
+            match tokio::time::timeout(timeout, self.send_and_wait(key, version, body)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    debug!(?timeout, "request timed out");
+                    Err(ConsumerError::Timeout(timeout))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Queues the request frame and waits for the response frame.
+    async fn send_and_wait(
+        &self,
+        key: ApiKey,
+        version: i16,
+        body: Bytes,
+    ) -> Result<Bytes, ConsumerError> {
+        let shared = &self.inner.shared;
+        if self.is_closed() {
+            return Err(shared.closed_error());
+        }
+        // Cancel safety: no `.await` between registering and queueing the frame.
+        let permit = self
+            .inner
+            .frames
+            .reserve()
+            .await
+            .map_err(|_| shared.closed_error())?;
+        let (correlation_id, response) = shared.register(key)?;
+        tracing::Span::current().record("correlation_id", correlation_id);
+        let head = match self.head(key, version, correlation_id, body.len()) {
+            Ok(head) => head,
+            Err(error) => {
+                shared.unregister(correlation_id);
+                return Err(error);
+            }
+        };
+        let bytes = head.len() + body.len();
+        permit.send(Frame { head, body });
+        debug!(bytes, "request queued");
+        let frame = response.await.map_err(|_| shared.closed_error())??;
+        debug!(bytes = frame.len(), "response received");
+        Ok(frame)
+    }
+
+    /// The length prefix and request header of a frame.
+    fn head(
+        &self,
+        key: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        body_len: usize,
+    ) -> Result<Bytes, ConsumerError> {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.inner.client_id.clone()));
+        let mut head = BytesMut::with_capacity(64);
+        head.put_i32(0);
+        encode_request_header_into_buffer(&mut head, &header).map_err(|error| {
+            self.protocol_error(format!(
+                "cannot encode a {} v{version} request header: {error:#}",
+                api_name(key)
+            ))
+        })?;
+        let len = i32::try_from(head.len() - 4 + body_len).map_err(|_| {
+            self.protocol_error(format!(
+                "the {} request of {body_len} bytes is too large for a frame",
+                api_name(key)
+            ))
+        })?;
+        head[..4].copy_from_slice(&len.to_be_bytes());
+        Ok(head.freeze())
+    }
+
+    /// Decodes the response header of a frame; the body that follows it.
+    fn strip_header(
+        &self,
+        key: ApiKey,
+        version: i16,
+        header_version: i16,
+        mut frame: Bytes,
+    ) -> Result<Bytes, ConsumerError> {
+        ResponseHeader::decode(&mut frame, header_version).map_err(|error| {
+            self.protocol_error(format!(
+                "cannot decode the {} v{version} response header: {error:#}",
+                api_name(key)
+            ))
+        })?;
+        Ok(frame)
+    }
+
+    /// Decodes a response body.
+    fn decode_body<Resp: Decodable>(
+        &self,
+        key: ApiKey,
+        version: i16,
+        mut body: Bytes,
+    ) -> Result<Resp, ConsumerError> {
+        let response = Resp::decode(&mut body, version).map_err(|error| {
+            self.protocol_error(format!(
+                "cannot decode the {} v{version} response: {error:#}",
+                api_name(key)
+            ))
+        })?;
+        if !body.is_empty() {
+            debug!(
+                trailing_bytes = body.len(),
+                "ignoring bytes after the response body"
+            );
+        }
+        Ok(response)
+    }
+}
+
+/// A connect error with its I/O source, for the list of bootstrap failures.
+fn describe(error: &ConsumerError) -> String {
+    match error {
+        ConsumerError::Connection { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The reader task: delivers response frames until the connection closes.
+async fn read_loop(shared: Arc<Shared>, read: OwnedReadHalf, max_frame_bytes: usize) {
+    let mut closed = shared.closed.subscribe();
+    let reason = tokio::select! {
+        reason = read_frames(&shared, read, max_frame_bytes) => reason,
+        _ = closed.wait_for(|closed| *closed) => return,
+    };
+    shared.close(reason);
+}
+
+/// Reads and delivers response frames; why it stopped.
+async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usize) -> CloseReason {
+    let mut read = BufReader::new(read);
+    loop {
+        let len = match read.read_i32().await {
+            Ok(len) => len,
+            Err(error) => return CloseReason::io("waiting for a response", &error),
+        };
+        let Ok(len) = usize::try_from(len) else {
+            return CloseReason::Protocol(format!(
+                "the broker sent a negative frame length ({len})"
+            ));
+        };
+        if len > max_frame_bytes {
+            return CloseReason::Protocol(format!(
+                "the broker sent a frame of {len} bytes, over the limit of {max_frame_bytes} bytes"
+            ));
+        }
+        if len < 4 {
+            return CloseReason::Protocol(format!(
+                "the broker sent a frame of {len} bytes, too short for a correlation id"
+            ));
+        }
+        let mut frame = BytesMut::zeroed(len);
+        if let Err(error) = read.read_exact(&mut frame).await {
+            return CloseReason::io("reading a response", &error);
+        }
+        let frame = frame.freeze();
+        let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        let Some(waiter) = shared.take(correlation_id) else {
+            return CloseReason::Protocol(format!(
+                "the broker sent a response with correlation id {correlation_id}, which no request is waiting for"
+            ));
+        };
+        if waiter.reply.send(Ok(frame)).is_err() {
+            debug!(
+                broker = %shared.broker,
+                api = api_name(waiter.api),
+                correlation_id,
+                "discarded the late response of a request that timed out or was dropped"
+            );
+        }
+    }
+}
+
+/// The writer task: writes queued frames until the connection closes or every handle is gone.
+async fn write_loop(shared: Arc<Shared>, write: OwnedWriteHalf, mut queue: mpsc::Receiver<Frame>) {
+    let mut closed = shared.closed.subscribe();
+    let result = tokio::select! {
+        result = write_frames(write, &mut queue) => result,
+        _ = closed.wait_for(|closed| *closed) => return,
+    };
+    if let Err(error) = result {
+        shared.close(CloseReason::io("writing a request", &error));
+    }
+}
+
+/// Writes queued frames, flushing when the queue is empty; `Ok` when every handle is gone.
+async fn write_frames(write: OwnedWriteHalf, queue: &mut mpsc::Receiver<Frame>) -> io::Result<()> {
+    let mut write = BufWriter::new(write);
+    while let Some(frame) = queue.recv().await {
+        write.write_all(&frame.head).await?;
+        write.write_all(&frame.body).await?;
+        while let Ok(frame) = queue.try_recv() {
+            write.write_all(&frame.head).await?;
+            write.write_all(&frame.body).await?;
+        }
+        write.flush().await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use futures::FutureExt;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::{Message, decode_request_header_from_buffer};
+    use tokio::net::TcpListener;
+    use tokio::task::JoinHandle;
+
+    use super::*;
+
+    /// A request as the fake broker sees it.
+    #[derive(Debug)]
+    struct Received {
+        header: RequestHeader,
+        body: Bytes,
+    }
+
+    /// Reads one request frame; `None` on EOF.
+    async fn read_request(stream: &mut TcpStream) -> Option<Received> {
+        let len = match stream.read_i32().await {
+            Ok(len) => len,
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return None,
+            Err(error) => panic!("fake broker read failed: {error}"),
+        };
+        let mut frame = vec![0; usize::try_from(len).expect("length")];
+        stream.read_exact(&mut frame).await.expect("request frame");
+        let mut frame = Bytes::from(frame);
+        let header = decode_request_header_from_buffer(&mut frame).expect("request header");
+        Some(Received {
+            header,
+            body: frame,
+        })
+    }
+
+    /// A response frame: length, header (with the response's header version), body.
+    fn response_frame<R: Encodable + HeaderVersion>(
+        correlation_id: i32,
+        version: i16,
+        response: &R,
+    ) -> Vec<u8> {
+        let mut body = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(&mut body, R::header_version(version))
+            .expect("response header");
+        response.encode(&mut body, version).expect("response body");
+        let mut frame = i32::try_from(body.len())
+            .expect("length")
+            .to_be_bytes()
+            .to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    /// The fake broker's API versions: ApiVersions 0-4 and Metadata 0-13.
+    fn api_versions() -> ApiVersionsResponse {
+        ApiVersionsResponse::default().with_api_keys(vec![
+            ApiVersion::default()
+                .with_api_key(ApiKey::ApiVersions as i16)
+                .with_min_version(0)
+                .with_max_version(4),
+            ApiVersion::default()
+                .with_api_key(ApiKey::Metadata as i16)
+                .with_min_version(0)
+                .with_max_version(13),
+        ])
+    }
+
+    /// Answers the ApiVersions handshake.
+    async fn answer_handshake(stream: &mut TcpStream) {
+        let request = read_request(stream).await.expect("ApiVersions request");
+        assert_eq!(request.header.request_api_key, ApiKey::ApiVersions as i16);
+        let version = request.header.request_api_version;
+        let frame = response_frame(request.header.correlation_id, version, &api_versions());
+        stream.write_all(&frame).await.expect("write");
+    }
+
+    /// A fake broker on 127.0.0.1 for one connection: the handshake, then `script`.
+    async fn fake_broker<F, Fut>(script: F) -> (String, JoinHandle<()>)
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        fake_broker_raw(|mut stream| async move {
+            answer_handshake(&mut stream).await;
+            script(stream).await;
+        })
+        .await
+    }
+
+    /// A fake broker on 127.0.0.1 for one connection, without the handshake.
+    async fn fake_broker_raw<F, Fut>(script: F) -> (String, JoinHandle<()>)
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let task = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            script(stream).await;
+        });
+        (addr, task)
+    }
+
+    /// The Metadata answer of the fake broker: one topic per requested name.
+    fn echo_metadata(request: &Received) -> Vec<u8> {
+        let version = request.header.request_api_version;
+        let decoded =
+            MetadataRequest::decode(&mut request.body.clone(), version).expect("Metadata request");
+        let topics = decoded
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| MetadataResponseTopic::default().with_name(t.name))
+            .collect();
+        response_frame(
+            request.header.correlation_id,
+            version,
+            &MetadataResponse::default().with_topics(topics),
+        )
+    }
+
+    /// A Metadata v12 request for one topic.
+    fn metadata(
+        connection: &Connection,
+        topic: &str,
+    ) -> impl Future<Output = Result<MetadataResponse, ConsumerError>> + Send + 'static {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]));
+        let connection = connection.clone();
+        async move { connection.request(ApiKey::Metadata, 12, &request).await }
+    }
+
+    /// The single topic name of a Metadata response.
+    fn topic_of(response: &MetadataResponse) -> String {
+        let [topic] = response.topics.as_slice() else {
+            panic!("one topic expected")
+        };
+        topic.name.as_ref().expect("name").0.to_string()
+    }
+
+    /// A loopback port nothing listens on.
+    async fn closed_port() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        listener.local_addr().expect("addr").to_string()
+    }
+
+    async fn connect(addr: &str) -> Connection {
+        Connection::connect(addr, &ConnectionConfig::default())
+            .await
+            .expect("connect")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_requests_are_answered_in_order() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            // All three arrive before any is answered: they are pipelined.
+            let mut requests = Vec::new();
+            for _ in 0..3 {
+                requests.push(read_request(&mut stream).await.expect("request"));
+            }
+            let mut ids: Vec<i32> = requests.iter().map(|r| r.header.correlation_id).collect();
+            ids.dedup();
+            assert_eq!(ids.len(), 3, "distinct correlation ids");
+            for request in &requests {
+                assert_eq!(
+                    request.header.client_id.as_deref(),
+                    Some("kafka-share-sink")
+                );
+                stream
+                    .write_all(&echo_metadata(request))
+                    .await
+                    .expect("write");
+            }
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let tasks: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|t| tokio::spawn(metadata(&connection, t)))
+            .collect();
+        for (task, topic) in tasks.into_iter().zip(["a", "b", "c"]) {
+            let response = task.await.expect("task").expect("response");
+            assert_eq!(topic_of(&response), topic);
+        }
+        assert!(!connection.is_closed());
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
+    async fn oversize_frame_poisons() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            read_request(&mut stream).await.expect("request");
+            stream
+                .write_all(&4096_i32.to_be_bytes())
+                .await
+                .expect("write");
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let config = ConnectionConfig {
+            max_frame_bytes: 1024,
+            ..ConnectionConfig::default()
+        };
+        let connection = Connection::connect(&addr, &config).await.expect("connect");
+        let error = metadata(&connection, "t")
+            .await
+            .expect_err("oversize frame");
+        assert!(
+            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("4096") && reason.contains("1024")),
+            "{error:?}"
+        );
+        assert!(connection.is_closed());
+        let error = metadata(&connection, "t").await.expect_err("closed");
+        assert!(
+            matches!(error, ConsumerError::Connection { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn negative_frame_poisons() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            read_request(&mut stream).await.expect("request");
+            stream
+                .write_all(&(-5_i32).to_be_bytes())
+                .await
+                .expect("write");
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let error = metadata(&connection, "t")
+            .await
+            .expect_err("negative frame");
+        assert!(
+            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("negative")),
+            "{error:?}"
+        );
+        assert!(connection.is_closed());
+    }
+
+    #[tokio::test]
+    async fn unknown_correlation_id_poisons() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            let request = read_request(&mut stream).await.expect("request");
+            let frame = response_frame(
+                request.header.correlation_id + 1000,
+                12,
+                &MetadataResponse::default(),
+            );
+            stream.write_all(&frame).await.expect("write");
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let error = metadata(&connection, "t").await.expect_err("unknown id");
+        assert!(
+            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("no request is waiting")),
+            "{error:?}"
+        );
+        assert!(connection.is_closed());
+    }
+
+    #[tokio::test]
+    async fn eof_gives_connection_errors() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            read_request(&mut stream).await.expect("request");
+            read_request(&mut stream).await.expect("request");
+            drop(stream);
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let (a, b) = tokio::join!(metadata(&connection, "a"), metadata(&connection, "b"));
+        for result in [a, b] {
+            let error = result.expect_err("EOF");
+            assert!(
+                matches!(&error, ConsumerError::Connection { .. }),
+                "{error:?}"
+            );
+            assert!(error.is_retriable());
+        }
+        assert!(connection.is_closed());
+        let error = metadata(&connection, "c").await.expect_err("closed");
+        assert!(
+            matches!(error, ConsumerError::Connection { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_leaves_the_connection_usable() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            let first = read_request(&mut stream).await.expect("request");
+            let second = read_request(&mut stream).await.expect("request");
+            // The first answer comes after the first request timed out: it is discarded.
+            stream
+                .write_all(&echo_metadata(&first))
+                .await
+                .expect("write");
+            stream
+                .write_all(&echo_metadata(&second))
+                .await
+                .expect("write");
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let request = MetadataRequest::default();
+        let timeout = Duration::from_millis(50);
+        let error = connection
+            .request_with_timeout::<_, MetadataResponse>(ApiKey::Metadata, 12, &request, timeout)
+            .await
+            .expect_err("timeout");
+        assert!(
+            matches!(error, ConsumerError::Timeout(t) if t == timeout),
+            "{error:?}"
+        );
+        assert!(!connection.is_closed());
+        let response = metadata(&connection, "after").await.expect("response");
+        assert_eq!(topic_of(&response), "after");
+        assert!(!connection.is_closed());
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
+    async fn dropped_request_is_still_sent_whole() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            let first = read_request(&mut stream).await.expect("request");
+            let second = read_request(&mut stream).await.expect("request");
+            stream
+                .write_all(&echo_metadata(&first))
+                .await
+                .expect("write");
+            stream
+                .write_all(&echo_metadata(&second))
+                .await
+                .expect("write");
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let connection = connect(&addr).await;
+        // Polled once (the frame is queued), then dropped.
+        assert!(metadata(&connection, "dropped").now_or_never().is_none());
+        let response = metadata(&connection, "kept").await.expect("response");
+        assert_eq!(topic_of(&response), "kept");
+        assert!(!connection.is_closed());
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
+    async fn undecodable_body_fails_only_its_request() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            let first = read_request(&mut stream).await.expect("request");
+            let mut frame = 6_i32.to_be_bytes().to_vec();
+            frame.extend_from_slice(&first.header.correlation_id.to_be_bytes());
+            frame.extend_from_slice(&[0, 7]); // a header tag count, then a truncated body
+            stream.write_all(&frame).await.expect("write");
+            let second = read_request(&mut stream).await.expect("request");
+            stream
+                .write_all(&echo_metadata(&second))
+                .await
+                .expect("write");
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let error = metadata(&connection, "bad").await.expect_err("undecodable");
+        assert!(
+            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("cannot decode the Metadata v12")),
+            "{error:?}"
+        );
+        assert!(!connection.is_closed());
+        let response = metadata(&connection, "good").await.expect("response");
+        assert_eq!(topic_of(&response), "good");
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
+    async fn api_versions_falls_back_to_v0() {
+        let (addr, broker) = fake_broker_raw(|mut stream| async move {
+            let first = read_request(&mut stream).await.expect("request");
+            assert_eq!(first.header.request_api_version, 3);
+            // An old broker answers a version it lacks in v0, with UNSUPPORTED_VERSION.
+            let old = ApiVersionsResponse::default()
+                .with_error_code(UNSUPPORTED_VERSION)
+                .with_api_keys(vec![
+                    ApiVersion::default()
+                        .with_api_key(ApiKey::ApiVersions as i16)
+                        .with_min_version(0)
+                        .with_max_version(2),
+                ]);
+            stream
+                .write_all(&response_frame(first.header.correlation_id, 0, &old))
+                .await
+                .expect("write");
+            let second = read_request(&mut stream).await.expect("request");
+            assert_eq!(second.header.request_api_version, 0);
+            stream
+                .write_all(&response_frame(
+                    second.header.correlation_id,
+                    0,
+                    &api_versions(),
+                ))
+                .await
+                .expect("write");
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        assert_eq!(connection.api_range(ApiKey::Metadata), Some((0, 13)));
+        assert_eq!(connection.api_range(ApiKey::ApiVersions), Some((0, 4)));
+        assert_eq!(connection.api_range(ApiKey::ShareFetch), None);
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
+    async fn negotiate_picks_the_highest_common_version() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        assert_eq!(
+            connection
+                .negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)
+                .expect("common"),
+            13
+        );
+        assert_eq!(
+            connection
+                .negotiate(ApiKey::Metadata, VersionRange { min: 4, max: 9 })
+                .expect("common"),
+            9
+        );
+        let error = connection
+            .negotiate(ApiKey::Metadata, VersionRange { min: 14, max: 15 })
+            .expect_err("no common version");
+        assert!(
+            matches!(&error, ConsumerError::Unsupported { api: "Metadata", wanted, .. } if wanted == "v14-v15 (the broker offers v0-v13)"),
+            "{error:?}"
+        );
+        let error = connection
+            .negotiate(ApiKey::ShareFetch, VersionRange { min: 1, max: 1 })
+            .expect_err("missing");
+        assert!(
+            matches!(&error, ConsumerError::Unsupported { api: "ShareFetch", wanted, .. } if wanted.contains("none")),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn dropping_the_last_handle_closes_the_socket() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            assert!(read_request(&mut stream).await.is_none(), "EOF expected");
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let clone = connection.clone();
+        drop(connection);
+        assert!(!clone.is_closed());
+        drop(clone);
+        tokio::time::timeout(Duration::from_secs(5), broker)
+            .await
+            .expect("EOF in time")
+            .expect("broker");
+    }
+
+    #[tokio::test]
+    async fn connect_errors_name_the_broker() {
+        let addr = closed_port().await;
+        let error = connect_error(&addr).await;
+        assert!(
+            matches!(&error, ConsumerError::Connection { broker, source } if *broker == addr && source.kind() == io::ErrorKind::ConnectionRefused),
+            "{error:?}"
+        );
+    }
+
+    async fn connect_error(bootstrap: &str) -> ConsumerError {
+        Connection::connect_any(bootstrap, &ConnectionConfig::default())
+            .await
+            .expect_err("no broker")
+    }
+
+    #[tokio::test]
+    async fn connect_any_takes_the_first_that_answers() {
+        let closed = closed_port().await;
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection =
+            Connection::connect_any(&format!(" {closed}, {addr} "), &ConnectionConfig::default())
+                .await
+                .expect("second broker");
+        assert_eq!(connection.broker(), addr);
+
+        let other = closed_port().await;
+        let error = connect_error(&format!("{closed},{other}")).await;
+        let ConsumerError::Connection { source, .. } = &error else {
+            panic!("{error:?}")
+        };
+        let message = source.to_string();
+        assert!(
+            message.contains(&closed) && message.contains(&other),
+            "{message}"
+        );
+        assert!(matches!(
+            connect_error(" , ").await,
+            ConsumerError::Config { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn connect_times_out_without_a_handshake_answer() {
+        let (addr, _broker) = fake_broker_raw(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        })
+        .await;
+        let config = ConnectionConfig {
+            connect_timeout: Duration::from_millis(100),
+            ..ConnectionConfig::default()
+        };
+        let error = Connection::connect(&addr, &config)
+            .await
+            .expect_err("timeout");
+        assert!(matches!(error, ConsumerError::Timeout(_)), "{error:?}");
+    }
+}
