@@ -26,6 +26,7 @@ pub use crate::driver::{
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::KafkaAdmin;
+pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,

@@ -2,5 +2,12 @@
 //! and the admin calls tests and users need.
 
 pub(crate) mod admin;
+mod config;
 pub(crate) mod connection;
+mod consumer;
 pub(crate) mod errors;
+mod membership;
+mod records;
+
+pub use self::config::KafkaShareConsumerConfig;
+pub use self::consumer::KafkaShareConsumer;

@@ -1,0 +1,102 @@
+//! Settings of the native share consumer, with the Java client's names and defaults.
+
+use std::time::Duration;
+
+use crate::consumer::AcknowledgementMode;
+
+/// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
+///
+/// ```
+/// use kafka_share_sink::KafkaShareConsumerConfig;
+/// use std::time::Duration;
+/// let config = KafkaShareConsumerConfig::new("127.0.0.1:9092", "orders-sink")
+///     .max_poll_records(1000)
+///     .fetch_max_wait(Duration::from_millis(200));
+/// assert_eq!(config.group_id(), "orders-sink");
+/// ```
+#[derive(Debug, Clone)]
+pub struct KafkaShareConsumerConfig {
+    pub(crate) bootstrap: String,
+    pub(crate) group_id: String,
+    pub(crate) client_id: String,
+    pub(crate) max_poll_records: i32,
+    pub(crate) fetch_min_bytes: i32,
+    pub(crate) fetch_max_bytes: i32,
+    pub(crate) fetch_max_wait: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) acknowledgement_mode: AcknowledgementMode,
+}
+
+impl KafkaShareConsumerConfig {
+    /// `bootstrap.servers` (comma-separated `host:port`) and `group.id`, Java's defaults
+    /// otherwise, and explicit acknowledgement.
+    pub fn new(bootstrap: impl Into<String>, group_id: impl Into<String>) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+            group_id: group_id.into(),
+            client_id: "kafka-share-sink".to_owned(),
+            max_poll_records: 500,
+            fetch_min_bytes: 1,
+            fetch_max_bytes: 52_428_800,
+            fetch_max_wait: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            acknowledgement_mode: AcknowledgementMode::Explicit,
+        }
+    }
+
+    /// The group id.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    /// `client.id`.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// `max.poll.records` (default 500): the records asked for per poll, at least 1.
+    pub fn max_poll_records(mut self, max: i32) -> Self {
+        self.max_poll_records = max.max(1);
+        self
+    }
+
+    /// `fetch.min.bytes` (default 1).
+    pub fn fetch_min_bytes(mut self, bytes: i32) -> Self {
+        self.fetch_min_bytes = bytes.max(0);
+        self
+    }
+
+    /// `fetch.max.bytes` (default 52428800).
+    pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
+        self.fetch_max_bytes = bytes.max(1);
+        self
+    }
+
+    /// `fetch.max.wait.ms` (default 500 ms): how long the broker may hold a fetch for
+    /// `fetch.min.bytes`. A poll never waits longer than its own timeout.
+    pub fn fetch_max_wait(mut self, wait: Duration) -> Self {
+        self.fetch_max_wait = wait;
+        self
+    }
+
+    /// `request.timeout.ms` (default 30 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long a TCP connect may take (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// `share.acknowledgement.mode` (default explicit here; Java's default is implicit).
+    pub fn acknowledgement_mode(mut self, mode: AcknowledgementMode) -> Self {
+        self.acknowledgement_mode = mode;
+        self
+    }
+}

@@ -1,0 +1,969 @@
+//! [`KafkaShareConsumer`]: the [`ShareConsumer`] that talks to a real Kafka cluster.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_protocol::messages::{
+    ApiKey, GroupId, MetadataRequest, MetadataResponse, ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, TopicName, metadata_request,
+    share_acknowledge_request, share_fetch_request,
+};
+use kafka_protocol::protocol::{Message, StrBytes};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::config::KafkaShareConsumerConfig;
+use super::connection::{Connection, ConnectionConfig};
+use super::errors::broker_error;
+use super::membership::Membership;
+use super::records::{AcquiredRange, extract};
+use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
+use crate::consumer::{
+    AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
+    PendingCommit, ShareConsumer,
+};
+use crate::record::{ConsumerRecord, TopicPartition};
+
+const GAP: i8 = 0;
+const REJECT: i8 = 3;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const UNKNOWN_TOPIC_ID: i16 = 100;
+const INVALID_RECORD_STATE: i16 = 121;
+
+#[derive(Debug)]
+struct TopicMeta {
+    name: Arc<str>,
+    leaders: HashMap<i32, i32>,
+}
+
+/// What the consumer knows of the cluster: brokers, topic ids and partition leaders.
+#[derive(Debug, Default)]
+struct Cluster {
+    brokers: HashMap<i32, String>,
+    by_id: HashMap<Uuid, TopicMeta>,
+    by_name: HashMap<String, Uuid>,
+    stale: bool,
+}
+
+impl Cluster {
+    fn leader(&self, topic: &str, partition: i32) -> Option<(Uuid, i32)> {
+        let id = *self.by_name.get(topic)?;
+        let leader = *self.by_id.get(&id)?.leaders.get(&partition)?;
+        Some((id, leader))
+    }
+}
+
+/// A share session with one broker: its epoch and the partitions it holds.
+#[derive(Debug, Default)]
+struct Session {
+    epoch: i32,
+    partitions: BTreeSet<(Uuid, i32)>,
+}
+
+impl Session {
+    fn advance(&mut self) {
+        self.epoch = if self.epoch == i32::MAX {
+            1
+        } else {
+            self.epoch + 1
+        };
+    }
+
+    fn reset(&mut self) {
+        self.epoch = 0;
+        self.partitions.clear();
+    }
+}
+
+/// Acknowledgements to send, per partition, as wire codes in offset order.
+type WireAcks = BTreeMap<TopicPartition, Vec<(i64, i8)>>;
+
+/// The acknowledgements of one partition, with its topic id, bound for one leader.
+type LeaderAcks = Vec<(Uuid, TopicPartition, Vec<(i64, i8)>)>;
+
+/// Contiguous offsets become one batch; a batch of one type carries it once.
+fn ack_batches(acks: &[(i64, i8)]) -> Vec<(i64, i64, Vec<i8>)> {
+    let mut out: Vec<(i64, i64, Vec<i8>)> = Vec::new();
+    for &(offset, code) in acks {
+        match out.last_mut() {
+            Some((_, last, types)) if *last + 1 == offset => {
+                *last = offset;
+                types.push(code);
+            }
+            Some((_, last, _)) if *last >= offset => {} // duplicate: first one wins
+            _ => out.push((offset, offset, vec![code])),
+        }
+    }
+    for (_, _, types) in &mut out {
+        if types.iter().all(|t| *t == types[0]) {
+            types.truncate(1);
+        }
+    }
+    out
+}
+
+fn ack_error(code: i16, message: Option<StrBytes>) -> Result<(), AckError> {
+    match code {
+        0 => Ok(()),
+        INVALID_RECORD_STATE => Err(AckError::InvalidRecordState {
+            detail: message.map_or_else(
+                || "the records are no longer acquired by this member".to_owned(),
+                |m| m.to_string(),
+            ),
+        }),
+        code => Err(AckError::Broker {
+            code,
+            message: message.map(|m| m.to_string()),
+        }),
+    }
+}
+
+/// Acknowledgements that could not be sent fail with this; their records are redelivered.
+fn not_sent(why: &str) -> AckError {
+    AckError::Broker {
+        code: 13,
+        message: Some(format!(
+            "NETWORK_EXCEPTION: {why}; the records will be delivered again"
+        )),
+    }
+}
+
+/// A share consumer of a Kafka 4.1+ cluster (KIP-932), over `kafka-protocol` and tokio.
+///
+/// Membership runs on its own connection and task; each partition leader gets a fetch
+/// connection and a share session. Acknowledgements ride on the next ShareFetch or go in a
+/// ShareAcknowledge on commit; `close` sends the final ones with session epoch -1, which
+/// releases everything else this member holds, then leaves the group.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kafka_share_sink::{AcknowledgeType, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer};
+///
+/// # #[tokio::main] async fn main() -> Result<(), kafka_share_sink::ConsumerError> {
+/// let mut consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new("127.0.0.1:9092", "orders-sink")).await?;
+/// consumer.subscribe(vec!["orders".into()]).await?;
+/// for record in consumer.poll(Duration::from_secs(1)).await? {
+///     consumer.acknowledge(&record, AcknowledgeType::Accept)?;
+/// }
+/// consumer.commit_sync(Duration::from_secs(30)).await?;
+/// consumer.close(Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct KafkaShareConsumer {
+    config: KafkaShareConsumerConfig,
+    connection_config: ConnectionConfig,
+    bootstrap: Connection,
+    membership: Membership,
+    cluster: Cluster,
+    fetchers: HashMap<i32, Connection>,
+    sessions: HashMap<i32, Session>,
+    subscription: Vec<String>,
+    batch: InFlightBatch,
+    /// GAP and REJECT acknowledgements the consumer makes itself.
+    internal: WireAcks,
+    unreported: CommitResults,
+    lock_timeout: Option<Duration>,
+    closed: bool,
+}
+
+impl KafkaShareConsumer {
+    /// Connects to the cluster and checks that it speaks the share-group protocol. The group
+    /// is joined on [`subscribe`](ShareConsumer::subscribe).
+    pub async fn connect(config: KafkaShareConsumerConfig) -> Result<Self, ConsumerError> {
+        if config.group_id.trim().is_empty() {
+            return Err(ConsumerError::Config {
+                key: "group.id".to_owned(),
+                reason: "a share consumer needs a non-empty group id".to_owned(),
+            });
+        }
+        let connection_config = ConnectionConfig {
+            client_id: Arc::from(config.client_id.as_str()),
+            connect_timeout: config.connect_timeout,
+            request_timeout: config.request_timeout,
+            ..ConnectionConfig::default()
+        };
+        let bootstrap = Connection::connect_any(&config.bootstrap, &connection_config).await?;
+        bootstrap.negotiate(
+            ApiKey::ShareGroupHeartbeat,
+            kafka_protocol::messages::ShareGroupHeartbeatRequest::VERSIONS,
+        )?;
+        bootstrap.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
+        bootstrap.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)?;
+        let membership = Membership::new(
+            &config.group_id,
+            bootstrap.clone(),
+            connection_config.clone(),
+        );
+        Ok(Self {
+            config,
+            connection_config,
+            bootstrap,
+            membership,
+            cluster: Cluster::default(),
+            fetchers: HashMap::new(),
+            sessions: HashMap::new(),
+            subscription: Vec::new(),
+            batch: InFlightBatch::default(),
+            internal: WireAcks::new(),
+            unreported: CommitResults::new(),
+            lock_timeout: None,
+            closed: false,
+        })
+    }
+
+    fn ensure_open(&self) -> Result<(), ConsumerError> {
+        if self.closed {
+            Err(ConsumerError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn implicit(&self) -> bool {
+        self.config.acknowledgement_mode == AcknowledgementMode::Implicit
+    }
+
+    async fn refresh_metadata(&mut self) -> Result<(), ConsumerError> {
+        let version = self
+            .bootstrap
+            .negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
+        if version < 10 {
+            return Err(ConsumerError::Unsupported {
+                broker: self.bootstrap.broker().to_owned(),
+                api: "Metadata",
+                wanted: "v10 or later (topic ids)".to_owned(),
+            });
+        }
+        let topics = self
+            .subscription
+            .iter()
+            .map(|t| {
+                metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+            })
+            .collect();
+        let request = MetadataRequest::default()
+            .with_topics(Some(topics))
+            .with_allow_auto_topic_creation(false);
+        let response: MetadataResponse = self
+            .bootstrap
+            .request(ApiKey::Metadata, version, &request)
+            .await?;
+        let mut cluster = Cluster::default();
+        for broker in response.brokers {
+            cluster
+                .brokers
+                .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
+        }
+        for topic in response.topics {
+            let Some(name) = topic.name else { continue };
+            if topic.error_code != 0 {
+                tracing::debug!(topic = %name.0, code = topic.error_code, "metadata error for topic");
+                continue;
+            }
+            let name: Arc<str> = Arc::from(name.0.as_str());
+            let leaders = topic
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.leader_id.0))
+                .collect();
+            cluster.by_name.insert(name.to_string(), topic.topic_id);
+            cluster
+                .by_id
+                .insert(topic.topic_id, TopicMeta { name, leaders });
+        }
+        self.cluster = cluster;
+        Ok(())
+    }
+
+    async fn fetcher(&mut self, node: i32) -> Result<Connection, ConsumerError> {
+        if let Some(c) = self.fetchers.get(&node) {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+            // The broker dropped the session with the connection.
+            self.sessions.entry(node).or_default().reset();
+        }
+        let Some(addr) = self.cluster.brokers.get(&node).cloned() else {
+            self.cluster.stale = true;
+            return Err(ConsumerError::Protocol {
+                broker: self.bootstrap.broker().to_owned(),
+                reason: format!("metadata names no broker {node}"),
+            });
+        };
+        let c = Connection::connect(&addr, &self.connection_config).await?;
+        self.fetchers.insert(node, c.clone());
+        self.sessions.entry(node).or_default().reset();
+        Ok(c)
+    }
+
+    /// Every acknowledgement waiting to be sent, in wire codes.
+    fn take_acks(&mut self, accept_unacknowledged: bool) -> WireAcks {
+        let mut acks = std::mem::take(&mut self.internal);
+        for PartitionAcks {
+            partition,
+            acks: list,
+        } in self.batch.take_unsent(accept_unacknowledged)
+        {
+            acks.entry(partition)
+                .or_default()
+                .extend(list.into_iter().map(|(o, a)| (o, a.wire_code())));
+        }
+        for list in acks.values_mut() {
+            list.sort_by_key(|(o, _)| *o);
+        }
+        acks
+    }
+
+    /// Splits acknowledgements by partition leader; those with no known leader fail.
+    fn acks_by_node(
+        &self,
+        acks: WireAcks,
+        results: &mut CommitResults,
+    ) -> HashMap<i32, LeaderAcks> {
+        let mut by_node: HashMap<i32, LeaderAcks> = HashMap::new();
+        for (tp, list) in acks {
+            if list.is_empty() {
+                continue;
+            }
+            match self.cluster.leader(tp.topic(), tp.partition()) {
+                Some((id, node)) => by_node.entry(node).or_default().push((id, tp, list)),
+                None => results.insert(tp, Err(not_sent("no leader is known for the partition"))),
+            }
+        }
+        by_node
+    }
+
+    /// One round of ShareFetch to every leader of an assigned partition (and every leader that
+    /// has acknowledgements to carry). Returns the records acquired.
+    async fn fetch_round(
+        &mut self,
+        acks: WireAcks,
+        wait: Duration,
+    ) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        let (_, assignment) = self.membership.assignment();
+        let needs_metadata = self.cluster.stale
+            || assignment
+                .iter()
+                .any(|(id, _)| !self.cluster.by_id.contains_key(id))
+            || acks
+                .keys()
+                .any(|tp| !self.cluster.by_name.contains_key(tp.topic()));
+        if needs_metadata {
+            self.refresh_metadata().await?;
+        }
+        let mut wanted: HashMap<i32, BTreeSet<(Uuid, i32)>> = HashMap::new();
+        for (id, partitions) in &assignment {
+            let Some(meta) = self.cluster.by_id.get(id) else {
+                continue;
+            };
+            for p in partitions {
+                if let Some(node) = meta.leaders.get(p) {
+                    wanted.entry(*node).or_default().insert((*id, *p));
+                }
+            }
+        }
+        let mut results = CommitResults::new();
+        let mut acks_by_node = self.acks_by_node(acks, &mut results);
+        let mut nodes: BTreeSet<i32> = wanted.keys().copied().collect();
+        nodes.extend(acks_by_node.keys().copied());
+        nodes.extend(
+            self.sessions
+                .iter()
+                .filter(|(_, s)| !s.partitions.is_empty())
+                .map(|(n, _)| *n),
+        );
+
+        let member_id = StrBytes::from_string(self.membership.member_id().to_owned());
+        let group_id = GroupId(StrBytes::from_string(self.config.group_id.clone()));
+        let max_wait =
+            i32::try_from(wait.min(self.config.fetch_max_wait).as_millis()).unwrap_or(i32::MAX);
+        let mut requests = Vec::new();
+        for node in nodes {
+            let node_acks = acks_by_node.remove(&node).unwrap_or_default();
+            let conn = match self.fetcher(node).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(node, error = %e, "no fetch connection");
+                    for (_, tp, _) in node_acks {
+                        results.insert(tp, Err(not_sent("the partition leader is unreachable")));
+                    }
+                    continue;
+                }
+            };
+            let version = conn.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
+            let session = self.sessions.entry(node).or_default();
+            let target = wanted.remove(&node).unwrap_or_default();
+            let mut topics: BTreeMap<Uuid, Vec<share_fetch_request::FetchPartition>> =
+                BTreeMap::new();
+            let mut sent_acks: Vec<TopicPartition> = Vec::new();
+            if session.epoch == 0 {
+                // A new session carries no acknowledgements: those locks went with the old one.
+                for (_, tp, _) in node_acks {
+                    results.insert(tp, Err(not_sent("the share session was reset")));
+                }
+                for (id, p) in &target {
+                    topics.entry(*id).or_default().push(
+                        share_fetch_request::FetchPartition::default().with_partition_index(*p),
+                    );
+                }
+            } else {
+                for (id, p) in target.difference(&session.partitions) {
+                    topics.entry(*id).or_default().push(
+                        share_fetch_request::FetchPartition::default().with_partition_index(*p),
+                    );
+                }
+                for (id, tp, list) in node_acks {
+                    let batches = ack_batches(&list)
+                        .into_iter()
+                        .map(|(first, last, types)| {
+                            share_fetch_request::AcknowledgementBatch::default()
+                                .with_first_offset(first)
+                                .with_last_offset(last)
+                                .with_acknowledge_types(types)
+                        })
+                        .collect();
+                    let entry = topics.entry(id).or_default();
+                    match entry
+                        .iter_mut()
+                        .find(|p| p.partition_index == tp.partition())
+                    {
+                        Some(p) => p.acknowledgement_batches = batches,
+                        None => entry.push(
+                            share_fetch_request::FetchPartition::default()
+                                .with_partition_index(tp.partition())
+                                .with_acknowledgement_batches(batches),
+                        ),
+                    }
+                    sent_acks.push(tp);
+                }
+            }
+            let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+            if session.epoch != 0 {
+                for (id, p) in session.partitions.difference(&target) {
+                    forgotten.entry(*id).or_default().push(*p);
+                }
+                // A partition that only carries acks must not join the session.
+                for tp in &sent_acks {
+                    if let Some((id, _)) = self.cluster.leader(tp.topic(), tp.partition()) {
+                        if !target.contains(&(id, tp.partition()))
+                            && !session.partitions.contains(&(id, tp.partition()))
+                        {
+                            forgotten.entry(id).or_default().push(tp.partition());
+                        }
+                    }
+                }
+            }
+            let fetching = !target.is_empty();
+            let request = ShareFetchRequest::default()
+                .with_group_id(Some(group_id.clone()))
+                .with_member_id(Some(member_id.clone()))
+                .with_share_session_epoch(session.epoch)
+                .with_max_wait_ms(if fetching { max_wait } else { 0 })
+                .with_min_bytes(self.config.fetch_min_bytes)
+                .with_max_bytes(self.config.fetch_max_bytes)
+                .with_max_records(self.config.max_poll_records)
+                .with_batch_size(self.config.max_poll_records)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(id, partitions)| {
+                            share_fetch_request::FetchTopic::default()
+                                .with_topic_id(id)
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                )
+                .with_forgotten_topics_data(
+                    forgotten
+                        .into_iter()
+                        .map(|(id, partitions)| {
+                            share_fetch_request::ForgottenTopic::default()
+                                .with_topic_id(id)
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                );
+            let opened = session.epoch == 0;
+            requests.push((node, conn, version, request, target, sent_acks, opened));
+        }
+
+        let timeout = self.config.request_timeout + wait;
+        let responses = futures::future::join_all(requests.into_iter().map(
+            |(node, conn, version, request, target, sent, opened)| async move {
+                let response = conn
+                    .request_with_timeout::<_, ShareFetchResponse>(
+                        ApiKey::ShareFetch,
+                        version,
+                        &request,
+                        timeout,
+                    )
+                    .await;
+                (node, response, target, sent, opened)
+            },
+        ))
+        .await;
+
+        let mut records = Vec::new();
+        let mut first_error: Option<ConsumerError> = None;
+        for (node, response, target, sent, _opened) in responses {
+            let session = self.sessions.entry(node).or_default();
+            let response = match response {
+                Ok(r) => r,
+                Err(e) => {
+                    session.reset();
+                    self.fetchers.remove(&node);
+                    for tp in sent {
+                        results.insert(tp, Err(not_sent("the fetch failed")));
+                    }
+                    if !e.is_retriable() {
+                        first_error.get_or_insert(e);
+                    }
+                    continue;
+                }
+            };
+            if response.error_code != 0 {
+                let message = response.error_message.clone();
+                match response.error_code {
+                    SHARE_SESSION_NOT_FOUND
+                    | INVALID_SHARE_SESSION_EPOCH
+                    | SHARE_SESSION_LIMIT_REACHED => {
+                        tracing::debug!(
+                            node,
+                            code = response.error_code,
+                            "share session lost; reopening"
+                        );
+                        session.reset();
+                    }
+                    code => {
+                        session.advance();
+                        if let Some(e) =
+                            broker_error("ShareFetch", code, message.clone().map(|m| m.to_string()))
+                        {
+                            if !e.is_retriable() {
+                                first_error.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+                for tp in sent {
+                    results.insert(tp, ack_error(response.error_code, message.clone()));
+                }
+                continue;
+            }
+            session.advance();
+            session.partitions = target;
+            if response.acquisition_lock_timeout_ms > 0 {
+                self.lock_timeout = Some(Duration::from_millis(
+                    response.acquisition_lock_timeout_ms as u64,
+                ));
+            }
+            let mut acked: BTreeSet<TopicPartition> = sent.into_iter().collect();
+            for topic in response.responses {
+                let Some(meta) = self.cluster.by_id.get(&topic.topic_id) else {
+                    self.cluster.stale = true;
+                    continue;
+                };
+                let name = Arc::clone(&meta.name);
+                for p in topic.partitions {
+                    let tp = TopicPartition::new(Arc::clone(&name), p.partition_index);
+                    if acked.remove(&tp) {
+                        results.insert(
+                            tp.clone(),
+                            ack_error(p.acknowledge_error_code, p.acknowledge_error_message),
+                        );
+                    }
+                    match p.error_code {
+                        0 => {}
+                        NOT_LEADER_OR_FOLLOWER
+                        | FENCED_LEADER_EPOCH
+                        | UNKNOWN_TOPIC_OR_PARTITION
+                        | UNKNOWN_TOPIC_ID => {
+                            tracing::debug!(%tp, code = p.error_code, "partition moved or vanished; refreshing metadata");
+                            self.cluster.stale = true;
+                            session.partitions.retain(|(id, part)| {
+                                !(*id == topic.topic_id && *part == p.partition_index)
+                            });
+                            continue;
+                        }
+                        code => {
+                            tracing::warn!(%tp, code, message = ?p.error_message, "fetch error for partition");
+                            continue;
+                        }
+                    }
+                    let ranges: Vec<AcquiredRange> = p
+                        .acquired_records
+                        .iter()
+                        .map(|a| AcquiredRange {
+                            first: a.first_offset,
+                            last: a.last_offset,
+                            delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
+                        })
+                        .collect();
+                    if ranges.is_empty() {
+                        continue;
+                    }
+                    let extracted = extract(&name, p.partition_index, p.records, &ranges);
+                    for error in &extracted.errors {
+                        tracing::error!(%tp, error, "rejecting records of a corrupt batch");
+                    }
+                    let internal = self.internal.entry(tp).or_default();
+                    internal.extend(extracted.gaps.iter().map(|o| (*o, GAP)));
+                    internal.extend(extracted.corrupt.iter().map(|o| (*o, REJECT)));
+                    records.extend(extracted.records);
+                }
+            }
+            // Acks of partitions the response did not mention were applied (incremental).
+            for tp in acked {
+                results.insert(tp, Ok(()));
+            }
+        }
+        self.internal.retain(|_, v| !v.is_empty());
+        self.unreported.merge(results);
+        match first_error {
+            Some(e) if records.is_empty() => Err(e),
+            _ => Ok(records),
+        }
+    }
+
+    /// Sends acknowledgements with ShareAcknowledge, each leader's in one request. With
+    /// `close`, uses session epoch -1, which also releases everything else held there.
+    async fn send_acknowledge(&mut self, acks: WireAcks, close: bool) -> CommitResults {
+        let mut results = CommitResults::new();
+        if !acks.is_empty()
+            && acks
+                .keys()
+                .any(|tp| self.cluster.leader(tp.topic(), tp.partition()).is_none())
+        {
+            if let Err(e) = self.refresh_metadata().await {
+                tracing::debug!(error = %e, "metadata refresh failed");
+            }
+        }
+        let mut by_node = self.acks_by_node(acks, &mut results);
+        let mut nodes: BTreeSet<i32> = by_node.keys().copied().collect();
+        if close {
+            nodes.extend(
+                self.sessions
+                    .iter()
+                    .filter(|(_, s)| s.epoch > 0)
+                    .map(|(n, _)| *n),
+            );
+        }
+        let member_id = StrBytes::from_string(self.membership.member_id().to_owned());
+        let group_id = GroupId(StrBytes::from_string(self.config.group_id.clone()));
+        let mut requests = Vec::new();
+        for node in nodes {
+            let node_acks = by_node.remove(&node).unwrap_or_default();
+            let epoch = self.sessions.get(&node).map_or(0, |s| s.epoch);
+            let conn = self.fetchers.get(&node).filter(|c| !c.is_closed()).cloned();
+            let (Some(conn), true) = (conn, epoch > 0) else {
+                for (_, tp, _) in node_acks {
+                    results.insert(
+                        tp,
+                        Err(not_sent("no open share session with the partition leader")),
+                    );
+                }
+                continue;
+            };
+            let version =
+                match conn.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot acknowledge");
+                        continue;
+                    }
+                };
+            let mut topics: BTreeMap<Uuid, Vec<share_acknowledge_request::AcknowledgePartition>> =
+                BTreeMap::new();
+            let mut sent = Vec::new();
+            for (id, tp, list) in node_acks {
+                let batches = ack_batches(&list)
+                    .into_iter()
+                    .map(|(first, last, types)| {
+                        share_acknowledge_request::AcknowledgementBatch::default()
+                            .with_first_offset(first)
+                            .with_last_offset(last)
+                            .with_acknowledge_types(types)
+                    })
+                    .collect();
+                topics.entry(id).or_default().push(
+                    share_acknowledge_request::AcknowledgePartition::default()
+                        .with_partition_index(tp.partition())
+                        .with_acknowledgement_batches(batches),
+                );
+                sent.push(tp);
+            }
+            let request = ShareAcknowledgeRequest::default()
+                .with_group_id(Some(group_id.clone()))
+                .with_member_id(Some(member_id.clone()))
+                .with_share_session_epoch(if close { -1 } else { epoch })
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(id, partitions)| {
+                            share_acknowledge_request::AcknowledgeTopic::default()
+                                .with_topic_id(id)
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                );
+            requests.push((node, conn, version, request, sent));
+        }
+        let responses = futures::future::join_all(requests.into_iter().map(
+            |(node, conn, version, request, sent)| async move {
+                let response = conn
+                    .request::<_, ShareAcknowledgeResponse>(
+                        ApiKey::ShareAcknowledge,
+                        version,
+                        &request,
+                    )
+                    .await;
+                (node, response, sent)
+            },
+        ))
+        .await;
+        for (node, response, sent) in responses {
+            let session = self.sessions.entry(node).or_default();
+            match response {
+                Err(e) => {
+                    session.reset();
+                    for tp in sent {
+                        results.insert(tp, Err(not_sent(&format!("ShareAcknowledge failed: {e}"))));
+                    }
+                }
+                Ok(r) if r.error_code != 0 => {
+                    if matches!(
+                        r.error_code,
+                        SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH
+                    ) {
+                        session.reset();
+                    } else {
+                        session.advance();
+                    }
+                    for tp in sent {
+                        results.insert(tp, ack_error(r.error_code, r.error_message.clone()));
+                    }
+                }
+                Ok(r) => {
+                    if close {
+                        session.reset();
+                    } else {
+                        session.advance();
+                    }
+                    let mut pending: BTreeSet<TopicPartition> = sent.into_iter().collect();
+                    for topic in r.responses {
+                        let Some(meta) = self.cluster.by_id.get(&topic.topic_id) else {
+                            continue;
+                        };
+                        for p in topic.partitions {
+                            let tp = TopicPartition::new(Arc::clone(&meta.name), p.partition_index);
+                            if pending.remove(&tp) {
+                                if matches!(
+                                    p.error_code,
+                                    NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH
+                                ) {
+                                    self.cluster.stale = true;
+                                }
+                                results.insert(tp, ack_error(p.error_code, p.error_message));
+                            }
+                        }
+                    }
+                    for tp in pending {
+                        // Java treats a missing partition as a failure.
+                        results.insert(
+                            tp,
+                            Err(AckError::InvalidRecordState {
+                                detail: "the broker's answer did not mention the partition"
+                                    .to_owned(),
+                            }),
+                        );
+                    }
+                }
+            }
+        }
+        results
+    }
+
+    async fn commit_now(&mut self) -> Result<CommitResults, ConsumerError> {
+        self.ensure_open()?;
+        let implicit = self.implicit();
+        let acks = self.take_acks(implicit);
+        let sent = self.send_acknowledge(acks, false).await;
+        let mut results = std::mem::take(&mut self.unreported);
+        results.merge(sent);
+        Ok(results)
+    }
+}
+
+#[async_trait]
+impl ShareConsumer for KafkaShareConsumer {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if topics.is_empty() || topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConsumerError::InvalidSubscription {
+                reason: "give one or more non-empty topic names".to_owned(),
+            });
+        }
+        let mut topics = topics;
+        topics.sort();
+        topics.dedup();
+        self.subscription = topics.clone();
+        self.cluster.stale = true;
+        self.membership.subscribe(topics);
+        Ok(())
+    }
+
+    fn subscription(&self) -> Vec<String> {
+        self.subscription.clone()
+    }
+
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.ensure_open()?;
+        if self.subscription.is_empty() {
+            return Err(ConsumerError::NotSubscribed);
+        }
+        if let Some(e) = self.membership.take_error() {
+            return Err(e);
+        }
+        let implicit = self.implicit();
+        if !implicit {
+            if let Some(first) = self.batch.first_unacknowledged() {
+                return Err(ConsumerError::UnacknowledgedRecords {
+                    count: self.batch.unacknowledged(),
+                    first,
+                });
+            }
+        }
+        let mut acks = self.take_acks(implicit);
+        self.batch.clear();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, assignment) = self.membership.assignment();
+            if assignment.is_empty() && acks.is_empty() && self.internal.is_empty() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(Vec::new());
+                }
+                self.membership.changed(left).await;
+                if let Some(e) = self.membership.take_error() {
+                    return Err(e);
+                }
+                continue;
+            }
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let records = self.fetch_round(std::mem::take(&mut acks), wait).await?;
+            if !records.is_empty() {
+                self.batch.reset(&records);
+                return Ok(records);
+            }
+            if Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+            if assignment.is_empty() {
+                self.membership
+                    .changed(deadline.saturating_duration_since(Instant::now()))
+                    .await;
+            }
+        }
+    }
+
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        if ack == AcknowledgeType::Renew {
+            return Err(ConsumerError::Unimplemented {
+                what: "RENEW (ShareFetch/ShareAcknowledge v2)",
+            });
+        }
+        self.batch.acknowledge(topic, partition, offset, ack)
+    }
+
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        match tokio::time::timeout(timeout, self.commit_now()).await {
+            Ok(r) => r,
+            Err(_) => Err(ConsumerError::Timeout(timeout)),
+        }
+    }
+
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        // The consumer is not shared with a background task, so the commit runs when awaited;
+        // acknowledgements not awaited still travel with the next poll.
+        self.ensure_open()?;
+        Err(ConsumerError::Unimplemented {
+            what: "commit_async (use commit_sync)",
+        })
+    }
+
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let acks = self.take_acks(false);
+        self.batch.clear();
+        let work = async {
+            let results = self.send_acknowledge(acks, true).await;
+            for (tp, e) in results.failures() {
+                tracing::warn!(%tp, error = %e, "acknowledgement failed during close");
+            }
+            self.membership.leave(timeout).await
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(ConsumerError::Timeout(timeout)),
+        }
+    }
+
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.lock_timeout
+    }
+
+    fn group_metadata(&self) -> GroupMetadata {
+        let epoch = if self.closed {
+            -1
+        } else {
+            self.membership.epoch()
+        };
+        GroupMetadata::new(&self.config.group_id, self.membership.member_id(), epoch)
+    }
+
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.config.acknowledgement_mode
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_batches_are_contiguous_and_collapse_uniform_types() {
+        let acks = [(1, 1), (2, 1), (3, 1), (5, 2), (6, 1), (9, 3)];
+        assert_eq!(
+            ack_batches(&acks),
+            vec![(1, 3, vec![1]), (5, 6, vec![2, 1]), (9, 9, vec![3])]
+        );
+        assert_eq!(
+            ack_batches(&[(4, 1), (4, 2)]),
+            vec![(4, 4, vec![1])],
+            "a duplicate is dropped"
+        );
+        assert!(ack_batches(&[]).is_empty());
+    }
+}

@@ -1,0 +1,434 @@
+//! Share-group membership: FindCoordinator and the ShareGroupHeartbeat loop, on a connection of
+//! its own so a long-polling ShareFetch never delays a heartbeat.
+//!
+//! The loop runs as a tokio task. It joins with epoch 0 and the client-generated member id,
+//! sends the subscription when it changes, follows the coordinator, rejoins with the same
+//! member id when fenced, backs off on load and transport errors, and stops on fatal errors,
+//! which `poll` then returns. Reactions follow the Java client (`AbstractHeartbeatRequestManager`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::protocol::{Message, StrBytes};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::connection::{Connection, ConnectionConfig};
+use super::errors::broker_error;
+use crate::consumer::ConsumerError;
+
+const NOT_COORDINATOR: i16 = 16;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const FENCED_MEMBER_EPOCH: i16 = 110;
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// A fatal heartbeat outcome, kept so every later poll can report it.
+#[derive(Debug, Clone)]
+struct Fatal {
+    code: i16,
+    message: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    epoch: i32,
+    /// Assigned partitions by topic id; replaced whole by each assignment.
+    assignment: Vec<(Uuid, Vec<i32>)>,
+    /// Bumped on every assignment change, so pollers can tell.
+    assignment_version: u64,
+    subscription: Vec<String>,
+    send_subscription: bool,
+    interval: Option<Duration>,
+    fatal: Option<Fatal>,
+    /// A non-fatal error to report from the next poll (TOPIC_AUTHORIZATION_FAILED).
+    transient: Option<Fatal>,
+    coordinator: Option<Connection>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    group_id: String,
+    member_id: String,
+    state: Mutex<State>,
+    /// Wakes the loop early (subscription change).
+    wake: Notify,
+    /// Wakes pollers on membership changes.
+    changed: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The member's view of its group, shared with the heartbeat task.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    shared: Arc<Shared>,
+    bootstrap: Connection,
+    config: ConnectionConfig,
+    task: Option<JoinHandle<()>>,
+}
+
+/// A member id as the Java client makes one: 16 random bytes, URL-safe base64 without padding.
+pub(crate) fn new_member_id() -> String {
+    base64_url(Uuid::new_v4().as_bytes())
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+impl Membership {
+    pub(crate) fn new(group_id: &str, bootstrap: Connection, config: ConnectionConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                group_id: group_id.to_owned(),
+                member_id: new_member_id(),
+                state: Mutex::new(State::default()),
+                wake: Notify::new(),
+                changed: Notify::new(),
+            }),
+            bootstrap,
+            config,
+            task: None,
+        }
+    }
+
+    pub(crate) fn member_id(&self) -> &str {
+        &self.shared.member_id
+    }
+
+    pub(crate) fn epoch(&self) -> i32 {
+        self.shared.lock().epoch
+    }
+
+    /// Sets the subscription and starts (or nudges) the heartbeat loop.
+    pub(crate) fn subscribe(&mut self, topics: Vec<String>) {
+        {
+            let mut state = self.shared.lock();
+            state.subscription = topics;
+            state.send_subscription = true;
+        }
+        if self.task.is_none() {
+            let shared = Arc::clone(&self.shared);
+            let bootstrap = self.bootstrap.clone();
+            let config = self.config.clone();
+            self.task = Some(tokio::spawn(heartbeat_loop(shared, bootstrap, config)));
+        } else {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// The current assignment and its version.
+    pub(crate) fn assignment(&self) -> (u64, Vec<(Uuid, Vec<i32>)>) {
+        let state = self.shared.lock();
+        (state.assignment_version, state.assignment.clone())
+    }
+
+    /// A fatal error of the loop, or a transient one not yet reported.
+    pub(crate) fn take_error(&self) -> Option<ConsumerError> {
+        let mut state = self.shared.lock();
+        let reported = match &state.fatal {
+            Some(fatal) => Some(fatal.clone()),
+            None => state.transient.take(),
+        };
+        reported.map(|f| heartbeat_error(f.code, f.message))
+    }
+
+    /// Waits until the membership changes or `timeout` passes.
+    pub(crate) async fn changed(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.shared.changed.notified()).await;
+    }
+
+    /// Stops the loop and sends the leave heartbeat (epoch -1).
+    pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        task.abort();
+        let (epoch, coordinator) = {
+            let mut state = self.shared.lock();
+            (state.epoch, state.coordinator.take())
+        };
+        if epoch <= 0 {
+            return Ok(());
+        }
+        let coordinator = match coordinator {
+            Some(c) if !c.is_closed() => c,
+            _ => find_coordinator(&self.shared.group_id, &self.bootstrap, &self.config).await?,
+        };
+        let request = heartbeat_request(&self.shared, -1, None);
+        let version = coordinator.negotiate(
+            ApiKey::ShareGroupHeartbeat,
+            ShareGroupHeartbeatRequest::VERSIONS,
+        )?;
+        let response: ShareGroupHeartbeatResponse = coordinator
+            .request_with_timeout(ApiKey::ShareGroupHeartbeat, version, &request, timeout)
+            .await?;
+        self.shared.lock().epoch = -1;
+        match broker_error(
+            "ShareGroupHeartbeat",
+            response.error_code,
+            response.error_message.map(|m| m.to_string()),
+        ) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn heartbeat_error(code: i16, message: Option<String>) -> ConsumerError {
+    if code == UNSUPPORTED_VERSION {
+        return ConsumerError::Unsupported {
+            broker: "group coordinator".to_owned(),
+            api: "ShareGroupHeartbeat",
+            wanted: "(the cluster answered UNSUPPORTED_VERSION: share groups are disabled)"
+                .to_owned(),
+        };
+    }
+    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol {
+        broker: "group coordinator".to_owned(),
+        reason: "heartbeat failed without an error code".to_owned(),
+    })
+}
+
+fn heartbeat_request(
+    shared: &Shared,
+    epoch: i32,
+    subscription: Option<Vec<String>>,
+) -> ShareGroupHeartbeatRequest {
+    ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
+        .with_member_id(StrBytes::from_string(shared.member_id.clone()))
+        .with_member_epoch(epoch)
+        .with_subscribed_topic_names(subscription.map(|topics| {
+            topics
+                .into_iter()
+                .map(|t| TopicName(StrBytes::from_string(t)))
+                .collect()
+        }))
+}
+
+/// FindCoordinator (key type GROUP) through `via`, then a connection to the coordinator.
+pub(crate) async fn find_coordinator(
+    group_id: &str,
+    via: &Connection,
+    config: &ConnectionConfig,
+) -> Result<Connection, ConsumerError> {
+    let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
+    let key = StrBytes::from_string(group_id.to_owned());
+    let mut request = FindCoordinatorRequest::default().with_key_type(0);
+    if version >= 4 {
+        request = request.with_coordinator_keys(vec![key]);
+    } else {
+        request = request.with_key(key);
+    }
+    let response: FindCoordinatorResponse = via
+        .request(ApiKey::FindCoordinator, version, &request)
+        .await?;
+    let (code, message, host, port) = if version >= 4 {
+        let Some(c) = response.coordinators.into_iter().next() else {
+            return Err(ConsumerError::Protocol {
+                broker: via.broker().to_owned(),
+                reason: "FindCoordinator answered with no coordinator".to_owned(),
+            });
+        };
+        (c.error_code, c.error_message, c.host, c.port)
+    } else {
+        (
+            response.error_code,
+            response.error_message,
+            response.host,
+            response.port,
+        )
+    };
+    if let Some(e) = broker_error("FindCoordinator", code, message.map(|m| m.to_string())) {
+        return Err(e);
+    }
+    Connection::connect(&format!("{host}:{port}"), config).await
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Connection, config: ConnectionConfig) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let coordinator = {
+            let existing = shared.lock().coordinator.clone();
+            match existing {
+                Some(c) if !c.is_closed() => c,
+                _ => match find_coordinator(&shared.group_id, &bootstrap, &config).await {
+                    Ok(c) => {
+                        shared.lock().coordinator = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "coordinator lookup failed, retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
+                },
+            }
+        };
+        let (epoch, subscription) = {
+            let mut state = shared.lock();
+            let send = state.epoch == 0 || state.send_subscription;
+            state.send_subscription = false;
+            (state.epoch, send.then(|| state.subscription.clone()))
+        };
+        let request = heartbeat_request(&shared, epoch, subscription.clone());
+        let result = match coordinator.negotiate(
+            ApiKey::ShareGroupHeartbeat,
+            ShareGroupHeartbeatRequest::VERSIONS,
+        ) {
+            Ok(version) => {
+                coordinator
+                    .request::<_, ShareGroupHeartbeatResponse>(
+                        ApiKey::ShareGroupHeartbeat,
+                        version,
+                        &request,
+                    )
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(e @ ConsumerError::Unsupported { .. }) => {
+                tracing::error!(error = %e, "share groups unsupported");
+                shared.lock().fatal = Some(Fatal {
+                    code: UNSUPPORTED_VERSION,
+                    message: Some(e.to_string()),
+                });
+                shared.changed.notify_waiters();
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat failed, retrying");
+                {
+                    let mut state = shared.lock();
+                    state.coordinator = None;
+                    if subscription.is_some() {
+                        state.send_subscription = true;
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let interval = {
+            let mut state = shared.lock();
+            let message = response.error_message.map(|m| m.to_string());
+            match response.error_code {
+                0 => {
+                    backoff = Duration::from_millis(100);
+                    state.epoch = response.member_epoch;
+                    if response.heartbeat_interval_ms > 0 {
+                        state.interval =
+                            Some(Duration::from_millis(response.heartbeat_interval_ms as u64));
+                    }
+                    if let Some(assignment) = response.assignment {
+                        state.assignment = assignment
+                            .topic_partitions
+                            .into_iter()
+                            .map(|tp| (tp.topic_id, tp.partitions))
+                            .collect();
+                        state.assignment_version += 1;
+                        tracing::debug!(assignment = ?state.assignment, epoch = state.epoch, "assignment received");
+                    }
+                    Some(state.interval.unwrap_or(Duration::from_secs(5)))
+                }
+                NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE => {
+                    state.coordinator = None;
+                    state.send_subscription |= subscription.is_some();
+                    Some(Duration::from_millis(50))
+                }
+                COORDINATOR_LOAD_IN_PROGRESS => {
+                    state.send_subscription |= subscription.is_some();
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    Some(backoff)
+                }
+                FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID => {
+                    tracing::info!(
+                        code = response.error_code,
+                        "fenced; rejoining with the same member id"
+                    );
+                    state.epoch = 0;
+                    state.assignment.clear();
+                    state.assignment_version += 1;
+                    Some(Duration::ZERO)
+                }
+                TOPIC_AUTHORIZATION_FAILED => {
+                    state.transient = Some(Fatal {
+                        code: response.error_code,
+                        message,
+                    });
+                    Some(state.interval.unwrap_or(Duration::from_secs(5)))
+                }
+                code => {
+                    tracing::error!(code, ?message, "fatal heartbeat error; the consumer stops");
+                    state.fatal = Some(Fatal { code, message });
+                    None
+                }
+            }
+        };
+        let Some(interval) = interval else {
+            shared.changed.notify_waiters();
+            return;
+        };
+        shared.changed.notify_waiters();
+        if !interval.is_zero() {
+            let _ = tokio::time::timeout(interval, shared.wake.notified()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_ids_look_like_java_ones() {
+        let id = new_member_id();
+        assert_eq!(id.len(), 22);
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "{id}"
+        );
+        assert_ne!(id, new_member_id());
+        assert_eq!(base64_url(b"\xfb\xff"), "-_8");
+    }
+}

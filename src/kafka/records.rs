@@ -1,0 +1,329 @@
+//! Turning the `Records` bytes of a ShareFetch partition into the records this member acquired.
+//!
+//! A response carries whole log batches, which may hold offsets acquired by other members and
+//! control records. Only offsets inside `AcquiredRecords` are delivered, each with its range's
+//! delivery count; acquired offsets with no data record (control records, compacted away) are
+//! acknowledged as GAP; acquired offsets of a batch that cannot be decoded are rejected, as the
+//! Java client does, since no retry can make a corrupt batch readable.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::records::{self, RecordBatchDecoder};
+
+use crate::record::{ConsumerRecord, Headers, TimestampType};
+
+/// Offset of `recordsCount` in a v2 batch header.
+const RECORDS_COUNT_AT: usize = 57;
+/// Offset of `lastOffsetDelta` in a v2 batch header.
+const LAST_OFFSET_DELTA_AT: usize = 23;
+/// Size of a v2 batch header.
+const BATCH_HEADER: usize = 61;
+/// `baseOffset` + `batchLength`.
+const LENGTH_PREFIX: usize = 12;
+/// No honest batch holds more records; a larger count is a corrupt header (and would make the
+/// decoder reserve memory for it).
+const MAX_RECORDS_PER_BATCH: i32 = 1_000_000;
+
+/// An acquired offset range with its delivery count, inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AcquiredRange {
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    pub(crate) delivery_count: u16,
+}
+
+/// What one partition of a ShareFetch response yields.
+#[derive(Debug, Default)]
+pub(crate) struct Extracted {
+    /// Records to hand to the application, in offset order.
+    pub(crate) records: Vec<ConsumerRecord>,
+    /// Acquired offsets with no data record: acknowledge as GAP.
+    pub(crate) gaps: Vec<i64>,
+    /// Acquired offsets in batches that could not be decoded: acknowledge as REJECT.
+    pub(crate) corrupt: Vec<i64>,
+    /// Why batches could not be decoded, for the log.
+    pub(crate) errors: Vec<String>,
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+fn convert(
+    topic: &Arc<str>,
+    partition: i32,
+    record: records::Record,
+    delivery_count: u16,
+) -> ConsumerRecord {
+    let headers: Headers = record
+        .headers
+        .into_iter()
+        .map(|(k, v)| crate::record::Header::new(k.to_string(), v))
+        .collect();
+    let timestamp_type = match record.timestamp_type {
+        records::TimestampType::Creation => TimestampType::CreateTime,
+        records::TimestampType::LogAppend => TimestampType::LogAppendTime,
+    };
+    let timestamp_type = if record.timestamp < 0 {
+        TimestampType::NoTimestampType
+    } else {
+        timestamp_type
+    };
+    ConsumerRecord::new(Arc::clone(topic), partition, record.offset)
+        .with_key(record.key)
+        .with_value(record.value)
+        .with_headers(headers)
+        .with_timestamp(record.timestamp, timestamp_type)
+        .with_delivery_count(delivery_count)
+}
+
+fn delivery_count_at(acquired: &[AcquiredRange], offset: i64) -> Option<u16> {
+    // Ranges are few and sorted; a linear scan from the start is fine.
+    acquired
+        .iter()
+        .find(|r| r.first <= offset && offset <= r.last)
+        .map(|r| r.delivery_count)
+}
+
+/// Extracts the acquired records of one partition. Never fails: what cannot be decoded is
+/// reported in `corrupt` and `errors`.
+pub(crate) fn extract(
+    topic: &Arc<str>,
+    partition: i32,
+    data: Option<Bytes>,
+    acquired: &[AcquiredRange],
+) -> Extracted {
+    let mut out = Extracted::default();
+    let mut acquired: Vec<AcquiredRange> = acquired
+        .iter()
+        .copied()
+        .filter(|r| r.first <= r.last)
+        .collect();
+    acquired.sort_by_key(|r| r.first);
+    if acquired.is_empty() {
+        return out;
+    }
+    // Offsets for which a data record (or a corrupt batch) was seen, in order.
+    let mut covered: Vec<i64> = Vec::new();
+    let mut buf = data.unwrap_or_default();
+    while buf.len() >= LENGTH_PREFIX {
+        let base_offset = be_i64(&buf, 0);
+        let length = be_i32(&buf, 8);
+        let Ok(length) = usize::try_from(length) else {
+            out.errors.push(format!(
+                "negative batch length {length} at offset {base_offset}"
+            ));
+            break;
+        };
+        if buf.len() < LENGTH_PREFIX + length {
+            // A fetch may end in a partial batch; the broker sends it whole next time.
+            break;
+        }
+        let batch = buf.split_to(LENGTH_PREFIX + length);
+        if batch.len() < BATCH_HEADER {
+            out.errors.push(format!(
+                "batch at offset {base_offset} is shorter than a batch header"
+            ));
+            continue;
+        }
+        let last_offset =
+            base_offset.saturating_add(i64::from(be_i32(&batch, LAST_OFFSET_DELTA_AT)));
+        let count = be_i32(&batch, RECORDS_COUNT_AT);
+        let decoded = if !(0..=MAX_RECORDS_PER_BATCH).contains(&count) {
+            Err(format!("implausible record count {count}"))
+        } else {
+            let mut cursor = batch.clone();
+            RecordBatchDecoder::decode(&mut cursor).map_err(|e| e.to_string())
+        };
+        match decoded {
+            Ok(set) => {
+                for record in set.records {
+                    let offset = record.offset;
+                    let Some(dc) = delivery_count_at(&acquired, offset) else {
+                        continue;
+                    };
+                    covered.push(offset);
+                    if record.control {
+                        out.gaps.push(offset);
+                    } else {
+                        out.records.push(convert(topic, partition, record, dc));
+                    }
+                }
+            }
+            Err(reason) => {
+                out.errors.push(format!(
+                    "batch at offsets {base_offset}..={last_offset} of {topic}-{partition} cannot be decoded: {reason}"
+                ));
+                for r in &acquired {
+                    let (from, to) = (r.first.max(base_offset), r.last.min(last_offset));
+                    for offset in from..=to {
+                        covered.push(offset);
+                        out.corrupt.push(offset);
+                    }
+                }
+            }
+        }
+    }
+    // Acquired offsets that no data record covered are gaps, unless the data simply stopped
+    // (a partial batch): those stay unacknowledged and come back when their lock expires.
+    let data_end = covered.iter().copied().max();
+    covered.sort_unstable();
+    covered.dedup();
+    if let Some(end) = data_end {
+        for r in &acquired {
+            for offset in r.first..=r.last.min(end) {
+                if covered.binary_search(&offset).is_err() {
+                    out.gaps.push(offset);
+                }
+            }
+        }
+    }
+    out.records.sort_by_key(ConsumerRecord::offset);
+    out.gaps.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
+
+    use super::*;
+
+    fn record(offset: i64, value: &str) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: records::TimestampType::Creation,
+            offset,
+            // offset - sequence constant keeps the records in one batch.
+            sequence: i32::try_from(offset).unwrap(),
+            timestamp: 1_000 + offset,
+            key: None,
+            value: Some(Bytes::from(value.to_owned())),
+            headers: [(StrBytes::from_static_str("h"), None)]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn encode(records: &[Record], compression: Compression) -> Bytes {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    fn range(first: i64, last: i64, dc: u16) -> AcquiredRange {
+        AcquiredRange {
+            first,
+            last,
+            delivery_count: dc,
+        }
+    }
+
+    #[test]
+    fn only_acquired_offsets_are_delivered_with_their_delivery_count() {
+        let topic: Arc<str> = "t".into();
+        let data = encode(
+            &(0..6).map(|o| record(o, "v")).collect::<Vec<_>>(),
+            Compression::None,
+        );
+        let got = extract(&topic, 2, Some(data), &[range(4, 5, 3), range(1, 2, 1)]);
+        let seen: Vec<(i64, u16)> = got
+            .records
+            .iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect();
+        assert_eq!(seen, vec![(1, 1), (2, 1), (4, 3), (5, 3)]);
+        assert!(got.gaps.is_empty() && got.corrupt.is_empty());
+        let r = &got.records[0];
+        assert_eq!((r.topic(), r.partition(), r.timestamp()), ("t", 2, 1_001));
+        assert_eq!(r.timestamp_type(), TimestampType::CreateTime);
+        assert_eq!(
+            r.headers().iter().next().map(|h| (h.key(), h.value())),
+            Some(("h", None))
+        );
+    }
+
+    #[test]
+    fn every_codec_decodes() {
+        let topic: Arc<str> = "t".into();
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let data = encode(
+                &(0..3).map(|o| record(o, "payload")).collect::<Vec<_>>(),
+                compression,
+            );
+            let got = extract(&topic, 0, Some(data), &[range(0, 2, 1)]);
+            assert_eq!(got.records.len(), 3, "{compression:?}: {:?}", got.errors);
+        }
+    }
+
+    #[test]
+    fn acquired_offsets_without_data_are_gaps_and_a_partial_batch_is_left_alone() {
+        let topic: Arc<str> = "t".into();
+        let mut first = encode(&[record(0, "a"), record(2, "c")], Compression::None).to_vec();
+        let second = encode(&[record(3, "d"), record(4, "e")], Compression::None);
+        first.extend_from_slice(&second[..second.len() - 5]); // truncated
+        let got = extract(&topic, 0, Some(Bytes::from(first)), &[range(0, 4, 1)]);
+        assert_eq!(
+            got.records
+                .iter()
+                .map(ConsumerRecord::offset)
+                .collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        assert_eq!(
+            got.gaps,
+            vec![1],
+            "offset 1 has no record; 3 and 4 were cut off, not gaps"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_batch_rejects_its_acquired_offsets_and_never_panics() {
+        let topic: Arc<str> = "t".into();
+        let good = encode(&[record(0, "a"), record(1, "b")], Compression::None);
+        let mut bad = good.to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff; // breaks the CRC
+        let got = extract(&topic, 0, Some(Bytes::from(bad)), &[range(0, 1, 1)]);
+        assert!(got.records.is_empty());
+        assert_eq!(got.corrupt, vec![0, 1]);
+        assert_eq!(got.errors.len(), 1);
+
+        // Every prefix and a huge record count: no panic, no huge allocation.
+        for cut in 0..good.len() {
+            let _ = extract(&topic, 0, Some(good.slice(..cut)), &[range(0, 1, 1)]);
+        }
+        let mut huge = good.to_vec();
+        huge[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        let got = extract(&topic, 0, Some(Bytes::from(huge)), &[range(0, 1, 1)]);
+        assert_eq!(got.corrupt, vec![0, 1]);
+    }
+}

@@ -1,0 +1,525 @@
+//! `KafkaShareConsumer` against a real Apache Kafka broker (started by `scripts/test.sh`).
+//!
+//! Each test makes its own topic and group. Test data is produced with rskafka.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kafka_share_sink::{
+    AcknowledgeType, AcknowledgementMode, ConsumerRecord, DriverConfig, KafkaAdmin,
+    KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, ShareSinkTask, SinkRecord,
+    SinkTask, TaskConfig, TaskError,
+};
+use rskafka::client::ClientBuilder;
+use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::record::Record;
+
+const LOCK_MS: u64 = 2_000;
+
+struct Fixture {
+    bootstrap: String,
+    topic: String,
+    group: String,
+}
+
+/// A topic with `partitions` partitions and a group reading it from the earliest offset with
+/// a short lock, or `None` when the broker tests are skipped.
+async fn fixture(test: &str, partitions: i32) -> Option<Fixture> {
+    fixture_with_lock(test, partitions, LOCK_MS).await
+}
+
+async fn fixture_with_lock(test: &str, partitions: i32, lock_ms: u64) -> Option<Fixture> {
+    let bootstrap = support::bootstrap(test)?;
+    let topic = support::unique(test);
+    let group = support::unique(&format!("{test}-group"));
+    let admin = KafkaAdmin::connect(&bootstrap)
+        .await
+        .expect("admin connects");
+    admin
+        .create_topic(&topic, partitions, 1)
+        .await
+        .expect("topic created");
+    let lock = lock_ms.to_string();
+    admin
+        .set_share_group_config(
+            &group,
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.record.lock.duration.ms", lock.as_str()),
+            ],
+        )
+        .await
+        .expect("group configured");
+    Some(Fixture {
+        bootstrap,
+        topic,
+        group,
+    })
+}
+
+fn record(i: usize) -> Record {
+    Record {
+        key: Some(format!("key-{i}").into_bytes()),
+        value: Some(format!("value-{i}").into_bytes()),
+        headers: BTreeMap::new(),
+        timestamp: chrono::Utc::now(),
+    }
+}
+
+async fn produce(f: &Fixture, partition: i32, records: Vec<Record>, compression: Compression) {
+    let client = ClientBuilder::new(vec![f.bootstrap.clone()])
+        .build()
+        .await
+        .expect("rskafka client");
+    let partition = client
+        .partition_client(f.topic.clone(), partition, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    for chunk in records.chunks(500) {
+        partition
+            .produce(chunk.to_vec(), compression)
+            .await
+            .expect("produce");
+    }
+}
+
+async fn consumer(f: &Fixture, mode: AcknowledgementMode) -> KafkaShareConsumer {
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(mode)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut c = KafkaShareConsumer::connect(config)
+        .await
+        .expect("consumer connects");
+    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
+    c
+}
+
+/// Polls until `n` records arrived or `within` passed, acknowledging each with `ack`.
+async fn drain(
+    c: &mut KafkaShareConsumer,
+    n: usize,
+    within: Duration,
+    ack: AcknowledgeType,
+) -> Vec<ConsumerRecord> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        let records = c.poll(Duration::from_millis(500)).await.expect("poll");
+        for r in &records {
+            c.acknowledge(r, ack).expect("acknowledge");
+        }
+        got.extend(records);
+    }
+    got
+}
+
+fn ids(records: &[ConsumerRecord]) -> Vec<(i32, i64)> {
+    records
+        .iter()
+        .map(|r| (r.partition(), r.offset()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumes_ten_thousand_records_accepted_exactly_once() {
+    let Some(f) = fixture("accept_once", 3).await else {
+        return;
+    };
+    for p in 0..3 {
+        produce(
+            &f,
+            p,
+            (0..3334).map(record).collect(),
+            Compression::NoCompression,
+        )
+        .await;
+    }
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let got = drain(
+        &mut c,
+        10_002,
+        Duration::from_secs(60),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    let results = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert!(results.is_success(), "{results:?}");
+    let distinct: HashSet<(i32, i64)> = ids(&got).into_iter().collect();
+    assert_eq!(got.len(), 10_002, "every record once");
+    assert_eq!(distinct.len(), 10_002, "no record twice");
+    assert!(got.iter().all(|r| r.delivery_count() == 1));
+    assert!(c.group_metadata().member_epoch() > 0);
+    assert_eq!(
+        c.acquisition_lock_timeout(),
+        Some(Duration::from_millis(LOCK_MS))
+    );
+    let again = drain(&mut c, 1, Duration::from_secs(3), AcknowledgeType::Accept).await;
+    assert!(
+        again.is_empty(),
+        "accepted records never come back: {:?}",
+        ids(&again)
+    );
+    c.close(Duration::from_secs(10)).await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_redelivers_with_count_two_and_reject_never_again() {
+    let Some(f) = fixture("release_reject", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..4).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let first = drain(&mut c, 4, Duration::from_secs(30), AcknowledgeType::Accept).await;
+    // Replace the accepts before they are sent: two released, two rejected.
+    for r in &first {
+        let ack = if r.offset() % 2 == 0 {
+            AcknowledgeType::Release
+        } else {
+            AcknowledgeType::Reject
+        };
+        c.acknowledge(r, ack).unwrap();
+    }
+    assert!(
+        c.commit_sync(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    let again = drain(&mut c, 2, Duration::from_secs(30), AcknowledgeType::Accept).await;
+    assert_eq!(
+        ids(&again),
+        vec![(0, 0), (0, 2)],
+        "only the released records come back"
+    );
+    assert!(again.iter().all(|r| r.delivery_count() == 2));
+    c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        drain(&mut c, 1, Duration::from_secs(3), AcknowledgeType::Accept)
+            .await
+            .is_empty()
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_expiry_redelivers_to_another_member_and_the_late_commit_fails() {
+    let Some(f) = fixture("lock_expiry", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..3).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut slow = consumer(&f, AcknowledgementMode::Explicit).await;
+    let held = slow.poll(Duration::from_secs(20)).await.unwrap();
+    assert!(!held.is_empty());
+    tokio::time::sleep(Duration::from_millis(LOCK_MS + 1_000)).await;
+    let mut other = consumer(&f, AcknowledgementMode::Explicit).await;
+    let taken = drain(
+        &mut other,
+        held.len(),
+        Duration::from_secs(30),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    assert_eq!(ids(&taken), ids(&held));
+    assert!(taken.iter().all(|r| r.delivery_count() == 2));
+    for r in &held {
+        slow.acknowledge(r, AcknowledgeType::Accept).unwrap();
+    }
+    let results = slow.commit_sync(Duration::from_secs(10)).await.unwrap();
+    let (_, error) = results
+        .failures()
+        .next()
+        .expect("the late acknowledgement fails");
+    assert!(error.is_lock_lost(), "{error}");
+    other.commit_sync(Duration::from_secs(10)).await.unwrap();
+    slow.close(Duration::from_secs(10)).await.unwrap();
+    other.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_makes_unacknowledged_records_available_at_once() {
+    let Some(f) = fixture_with_lock("close_releases", 1, 20_000).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..5).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut holder = consumer(&f, AcknowledgementMode::Explicit).await;
+    let held = holder.poll(Duration::from_secs(20)).await.unwrap();
+    assert!(!held.is_empty());
+    // Accept the first; close must send that and release the rest.
+    holder
+        .acknowledge(&held[0], AcknowledgeType::Accept)
+        .unwrap();
+    holder.close(Duration::from_secs(10)).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut taker = consumer(&f, AcknowledgementMode::Explicit).await;
+    let got = drain(
+        &mut taker,
+        held.len() - 1,
+        Duration::from_secs(15),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "well before the 20 s lock would expire"
+    );
+    assert_eq!(
+        ids(&got),
+        ids(&held[1..]),
+        "released records, not the accepted one"
+    );
+    assert!(got.iter().all(|r| r.delivery_count() == 2));
+    taker.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_null_values_headers_timestamps_and_every_codec_arrive_intact() {
+    let Some(f) = fixture("payloads", 1).await else {
+        return;
+    };
+    let ts = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let mut expected = Vec::new();
+    for (i, compression) in [
+        Compression::NoCompression,
+        Compression::Gzip,
+        Compression::Lz4,
+        Compression::Snappy,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let records: Vec<Record> = (0..3)
+            .map(|j| Record {
+                key: (j != 1).then(|| format!("k{i}-{j}").into_bytes()),
+                value: (j != 2).then(|| vec![b'x'; 100 * (j + 1)]),
+                headers: [
+                    ("codec".to_owned(), format!("{compression:?}").into_bytes()),
+                    ("empty".to_owned(), Vec::new()),
+                ]
+                .into_iter()
+                .collect(),
+                timestamp: ts,
+            })
+            .collect();
+        expected.extend(records.clone());
+        produce(&f, 0, records, compression).await;
+    }
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let got = drain(
+        &mut c,
+        expected.len(),
+        Duration::from_secs(30),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    assert_eq!(got.len(), expected.len());
+    for (r, e) in got.iter().zip(&expected) {
+        assert_eq!(r.key().map(|k| k.to_vec()), e.key, "key at {}", r.offset());
+        assert_eq!(
+            r.value().map(|v| v.to_vec()),
+            e.value,
+            "value at {}",
+            r.offset()
+        );
+        let headers: HashMap<String, Option<Vec<u8>>> = r
+            .headers()
+            .iter()
+            .map(|h| (h.key().to_owned(), h.value().map(|v| v.to_vec())))
+            .collect();
+        let want: HashMap<String, Option<Vec<u8>>> = e
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        assert_eq!(headers, want, "headers at {}", r.offset());
+        assert_eq!(r.timestamp(), 1_700_000_000_123);
+    }
+    c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    c.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn implicit_mode_accepts_on_the_next_poll() {
+    let Some(f) = fixture("implicit", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..10).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut c = consumer(&f, AcknowledgementMode::Implicit).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < 10 && tokio::time::Instant::now() < deadline {
+        got.extend(c.poll(Duration::from_millis(500)).await.unwrap());
+    }
+    assert_eq!(got.len(), 10);
+    assert!(c.acknowledge(&got[0], AcknowledgeType::Accept).is_err());
+    assert!(
+        c.commit_sync(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
+    let mut other = consumer(&f, AcknowledgementMode::Explicit).await;
+    assert!(
+        drain(
+            &mut other,
+            1,
+            Duration::from_secs(3),
+            AcknowledgeType::Accept
+        )
+        .await
+        .is_empty()
+    );
+    other.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_share_one_partition_without_overlap() {
+    let Some(f) = fixture("two_members", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..2_000).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut a = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut b = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut seen: Vec<(i32, i64)> = Vec::new();
+    let (mut from_a, mut from_b) = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 2_000 && tokio::time::Instant::now() < deadline {
+        let ra = a.poll(Duration::from_millis(300)).await.unwrap();
+        let rb = b.poll(Duration::from_millis(300)).await.unwrap();
+        from_a += ra.len();
+        from_b += rb.len();
+        for r in &ra {
+            a.acknowledge(r, AcknowledgeType::Accept).unwrap();
+        }
+        for r in &rb {
+            b.acknowledge(r, AcknowledgeType::Accept).unwrap();
+        }
+        seen.extend(ids(&ra));
+        seen.extend(ids(&rb));
+    }
+    let distinct: HashSet<(i32, i64)> = seen.iter().copied().collect();
+    assert_eq!(distinct.len(), 2_000);
+    assert_eq!(seen.len(), 2_000, "no record held by both");
+    assert!(
+        from_a > 0 && from_b > 0,
+        "both members got records: {from_a} / {from_b}"
+    );
+    a.close(Duration::from_secs(10)).await.unwrap();
+    b.close(Duration::from_secs(10)).await.unwrap();
+}
+
+struct Collect(Arc<Mutex<Vec<(i32, i64)>>>);
+
+#[async_trait::async_trait]
+impl SinkTask for Collect {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        let mut seen = self.0.lock().map_err(|_| TaskError::fatal("poisoned"))?;
+        seen.extend(
+            records
+                .iter()
+                .map(|r| (r.original_partition(), r.original_offset())),
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_hundred_thousand_records_through_two_drivers_none_lost() {
+    let Some(f) = fixture("end_to_end", 4).await else {
+        return;
+    };
+    const N: usize = 100_000;
+    for p in 0..4 {
+        produce(&f, p, (0..N / 4).map(record).collect(), Compression::Lz4).await;
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut drivers = Vec::new();
+    for _ in 0..2 {
+        let consumer = KafkaShareConsumer::connect(
+            KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+                .fetch_max_wait(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+        let config = DriverConfig::new([f.topic.clone()]).poll_timeout(Duration::from_millis(500));
+        drivers.push(ShareSinkTask::new(
+            Box::new(Collect(Arc::clone(&seen))),
+            consumer,
+            config,
+        ));
+    }
+    let done = {
+        let seen = Arc::clone(&seen);
+        move || {
+            let seen = seen.lock().unwrap();
+            seen.iter().copied().collect::<HashSet<_>>().len() >= N
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let mut handles = Vec::new();
+    for mut d in drivers {
+        let done = done.clone();
+        handles.push(tokio::spawn(async move {
+            let shutdown = async move {
+                while !done() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            let result = d.run(shutdown).await;
+            (result, d.metrics())
+        }));
+    }
+    let mut put_by = Vec::new();
+    for h in handles {
+        let (result, metrics) = h.await.unwrap();
+        result.expect("driver ran cleanly");
+        put_by.push(metrics.records_put);
+    }
+    let seen = seen.lock().unwrap();
+    let distinct: HashSet<(i32, i64)> = seen.iter().copied().collect();
+    assert_eq!(distinct.len(), N, "every record put at least once");
+    assert!(
+        put_by.iter().all(|n| *n > 0),
+        "both drivers worked: {put_by:?}"
+    );
+}
