@@ -32,6 +32,15 @@ async fn fixture(test: &str, partitions: i32) -> Option<Fixture> {
 }
 
 async fn fixture_with_lock(test: &str, partitions: i32, lock_ms: u64) -> Option<Fixture> {
+    fixture_with(test, partitions, lock_ms, &[]).await
+}
+
+async fn fixture_with(
+    test: &str,
+    partitions: i32,
+    lock_ms: u64,
+    extra: &[(&str, &str)],
+) -> Option<Fixture> {
     let bootstrap = support::bootstrap(test)?;
     let topic = support::unique(test);
     let group = support::unique(&format!("{test}-group"));
@@ -43,14 +52,13 @@ async fn fixture_with_lock(test: &str, partitions: i32, lock_ms: u64) -> Option<
         .await
         .expect("topic created");
     let lock = lock_ms.to_string();
+    let mut configs = vec![
+        ("share.auto.offset.reset", "earliest"),
+        ("share.record.lock.duration.ms", lock.as_str()),
+    ];
+    configs.extend_from_slice(extra);
     admin
-        .set_share_group_config(
-            &group,
-            &[
-                ("share.auto.offset.reset", "earliest"),
-                ("share.record.lock.duration.ms", lock.as_str()),
-            ],
-        )
+        .set_share_group_config(&group, &configs)
         .await
         .expect("group configured");
     Some(Fixture {
@@ -522,4 +530,34 @@ async fn one_hundred_thousand_records_through_two_drivers_none_lost() {
         put_by.iter().all(|n| *n > 0),
         "both drivers worked: {put_by:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivery_count_limit_archives_a_record_released_too_often() {
+    let limit = [("share.delivery.count.limit", "2")];
+    let Some(f) = fixture_with("delivery_limit", 1, LOCK_MS, &limit).await else {
+        return;
+    };
+    produce(&f, 0, vec![record(0)], Compression::NoCompression).await;
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    for attempt in 1..=2_u16 {
+        let got = drain(&mut c, 1, Duration::from_secs(30), AcknowledgeType::Release).await;
+        assert_eq!(ids(&got), vec![(0, 0)], "attempt {attempt}");
+        assert_eq!(got[0].delivery_count(), attempt);
+        assert!(
+            c.commit_sync(Duration::from_secs(10))
+                .await
+                .unwrap()
+                .is_success()
+        );
+    }
+    let after = drain(
+        &mut c,
+        1,
+        Duration::from_millis(LOCK_MS * 2),
+        AcknowledgeType::Release,
+    )
+    .await;
+    assert!(after.is_empty(), "archived at the limit: {:?}", ids(&after));
+    c.close(Duration::from_secs(10)).await.unwrap();
 }
