@@ -14,6 +14,7 @@ use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::bootstrap::Bootstrap;
 use super::config::KafkaShareConsumerConfig;
 use super::connection::{Connection, ConnectionConfig};
 use super::errors::broker_error;
@@ -27,6 +28,7 @@ use crate::consumer::{
 use crate::record::{ConsumerRecord, TopicPartition};
 
 const GAP: i8 = 0;
+const RELEASE: i8 = 2;
 const REJECT: i8 = 3;
 const SHARE_SESSION_NOT_FOUND: i16 = 122;
 const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
@@ -50,6 +52,7 @@ struct Cluster {
     by_id: HashMap<Uuid, TopicMeta>,
     by_name: HashMap<String, Uuid>,
     stale: bool,
+    refreshed: Option<Instant>,
 }
 
 impl Cluster {
@@ -82,6 +85,30 @@ impl Session {
     }
 }
 
+/// Java's `metadata.max.age.ms`.
+const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
+/// Java's `retry.backoff.ms`: the pause after a round that sent nothing or only met errors.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What one fetch round brought.
+#[derive(Debug)]
+struct Round {
+    records: Vec<ConsumerRecord>,
+    /// Whether any request went out (if not, the round did not wait).
+    sent: bool,
+    /// Whether any broker or partition error came back.
+    errors: bool,
+    /// A non-retriable error, returned by poll when no records came.
+    error: Option<ConsumerError>,
+}
+
+/// Requests whose answers have not been processed yet.
+#[derive(Debug)]
+struct InFlight {
+    nodes: Vec<i32>,
+    acks: Vec<TopicPartition>,
+}
+
 /// Acknowledgements to send, per partition, as wire codes in offset order.
 type WireAcks = BTreeMap<TopicPartition, Vec<(i64, i8)>>;
 
@@ -93,7 +120,7 @@ fn ack_batches(acks: &[(i64, i8)]) -> Vec<(i64, i64, Vec<i8>)> {
     let mut out: Vec<(i64, i64, Vec<i8>)> = Vec::new();
     for &(offset, code) in acks {
         match out.last_mut() {
-            Some((_, last, types)) if *last + 1 == offset => {
+            Some((_, last, types)) if last.checked_add(1) == Some(offset) => {
                 *last = offset;
                 types.push(code);
             }
@@ -160,7 +187,7 @@ fn not_sent(why: &str) -> AckError {
 pub struct KafkaShareConsumer {
     config: KafkaShareConsumerConfig,
     connection_config: ConnectionConfig,
-    bootstrap: Connection,
+    bootstrap: Arc<Bootstrap>,
     membership: Membership,
     cluster: Cluster,
     fetchers: HashMap<i32, Connection>,
@@ -171,6 +198,7 @@ pub struct KafkaShareConsumer {
     internal: WireAcks,
     unreported: CommitResults,
     lock_timeout: Option<Duration>,
+    in_flight: Option<InFlight>,
     closed: bool,
 }
 
@@ -190,18 +218,16 @@ impl KafkaShareConsumer {
             request_timeout: config.request_timeout,
             ..ConnectionConfig::default()
         };
-        let bootstrap = Connection::connect_any(&config.bootstrap, &connection_config).await?;
-        bootstrap.negotiate(
+        let bootstrap =
+            Arc::new(Bootstrap::connect(&config.bootstrap, connection_config.clone()).await?);
+        let first = bootstrap.get().await?;
+        first.negotiate(
             ApiKey::ShareGroupHeartbeat,
             kafka_protocol::messages::ShareGroupHeartbeatRequest::VERSIONS,
         )?;
-        bootstrap.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
-        bootstrap.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)?;
-        let membership = Membership::new(
-            &config.group_id,
-            bootstrap.clone(),
-            connection_config.clone(),
-        );
+        first.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
+        first.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)?;
+        let membership = Membership::new(&config.group_id, Arc::clone(&bootstrap));
         Ok(Self {
             config,
             connection_config,
@@ -215,6 +241,7 @@ impl KafkaShareConsumer {
             internal: WireAcks::new(),
             unreported: CommitResults::new(),
             lock_timeout: None,
+            in_flight: None,
             closed: false,
         })
     }
@@ -232,12 +259,11 @@ impl KafkaShareConsumer {
     }
 
     async fn refresh_metadata(&mut self) -> Result<(), ConsumerError> {
-        let version = self
-            .bootstrap
-            .negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
+        let bootstrap = self.bootstrap.get().await?;
+        let version = bootstrap.negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
         if version < 10 {
             return Err(ConsumerError::Unsupported {
-                broker: self.bootstrap.broker().to_owned(),
+                broker: bootstrap.broker().to_owned(),
                 api: "Metadata",
                 wanted: "v10 or later (topic ids)".to_owned(),
             });
@@ -253,11 +279,13 @@ impl KafkaShareConsumer {
         let request = MetadataRequest::default()
             .with_topics(Some(topics))
             .with_allow_auto_topic_creation(false);
-        let response: MetadataResponse = self
-            .bootstrap
+        let response: MetadataResponse = bootstrap
             .request(ApiKey::Metadata, version, &request)
             .await?;
-        let mut cluster = Cluster::default();
+        let mut cluster = Cluster {
+            refreshed: Some(Instant::now()),
+            ..Cluster::default()
+        };
         for broker in response.brokers {
             cluster
                 .brokers
@@ -270,9 +298,11 @@ impl KafkaShareConsumer {
                 continue;
             }
             let name: Arc<str> = Arc::from(name.0.as_str());
+            // A partition without a leader (-1) is left out: asking again finds it.
             let leaders = topic
                 .partitions
                 .iter()
+                .filter(|p| p.leader_id.0 >= 0)
                 .map(|p| (p.partition_index, p.leader_id.0))
                 .collect();
             cluster.by_name.insert(name.to_string(), topic.topic_id);
@@ -295,7 +325,7 @@ impl KafkaShareConsumer {
         let Some(addr) = self.cluster.brokers.get(&node).cloned() else {
             self.cluster.stale = true;
             return Err(ConsumerError::Protocol {
-                broker: self.bootstrap.broker().to_owned(),
+                broker: format!("node {node}"),
                 reason: format!("metadata names no broker {node}"),
             });
         };
@@ -348,9 +378,50 @@ impl KafkaShareConsumer {
         &mut self,
         acks: WireAcks,
         wait: Duration,
-    ) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+    ) -> Result<Round, ConsumerError> {
+        self.recover_cancelled();
+        let taken: Vec<TopicPartition> = acks.keys().cloned().collect();
+        let result = self.fetch_round_inner(acks, wait).await;
+        if result.is_err() {
+            // Nothing was sent: report the acknowledgements as failed, never as lost.
+            for tp in taken {
+                self.unreported
+                    .insert(tp, Err(not_sent("the fetch could not be sent")));
+            }
+        }
+        result
+    }
+
+    /// A request whose future was dropped (a cancelled poll or a commit timeout) leaves the
+    /// session epoch unknown and its acknowledgements' fate too: drop the connection, which
+    /// makes the broker release what this member held there, and report the acks failed.
+    fn recover_cancelled(&mut self) {
+        let Some(cancelled) = self.in_flight.take() else {
+            return;
+        };
+        for node in cancelled.nodes {
+            self.sessions.entry(node).or_default().reset();
+            self.fetchers.remove(&node);
+        }
+        for tp in cancelled.acks {
+            self.unreported
+                .insert(tp, Err(not_sent("the request was cancelled")));
+        }
+    }
+
+    /// Errors only before anything was sent.
+    async fn fetch_round_inner(
+        &mut self,
+        acks: WireAcks,
+        wait: Duration,
+    ) -> Result<Round, ConsumerError> {
         let (_, assignment) = self.membership.assignment();
-        let needs_metadata = self.cluster.stale
+        let old = self
+            .cluster
+            .refreshed
+            .is_none_or(|at| at.elapsed() >= METADATA_MAX_AGE);
+        let needs_metadata = old
+            || self.cluster.stale
             || assignment
                 .iter()
                 .any(|(id, _)| !self.cluster.by_id.contains_key(id))
@@ -366,8 +437,12 @@ impl KafkaShareConsumer {
                 continue;
             };
             for p in partitions {
-                if let Some(node) = meta.leaders.get(p) {
-                    wanted.entry(*node).or_default().insert((*id, *p));
+                match meta.leaders.get(p) {
+                    Some(node) => {
+                        wanted.entry(*node).or_default().insert((*id, *p));
+                    }
+                    // A new partition, or one between leaders: ask again next round.
+                    None => self.cluster.stale = true,
                 }
             }
         }
@@ -497,6 +572,11 @@ impl KafkaShareConsumer {
         }
 
         let timeout = self.config.request_timeout + wait;
+        let sent = !requests.is_empty();
+        self.in_flight = Some(InFlight {
+            nodes: requests.iter().map(|r| r.0).collect(),
+            acks: requests.iter().flat_map(|r| r.5.iter().cloned()).collect(),
+        });
         let responses = futures::future::join_all(requests.into_iter().map(
             |(node, conn, version, request, target, sent, opened)| async move {
                 let response = conn
@@ -512,13 +592,16 @@ impl KafkaShareConsumer {
         ))
         .await;
 
+        self.in_flight = None;
         let mut records = Vec::new();
         let mut first_error: Option<ConsumerError> = None;
+        let mut errors = false;
         for (node, response, target, sent, _opened) in responses {
             let session = self.sessions.entry(node).or_default();
             let response = match response {
                 Ok(r) => r,
                 Err(e) => {
+                    errors = true;
                     session.reset();
                     self.fetchers.remove(&node);
                     for tp in sent {
@@ -531,6 +614,7 @@ impl KafkaShareConsumer {
                 }
             };
             if response.error_code != 0 {
+                errors = true;
                 let message = response.error_message.clone();
                 match response.error_code {
                     SHARE_SESSION_NOT_FOUND
@@ -587,15 +671,16 @@ impl KafkaShareConsumer {
                         | FENCED_LEADER_EPOCH
                         | UNKNOWN_TOPIC_OR_PARTITION
                         | UNKNOWN_TOPIC_ID => {
+                            // Kept in the session, so the next request forgets it on this
+                            // broker if it moved.
                             tracing::debug!(%tp, code = p.error_code, "partition moved or vanished; refreshing metadata");
                             self.cluster.stale = true;
-                            session.partitions.retain(|(id, part)| {
-                                !(*id == topic.topic_id && *part == p.partition_index)
-                            });
+                            errors = true;
                             continue;
                         }
                         code => {
                             tracing::warn!(%tp, code, message = ?p.error_message, "fetch error for partition");
+                            errors = true;
                             continue;
                         }
                     }
@@ -618,25 +703,34 @@ impl KafkaShareConsumer {
                     let internal = self.internal.entry(tp).or_default();
                     internal.extend(extracted.gaps.iter().map(|o| (*o, GAP)));
                     internal.extend(extracted.corrupt.iter().map(|o| (*o, REJECT)));
+                    internal.extend(extracted.cut.iter().map(|o| (*o, RELEASE)));
                     records.extend(extracted.records);
                 }
             }
-            // Acks of partitions the response did not mention were applied (incremental).
+            // Like Java: acknowledgements the answer does not confirm are failures.
             for tp in acked {
-                results.insert(tp, Ok(()));
+                results.insert(
+                    tp,
+                    Err(AckError::InvalidRecordState {
+                        detail: "the broker's answer did not mention the partition".to_owned(),
+                    }),
+                );
             }
         }
         self.internal.retain(|_, v| !v.is_empty());
         self.unreported.merge(results);
-        match first_error {
-            Some(e) if records.is_empty() => Err(e),
-            _ => Ok(records),
-        }
+        Ok(Round {
+            records,
+            sent,
+            errors,
+            error: first_error,
+        })
     }
 
     /// Sends acknowledgements with ShareAcknowledge, each leader's in one request. With
     /// `close`, uses session epoch -1, which also releases everything else held there.
     async fn send_acknowledge(&mut self, acks: WireAcks, close: bool) -> CommitResults {
+        self.recover_cancelled();
         let mut results = CommitResults::new();
         if !acks.is_empty()
             && acks
@@ -673,14 +767,19 @@ impl KafkaShareConsumer {
                 }
                 continue;
             };
-            let version =
-                match conn.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot acknowledge");
-                        continue;
+            let version = match conn
+                .negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot acknowledge");
+                    for (_, tp, _) in node_acks {
+                        results
+                            .insert(tp, Err(not_sent("the broker cannot take ShareAcknowledge")));
                     }
-                };
+                    continue;
+                }
+            };
             let mut topics: BTreeMap<Uuid, Vec<share_acknowledge_request::AcknowledgePartition>> =
                 BTreeMap::new();
             let mut sent = Vec::new();
@@ -717,6 +816,10 @@ impl KafkaShareConsumer {
                 );
             requests.push((node, conn, version, request, sent));
         }
+        self.in_flight = Some(InFlight {
+            nodes: requests.iter().map(|r| r.0).collect(),
+            acks: requests.iter().flat_map(|r| r.4.iter().cloned()).collect(),
+        });
         let responses = futures::future::join_all(requests.into_iter().map(
             |(node, conn, version, request, sent)| async move {
                 let response = conn
@@ -730,11 +833,14 @@ impl KafkaShareConsumer {
             },
         ))
         .await;
+        self.in_flight = None;
         for (node, response, sent) in responses {
             let session = self.sessions.entry(node).or_default();
             match response {
                 Err(e) => {
+                    // The epoch is unknown now; a new connection starts a new session.
                     session.reset();
+                    self.fetchers.remove(&node);
                     for tp in sent {
                         results.insert(tp, Err(not_sent(&format!("ShareAcknowledge failed: {e}"))));
                     }
@@ -844,32 +950,43 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         let mut acks = self.take_acks(implicit);
         self.batch.clear();
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
         loop {
-            let (_, assignment) = self.membership.assignment();
-            if assignment.is_empty() && acks.is_empty() && self.internal.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
+            // GAP and REJECT acknowledgements of the last round go out with this one.
+            for (tp, list) in std::mem::take(&mut self.internal) {
+                acks.entry(tp).or_default().extend(list);
+            }
+            let (version, assignment) = self.membership.assignment();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if assignment.is_empty() && acks.is_empty() {
                 if left.is_zero() {
                     return Ok(Vec::new());
                 }
-                self.membership.changed(left).await;
+                self.membership.changed(version, left).await;
                 if let Some(e) = self.membership.take_error() {
                     return Err(e);
                 }
                 continue;
             }
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let records = self.fetch_round(std::mem::take(&mut acks), wait).await?;
-            if !records.is_empty() {
-                self.batch.reset(&records);
-                return Ok(records);
+            let round = self.fetch_round(std::mem::take(&mut acks), left).await?;
+            if !round.records.is_empty() {
+                self.batch.reset(&round.records);
+                return Ok(round.records);
             }
-            if Instant::now() >= deadline {
+            if let Some(e) = round.error {
+                return Err(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Ok(Vec::new());
             }
-            if assignment.is_empty() {
+            if !round.sent || round.errors {
+                // Nothing waited on the broker side: pause instead of spinning.
                 self.membership
-                    .changed(deadline.saturating_duration_since(Instant::now()))
+                    .changed(version, RETRY_BACKOFF.min(left))
                     .await;
             }
         }

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::bootstrap::Bootstrap;
 use super::connection::{Connection, ConnectionConfig};
 use super::errors::broker_error;
 use crate::consumer::ConsumerError;
@@ -29,6 +30,7 @@ const UNKNOWN_MEMBER_ID: i16 = 25;
 const FENCED_MEMBER_EPOCH: i16 = 110;
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const UNSUPPORTED_VERSION: i16 = 35;
+const GROUP_ID_NOT_FOUND: i16 = 69;
 
 /// A fatal heartbeat outcome, kept so every later poll can report it.
 #[derive(Debug, Clone)]
@@ -51,6 +53,8 @@ struct State {
     /// A non-fatal error to report from the next poll (TOPIC_AUTHORIZATION_FAILED).
     transient: Option<Fatal>,
     coordinator: Option<Connection>,
+    /// A heartbeat was sent at least once, so the broker may know this member.
+    heartbeat_sent: bool,
 }
 
 #[derive(Debug)]
@@ -74,8 +78,7 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Membership {
     shared: Arc<Shared>,
-    bootstrap: Connection,
-    config: ConnectionConfig,
+    bootstrap: Arc<Bootstrap>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -103,7 +106,7 @@ fn base64_url(bytes: &[u8]) -> String {
 }
 
 impl Membership {
-    pub(crate) fn new(group_id: &str, bootstrap: Connection, config: ConnectionConfig) -> Self {
+    pub(crate) fn new(group_id: &str, bootstrap: Arc<Bootstrap>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 group_id: group_id.to_owned(),
@@ -113,7 +116,6 @@ impl Membership {
                 changed: Notify::new(),
             }),
             bootstrap,
-            config,
             task: None,
         }
     }
@@ -135,9 +137,8 @@ impl Membership {
         }
         if self.task.is_none() {
             let shared = Arc::clone(&self.shared);
-            let bootstrap = self.bootstrap.clone();
-            let config = self.config.clone();
-            self.task = Some(tokio::spawn(heartbeat_loop(shared, bootstrap, config)));
+            let bootstrap = Arc::clone(&self.bootstrap);
+            self.task = Some(tokio::spawn(heartbeat_loop(shared, bootstrap)));
         } else {
             self.shared.wake.notify_one();
         }
@@ -159,9 +160,20 @@ impl Membership {
         reported.map(|f| heartbeat_error(f.code, f.message))
     }
 
-    /// Waits until the membership changes or `timeout` passes.
-    pub(crate) async fn changed(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.shared.changed.notified()).await;
+    /// Waits until the assignment differs from `seen` (a version from
+    /// [`assignment`](Self::assignment)), a fatal error is set, or `timeout` passes.
+    pub(crate) async fn changed(&self, seen: u64, timeout: Duration) {
+        let notified = self.shared.changed.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Register before checking, so a change between the check and the wait wakes us.
+        notified.as_mut().enable();
+        {
+            let state = self.shared.lock();
+            if state.assignment_version != seen || state.fatal.is_some() {
+                return;
+            }
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
     }
 
     /// Stops the loop and sends the leave heartbeat (epoch -1).
@@ -170,16 +182,21 @@ impl Membership {
             return Ok(());
         };
         task.abort();
-        let (epoch, coordinator) = {
+        // Wait for the abort, so no heartbeat can follow the leave.
+        let _ = task.await;
+        let (sent_any, coordinator) = {
             let mut state = self.shared.lock();
-            (state.epoch, state.coordinator.take())
+            (state.heartbeat_sent, state.coordinator.take())
         };
-        if epoch <= 0 {
+        if !sent_any {
             return Ok(());
         }
         let coordinator = match coordinator {
             Some(c) if !c.is_closed() => c,
-            _ => find_coordinator(&self.shared.group_id, &self.bootstrap, &self.config).await?,
+            _ => {
+                let via = self.bootstrap.get().await?;
+                find_coordinator(&self.shared.group_id, &via, self.bootstrap.config()).await?
+            }
         };
         let request = heartbeat_request(&self.shared, -1, None);
         let version = coordinator.negotiate(
@@ -190,13 +207,17 @@ impl Membership {
             .request_with_timeout(ApiKey::ShareGroupHeartbeat, version, &request, timeout)
             .await?;
         self.shared.lock().epoch = -1;
-        match broker_error(
-            "ShareGroupHeartbeat",
-            response.error_code,
-            response.error_message.map(|m| m.to_string()),
-        ) {
-            Some(e) => Err(e),
-            None => Ok(()),
+        match response.error_code {
+            // The member never made it into the group (a join was cut short): nothing to leave.
+            UNKNOWN_MEMBER_ID | GROUP_ID_NOT_FOUND => Ok(()),
+            code => match broker_error(
+                "ShareGroupHeartbeat",
+                code,
+                response.error_message.map(|m| m.to_string()),
+            ) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            },
         }
     }
 }
@@ -280,31 +301,52 @@ pub(crate) async fn find_coordinator(
     Connection::connect(&format!("{host}:{port}"), config).await
 }
 
-async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Connection, config: ConnectionConfig) {
+async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let coordinator = {
             let existing = shared.lock().coordinator.clone();
             match existing {
                 Some(c) if !c.is_closed() => c,
-                _ => match find_coordinator(&shared.group_id, &bootstrap, &config).await {
-                    Ok(c) => {
-                        shared.lock().coordinator = Some(c.clone());
-                        c
+                _ => {
+                    let found = match bootstrap.get().await {
+                        Ok(via) => {
+                            find_coordinator(&shared.group_id, &via, bootstrap.config()).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match found {
+                        Ok(c) => {
+                            shared.lock().coordinator = Some(c.clone());
+                            c
+                        }
+                        // GROUP_AUTHORIZATION_FAILED and the like: Java gives up, so do we.
+                        Err(ConsumerError::Broker {
+                            code,
+                            message,
+                            retriable: false,
+                            ..
+                        }) => {
+                            tracing::error!(code, ?message, "coordinator lookup failed fatally");
+                            shared.lock().fatal = Some(Fatal { code, message });
+                            shared.changed.notify_waiters();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "coordinator lookup failed, retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "coordinator lookup failed, retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                        continue;
-                    }
-                },
+                }
             }
         };
         let (epoch, subscription) = {
             let mut state = shared.lock();
             let send = state.epoch == 0 || state.send_subscription;
             state.send_subscription = false;
+            state.heartbeat_sent = true;
             (state.epoch, send.then(|| state.subscription.clone()))
         };
         let request = heartbeat_request(&shared, epoch, subscription.clone());

@@ -2,6 +2,7 @@
 //! and the admin calls tests and users need.
 
 pub(crate) mod admin;
+mod bootstrap;
 mod config;
 pub(crate) mod connection;
 mod consumer;

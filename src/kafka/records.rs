@@ -42,6 +42,9 @@ pub(crate) struct Extracted {
     pub(crate) gaps: Vec<i64>,
     /// Acquired offsets in batches that could not be decoded: acknowledge as REJECT.
     pub(crate) corrupt: Vec<i64>,
+    /// Acquired offsets in a batch the response cut short: acknowledge as RELEASE, so they
+    /// come back whole at once instead of waiting for their lock to expire.
+    pub(crate) cut: Vec<i64>,
     /// Why batches could not be decoded, for the log.
     pub(crate) errors: Vec<String>,
 }
@@ -113,6 +116,7 @@ pub(crate) fn extract(
     // Offsets for which a data record (or a corrupt batch) was seen, in order.
     let mut covered: Vec<i64> = Vec::new();
     let mut buf = data.unwrap_or_default();
+    let mut cut_from: Option<i64> = None;
     while buf.len() >= LENGTH_PREFIX {
         let base_offset = be_i64(&buf, 0);
         let length = be_i32(&buf, 8);
@@ -124,6 +128,7 @@ pub(crate) fn extract(
         };
         if buf.len() < LENGTH_PREFIX + length {
             // A fetch may end in a partial batch; the broker sends it whole next time.
+            cut_from = Some(base_offset);
             break;
         }
         let batch = buf.split_to(LENGTH_PREFIX + length);
@@ -171,17 +176,19 @@ pub(crate) fn extract(
             }
         }
     }
-    // Acquired offsets that no data record covered are gaps, unless the data simply stopped
-    // (a partial batch): those stay unacknowledged and come back when their lock expires.
-    let data_end = covered.iter().copied().max();
+    // Acquired offsets that no data record covered are gaps (control records, compaction),
+    // as in the Java client, except from a cut-short batch on, which are released.
     covered.sort_unstable();
     covered.dedup();
-    if let Some(end) = data_end {
-        for r in &acquired {
-            for offset in r.first..=r.last.min(end) {
-                if covered.binary_search(&offset).is_err() {
-                    out.gaps.push(offset);
-                }
+    for r in &acquired {
+        for offset in r.first..=r.last {
+            if covered.binary_search(&offset).is_ok() {
+                continue;
+            }
+            if cut_from.is_some_and(|from| offset >= from) {
+                out.cut.push(offset);
+            } else {
+                out.gaps.push(offset);
             }
         }
     }
@@ -298,10 +305,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![0, 2]
         );
+        assert_eq!(got.gaps, vec![1], "offset 1 has no record");
         assert_eq!(
-            got.gaps,
-            vec![1],
-            "offset 1 has no record; 3 and 4 were cut off, not gaps"
+            got.cut,
+            vec![3, 4],
+            "3 and 4 were cut off: released, not gaps"
         );
     }
 

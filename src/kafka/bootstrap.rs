@@ -1,0 +1,51 @@
+//! The connection for cluster-wide requests (Metadata, FindCoordinator), reopened through the
+//! bootstrap list whenever the broker has closed it (brokers close idle connections).
+
+use std::sync::Mutex;
+
+use super::connection::{Connection, ConnectionConfig};
+use crate::consumer::ConsumerError;
+
+/// A lazily reopened connection to any bootstrap broker. Shared by the consumer and its
+/// heartbeat task.
+#[derive(Debug)]
+pub(crate) struct Bootstrap {
+    servers: String,
+    config: ConnectionConfig,
+    current: Mutex<Option<Connection>>,
+}
+
+impl Bootstrap {
+    /// Connects to the first bootstrap server that answers.
+    pub(crate) async fn connect(
+        servers: &str,
+        config: ConnectionConfig,
+    ) -> Result<Self, ConsumerError> {
+        let connection = Connection::connect_any(servers, &config).await?;
+        Ok(Self {
+            servers: servers.to_owned(),
+            config,
+            current: Mutex::new(Some(connection)),
+        })
+    }
+
+    /// The settings new connections use.
+    pub(crate) fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
+    /// A live connection: the current one, or a new one if it was closed.
+    pub(crate) async fn get(&self) -> Result<Connection, ConsumerError> {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(c) = current.filter(|c| !c.is_closed()) {
+            return Ok(c);
+        }
+        let fresh = Connection::connect_any(&self.servers, &self.config).await?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh.clone());
+        Ok(fresh)
+    }
+}
