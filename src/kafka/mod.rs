@@ -9,6 +9,7 @@ mod consumer;
 pub(crate) mod errors;
 mod membership;
 mod records;
+pub(crate) mod share_v2;
 
 pub use self::config::KafkaShareConsumerConfig;
 pub use self::consumer::KafkaShareConsumer;
