@@ -561,3 +561,57 @@ async fn the_delivery_count_limit_archives_a_record_released_too_often() {
     assert!(after.is_empty(), "archived at the limit: {:?}", ids(&after));
     c.close(Duration::from_secs(10)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_keeps_a_record_past_the_lock_duration() {
+    let Some(f) = fixture("renew", 1).await else {
+        return;
+    };
+    produce(&f, 0, vec![record(0)], Compression::NoCompression).await;
+    let mut holder = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut other = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut held = drain(
+        &mut holder,
+        1,
+        Duration::from_secs(30),
+        AcknowledgeType::Renew,
+    )
+    .await;
+    assert_eq!(ids(&held), vec![(0, 0)]);
+    let started = tokio::time::Instant::now();
+    // Keep renewing for twice the lock duration; the record must stay with `holder`.
+    while started.elapsed() < Duration::from_millis(LOCK_MS * 2) {
+        tokio::time::sleep(Duration::from_millis(LOCK_MS / 4)).await;
+        held = holder.poll(Duration::from_millis(100)).await.unwrap();
+        assert_eq!(
+            ids(&held),
+            vec![(0, 0)],
+            "a renewed record is presented again"
+        );
+        assert_eq!(held[0].delivery_count(), 1, "renewal is not a redelivery");
+        holder
+            .acknowledge(&held[0], AcknowledgeType::Renew)
+            .unwrap();
+        let stolen = other.poll(Duration::from_millis(10)).await.unwrap();
+        assert!(stolen.is_empty(), "the lock held: {:?}", ids(&stolen));
+    }
+    held = holder.poll(Duration::from_millis(100)).await.unwrap();
+    holder
+        .acknowledge(&held[0], AcknowledgeType::Accept)
+        .unwrap();
+    let results = holder.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    tokio::time::sleep(Duration::from_millis(LOCK_MS)).await;
+    assert!(
+        drain(
+            &mut other,
+            1,
+            Duration::from_secs(2),
+            AcknowledgeType::Accept
+        )
+        .await
+        .is_empty()
+    );
+    holder.close(Duration::from_secs(10)).await.unwrap();
+    other.close(Duration::from_secs(10)).await.unwrap();
+}

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_protocol::messages::{
-    ApiKey, GroupId, MetadataRequest, MetadataResponse, ShareAcknowledgeRequest,
-    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, TopicName, metadata_request,
-    share_acknowledge_request, share_fetch_request,
+    ApiKey, GroupId, MetadataRequest, MetadataResponse, ShareAcknowledgeRequest, ShareFetchRequest,
+    ShareFetchResponse, TopicName, metadata_request, share_fetch_request,
 };
 use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::time::Instant;
@@ -20,16 +19,18 @@ use super::connection::{Connection, ConnectionConfig};
 use super::errors::broker_error;
 use super::membership::Membership;
 use super::records::{AcquiredRange, extract};
+use super::share_v2;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,
 };
-use crate::record::{ConsumerRecord, TopicPartition};
+use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 
 const GAP: i8 = 0;
 const RELEASE: i8 = 2;
 const REJECT: i8 = 3;
+const RENEW: i8 = 4;
 const SHARE_SESSION_NOT_FOUND: i16 = 122;
 const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
@@ -199,6 +200,12 @@ pub struct KafkaShareConsumer {
     unreported: CommitResults,
     lock_timeout: Option<Duration>,
     in_flight: Option<InFlight>,
+    /// The brokers take ShareAcknowledge v2, so RENEW works.
+    renew_supported: bool,
+    /// The records of the last poll, to present renewed ones again.
+    last_records: Vec<ConsumerRecord>,
+    /// Partitions whose acknowledgements failed in the last ShareAcknowledge round.
+    last_ack_failures: BTreeSet<TopicPartition>,
     closed: bool,
 }
 
@@ -227,6 +234,9 @@ impl KafkaShareConsumer {
         )?;
         first.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
         first.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)?;
+        let renew_supported = first
+            .api_range(ApiKey::ShareAcknowledge)
+            .is_some_and(|(_, max)| max >= 2);
         let membership = Membership::new(&config.group_id, Arc::clone(&bootstrap));
         Ok(Self {
             config,
@@ -242,6 +252,9 @@ impl KafkaShareConsumer {
             unreported: CommitResults::new(),
             lock_timeout: None,
             in_flight: None,
+            renew_supported,
+            last_records: Vec::new(),
+            last_ack_failures: BTreeSet::new(),
             closed: false,
         })
     }
@@ -767,9 +780,7 @@ impl KafkaShareConsumer {
                 }
                 continue;
             };
-            let version = match conn
-                .negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)
-            {
+            let version = match conn.negotiate(ApiKey::ShareAcknowledge, share_v2::VERSIONS) {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot acknowledge");
@@ -780,40 +791,42 @@ impl KafkaShareConsumer {
                     continue;
                 }
             };
-            let mut topics: BTreeMap<Uuid, Vec<share_acknowledge_request::AcknowledgePartition>> =
-                BTreeMap::new();
+            let is_renew_ack = node_acks
+                .iter()
+                .any(|(_, _, list)| list.iter().any(|(_, code)| *code == RENEW));
+            let mut topics: BTreeMap<Uuid, Vec<share_v2::AcknowledgePartition>> = BTreeMap::new();
             let mut sent = Vec::new();
             for (id, tp, list) in node_acks {
                 let batches = ack_batches(&list)
                     .into_iter()
-                    .map(|(first, last, types)| {
-                        share_acknowledge_request::AcknowledgementBatch::default()
-                            .with_first_offset(first)
-                            .with_last_offset(last)
-                            .with_acknowledge_types(types)
+                    .map(|(first, last, types)| share_v2::AcknowledgementBatch {
+                        first_offset: first,
+                        last_offset: last,
+                        acknowledge_types: types,
                     })
                     .collect();
-                topics.entry(id).or_default().push(
-                    share_acknowledge_request::AcknowledgePartition::default()
-                        .with_partition_index(tp.partition())
-                        .with_acknowledgement_batches(batches),
-                );
+                topics
+                    .entry(id)
+                    .or_default()
+                    .push(share_v2::AcknowledgePartition {
+                        partition_index: tp.partition(),
+                        acknowledgement_batches: batches,
+                    });
                 sent.push(tp);
             }
-            let request = ShareAcknowledgeRequest::default()
-                .with_group_id(Some(group_id.clone()))
-                .with_member_id(Some(member_id.clone()))
-                .with_share_session_epoch(if close { -1 } else { epoch })
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(id, partitions)| {
-                            share_acknowledge_request::AcknowledgeTopic::default()
-                                .with_topic_id(id)
-                                .with_partitions(partitions)
-                        })
-                        .collect(),
-                );
+            let request = share_v2::ShareAcknowledgeRequest {
+                group_id: Some(group_id.0.clone()),
+                member_id: Some(member_id.clone()),
+                share_session_epoch: if close { -1 } else { epoch },
+                is_renew_ack,
+                topics: topics
+                    .into_iter()
+                    .map(|(topic_id, partitions)| share_v2::AcknowledgeTopic {
+                        topic_id,
+                        partitions,
+                    })
+                    .collect(),
+            };
             requests.push((node, conn, version, request, sent));
         }
         self.in_flight = Some(InFlight {
@@ -823,7 +836,7 @@ impl KafkaShareConsumer {
         let responses = futures::future::join_all(requests.into_iter().map(
             |(node, conn, version, request, sent)| async move {
                 let response = conn
-                    .request::<_, ShareAcknowledgeResponse>(
+                    .request::<_, share_v2::ShareAcknowledgeResponse>(
                         ApiKey::ShareAcknowledge,
                         version,
                         &request,
@@ -895,6 +908,7 @@ impl KafkaShareConsumer {
                 }
             }
         }
+        self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
         results
     }
 
@@ -948,8 +962,51 @@ impl ShareConsumer for KafkaShareConsumer {
                 });
             }
         }
+        // Renewed records stay with this member and are presented again, as in Java.
+        let mut renewed: Vec<RecordId> = self.batch.renewed();
         let mut acks = self.take_acks(implicit);
+        if acks
+            .values()
+            .any(|list| list.iter().any(|(_, code)| *code == RENEW))
+        {
+            // RENEW cannot ride on a fetch (that needs ShareFetch v2 with nothing fetched), so
+            // these acknowledgements go in a ShareAcknowledge first.
+            for (tp, list) in &acks {
+                renewed.extend(list.iter().filter(|(_, code)| *code == RENEW).map(
+                    |(offset, _)| {
+                        RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), *offset)
+                    },
+                ));
+            }
+            let results = self
+                .send_acknowledge(std::mem::take(&mut acks), false)
+                .await;
+            self.unreported.merge(results);
+        }
         self.batch.clear();
+        if !renewed.is_empty() {
+            let lost = &self.last_ack_failures;
+            let again: Vec<ConsumerRecord> = self
+                .last_records
+                .iter()
+                .filter(|r| {
+                    !lost.contains(&TopicPartition::new(
+                        Arc::clone(r.topic_arc()),
+                        r.partition(),
+                    )) && renewed.iter().any(|id| {
+                        id.offset() == r.offset()
+                            && id.partition() == r.partition()
+                            && id.topic() == r.topic()
+                    })
+                })
+                .cloned()
+                .collect();
+            if !again.is_empty() {
+                self.batch.reset(&again);
+                self.last_records.clone_from(&again);
+                return Ok(again);
+            }
+        }
         let now = Instant::now();
         let deadline = now
             .checked_add(timeout)
@@ -974,6 +1031,9 @@ impl ShareConsumer for KafkaShareConsumer {
             let round = self.fetch_round(std::mem::take(&mut acks), left).await?;
             if !round.records.is_empty() {
                 self.batch.reset(&round.records);
+                if self.renew_supported && !implicit {
+                    self.last_records.clone_from(&round.records);
+                }
                 return Ok(round.records);
             }
             if let Some(e) = round.error {
@@ -1003,9 +1063,11 @@ impl ShareConsumer for KafkaShareConsumer {
         if self.implicit() {
             return Err(ConsumerError::ImplicitAcknowledgement);
         }
-        if ack == AcknowledgeType::Renew {
-            return Err(ConsumerError::Unimplemented {
-                what: "RENEW (ShareFetch/ShareAcknowledge v2)",
+        if ack == AcknowledgeType::Renew && !self.renew_supported {
+            return Err(ConsumerError::Unsupported {
+                broker: format!("cluster at {}", self.config.bootstrap),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
             });
         }
         self.batch.acknowledge(topic, partition, offset, ack)
