@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # Runs every test of the crate: unit, integration and doc tests with all features, including the
 # tests against a real Apache Kafka broker, which this script downloads (once), starts on loopback
-# and stops again, even when tests fail.
+# and stops again, even when tests fail. Then a smoke subset of the broker tests runs against the
+# first release where share groups are production ready.
 #
 # Usage: ./scripts/test.sh [extra cargo test arguments]
-# KAFKA_VERSION picks the Kafka release (default 4.4.0).
+#   KAFKA_VERSION        the main Kafka release (default 4.4.0)
+#   KAFKA_SMOKE_VERSION  the release of the smoke run (default 4.2.2; empty skips it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cleanup() { ./scripts/kafka.sh stop || true; }
 trap cleanup EXIT
 
-./scripts/kafka.sh start
-eval "export $(./scripts/kafka.sh env)"
-# The broker tests fail, instead of skipping, when the broker is missing.
-export KAFKA_REQUIRE_BROKER=1
-echo "test.sh: broker at $KAFKA_BOOTSTRAP (Kafka ${KAFKA_VERSION:-4.4.0})"
+start_broker() {
+  ./scripts/kafka.sh start
+  eval "export $(./scripts/kafka.sh env)"
+  # The broker tests fail, instead of skipping, when the broker is missing.
+  export KAFKA_REQUIRE_BROKER=1
+  echo "test.sh: broker at $KAFKA_BOOTSTRAP (Kafka ${KAFKA_VERSION:-4.4.0})"
+}
 
+start_broker
 cargo test --all-features "$@"
+
+smoke="${KAFKA_SMOKE_VERSION-4.2.2}"
+if [ -n "$smoke" ] && [ "$smoke" != "${KAFKA_VERSION:-4.4.0}" ]; then
+  ./scripts/kafka.sh stop
+  export KAFKA_VERSION="$smoke"
+  start_broker
+  cargo test --all-features --test kafka_consumer --test kafka_admin -- \
+    consumes_ten release_redelivers close_makes lock_expiry two_members every_codec implicit_mode renew_keeps \
+    create_topic share_group_config topic_ids
+fi
