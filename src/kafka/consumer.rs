@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_protocol::messages::{
     ApiKey, GroupId, MetadataRequest, MetadataResponse, ShareAcknowledgeRequest, ShareFetchRequest,
-    ShareFetchResponse, TopicName, metadata_request, share_fetch_request,
+    TopicName, metadata_request,
 };
 use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::time::Instant;
@@ -234,6 +234,23 @@ impl KafkaShareConsumer {
         )?;
         first.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
         first.negotiate(ApiKey::ShareAcknowledge, ShareAcknowledgeRequest::VERSIONS)?;
+        // ApiVersions v3+ lists finalized features (metadata.version is always there under
+        // KRaft); a cluster whose share.version is 0 has share groups turned off.
+        let features_known = first.finalized_feature("metadata.version").is_some();
+        match first.finalized_feature("share.version") {
+            Some(level) if level >= 1 => {}
+            level if features_known => {
+                return Err(ConsumerError::Unsupported {
+                    broker: first.broker().to_owned(),
+                    api: "share groups",
+                    wanted: format!(
+                        "(feature share.version is {}; enable it with kafka-features.sh upgrade --feature share.version=1)",
+                        level.unwrap_or(0)
+                    ),
+                });
+            }
+            _ => {}
+        }
         let renew_supported = first
             .api_range(ApiKey::ShareAcknowledge)
             .is_some_and(|(_, max)| max >= 2);
@@ -487,11 +504,10 @@ impl KafkaShareConsumer {
                     continue;
                 }
             };
-            let version = conn.negotiate(ApiKey::ShareFetch, ShareFetchRequest::VERSIONS)?;
+            let version = conn.negotiate(ApiKey::ShareFetch, share_v2::VERSIONS)?;
             let session = self.sessions.entry(node).or_default();
             let target = wanted.remove(&node).unwrap_or_default();
-            let mut topics: BTreeMap<Uuid, Vec<share_fetch_request::FetchPartition>> =
-                BTreeMap::new();
+            let mut topics: BTreeMap<Uuid, Vec<share_v2::FetchPartition>> = BTreeMap::new();
             let mut sent_acks: Vec<TopicPartition> = Vec::new();
             if session.epoch == 0 {
                 // A new session carries no acknowledgements: those locks went with the old one.
@@ -499,24 +515,31 @@ impl KafkaShareConsumer {
                     results.insert(tp, Err(not_sent("the share session was reset")));
                 }
                 for (id, p) in &target {
-                    topics.entry(*id).or_default().push(
-                        share_fetch_request::FetchPartition::default().with_partition_index(*p),
-                    );
+                    topics
+                        .entry(*id)
+                        .or_default()
+                        .push(share_v2::FetchPartition {
+                            partition_index: *p,
+                            acknowledgement_batches: Vec::new(),
+                        });
                 }
             } else {
                 for (id, p) in target.difference(&session.partitions) {
-                    topics.entry(*id).or_default().push(
-                        share_fetch_request::FetchPartition::default().with_partition_index(*p),
-                    );
+                    topics
+                        .entry(*id)
+                        .or_default()
+                        .push(share_v2::FetchPartition {
+                            partition_index: *p,
+                            acknowledgement_batches: Vec::new(),
+                        });
                 }
                 for (id, tp, list) in node_acks {
                     let batches = ack_batches(&list)
                         .into_iter()
-                        .map(|(first, last, types)| {
-                            share_fetch_request::AcknowledgementBatch::default()
-                                .with_first_offset(first)
-                                .with_last_offset(last)
-                                .with_acknowledge_types(types)
+                        .map(|(first, last, types)| share_v2::AcknowledgementBatch {
+                            first_offset: first,
+                            last_offset: last,
+                            acknowledge_types: types,
                         })
                         .collect();
                     let entry = topics.entry(id).or_default();
@@ -525,11 +548,10 @@ impl KafkaShareConsumer {
                         .find(|p| p.partition_index == tp.partition())
                     {
                         Some(p) => p.acknowledgement_batches = batches,
-                        None => entry.push(
-                            share_fetch_request::FetchPartition::default()
-                                .with_partition_index(tp.partition())
-                                .with_acknowledgement_batches(batches),
-                        ),
+                        None => entry.push(share_v2::FetchPartition {
+                            partition_index: tp.partition(),
+                            acknowledgement_batches: batches,
+                        }),
                     }
                     sent_acks.push(tp);
                 }
@@ -551,35 +573,32 @@ impl KafkaShareConsumer {
                 }
             }
             let fetching = !target.is_empty();
-            let request = ShareFetchRequest::default()
-                .with_group_id(Some(group_id.clone()))
-                .with_member_id(Some(member_id.clone()))
-                .with_share_session_epoch(session.epoch)
-                .with_max_wait_ms(if fetching { max_wait } else { 0 })
-                .with_min_bytes(self.config.fetch_min_bytes)
-                .with_max_bytes(self.config.fetch_max_bytes)
-                .with_max_records(self.config.max_poll_records)
-                .with_batch_size(self.config.max_poll_records)
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(id, partitions)| {
-                            share_fetch_request::FetchTopic::default()
-                                .with_topic_id(id)
-                                .with_partitions(partitions)
-                        })
-                        .collect(),
-                )
-                .with_forgotten_topics_data(
-                    forgotten
-                        .into_iter()
-                        .map(|(id, partitions)| {
-                            share_fetch_request::ForgottenTopic::default()
-                                .with_topic_id(id)
-                                .with_partitions(partitions)
-                        })
-                        .collect(),
-                );
+            let request = share_v2::ShareFetchRequest {
+                group_id: Some(group_id.0.clone()),
+                member_id: Some(member_id.clone()),
+                share_session_epoch: session.epoch,
+                max_wait_ms: if fetching { max_wait } else { 0 },
+                min_bytes: self.config.fetch_min_bytes,
+                max_bytes: self.config.fetch_max_bytes,
+                max_records: self.config.max_poll_records,
+                batch_size: self.config.max_poll_records,
+                share_acquire_mode: share_v2::SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED,
+                is_renew_ack: false,
+                topics: topics
+                    .into_iter()
+                    .map(|(topic_id, partitions)| share_v2::FetchTopic {
+                        topic_id,
+                        partitions,
+                    })
+                    .collect(),
+                forgotten_topics_data: forgotten
+                    .into_iter()
+                    .map(|(topic_id, partitions)| share_v2::ForgottenTopic {
+                        topic_id,
+                        partitions,
+                    })
+                    .collect(),
+            };
             let opened = session.epoch == 0;
             requests.push((node, conn, version, request, target, sent_acks, opened));
         }
@@ -593,7 +612,7 @@ impl KafkaShareConsumer {
         let responses = futures::future::join_all(requests.into_iter().map(
             |(node, conn, version, request, target, sent, opened)| async move {
                 let response = conn
-                    .request_with_timeout::<_, ShareFetchResponse>(
+                    .request_with_timeout::<_, share_v2::ShareFetchResponse>(
                         ApiKey::ShareFetch,
                         version,
                         &request,
