@@ -19,7 +19,8 @@
 #   KAFKA_START_TIMEOUT  seconds to wait for readiness (default 90)
 #   KAFKA_STOP_TIMEOUT   seconds to wait after SIGTERM (default 30)
 #   KAFKA_EXTRA_PROPS    extra server.properties lines (newline separated k=v), appended last
-#   KAFKA_SHARE_VERSION  force `--feature share.version=N` at format time (default: release default;
+#   KAFKA_SHARE_VERSION  force `--feature share.version=N` at format time (0 makes a broker without
+#                        share groups, and start then does not insist on them; default: release default;
 #                        4.1 gets 1 because it is off by default there)
 #   KAFKA_TOOL_LOG_LEVEL log level of run-class tools on stderr (default WARN)
 #
@@ -468,7 +469,10 @@ cmd_start() {
     ((SECONDS < deadline)) || fail_start "broker does not answer FeatureCommand describe: $features"
     sleep 1
   done
-  if ver_ge "$KAFKA_VERSION" 4.1.0; then
+  if [[ "$share_version" == "0" ]]; then
+    # Asked for on purpose: a broker without share groups, for the tests of that error.
+    log "share.version=0: share groups disabled as requested"
+  elif ver_ge "$KAFKA_VERSION" 4.1.0; then
     local sv
     sv="$(sed -n 's/.*Feature: share\.version.*FinalizedVersionLevel: \([0-9][0-9]*\).*/\1/p' <<<"$features" | head -n1)"
     if [[ -z "$sv" || "$sv" -lt 1 ]]; then

@@ -2,7 +2,8 @@
 # Runs every test of the crate: unit, integration and doc tests with all features, including the
 # tests against a real Apache Kafka broker, which this script downloads (once), starts on loopback
 # and stops again, even when tests fail. Then a smoke subset of the broker tests runs against the
-# first release where share groups are production ready.
+# first release where share groups are production ready, and a check against a cluster whose share
+# groups are turned off.
 #
 # Usage: ./scripts/test.sh [extra cargo test arguments]
 #   KAFKA_VERSION        the main Kafka release (default 4.4.0)
@@ -21,11 +22,17 @@ start_broker() {
   echo "test.sh: broker at $KAFKA_BOOTSTRAP (Kafka ${KAFKA_VERSION:-4.4.0})"
 }
 
+main_version="${KAFKA_VERSION:-4.4.0}"
 start_broker
 cargo test --all-features "$@"
 
+# A cluster with share groups turned off: the consumer must say so clearly.
+./scripts/kafka.sh stop
+KAFKA_SHARE_VERSION=0 start_broker
+cargo test --all-features --test kafka_share_disabled -- --ignored
+
 smoke="${KAFKA_SMOKE_VERSION-4.2.2}"
-if [ -n "$smoke" ] && [ "$smoke" != "${KAFKA_VERSION:-4.4.0}" ]; then
+if [ -n "$smoke" ] && [ "$smoke" != "$main_version" ]; then
   ./scripts/kafka.sh stop
   export KAFKA_VERSION="$smoke"
   start_broker
