@@ -117,7 +117,7 @@ type WireAcks = BTreeMap<TopicPartition, Vec<(i64, i8)>>;
 type LeaderAcks = Vec<(Uuid, TopicPartition, Vec<(i64, i8)>)>;
 
 /// Contiguous offsets become one batch; a batch of one type carries it once.
-fn ack_batches(acks: &[(i64, i8)]) -> Vec<(i64, i64, Vec<i8>)> {
+fn ack_batches(acks: &[(i64, i8)]) -> Vec<share_v2::AcknowledgementBatch> {
     let mut out: Vec<(i64, i64, Vec<i8>)> = Vec::new();
     for &(offset, code) in acks {
         match out.last_mut() {
@@ -134,7 +134,15 @@ fn ack_batches(acks: &[(i64, i8)]) -> Vec<(i64, i64, Vec<i8>)> {
             types.truncate(1);
         }
     }
-    out
+    out.into_iter()
+        .map(
+            |(first_offset, last_offset, acknowledge_types)| share_v2::AcknowledgementBatch {
+                first_offset,
+                last_offset,
+                acknowledge_types,
+            },
+        )
+        .collect()
 }
 
 fn ack_error(code: i16, message: Option<StrBytes>) -> Result<(), AckError> {
@@ -534,14 +542,7 @@ impl KafkaShareConsumer {
                         });
                 }
                 for (id, tp, list) in node_acks {
-                    let batches = ack_batches(&list)
-                        .into_iter()
-                        .map(|(first, last, types)| share_v2::AcknowledgementBatch {
-                            first_offset: first,
-                            last_offset: last,
-                            acknowledge_types: types,
-                        })
-                        .collect();
+                    let batches = ack_batches(&list);
                     let entry = topics.entry(id).or_default();
                     match entry
                         .iter_mut()
@@ -816,14 +817,7 @@ impl KafkaShareConsumer {
             let mut topics: BTreeMap<Uuid, Vec<share_v2::AcknowledgePartition>> = BTreeMap::new();
             let mut sent = Vec::new();
             for (id, tp, list) in node_acks {
-                let batches = ack_batches(&list)
-                    .into_iter()
-                    .map(|(first, last, types)| share_v2::AcknowledgementBatch {
-                        first_offset: first,
-                        last_offset: last,
-                        acknowledge_types: types,
-                    })
-                    .collect();
+                let batches = ack_batches(&list);
                 topics
                     .entry(id)
                     .or_default()
@@ -1153,12 +1147,18 @@ mod tests {
     #[test]
     fn ack_batches_are_contiguous_and_collapse_uniform_types() {
         let acks = [(1, 1), (2, 1), (3, 1), (5, 2), (6, 1), (9, 3)];
+        let triples = |acks: &[(i64, i8)]| -> Vec<(i64, i64, Vec<i8>)> {
+            ack_batches(acks)
+                .into_iter()
+                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types))
+                .collect()
+        };
         assert_eq!(
-            ack_batches(&acks),
+            triples(&acks),
             vec![(1, 3, vec![1]), (5, 6, vec![2, 1]), (9, 9, vec![3])]
         );
         assert_eq!(
-            ack_batches(&[(4, 1), (4, 2)]),
+            triples(&[(4, 1), (4, 2)]),
             vec![(4, 4, vec![1])],
             "a duplicate is dropped"
         );
