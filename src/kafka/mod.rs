@@ -8,6 +8,7 @@ pub(crate) mod connection;
 mod consumer;
 pub(crate) mod errors;
 mod membership;
+pub(crate) mod record_batch;
 mod records;
 pub(crate) mod share_v2;
 
