@@ -1165,3 +1165,120 @@ mod tests {
         assert!(ack_batches(&[]).is_empty());
     }
 }
+
+/// Against the real broker (`scripts/test.sh`): what only this crate's own codec can produce.
+#[cfg(test)]
+mod broker_tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+    use super::*;
+    use crate::kafka::admin::KafkaAdmin;
+    use crate::kafka::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
+
+    fn bootstrap(test: &str) -> Option<String> {
+        match std::env::var("KAFKA_BOOTSTRAP") {
+            Ok(addr) if !addr.trim().is_empty() => Some(addr),
+            _ if std::env::var("KAFKA_REQUIRE_BROKER").as_deref() == Ok("1") => {
+                panic!("{test}: KAFKA_REQUIRE_BROKER=1 but KAFKA_BOOTSTRAP is not set")
+            }
+            _ => {
+                eprintln!("SKIPPED {test}: no broker (run ./scripts/test.sh)");
+                None
+            }
+        }
+    }
+
+    async fn produce(bootstrap: &str, topic: &str, batch: Bytes) {
+        let conn = Connection::connect_any(bootstrap, &ConnectionConfig::default())
+            .await
+            .unwrap();
+        // v12 is the last version that names topics (v13 uses topic ids).
+        let version = conn
+            .negotiate(ApiKey::Produce, ProduceRequest::VERSIONS)
+            .unwrap()
+            .min(12);
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(batch)),
+                    ]),
+            ]);
+        let response: ProduceResponse = conn
+            .request(ApiKey::Produce, version, &request)
+            .await
+            .unwrap();
+        for topic in response.responses {
+            for p in topic.partition_responses {
+                assert_eq!(p.error_code, 0, "produce failed: {:?}", p.error_message);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn repeated_header_keys_and_null_header_values_arrive_intact() {
+        let Some(bootstrap) = bootstrap("repeated_headers") else {
+            return;
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let topic = format!("repeated-headers-{nanos}");
+        let group = format!("{topic}-group");
+        let admin = KafkaAdmin::connect(&bootstrap).await.unwrap();
+        admin.create_topic(&topic, 1, 1).await.unwrap();
+        admin
+            .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
+            .await
+            .unwrap();
+        let headers = vec![
+            ("trace".to_owned(), Some(Bytes::from_static(b"a"))),
+            ("trace".to_owned(), Some(Bytes::from_static(b"b"))),
+            ("gone".to_owned(), None),
+            ("trace".to_owned(), Some(Bytes::new())),
+        ];
+        for compression in [Compression::None, Compression::Zstd] {
+            let record = NewRecord {
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: None,
+                headers: headers.clone(),
+            };
+            let options = EncodeOptions {
+                compression,
+                ..EncodeOptions::default()
+            };
+            produce(&bootstrap, &topic, encode_batch(&[record], &options)).await;
+        }
+        let config = KafkaShareConsumerConfig::new(&bootstrap, &group);
+        let mut consumer = KafkaShareConsumer::connect(config).await.unwrap();
+        consumer.subscribe(vec![topic.clone()]).await.unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < 2 && Instant::now() < deadline {
+            let records = consumer.poll(Duration::from_millis(500)).await.unwrap();
+            for r in &records {
+                consumer.acknowledge(r, AcknowledgeType::Accept).unwrap();
+            }
+            got.extend(records);
+        }
+        assert_eq!(got.len(), 2);
+        for r in &got {
+            let seen: Vec<(String, Option<Bytes>)> = r
+                .headers()
+                .iter()
+                .map(|h| (h.key().to_owned(), h.value().cloned()))
+                .collect();
+            assert_eq!(seen, headers, "offset {}", r.offset());
+            assert_eq!((r.key(), r.value()), (None, None));
+        }
+        consumer.close(Duration::from_secs(10)).await.unwrap();
+    }
+}

@@ -4,26 +4,15 @@
 //! control records. Only offsets inside `AcquiredRecords` are delivered, each with its range's
 //! delivery count; acquired offsets with no data record (control records, compacted away) are
 //! acknowledged as GAP; acquired offsets of a batch that cannot be decoded are rejected, as the
-//! Java client does, since no retry can make a corrupt batch readable.
+//! Java client does, since no retry can make a corrupt batch readable. Batches are decoded by
+//! our own [`record_batch`] codec, which keeps repeated header keys (kafka-protocol's merges
+//! them) and bounds its allocations by the input.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use kafka_protocol::records::{self, RecordBatchDecoder};
-
+use super::record_batch;
 use crate::record::{ConsumerRecord, Headers, TimestampType};
-
-/// Offset of `recordsCount` in a v2 batch header.
-const RECORDS_COUNT_AT: usize = 57;
-/// Offset of `lastOffsetDelta` in a v2 batch header.
-const LAST_OFFSET_DELTA_AT: usize = 23;
-/// Size of a v2 batch header.
-const BATCH_HEADER: usize = 61;
-/// `baseOffset` + `batchLength`.
-const LENGTH_PREFIX: usize = 12;
-/// No honest batch holds more records; a larger count is a corrupt header (and would make the
-/// decoder reserve memory for it).
-const MAX_RECORDS_PER_BATCH: i32 = 1_000_000;
+use bytes::Bytes;
 
 /// An acquired offset range with its delivery count, inclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,31 +38,18 @@ pub(crate) struct Extracted {
     pub(crate) errors: Vec<String>,
 }
 
-fn be_i32(b: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn be_i64(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
-}
-
 fn convert(
     topic: &Arc<str>,
     partition: i32,
-    record: records::Record,
+    record: record_batch::Record,
+    timestamp_type: TimestampType,
     delivery_count: u16,
 ) -> ConsumerRecord {
     let headers: Headers = record
         .headers
         .into_iter()
-        .map(|(k, v)| crate::record::Header::new(k.to_string(), v))
+        .map(|(k, v)| crate::record::Header::new(k, v))
         .collect();
-    let timestamp_type = match record.timestamp_type {
-        records::TimestampType::Creation => TimestampType::CreateTime,
-        records::TimestampType::LogAppend => TimestampType::LogAppendTime,
-    };
     let timestamp_type = if record.timestamp < 0 {
         TimestampType::NoTimestampType
     } else {
@@ -113,61 +89,39 @@ pub(crate) fn extract(
     if acquired.is_empty() {
         return out;
     }
-    // Offsets for which a data record (or a corrupt batch) was seen, in order.
+    // Offsets for which a data record (or a corrupt batch) was seen.
     let mut covered: Vec<i64> = Vec::new();
-    let mut buf = data.unwrap_or_default();
-    let mut cut_from: Option<i64> = None;
-    while buf.len() >= LENGTH_PREFIX {
-        let base_offset = be_i64(&buf, 0);
-        let length = be_i32(&buf, 8);
-        let Ok(length) = usize::try_from(length) else {
-            out.errors.push(format!(
-                "negative batch length {length} at offset {base_offset}"
-            ));
-            break;
-        };
-        if buf.len() < LENGTH_PREFIX + length {
-            // A fetch may end in a partial batch; the broker sends it whole next time.
-            cut_from = Some(base_offset);
-            break;
-        }
-        let batch = buf.split_to(LENGTH_PREFIX + length);
-        if batch.len() < BATCH_HEADER {
-            out.errors.push(format!(
-                "batch at offset {base_offset} is shorter than a batch header"
-            ));
-            continue;
-        }
-        let last_offset =
-            base_offset.saturating_add(i64::from(be_i32(&batch, LAST_OFFSET_DELTA_AT)));
-        let count = be_i32(&batch, RECORDS_COUNT_AT);
-        let decoded = if !(0..=MAX_RECORDS_PER_BATCH).contains(&count) {
-            Err(format!("implausible record count {count}"))
-        } else {
-            let mut cursor = batch.clone();
-            RecordBatchDecoder::decode(&mut cursor).map_err(|e| e.to_string())
-        };
-        match decoded {
-            Ok(set) => {
-                for record in set.records {
+    let decoded = record_batch::decode_batches(data.unwrap_or_default());
+    let cut_from = decoded.cut_from;
+    for batch in decoded.batches {
+        match batch {
+            Ok(batch) => {
+                let timestamp_type = match batch.timestamp_type {
+                    record_batch::TimestampType::CreateTime => TimestampType::CreateTime,
+                    record_batch::TimestampType::LogAppendTime => TimestampType::LogAppendTime,
+                };
+                for record in batch.records {
                     let offset = record.offset;
                     let Some(dc) = delivery_count_at(&acquired, offset) else {
                         continue;
                     };
                     covered.push(offset);
-                    if record.control {
+                    if batch.control {
                         out.gaps.push(offset);
                     } else {
-                        out.records.push(convert(topic, partition, record, dc));
+                        out.records
+                            .push(convert(topic, partition, record, timestamp_type, dc));
                     }
                 }
             }
-            Err(reason) => {
+            Err(error) => {
                 out.errors.push(format!(
-                    "batch at offsets {base_offset}..={last_offset} of {topic}-{partition} cannot be decoded: {reason}"
+                    "batch at offsets {}..={} of {topic}-{partition} cannot be decoded: {error}",
+                    error.base_offset, error.last_offset
                 ));
                 for r in &acquired {
-                    let (from, to) = (r.first.max(base_offset), r.last.min(last_offset));
+                    let from = r.first.max(error.base_offset);
+                    let to = r.last.min(error.last_offset);
                     for offset in from..=to {
                         covered.push(offset);
                         out.corrupt.push(offset);
@@ -203,7 +157,12 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
+    use kafka_protocol::records;
+
     use super::*;
+
+    /// Offset of `recordsCount` in a v2 batch header.
+    const RECORDS_COUNT_AT: usize = 57;
 
     fn record(offset: i64, value: &str) -> Record {
         Record {
