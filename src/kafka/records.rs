@@ -31,8 +31,8 @@ pub(crate) struct Extracted {
     pub(crate) gaps: Vec<i64>,
     /// Acquired offsets in batches that could not be decoded: acknowledge as REJECT.
     pub(crate) corrupt: Vec<i64>,
-    /// Acquired offsets in a batch the response cut short: acknowledge as RELEASE, so they
-    /// come back whole at once instead of waiting for their lock to expire.
+    /// Acquired offsets from a batch the response cut short, or past the data it carried:
+    /// acknowledge as RELEASE, so they come back at once instead of waiting for their lock.
     pub(crate) cut: Vec<i64>,
     /// Why batches could not be decoded, for the log.
     pub(crate) errors: Vec<String>,
@@ -93,7 +93,14 @@ pub(crate) fn extract(
     let mut covered: Vec<i64> = Vec::new();
     let decoded = record_batch::decode_batches(data.unwrap_or_default());
     let cut_from = decoded.cut_from;
+    // The last offset the complete batches speak for; past it nothing is known.
+    let mut data_end: Option<i64> = None;
     for batch in decoded.batches {
+        let last = match &batch {
+            Ok(b) => b.last_offset,
+            Err(e) => e.last_offset,
+        };
+        data_end = Some(data_end.map_or(last, |end| end.max(last)));
         match batch {
             Ok(batch) => {
                 let timestamp_type = match batch.timestamp_type {
@@ -130,8 +137,10 @@ pub(crate) fn extract(
             }
         }
     }
-    // Acquired offsets that no data record covered are gaps (control records, compaction),
-    // as in the Java client, except from a cut-short batch on, which are released.
+    // Acquired offsets that no data record covered are gaps (control records, compaction)
+    // when a complete batch spans them, as in the Java client. Past the last complete batch
+    // (a cut-short batch, or data the response did not carry) they are released instead:
+    // acknowledging a GAP there could archive records nobody has seen.
     covered.sort_unstable();
     covered.dedup();
     for r in &acquired {
@@ -139,7 +148,8 @@ pub(crate) fn extract(
             if covered.binary_search(&offset).is_ok() {
                 continue;
             }
-            if cut_from.is_some_and(|from| offset >= from) {
+            let beyond_data = data_end.is_none_or(|end| offset > end);
+            if beyond_data || cut_from.is_some_and(|from| offset >= from) {
                 out.cut.push(offset);
             } else {
                 out.gaps.push(offset);
@@ -292,5 +302,17 @@ mod tests {
         huge[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&i32::MAX.to_be_bytes());
         let got = extract(&topic, 0, Some(Bytes::from(huge)), &[range(0, 1, 1)]);
         assert_eq!(got.corrupt, vec![0, 1]);
+    }
+
+    #[test]
+    fn acquired_offsets_past_the_data_are_released_not_gaps() {
+        let topic: Arc<str> = "t".into();
+        let data = encode(&[record(0, "a")], Compression::None);
+        let got = extract(&topic, 0, Some(data), &[range(0, 2, 1)]);
+        assert_eq!(got.records.len(), 1);
+        assert!(got.gaps.is_empty(), "{:?}", got.gaps);
+        assert_eq!(got.cut, vec![1, 2]);
+        let got = extract(&topic, 0, None, &[range(5, 6, 1)]);
+        assert_eq!((got.gaps.len(), got.cut.clone()), (0, vec![5, 6]));
     }
 }
