@@ -1210,12 +1210,21 @@ mod broker_tests {
         let conn = Connection::connect_any(bootstrap, &ConnectionConfig::default())
             .await
             .unwrap();
-        // v12 is the last version that names topics (v13 uses topic ids).
+        produce_on(&conn, topic, batch, None).await;
+    }
+
+    async fn produce_on(conn: &Connection, topic: &str, batch: Bytes, txn: Option<&str>) {
+        // v12 is the last version that names topics (v13 uses topic ids); a transactional
+        // produce stays at v11 so the partition is added the classic way (AddPartitionsToTxn).
+        let cap = if txn.is_some() { 11 } else { 12 };
         let version = conn
             .negotiate(ApiKey::Produce, ProduceRequest::VERSIONS)
             .unwrap()
-            .min(12);
+            .min(cap);
         let request = ProduceRequest::default()
+            .with_transactional_id(txn.map(|t| {
+                kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.to_owned()))
+            }))
             .with_acks(-1)
             .with_timeout_ms(10_000)
             .with_topic_data(vec![
@@ -1305,6 +1314,213 @@ mod broker_tests {
             assert_eq!(seen, headers, "offset {}", r.offset());
             assert_eq!((r.key(), r.value()), (None, None));
         }
+        consumer.close(Duration::from_secs(10)).await.unwrap();
+    }
+
+    /// Retries a transaction call while the coordinator loads or a previous transaction ends.
+    async fn txn_call<Req, Resp>(
+        conn: &Connection,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+        code: impl Fn(&Resp) -> i16,
+    ) -> Resp
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+        const RETRY: [i16; 4] = [14, 15, 16, 51];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let response: Resp = conn.request(key, version, req).await.unwrap();
+            let c = code(&response);
+            if c == 0 {
+                return response;
+            }
+            assert!(
+                RETRY.contains(&c) && Instant::now() < deadline,
+                "{key:?} failed with {c}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aborted_transactions_are_not_delivered_under_read_committed() {
+        use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+        use kafka_protocol::messages::{
+            AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+            FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
+            InitProducerIdResponse, ProducerId, TransactionalId,
+        };
+        let Some(bootstrap) = bootstrap("read_committed") else {
+            return;
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let topic = format!("read-committed-{nanos}");
+        let group = format!("{topic}-group");
+        let txn_id = format!("{topic}-txn");
+        let admin = KafkaAdmin::connect(&bootstrap).await.unwrap();
+        admin.create_topic(&topic, 1, 1).await.unwrap();
+        admin
+            .set_share_group_config(
+                &group,
+                &[
+                    ("share.auto.offset.reset", "earliest"),
+                    ("share.isolation.level", "read_committed"),
+                ],
+            )
+            .await
+            .unwrap();
+
+        let conn = Connection::connect_any(&bootstrap, &ConnectionConfig::default())
+            .await
+            .unwrap();
+        // FindCoordinator(TRANSACTION) creates __transaction_state on first use.
+        let v = conn
+            .negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)
+            .unwrap();
+        let find = FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_coordinator_keys(vec![StrBytes::from_string(txn_id.clone())]);
+        let found: FindCoordinatorResponse = txn_call(
+            &conn,
+            ApiKey::FindCoordinator,
+            v,
+            &find,
+            |r: &FindCoordinatorResponse| r.coordinators.first().map_or(-1, |c| c.error_code),
+        )
+        .await;
+        let c = &found.coordinators[0];
+        let conn = Connection::connect(
+            &format!("{}:{}", c.host, c.port),
+            &ConnectionConfig::default(),
+        )
+        .await
+        .unwrap();
+        let tid = TransactionalId(StrBytes::from_string(txn_id.clone()));
+        let v = conn
+            .negotiate(ApiKey::InitProducerId, InitProducerIdRequest::VERSIONS)
+            .unwrap()
+            .min(4);
+        let init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(tid.clone()))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let init: InitProducerIdResponse = txn_call(
+            &conn,
+            ApiKey::InitProducerId,
+            v,
+            &init,
+            |r: &InitProducerIdResponse| r.error_code,
+        )
+        .await;
+        let (pid, epoch) = (init.producer_id, init.producer_epoch);
+
+        let add_v = conn
+            .negotiate(
+                ApiKey::AddPartitionsToTxn,
+                AddPartitionsToTxnRequest::VERSIONS,
+            )
+            .unwrap()
+            .min(3);
+        let end_v = conn
+            .negotiate(ApiKey::EndTxn, EndTxnRequest::VERSIONS)
+            .unwrap()
+            .min(4);
+        let mut sequence = 0;
+        for (commit, label) in [(false, "aborted"), (true, "committed")] {
+            let add = AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(tid.clone())
+                .with_v3_and_below_producer_id(pid)
+                .with_v3_and_below_producer_epoch(epoch)
+                .with_v3_and_below_topics(vec![
+                    AddPartitionsToTxnTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.clone())))
+                        .with_partitions(vec![0]),
+                ]);
+            txn_call(
+                &conn,
+                ApiKey::AddPartitionsToTxn,
+                add_v,
+                &add,
+                |r: &AddPartitionsToTxnResponse| {
+                    r.results_by_topic_v3_and_below
+                        .iter()
+                        .flat_map(|t| t.results_by_partition.iter())
+                        .map(|p| p.partition_error_code)
+                        .find(|c| *c != 0)
+                        .unwrap_or(r.error_code)
+                },
+            )
+            .await;
+            let records: Vec<NewRecord> = (0..3)
+                .map(|i| NewRecord {
+                    timestamp: 1_700_000_000_000,
+                    key: None,
+                    value: Some(Bytes::from(format!("{label}-{i}"))),
+                    headers: Vec::new(),
+                })
+                .collect();
+            let options = EncodeOptions {
+                producer_id: pid.0,
+                producer_epoch: epoch,
+                base_sequence: sequence,
+                transactional: true,
+                ..EncodeOptions::default()
+            };
+            sequence += 3;
+            produce_on(
+                &conn,
+                &topic,
+                encode_batch(&records, &options),
+                Some(&txn_id),
+            )
+            .await;
+            let end = EndTxnRequest::default()
+                .with_transactional_id(tid.clone())
+                .with_producer_id(pid)
+                .with_producer_epoch(epoch)
+                .with_committed(commit);
+            txn_call(&conn, ApiKey::EndTxn, end_v, &end, |r: &EndTxnResponse| {
+                r.error_code
+            })
+            .await;
+        }
+
+        let config = KafkaShareConsumerConfig::new(&bootstrap, &group);
+        let mut consumer = KafkaShareConsumer::connect(config).await.unwrap();
+        consumer.subscribe(vec![topic.clone()]).await.unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let records = consumer.poll(Duration::from_millis(500)).await.unwrap();
+            for r in &records {
+                consumer.acknowledge(r, AcknowledgeType::Accept).unwrap();
+            }
+            got.extend(records);
+            if got.len() >= 3 {
+                // Give an aborted record the chance to show up, then stop.
+                let more = consumer.poll(Duration::from_secs(2)).await.unwrap();
+                for r in &more {
+                    consumer.acknowledge(r, AcknowledgeType::Accept).unwrap();
+                }
+                got.extend(more);
+                break;
+            }
+        }
+        let values: Vec<String> = got
+            .iter()
+            .map(|r| {
+                String::from_utf8_lossy(r.value().map(|v| v.as_ref()).unwrap_or_default())
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(values, vec!["committed-0", "committed-1", "committed-2"]);
         consumer.close(Duration::from_secs(10)).await.unwrap();
     }
 }
