@@ -1323,11 +1323,11 @@ mod broker_tests {
         key: ApiKey,
         version: i16,
         req: &Req,
-        code: impl Fn(&Resp) -> i16,
+        code: impl Fn(&Resp) -> i16 + Send + Sync,
     ) -> Resp
     where
-        Req: kafka_protocol::protocol::Encodable,
-        Resp: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+        Req: kafka_protocol::protocol::Encodable + Sync,
+        Resp: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion + Send,
     {
         // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
         const RETRY: [i16; 4] = [14, 15, 16, 51];
