@@ -615,3 +615,51 @@ async fn renew_keeps_a_record_past_the_lock_duration() {
     holder.close(Duration::from_secs(10)).await.unwrap();
     other.close(Duration::from_secs(10)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_async_reports_per_partition_and_keeps_session_epochs_in_order() {
+    let Some(f) = fixture("commit_async", 2).await else {
+        return;
+    };
+    for p in 0..2 {
+        produce(
+            &f,
+            p,
+            (0..50).map(record).collect(),
+            Compression::NoCompression,
+        )
+        .await;
+    }
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut seen = HashSet::new();
+    let mut pending = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 100 && tokio::time::Instant::now() < deadline {
+        let records = c.poll(Duration::from_millis(500)).await.unwrap();
+        for r in &records {
+            c.acknowledge(r, AcknowledgeType::Accept).unwrap();
+            seen.insert((r.partition(), r.offset()));
+        }
+        // Several commits in flight at once, interleaved with polls on the same sessions.
+        pending.push(c.commit_async().unwrap());
+    }
+    assert_eq!(seen.len(), 100);
+    let mut partitions = HashSet::new();
+    for commit in pending {
+        let results = commit.await.unwrap();
+        assert!(results.is_success(), "{results:?}");
+        partitions.extend(results.iter().map(|(tp, _)| tp.partition()));
+    }
+    assert_eq!(
+        partitions.len(),
+        2,
+        "both partitions' acknowledgements were reported"
+    );
+    let again = drain(&mut c, 1, Duration::from_secs(3), AcknowledgeType::Accept).await;
+    assert!(
+        again.is_empty(),
+        "committed asynchronously, never redelivered: {:?}",
+        ids(&again)
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
+}

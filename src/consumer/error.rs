@@ -97,12 +97,6 @@ pub enum ConsumerError {
         /// What was wrong.
         reason: String,
     },
-    /// This consumer does not offer the feature yet.
-    #[error("{what} is not implemented by this share consumer yet")]
-    Unimplemented {
-        /// The missing feature.
-        what: &'static str,
-    },
     /// The broker lacks an API the share consumer needs.
     #[error(
         "broker {broker} does not support {api} {wanted}: share groups need Apache Kafka 4.1 or \

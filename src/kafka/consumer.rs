@@ -171,6 +171,124 @@ fn not_sent(why: &str) -> AckError {
     }
 }
 
+/// One ShareAcknowledge bound for one leader.
+#[derive(Debug)]
+struct AckRequest {
+    node: i32,
+    conn: Connection,
+    version: i16,
+    request: share_v2::ShareAcknowledgeRequest,
+    sent: Vec<TopicPartition>,
+}
+
+/// What an answer means for the session with that broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionEffect {
+    /// The request consumed an epoch.
+    Advance,
+    /// The session is gone (or was closed): the next request opens one.
+    Reset,
+    /// The request's fate is unknown: drop the connection too.
+    Drop,
+}
+
+/// The acknowledgement results and session effects of a round of ShareAcknowledge.
+#[derive(Debug, Default)]
+struct AckOutcome {
+    results: CommitResults,
+    effects: Vec<(i32, SessionEffect)>,
+    stale: bool,
+}
+
+type AckResponse = (
+    i32,
+    Result<share_v2::ShareAcknowledgeResponse, ConsumerError>,
+    Vec<TopicPartition>,
+);
+
+async fn execute_acknowledge(requests: Vec<AckRequest>) -> Vec<AckResponse> {
+    futures::future::join_all(requests.into_iter().map(|r| async move {
+        let response = r
+            .conn
+            .request::<_, share_v2::ShareAcknowledgeResponse>(
+                ApiKey::ShareAcknowledge,
+                r.version,
+                &r.request,
+            )
+            .await;
+        (r.node, response, r.sent)
+    }))
+    .await
+}
+
+/// Reads ShareAcknowledge answers: per-partition results, and what each did to its session.
+fn ack_outcome(
+    responses: Vec<AckResponse>,
+    names: &HashMap<Uuid, Arc<str>>,
+    close: bool,
+) -> AckOutcome {
+    let mut out = AckOutcome::default();
+    let results = &mut out.results;
+    for (node, response, sent) in responses {
+        match response {
+            Err(e) => {
+                // The epoch is unknown now; a new connection starts a new session.
+                out.effects.push((node, SessionEffect::Drop));
+                for tp in sent {
+                    results.insert(tp, Err(not_sent(&format!("ShareAcknowledge failed: {e}"))));
+                }
+            }
+            Ok(r) if r.error_code != 0 => {
+                if matches!(
+                    r.error_code,
+                    SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH
+                ) {
+                    out.effects.push((node, SessionEffect::Reset));
+                } else {
+                    out.effects.push((node, SessionEffect::Advance));
+                }
+                for tp in sent {
+                    results.insert(tp, ack_error(r.error_code, r.error_message.clone()));
+                }
+            }
+            Ok(r) => {
+                let effect = if close {
+                    SessionEffect::Reset
+                } else {
+                    SessionEffect::Advance
+                };
+                out.effects.push((node, effect));
+                let mut pending: BTreeSet<TopicPartition> = sent.into_iter().collect();
+                for topic in r.responses {
+                    let Some(name) = names.get(&topic.topic_id) else {
+                        continue;
+                    };
+                    for p in topic.partitions {
+                        let tp = TopicPartition::new(Arc::clone(name), p.partition_index);
+                        if pending.remove(&tp) {
+                            if matches!(p.error_code, NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH)
+                            {
+                                out.stale = true;
+                            }
+                            results.insert(tp, ack_error(p.error_code, p.error_message));
+                        }
+                    }
+                }
+                for tp in pending {
+                    // Java treats a missing partition as a failure.
+                    results.insert(
+                        tp,
+                        Err(AckError::InvalidRecordState {
+                            detail: "the broker's answer did not mention the partition".to_owned(),
+                        }),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A share consumer of a Kafka 4.1+ cluster (KIP-932), over `kafka-protocol` and tokio.
 ///
 /// Membership runs on its own connection and task; each partition leader gets a fetch
@@ -214,8 +332,15 @@ pub struct KafkaShareConsumer {
     last_records: Vec<ConsumerRecord>,
     /// Partitions whose acknowledgements failed in the last ShareAcknowledge round.
     last_ack_failures: BTreeSet<TopicPartition>,
+    /// The last `commit_async`, which every later request waits for.
+    async_commit: Option<tokio::task::JoinHandle<()>>,
+    /// What finished `commit_async` calls did to the sessions, applied before the next request.
+    async_effects: Arc<std::sync::Mutex<Vec<SessionEffects>>>,
     closed: bool,
 }
+
+/// Session effects of one `commit_async`, and whether metadata went stale.
+type SessionEffects = (Vec<(i32, SessionEffect)>, bool);
 
 impl KafkaShareConsumer {
     /// Connects to the cluster and checks that it speaks the share-group protocol. The group
@@ -280,6 +405,8 @@ impl KafkaShareConsumer {
             renew_supported,
             last_records: Vec::new(),
             last_ack_failures: BTreeSet::new(),
+            async_commit: None,
+            async_effects: Arc::default(),
             closed: false,
         })
     }
@@ -780,6 +907,7 @@ impl KafkaShareConsumer {
     /// `close`, uses session epoch -1, which also releases everything else held there.
     async fn send_acknowledge(&mut self, acks: WireAcks, close: bool) -> CommitResults {
         self.recover_cancelled();
+        self.finish_async().await;
         let mut results = CommitResults::new();
         if !acks.is_empty()
             && acks
@@ -790,7 +918,55 @@ impl KafkaShareConsumer {
                 tracing::debug!(error = %e, "metadata refresh failed");
             }
         }
-        let mut by_node = self.acks_by_node(acks, &mut results);
+        let requests = self.prepare_acknowledge(acks, close, &mut results);
+        self.in_flight = Some(InFlight {
+            nodes: requests.iter().map(|r| r.node).collect(),
+            acks: requests
+                .iter()
+                .flat_map(|r| r.sent.iter().cloned())
+                .collect(),
+        });
+        let responses = execute_acknowledge(requests).await;
+        self.in_flight = None;
+        let outcome = ack_outcome(responses, &self.topic_names(), close);
+        self.apply_effects(&outcome.effects, outcome.stale);
+        results.merge(outcome.results);
+        self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
+        results
+    }
+
+    fn topic_names(&self) -> HashMap<Uuid, Arc<str>> {
+        self.cluster
+            .by_id
+            .iter()
+            .map(|(id, meta)| (*id, Arc::clone(&meta.name)))
+            .collect()
+    }
+
+    fn apply_effects(&mut self, effects: &[(i32, SessionEffect)], stale: bool) {
+        for (node, effect) in effects {
+            let session = self.sessions.entry(*node).or_default();
+            match effect {
+                SessionEffect::Advance => session.advance(),
+                SessionEffect::Reset => session.reset(),
+                SessionEffect::Drop => {
+                    session.reset();
+                    self.fetchers.remove(node);
+                }
+            }
+        }
+        self.cluster.stale |= stale;
+    }
+
+    /// Builds one ShareAcknowledge per leader; acknowledgements that cannot be sent are
+    /// failed in `results`.
+    fn prepare_acknowledge(
+        &mut self,
+        acks: WireAcks,
+        close: bool,
+        results: &mut CommitResults,
+    ) -> Vec<AckRequest> {
+        let mut by_node = self.acks_by_node(acks, results);
         let mut nodes: BTreeSet<i32> = by_node.keys().copied().collect();
         if close {
             nodes.extend(
@@ -856,89 +1032,28 @@ impl KafkaShareConsumer {
                     })
                     .collect(),
             };
-            requests.push((node, conn, version, request, sent));
+            requests.push(AckRequest {
+                node,
+                conn,
+                version,
+                request,
+                sent,
+            });
         }
-        self.in_flight = Some(InFlight {
-            nodes: requests.iter().map(|r| r.0).collect(),
-            acks: requests.iter().flat_map(|r| r.4.iter().cloned()).collect(),
-        });
-        let responses = futures::future::join_all(requests.into_iter().map(
-            |(node, conn, version, request, sent)| async move {
-                let response = conn
-                    .request::<_, share_v2::ShareAcknowledgeResponse>(
-                        ApiKey::ShareAcknowledge,
-                        version,
-                        &request,
-                    )
-                    .await;
-                (node, response, sent)
-            },
-        ))
-        .await;
-        self.in_flight = None;
-        for (node, response, sent) in responses {
-            let session = self.sessions.entry(node).or_default();
-            match response {
-                Err(e) => {
-                    // The epoch is unknown now; a new connection starts a new session.
-                    session.reset();
-                    self.fetchers.remove(&node);
-                    for tp in sent {
-                        results.insert(tp, Err(not_sent(&format!("ShareAcknowledge failed: {e}"))));
-                    }
-                }
-                Ok(r) if r.error_code != 0 => {
-                    if matches!(
-                        r.error_code,
-                        SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH
-                    ) {
-                        session.reset();
-                    } else {
-                        session.advance();
-                    }
-                    for tp in sent {
-                        results.insert(tp, ack_error(r.error_code, r.error_message.clone()));
-                    }
-                }
-                Ok(r) => {
-                    if close {
-                        session.reset();
-                    } else {
-                        session.advance();
-                    }
-                    let mut pending: BTreeSet<TopicPartition> = sent.into_iter().collect();
-                    for topic in r.responses {
-                        let Some(meta) = self.cluster.by_id.get(&topic.topic_id) else {
-                            continue;
-                        };
-                        for p in topic.partitions {
-                            let tp = TopicPartition::new(Arc::clone(&meta.name), p.partition_index);
-                            if pending.remove(&tp) {
-                                if matches!(
-                                    p.error_code,
-                                    NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH
-                                ) {
-                                    self.cluster.stale = true;
-                                }
-                                results.insert(tp, ack_error(p.error_code, p.error_message));
-                            }
-                        }
-                    }
-                    for tp in pending {
-                        // Java treats a missing partition as a failure.
-                        results.insert(
-                            tp,
-                            Err(AckError::InvalidRecordState {
-                                detail: "the broker's answer did not mention the partition"
-                                    .to_owned(),
-                            }),
-                        );
-                    }
-                }
-            }
+        requests
+    }
+
+    /// Waits for an earlier `commit_async` and applies what it did to the sessions, so the
+    /// next request uses the right session epoch.
+    async fn finish_async(&mut self) {
+        if let Some(task) = self.async_commit.take() {
+            let _ = task.await;
         }
-        self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
-        results
+        let finished =
+            std::mem::take(&mut *self.async_effects.lock().unwrap_or_else(|p| p.into_inner()));
+        for (effects, stale) in finished {
+            self.apply_effects(&effects, stale);
+        }
     }
 
     async fn commit_now(&mut self) -> Result<CommitResults, ConsumerError> {
@@ -982,6 +1097,7 @@ impl ShareConsumer for KafkaShareConsumer {
         if let Some(e) = self.membership.take_error() {
             return Err(e);
         }
+        self.finish_async().await;
         let implicit = self.implicit();
         if !implicit {
             if let Some(first) = self.batch.first_unacknowledged() {
@@ -1109,13 +1225,52 @@ impl ShareConsumer for KafkaShareConsumer {
         }
     }
 
+    /// Sends the pending acknowledgements on a background task and returns at once. Later
+    /// calls of this consumer wait for that task first, so share-session epochs stay in order.
+    /// The returned future resolves with the per-partition results; dropping it does not stop
+    /// the commit. Needs a tokio runtime. Leaders not known yet fail as not sent.
     fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
-        // The consumer is not shared with a background task, so the commit runs when awaited;
-        // acknowledgements not awaited still travel with the next poll.
         self.ensure_open()?;
-        Err(ConsumerError::Unimplemented {
-            what: "commit_async (use commit_sync)",
-        })
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(ConsumerError::Config {
+                key: "commit_async".to_owned(),
+                reason: "must be called from within a tokio runtime".to_owned(),
+            });
+        };
+        let implicit = self.implicit();
+        let acks = self.take_acks(implicit);
+        let mut results = std::mem::take(&mut self.unreported);
+        let requests = self.prepare_acknowledge(acks, false, &mut results);
+        // Count the epochs now, so a request built before this one is answered (another
+        // commit_async) uses the next one; a failure resets the session when applied.
+        for r in &requests {
+            self.sessions.entry(r.node).or_default().advance();
+        }
+        let names = self.topic_names();
+        let previous = self.async_commit.take();
+        let effects = Arc::clone(&self.async_effects);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.async_commit = Some(runtime.spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            let responses = execute_acknowledge(requests).await;
+            let outcome = ack_outcome(responses, &names, false);
+            let resets = outcome
+                .effects
+                .into_iter()
+                .filter(|(_, e)| *e != SessionEffect::Advance)
+                .collect();
+            effects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((resets, outcome.stale));
+            results.merge(outcome.results);
+            let _ = tx.send(results);
+        }));
+        Ok(PendingCommit::new(async move {
+            rx.await.map_err(|_| ConsumerError::Closed)
+        }))
     }
 
     async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
