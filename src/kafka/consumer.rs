@@ -1361,6 +1361,25 @@ mod broker_tests {
         }
     }
 
+    /// A fresh one-partition topic and a group reading it from the start, with `configs`.
+    async fn topic_and_group(
+        bootstrap: &str,
+        prefix: &str,
+        configs: &[(&str, &str)],
+    ) -> (String, String) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let topic = format!("{prefix}-{nanos}");
+        let group = format!("{topic}-group");
+        let admin = KafkaAdmin::connect(bootstrap).await.unwrap();
+        admin.create_topic(&topic, 1, 1).await.unwrap();
+        let mut all = vec![("share.auto.offset.reset", "earliest")];
+        all.extend_from_slice(configs);
+        admin.set_share_group_config(&group, &all).await.unwrap();
+        (topic, group)
+    }
+
     async fn produce(bootstrap: &str, topic: &str, batch: Bytes) {
         let conn = Connection::connect_any(bootstrap, &ConnectionConfig::default())
             .await
@@ -1407,17 +1426,7 @@ mod broker_tests {
         let Some(bootstrap) = bootstrap("repeated_headers") else {
             return;
         };
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let topic = format!("repeated-headers-{nanos}");
-        let group = format!("{topic}-group");
-        let admin = KafkaAdmin::connect(&bootstrap).await.unwrap();
-        admin.create_topic(&topic, 1, 1).await.unwrap();
-        admin
-            .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
-            .await
-            .unwrap();
+        let (topic, group) = topic_and_group(&bootstrap, "repeated-headers", &[]).await;
         let headers = vec![
             ("trace".to_owned(), Some(Bytes::from_static(b"a"))),
             ("trace".to_owned(), Some(Bytes::from_static(b"b"))),
@@ -1512,24 +1521,9 @@ mod broker_tests {
         let Some(bootstrap) = bootstrap("read_committed") else {
             return;
         };
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let topic = format!("read-committed-{nanos}");
-        let group = format!("{topic}-group");
+        let isolation = [("share.isolation.level", "read_committed")];
+        let (topic, group) = topic_and_group(&bootstrap, "read-committed", &isolation).await;
         let txn_id = format!("{topic}-txn");
-        let admin = KafkaAdmin::connect(&bootstrap).await.unwrap();
-        admin.create_topic(&topic, 1, 1).await.unwrap();
-        admin
-            .set_share_group_config(
-                &group,
-                &[
-                    ("share.auto.offset.reset", "earliest"),
-                    ("share.isolation.level", "read_committed"),
-                ],
-            )
-            .await
-            .unwrap();
 
         let conn = Connection::connect_any(&bootstrap, &ConnectionConfig::default())
             .await
