@@ -165,6 +165,16 @@ fn state(broker: &EmbeddedBroker, partition: i32, offset: i64) -> (RecordState, 
     (view.state(), view.delivery_count())
 }
 
+/// The ids of every record the sink wrote, in write order, repeats included.
+fn written_ids(log: &Mutex<Log>) -> Vec<RecordId> {
+    log.lock()
+        .unwrap()
+        .written
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 fn all_acknowledged(broker: &EmbeddedBroker, records: u64) -> bool {
     broker.state_counts(GROUP).acknowledged == records
 }
@@ -386,13 +396,7 @@ async fn the_real_driver_acknowledges_every_record_so_explicit_polls_never_fail(
         }
     }
     assert!(all_acknowledged(&b, 50));
-    let mut distinct: Vec<RecordId> = log
-        .lock()
-        .unwrap()
-        .written
-        .iter()
-        .map(|(id, _)| id.clone())
-        .collect();
+    let mut distinct = written_ids(&log);
     distinct.sort();
     distinct.dedup();
     assert_eq!(distinct.len(), 50);
@@ -582,21 +586,8 @@ async fn two_drivers_share_a_partition_without_losing_records() {
         }
     }
     assert!(all_acknowledged(&b, 200));
-    let mut written: Vec<RecordId> = log_a
-        .lock()
-        .unwrap()
-        .written
-        .iter()
-        .map(|(id, _)| id.clone())
-        .collect();
-    written.extend(
-        log_b
-            .lock()
-            .unwrap()
-            .written
-            .iter()
-            .map(|(id, _)| id.clone()),
-    );
+    let mut written = written_ids(&log_a);
+    written.extend(written_ids(&log_b));
     assert!(!log_a.lock().unwrap().written.is_empty() && !log_b.lock().unwrap().written.is_empty());
     written.sort();
     let total = written.len();
