@@ -15,6 +15,7 @@ pub mod embedded;
 mod error;
 mod kafka;
 mod record;
+mod stage;
 mod task;
 
 pub use crate::consumer::{
@@ -22,7 +23,8 @@ pub use crate::consumer::{
     PendingCommit, ShareConsumer,
 };
 pub use crate::driver::{
-    CommitPolicy, DriverConfig, DriverMetrics, IterationReport, ShareSinkTask,
+    AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
+    IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::KafkaAdmin;
@@ -31,4 +33,5 @@ pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,
 };
+pub use crate::stage::Stage;
 pub use crate::task::{Durability, SinkTask, SinkTaskContext, TaskConfig};

@@ -18,6 +18,7 @@
 
 mod config;
 mod metrics;
+mod policy;
 
 use std::future::Future;
 use std::pin::pin;
@@ -27,6 +28,9 @@ use tracing::Instrument;
 
 pub use self::config::{CommitPolicy, DriverConfig};
 pub use self::metrics::DriverMetrics;
+pub use self::policy::{
+    AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
+};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::error::{Error, Result, TaskStage};
 use crate::record::{RecordId, SinkRecord};
