@@ -158,6 +158,14 @@ pub enum Error {
         #[source]
         source: TaskError,
     },
+    /// The driver's settings do not fit together or do not fit the consumer.
+    #[error("invalid driver config `{key}`: {reason}")]
+    Config {
+        /// The setting at fault.
+        key: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The share consumer failed.
     #[error("share consumer failed")]
     Consumer(#[from] ConsumerError),

@@ -13,6 +13,20 @@ struct Entry {
     offset: i64,
     ack: Option<AcknowledgeType>,
     sent: bool,
+    /// Kept past the next poll without a final acknowledgement (see `hold`).
+    held: bool,
+}
+
+impl Entry {
+    /// A final acknowledgement (ACCEPT, RELEASE, REJECT) went out: nothing more to do.
+    fn settled(&self) -> bool {
+        self.sent && matches!(self.ack, Some(a) if a != AcknowledgeType::Renew)
+    }
+
+    /// Still waiting for the application to acknowledge it before the next poll.
+    fn awaiting_ack(&self) -> bool {
+        self.ack.is_none() && !self.held
+    }
 }
 
 /// Acknowledgements of one partition, ready to be sent, in offset order.
@@ -33,11 +47,24 @@ pub(crate) struct InFlightBatch {
 
 impl InFlightBatch {
     /// Replaces the batch with the records of a new poll. The previous batch must have had
-    /// all its acknowledgements taken.
+    /// all its acknowledgements taken. Held records that are not settled stay; a new record
+    /// with the coordinates of a held one (its lock expired and it was acquired again)
+    /// replaces it.
     pub(crate) fn reset(&mut self, records: &[ConsumerRecord]) {
+        let kept: Vec<(TopicPartition, Entry)> = self
+            .entries
+            .iter()
+            .filter(|e| e.held && !e.settled())
+            .map(|e| (self.partitions[e.partition as usize].clone(), *e))
+            .collect();
         self.partitions.clear();
         self.entries.clear();
-        self.entries.reserve(records.len());
+        self.entries.reserve(records.len() + kept.len());
+        let any_kept = !kept.is_empty();
+        for (tp, mut entry) in kept {
+            entry.partition = self.partition_index_or_insert(tp.topic_arc(), tp.partition());
+            self.entries.push(entry);
+        }
         for record in records {
             let partition = self.partition_index_or_insert(record.topic_arc(), record.partition());
             self.entries.push(Entry {
@@ -45,12 +72,25 @@ impl InFlightBatch {
                 offset: record.offset(),
                 ack: None,
                 sent: false,
+                held: false,
             });
         }
-        // Polls return runs of ascending offsets per partition; this is cheap when sorted.
-        self.entries
-            .sort_unstable_by_key(|e| (e.partition, e.offset));
-        self.unacknowledged = self.entries.len();
+        if any_kept {
+            // Stable, so a new entry sorts after the held one it replaces.
+            self.entries.sort_by_key(|e| (e.partition, e.offset));
+            self.entries.dedup_by(|later, earlier| {
+                let same = (later.partition, later.offset) == (earlier.partition, earlier.offset);
+                if same {
+                    *earlier = *later;
+                }
+                same
+            });
+        } else {
+            // Polls return runs of ascending offsets per partition; this is cheap when sorted.
+            self.entries
+                .sort_unstable_by_key(|e| (e.partition, e.offset));
+        }
+        self.unacknowledged = self.entries.iter().filter(|e| e.awaiting_ack()).count();
     }
 
     fn partition_index_or_insert(&mut self, topic: &Arc<str>, partition: i32) -> u32 {
@@ -78,12 +118,7 @@ impl InFlightBatch {
         offset: i64,
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
-        let index = self.partition_index(topic, partition).and_then(|p| {
-            self.entries
-                .binary_search_by_key(&(p, offset), |e| (e.partition, e.offset))
-                .ok()
-        });
-        let Some(index) = index else {
+        let Some(index) = self.index_of(topic, partition, offset) else {
             return Err(ConsumerError::NotInBatch {
                 record: RecordId::new(topic, partition, offset),
             });
@@ -94,12 +129,48 @@ impl InFlightBatch {
                 record: RecordId::new(topic, partition, offset),
             });
         }
-        if entry.ack.is_none() {
+        if entry.awaiting_ack() {
             self.unacknowledged -= 1;
         }
         entry.ack = Some(ack);
         entry.sent = false;
         Ok(())
+    }
+
+    /// Keeps a record past the next poll without a final acknowledgement: it no longer
+    /// blocks the next poll, is not presented again after a RENEW, and can be acknowledged
+    /// later by its coordinates. It stays until a final acknowledgement is sent for it, or
+    /// until it is acquired again (its lock expired).
+    pub(crate) fn hold(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        let Some(index) = self.index_of(topic, partition, offset) else {
+            return Err(ConsumerError::NotInBatch {
+                record: RecordId::new(topic, partition, offset),
+            });
+        };
+        let entry = &mut self.entries[index];
+        if entry.settled() {
+            return Err(ConsumerError::AlreadyAcknowledged {
+                record: RecordId::new(topic, partition, offset),
+            });
+        }
+        if entry.awaiting_ack() {
+            self.unacknowledged -= 1;
+        }
+        entry.held = true;
+        Ok(())
+    }
+
+    fn index_of(&self, topic: &str, partition: i32, offset: i64) -> Option<usize> {
+        self.partition_index(topic, partition).and_then(|p| {
+            self.entries
+                .binary_search_by_key(&(p, offset), |e| (e.partition, e.offset))
+                .ok()
+        })
     }
 
     /// Number of records with no acknowledgement yet.
@@ -109,7 +180,7 @@ impl InFlightBatch {
 
     /// The first record with no acknowledgement.
     pub(crate) fn first_unacknowledged(&self) -> Option<RecordId> {
-        self.entries.iter().find(|e| e.ack.is_none()).map(|e| {
+        self.entries.iter().find(|e| e.awaiting_ack()).map(|e| {
             let tp = &self.partitions[e.partition as usize];
             RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
         })
@@ -148,12 +219,12 @@ impl InFlightBatch {
         out
     }
 
-    /// The records whose last sent acknowledgement was RENEW: they are still held and are
-    /// presented again by the next poll.
+    /// The records whose last sent acknowledgement was RENEW and that are not held: they are
+    /// still acquired and are presented again by the next poll, as in Java.
     pub(crate) fn renewed(&self) -> Vec<RecordId> {
         self.entries
             .iter()
-            .filter(|e| e.sent && e.ack == Some(AcknowledgeType::Renew))
+            .filter(|e| e.sent && e.ack == Some(AcknowledgeType::Renew) && !e.held)
             .map(|e| {
                 let tp = &self.partitions[e.partition as usize];
                 RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
@@ -161,7 +232,13 @@ impl InFlightBatch {
             .collect()
     }
 
-    /// Forgets the batch.
+    /// Forgets the batch except the held records that are not settled.
+    pub(crate) fn clear_unheld(&mut self) {
+        self.entries.retain(|e| e.held && !e.settled());
+        self.unacknowledged = 0;
+    }
+
+    /// Forgets the batch, held records included.
     pub(crate) fn clear(&mut self) {
         self.partitions.clear();
         self.entries.clear();
@@ -232,6 +309,77 @@ mod tests {
             b.take_unsent(false)[0].acks,
             vec![(5, AcknowledgeType::Accept)]
         );
+    }
+
+    #[test]
+    fn held_records_survive_polls_until_a_final_ack_is_sent() {
+        let mut b = batch();
+        b.hold("b", 0, 5).unwrap();
+        b.acknowledge("a", 1, 6, AcknowledgeType::Accept).unwrap();
+        assert_eq!(b.first_unacknowledged(), Some(RecordId::new("a", 1, 7)));
+        b.hold("a", 1, 7).unwrap();
+        assert_eq!(
+            b.unacknowledged(),
+            0,
+            "held records do not block the next poll"
+        );
+        assert_eq!(
+            b.take_unsent(false),
+            vec![PartitionAcks {
+                partition: TopicPartition::new("a", 1),
+                acks: vec![(6, AcknowledgeType::Accept)],
+            }],
+            "held records send nothing until acknowledged"
+        );
+        b.clear_unheld();
+        b.reset(&[ConsumerRecord::new("c", 0, 1)]);
+        assert_eq!(b.unacknowledged(), 1);
+        // A held record renewed stays held and is not presented again.
+        b.acknowledge("b", 0, 5, AcknowledgeType::Renew).unwrap();
+        b.acknowledge("c", 0, 1, AcknowledgeType::Accept).unwrap();
+        assert_eq!(b.take_unsent(false).len(), 2);
+        assert!(b.renewed().is_empty());
+        b.reset(&[]);
+        // Acknowledged later by coordinates, then gone after the ack is sent.
+        b.acknowledge("b", 0, 5, AcknowledgeType::Accept).unwrap();
+        b.acknowledge("a", 1, 7, AcknowledgeType::Release).unwrap();
+        let mut sent: Vec<_> = b
+            .take_unsent(false)
+            .into_iter()
+            .flat_map(|p| p.acks.into_iter().map(move |a| (p.partition.clone(), a)))
+            .collect();
+        sent.sort_by_key(|(tp, (offset, _))| (tp.clone(), *offset));
+        assert_eq!(
+            sent,
+            vec![
+                (TopicPartition::new("a", 1), (7, AcknowledgeType::Release)),
+                (TopicPartition::new("b", 0), (5, AcknowledgeType::Accept))
+            ]
+        );
+        b.reset(&[]);
+        assert!(matches!(
+            b.acknowledge("b", 0, 5, AcknowledgeType::Accept),
+            Err(ConsumerError::NotInBatch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_held_record_acquired_again_is_replaced_by_the_new_delivery() {
+        let mut b = batch();
+        b.hold("b", 0, 5).unwrap();
+        b.acknowledge("a", 1, 6, AcknowledgeType::Accept).unwrap();
+        b.acknowledge("a", 1, 7, AcknowledgeType::Accept).unwrap();
+        b.take_unsent(false);
+        b.reset(&[
+            ConsumerRecord::new("b", 0, 5),
+            ConsumerRecord::new("b", 0, 6),
+        ]);
+        assert_eq!(
+            b.unacknowledged(),
+            2,
+            "the new delivery must be acknowledged again"
+        );
+        assert_eq!(b.first_unacknowledged(), Some(RecordId::new("b", 0, 5)));
     }
 
     #[test]

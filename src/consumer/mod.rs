@@ -278,6 +278,35 @@ pub trait ShareConsumer: Send {
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError>;
 
+    /// Keeps a record of the last poll acquired past the next poll without acknowledging it
+    /// (explicit mode): it no longer blocks the next poll and is not presented again, even
+    /// after a RENEW. Acknowledge it later by its coordinates with
+    /// [`acknowledge_offset`](Self::acknowledge_offset): RENEW extends its lock and keeps it
+    /// held; ACCEPT, RELEASE or REJECT settle it. Until then its lock runs: if it expires the
+    /// group delivers the record again (a later poll may return it to this consumer, which
+    /// then must acknowledge or hold it anew), and [`close`](Self::close) releases it.
+    ///
+    /// This is how a sink keeps records it wrote but has not yet made durable while it goes
+    /// on polling. The default implementation refuses.
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        let _ = (topic, partition, offset);
+        Err(ConsumerError::Config {
+            key: "hold_offset".to_owned(),
+            reason: "this share consumer cannot hold records across polls".to_owned(),
+        })
+    }
+
+    /// True when RENEW acknowledgements work (Kafka 4.2+, or the embedded group). The
+    /// default says no.
+    fn supports_renew(&self) -> bool {
+        false
+    }
+
     /// Sends every pending acknowledgement and waits up to `timeout` for the outcome.
     ///
     /// The result has one entry per partition whose acknowledgements were sent since the last
@@ -334,6 +363,19 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
         (**self).acknowledge_offset(topic, partition, offset, ack)
+    }
+
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        (**self).hold_offset(topic, partition, offset)
+    }
+
+    fn supports_renew(&self) -> bool {
+        (**self).supports_renew()
     }
 
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::policy::{AckPolicy, ErrorHandling, PutRetriablePolicy};
 use crate::task::TaskConfig;
 
 /// When the driver commits acknowledgements with `commit_sync`.
@@ -85,6 +86,12 @@ pub struct DriverConfig {
     pub(crate) commit_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) retriable_backoff: Duration,
+    pub(crate) ack_policy: AckPolicy,
+    pub(crate) put_retriable_policy: PutRetriablePolicy,
+    pub(crate) max_delivery_attempts: Option<u16>,
+    pub(crate) errors: ErrorHandling,
+    pub(crate) connector_name: String,
+    pub(crate) task_id: i32,
 }
 
 impl DriverConfig {
@@ -107,6 +114,12 @@ impl DriverConfig {
             // A released batch is available at once; without a pause a failing sink would
             // burn the delivery-count limit in milliseconds.
             retriable_backoff: Duration::from_millis(500),
+            ack_policy: AckPolicy::AfterPut,
+            put_retriable_policy: PutRetriablePolicy::Release,
+            max_delivery_attempts: None,
+            errors: ErrorHandling::new(),
+            connector_name: String::new(),
+            task_id: 0,
         }
     }
 
@@ -150,6 +163,45 @@ impl DriverConfig {
     /// for its own (default 500 ms).
     pub fn retriable_backoff(mut self, backoff: Duration) -> Self {
         self.retriable_backoff = backoff;
+        self
+    }
+
+    /// When records that `put` took are ACCEPTed (`ack.policy`, default
+    /// [`AckPolicy::AfterPut`]). [`AckPolicy::AfterFlush`] needs explicit acknowledgement,
+    /// and a commit policy that calls `pre_commit` as often as the task should flush.
+    pub fn ack_policy(mut self, policy: AckPolicy) -> Self {
+        self.ack_policy = policy;
+        self
+    }
+
+    /// What a retriable `put` error does (`put.retriable.policy`, default
+    /// [`PutRetriablePolicy::Release`]). [`PutRetriablePolicy::RetryInPlace`] retries for
+    /// `errors.retry.timeout` (see [`errors`](Self::errors)), so set one above zero.
+    pub fn put_retriable_policy(mut self, policy: PutRetriablePolicy) -> Self {
+        self.put_retriable_policy = policy;
+        self
+    }
+
+    /// `max.delivery.attempts`: a record whose `put` fails on its `n`-th delivery (or
+    /// later) is written to the dead-letter queue, when one is set, and REJECTed, instead of
+    /// being released again. Keep it below the group's `share.delivery.count.limit` (default
+    /// 5), or the broker archives the record first, silently. `None` (the default) leaves it
+    /// to the broker.
+    pub fn max_delivery_attempts(mut self, attempts: Option<u16>) -> Self {
+        self.max_delivery_attempts = attempts.map(|n| n.max(1));
+        self
+    }
+
+    /// Connect's `errors.*` settings (default: tolerance none, no retries).
+    pub fn errors(mut self, errors: ErrorHandling) -> Self {
+        self.errors = errors;
+        self
+    }
+
+    /// The connector name and task number, written to logs and to dead-letter headers.
+    pub fn connector(mut self, name: impl Into<String>, task_id: i32) -> Self {
+        self.connector_name = name.into();
+        self.task_id = task_id;
         self
     }
 }

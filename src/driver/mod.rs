@@ -1,40 +1,49 @@
 //! The driver: [`ShareSinkTask`] runs a [`SinkTask`] over a [`ShareConsumer`].
 //!
 //! One [`iteration`](ShareSinkTask::iteration) is poll → build [`SinkRecord`]s → `put` →
-//! acknowledge → commit when due. A record is ACCEPTed only after `put` returned `Ok`:
+//! acknowledge → commit when due. A record is ACCEPTed only after `put` returned `Ok` (and,
+//! under [`AckPolicy::AfterFlush`], only once `pre_commit` said it is durable):
 //!
 //! | `put` returns | explicit mode (default) | implicit mode |
 //! |---|---|---|
-//! | `Ok` | ACCEPT every record of the batch | accepted by the next poll or commit |
-//! | retriable error | RELEASE the batch: redelivered with delivery count + 1 | keep the batch and `put` it again next iteration |
-//! | fatal error | REJECT the batch, commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
+//! | `Ok` | ACCEPT every record of the batch (after flush, with `ack.policy=after.flush`) | accepted by the next poll or commit |
+//! | retriable error | RELEASE the batch (or retry it in place first, with `put.retriable.policy=retry.in.place`); a record at `max.delivery.attempts` is dead-lettered and REJECTed instead | keep the batch and `put` it again next iteration |
+//! | fatal error | REJECT the batch (dead-lettered first when a queue is set), commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
 //!
 //! # Where a process can die
 //!
 //! Acknowledgements are local until a poll or commit sends them, and the driver acknowledges
-//! only after `put`, so a crash at any point leaves the records it had not acknowledged
-//! acquired by a dead member: their locks expire and the group delivers them again. Nothing
-//! is lost; a record written by `put` just before a crash is written again.
+//! only after `put` (or after the flush), so a crash at any point leaves the records it had
+//! not acknowledged acquired by a dead member: their locks expire and the group delivers them
+//! again. Nothing is lost; a record written by `put` just before a crash is written again.
+//! Records the driver holds across polls (waiting for a flush, or for another `put` attempt)
+//! have their locks renewed at half their duration while the process lives.
 
 mod config;
+mod held;
 mod metrics;
 mod policy;
 
 use std::future::Future;
 use std::pin::pin;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use self::config::{CommitPolicy, DriverConfig};
+use self::held::{HeldRecords, retry_backoff};
 pub use self::metrics::DriverMetrics;
 pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
-use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
-use crate::error::{Error, Result, TaskStage};
+use crate::consumer::{AcknowledgeType, AcknowledgementMode, CommitResults, ShareConsumer};
+use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
+
+/// The lock duration assumed until the consumer reports one: the smallest a group may set.
+const DEFAULT_LOCK: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -50,14 +59,33 @@ enum State {
 pub struct IterationReport {
     /// Records in the batch handed to `put`.
     pub records: usize,
-    /// Records accepted after a successful `put`.
+    /// Records accepted in this iteration: after a successful `put` (`ack.policy=after.put`),
+    /// or found durable by `pre_commit` (`after.flush`), plus filtered records.
     pub accepted: usize,
-    /// Records released after a retriable error.
+    /// Records released (retriable error, failed dead-letter write).
     pub released: usize,
-    /// Records kept for another `put` (implicit mode, retriable error).
+    /// Records rejected (fatal error, `max.delivery.attempts`, skipped under tolerance
+    /// `all`).
+    pub rejected: usize,
+    /// Records kept for another `put` (implicit mode, or `retry.in.place`).
     pub retained: usize,
+    /// Records written by `put` and waiting for `pre_commit` to call them durable
+    /// (`after.flush`), after this iteration.
+    pub awaiting_flush: usize,
+    /// Records dropped by transforms (and accepted).
+    pub filtered: usize,
+    /// Records written to the dead-letter queue.
+    pub dead_lettered: usize,
     /// Whether the iteration ended with a commit.
     pub committed: bool,
+}
+
+/// A batch that failed with a retriable error and is put again in place.
+#[derive(Debug, Clone, Copy)]
+struct RetryInPlace {
+    first_failure: Instant,
+    attempts: u32,
+    next_attempt: Instant,
 }
 
 /// Drives a [`SinkTask`] from a [`ShareConsumer`], like Kafka Connect's `WorkerSinkTask`
@@ -103,16 +131,25 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     state: State,
     /// The batch, reused between iterations to save its allocation.
     batch: Vec<SinkRecord>,
+    /// When the batch's locks started (the poll that brought it began).
+    batch_acquired: Instant,
     /// Implicit mode: the batch is kept after a retriable error.
     retained: bool,
-    /// Records put since the last commit, for `pre_commit`.
+    /// Explicit mode, `retry.in.place`: the batch is held and put again.
+    retry: Option<RetryInPlace>,
+    /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
+    /// durable (after flush).
     delivered: Vec<RecordId>,
-    /// Acknowledgements made since the last commit.
+    /// Records kept acquired across polls, with their lock start.
+    held: HeldRecords,
+    /// Records settled (put, filtered, acknowledged) since the last commit.
     acknowledged_since_commit: u64,
     last_commit: Instant,
     backoff_until: Option<Instant>,
+    started: Instant,
     metrics: DriverMetrics,
     warned_partial_durability: bool,
+    warned_no_renew: bool,
 }
 
 impl<C: ShareConsumer> std::fmt::Debug for ShareSinkTask<C> {
@@ -120,6 +157,7 @@ impl<C: ShareConsumer> std::fmt::Debug for ShareSinkTask<C> {
         f.debug_struct("ShareSinkTask")
             .field("state", &self.state)
             .field("topics", &self.config.topics)
+            .field("held", &self.held.len())
             .field("metrics", &self.metrics)
             .finish_non_exhaustive()
     }
@@ -129,6 +167,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// A driver for `task` over `consumer`. Nothing happens until
     /// [`initialize`](Self::initialize).
     pub fn new(task: Box<dyn SinkTask>, consumer: C, config: DriverConfig) -> Self {
+        let now = Instant::now();
         Self {
             task,
             consumer,
@@ -136,22 +175,47 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             context: None,
             state: State::Created,
             batch: Vec::new(),
+            batch_acquired: now,
             retained: false,
+            retry: None,
             delivered: Vec::new(),
+            held: HeldRecords::default(),
             acknowledged_since_commit: 0,
-            last_commit: Instant::now(),
+            last_commit: now,
             backoff_until: None,
+            started: now,
             metrics: DriverMetrics::default(),
             warned_partial_durability: false,
+            warned_no_renew: false,
         }
     }
 
     /// Subscribes the consumer, then calls the task's `initialize` and `start`.
+    ///
+    /// Fails with [`Error::Config`] when `ack.policy=after.flush` or
+    /// `put.retriable.policy=retry.in.place` meets a consumer in implicit acknowledgement
+    /// mode, which cannot hold records back.
     pub async fn initialize(&mut self) -> Result<()> {
         match self.state {
             State::Created => {}
             State::Closed => return Err(Error::Closed),
             _ => return Err(Error::AlreadyInitialized),
+        }
+        if self.implicit() {
+            if self.config.ack_policy == AckPolicy::AfterFlush {
+                return Err(Error::Config {
+                    key: "ack.policy",
+                    reason: "after.flush needs share.acknowledgement.mode=explicit: in implicit \
+                             mode the next poll accepts every record"
+                        .to_owned(),
+                });
+            }
+            if self.config.put_retriable_policy == PutRetriablePolicy::RetryInPlace {
+                tracing::info!(
+                    "put.retriable.policy=retry.in.place: implicit acknowledgement always keeps \
+                     a failed batch and puts it again"
+                );
+            }
         }
         self.consumer.subscribe(self.config.topics.clone()).await?;
         let context = SinkTaskContext::new(
@@ -169,16 +233,23 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.state = State::Running;
         self.last_commit = Instant::now();
-        tracing::info!(topics = ?self.config.topics, group = %self.consumer.group_metadata().group_id(), "sink task started");
+        self.started = self.last_commit;
+        tracing::info!(
+            topics = ?self.config.topics,
+            group = %self.consumer.group_metadata().group_id(),
+            ack_policy = %self.config.ack_policy,
+            put_retriable_policy = %self.config.put_retriable_policy,
+            "sink task started"
+        );
         Ok(())
     }
 
     /// One round: poll → convert → `put` → acknowledge → commit when due.
     ///
-    /// A retriable `put` error is handled here (the report says what was released) and is
-    /// not returned. A fatal error is returned once; every later call returns
-    /// [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the driver
-    /// usable.
+    /// A retriable `put` error is handled here (the report says what was released or
+    /// retained) and is not returned. A fatal error is returned once; every later call
+    /// returns [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the
+    /// driver usable.
     pub async fn iteration(&mut self) -> Result<IterationReport> {
         match self.state {
             State::Running => {}
@@ -186,8 +257,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             State::Failed => return Err(Error::Failed),
             State::Closed => return Err(Error::Closed),
         }
-        let span =
-            tracing::debug_span!("iteration", group = %self.consumer.group_metadata().group_id());
+        let span = tracing::debug_span!(
+            "iteration",
+            group = %self.consumer.group_metadata().group_id(),
+            records = tracing::field::Empty,
+        );
         let result = self.iterate().instrument(span).await;
         if let Err(error) = &result {
             if !error.is_retriable() {
@@ -198,77 +272,46 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     async fn iterate(&mut self) -> Result<IterationReport> {
-        if let Some(until) = self.backoff_until.take() {
-            tokio::time::sleep_until(until).await;
-        }
-        if !self.retained {
+        let mut report = IterationReport::default();
+        if let Some(retry) = self.retry {
+            self.sleep_renewing(retry.next_attempt).await;
+        } else if self.retained {
+            if let Some(until) = self.backoff_until.take() {
+                tokio::time::sleep_until(until).await;
+            }
+        } else {
+            if let Some(until) = self.backoff_until.take() {
+                self.sleep_renewing(until).await;
+            }
+            self.renew_due_held()?;
             self.poll_batch().await?;
         }
-        let mut report = IterationReport {
-            records: self.batch.len(),
-            ..IterationReport::default()
-        };
+        report.records = self.batch.len();
+        tracing::Span::current().record("records", self.batch.len());
 
-        let started = Instant::now();
-        let outcome = self.task.put(&self.batch).await;
-        let elapsed = started.elapsed();
+        let outcome = self.put_batch().await;
         match outcome {
-            Ok(()) => {
-                self.metrics.put_batches += 1;
-                self.metrics.put_time_total += elapsed;
-                self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
-                self.acknowledge_batch(AcknowledgeType::Accept)?;
-                self.metrics.records_put += self.batch.len() as u64;
-                self.delivered
-                    .extend(self.batch.iter().map(|r| r.original_id().clone()));
-                report.accepted = self.batch.len();
-                self.retained = false;
-            }
-            Err(error) if error.is_retriable() => {
-                self.metrics.put_failures += 1;
-                tracing::warn!(records = self.batch.len(), error = %ErrorChain(&error), "put failed, will retry");
-                self.backoff_until =
-                    Some(Instant::now() + error.backoff().unwrap_or(self.config.retriable_backoff));
-                if self.implicit() {
-                    self.retained = true;
-                    report.retained = self.batch.len();
-                } else {
-                    self.acknowledge_batch(AcknowledgeType::Release)?;
-                    self.metrics.records_released += self.batch.len() as u64;
-                    report.released = self.batch.len();
-                }
-            }
-            Err(error) => {
-                self.metrics.put_failures += 1;
-                tracing::error!(records = self.batch.len(), error = %ErrorChain(&error), "put failed fatally, stopping");
-                self.state = State::Failed;
-                if !self.implicit() {
-                    self.acknowledge_batch(AcknowledgeType::Reject)?;
-                    self.metrics.records_rejected += self.batch.len() as u64;
-                    // Make the rejection durable now; the caller may never close us.
-                    self.commit_acknowledgements().await?;
-                }
-                return Err(Error::Task {
-                    stage: TaskStage::Put,
-                    source: error,
-                });
-            }
+            Ok(()) => self.on_put_ok(&mut report)?,
+            Err(error) if error.is_retriable() => self.on_put_retriable(error, &mut report)?,
+            Err(error) => return Err(self.on_put_fatal(error).await),
         }
 
         let requested = self
             .context
             .as_ref()
             .is_some_and(SinkTaskContext::take_commit_request);
-        let due = self.acknowledged_since_commit > 0
+        let waiting = self.acknowledged_since_commit > 0 || self.is_awaiting_flush();
+        let due = waiting
             && self
                 .config
                 .commit_policy
                 .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit);
         // Implicit mode: a commit would accept a batch that is waiting for another put.
         if (requested || due) && !self.retained {
-            self.commit().await?;
+            report.accepted += self.commit().await?;
             report.committed = true;
         }
+        report.awaiting_flush = self.awaiting_flush();
         Ok(report)
     }
 
@@ -276,59 +319,397 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit
     }
 
+    fn is_awaiting_flush(&self) -> bool {
+        self.config.ack_policy == AckPolicy::AfterFlush && !self.delivered.is_empty()
+    }
+
+    fn lock_duration(&self) -> Duration {
+        self.consumer
+            .acquisition_lock_timeout()
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_LOCK)
+    }
+
+    fn can_renew(&mut self) -> bool {
+        if self.implicit() {
+            return false;
+        }
+        if self.consumer.supports_renew() {
+            return true;
+        }
+        if !self.warned_no_renew && !self.held.is_empty() {
+            self.warned_no_renew = true;
+            tracing::warn!(
+                lock = ?self.lock_duration(),
+                "the broker does not support RENEW (Kafka 4.2+): records held for a flush or \
+                 a retry must be settled within the acquisition lock, or the group delivers \
+                 them again"
+            );
+        }
+        false
+    }
+
+    /// Queues a RENEW for every held record at half its lock; the next poll or commit sends
+    /// them.
+    fn renew_due_held(&mut self) -> Result<()> {
+        if self.held.is_empty() || !self.can_renew() {
+            return Ok(());
+        }
+        let lock = self.lock_duration();
+        let now = Instant::now();
+        let due = self.held.due(now, lock);
+        renew(
+            &mut self.consumer,
+            &mut self.held,
+            &due,
+            now,
+            &mut self.metrics,
+        )?;
+        Ok(())
+    }
+
+    /// Sleeps until `until`, renewing held records (and committing the renewals at once)
+    /// whenever one reaches half its lock on the way.
+    async fn sleep_renewing(&mut self, until: Instant) {
+        loop {
+            let next = if self.held.is_empty() || !self.can_renew() {
+                None
+            } else {
+                self.held.next_due(self.lock_duration())
+            };
+            match next {
+                Some(at) if at < until => {
+                    tokio::time::sleep_until(at).await;
+                    if let Err(e) = self.renew_due_held() {
+                        tracing::warn!(error = %ErrorChain(&e), "could not renew held records");
+                        continue;
+                    }
+                    self.commit_renewals().await;
+                }
+                _ => {
+                    tokio::time::sleep_until(until).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends queued renewals now; failures are logged (the records come back through the
+    /// group), never returned.
+    async fn commit_renewals(&mut self) {
+        commit_renewals(
+            &mut self.consumer,
+            self.config.commit_timeout,
+            &mut self.metrics,
+        )
+        .await;
+    }
+
     async fn poll_batch(&mut self) -> Result<()> {
+        let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
         self.batch.clear();
         self.batch.reserve(records.len());
+        self.batch_acquired = polled_at;
         self.metrics.records_read += records.len() as u64;
         for record in records {
             if record.delivery_count() > 1 {
                 self.metrics.records_redelivered += 1;
+            }
+            if !self.held.is_empty() {
+                let id = record.id();
+                if self.held.contains(&id) {
+                    // Written already and waiting for a flush, but its lock ran out and the
+                    // group handed it to us again: hold it anew instead of writing it twice.
+                    self.metrics.lock_losses += 1;
+                    self.consumer
+                        .hold_offset(id.topic(), id.partition(), id.offset())?;
+                    self.held.touch(&id, polled_at);
+                    continue;
+                }
             }
             self.batch.push(SinkRecord::from_consumer_record(record));
         }
         Ok(())
     }
 
-    fn acknowledge_batch(&mut self, ack: AcknowledgeType) -> Result<()> {
+    /// `put`, renewing the batch's locks (and those of held records) at half their duration
+    /// while it runs, so a slow `put` does not lose them. A `put` is never cut short.
+    async fn put_batch(&mut self) -> std::result::Result<(), TaskError> {
+        let renewing = self.can_renew();
+        let lock = self.lock_duration();
+        let started = Instant::now();
+        let Self {
+            task,
+            batch,
+            consumer,
+            held,
+            metrics,
+            batch_acquired,
+            config,
+            ..
+        } = self;
+        let mut put = pin!(task.put(batch));
+        let outcome = loop {
+            let batch_due = (!batch.is_empty()).then(|| *batch_acquired + lock / 2);
+            let due = match (batch_due, held.next_due(lock)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let Some(due) = due.filter(|_| renewing) else {
+                break put.await;
+            };
+            tokio::select! {
+                outcome = &mut put => break outcome,
+                () = tokio::time::sleep_until(due) => {
+                    let now = Instant::now();
+                    if batch_due.is_some_and(|d| d <= now) {
+                        for record in batch.iter() {
+                            let id = record.original_id();
+                            if !held.contains(id) {
+                                if let Err(e) = consumer.hold_offset(id.topic(), id.partition(), id.offset()) {
+                                    tracing::warn!(record = %id, error = %ErrorChain(&e), "cannot hold a record during a long put");
+                                    continue;
+                                }
+                                held.insert(id.clone(), *batch_acquired);
+                            }
+                        }
+                        *batch_acquired = now;
+                    }
+                    let due = held.due(now, lock);
+                    if let Err(e) = renew(consumer, held, &due, now, metrics) {
+                        tracing::warn!(error = %ErrorChain(&e), "cannot renew locks during a long put");
+                    }
+                    commit_renewals(consumer, config.commit_timeout, metrics).await;
+                }
+            }
+        };
+        let elapsed = started.elapsed();
+        match &outcome {
+            Ok(()) => {
+                self.metrics.put_batches += 1;
+                self.metrics.put_time_total += elapsed;
+                self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
+            }
+            Err(_) => self.metrics.put_failures += 1,
+        }
+        outcome
+    }
+
+    fn on_put_ok(&mut self, report: &mut IterationReport) -> Result<()> {
+        self.retained = false;
+        self.retry = None;
+        let n = self.batch.len();
+        self.metrics.records_put += n as u64;
+        self.acknowledged_since_commit += n as u64;
         if self.implicit() {
             // The next poll or commit accepts the batch.
-            self.acknowledged_since_commit += self.batch.len() as u64;
+            self.delivered
+                .extend(self.batch.iter().map(|r| r.original_id().clone()));
+            report.accepted = n;
             return Ok(());
         }
-        for record in &self.batch {
-            let id = record.original_id();
-            self.consumer
-                .acknowledge_offset(id.topic(), id.partition(), id.offset(), ack)?;
+        match self.config.ack_policy {
+            AckPolicy::AfterPut => {
+                for record in &self.batch {
+                    let id = record.original_id();
+                    self.consumer.acknowledge_offset(
+                        id.topic(),
+                        id.partition(),
+                        id.offset(),
+                        AcknowledgeType::Accept,
+                    )?;
+                    self.held.remove(id);
+                }
+                report.accepted = n;
+            }
+            AckPolicy::AfterFlush => {
+                // Durable only once pre_commit says so: hold the records until then.
+                for record in &self.batch {
+                    let id = record.original_id();
+                    if self.held.insert(id.clone(), self.batch_acquired) {
+                        self.consumer
+                            .hold_offset(id.topic(), id.partition(), id.offset())?;
+                    }
+                }
+            }
         }
-        self.acknowledged_since_commit += self.batch.len() as u64;
+        self.delivered
+            .extend(self.batch.iter().map(|r| r.original_id().clone()));
         Ok(())
     }
 
-    /// `pre_commit`, then `commit_sync`.
-    async fn commit(&mut self) -> Result<()> {
-        let delivered = std::mem::take(&mut self.delivered);
-        match self.task.pre_commit(&delivered).await {
-            Ok(Durability::All) => {}
-            Ok(_) if !self.warned_partial_durability => {
-                self.warned_partial_durability = true;
-                tracing::warn!(
-                    "pre_commit reported records as not yet durable, but they were accepted when \
-                     put returned: a task that buffers must flush in put"
-                );
+    fn on_put_retriable(&mut self, error: TaskError, report: &mut IterationReport) -> Result<()> {
+        let n = self.batch.len();
+        if self.implicit() {
+            tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, will put the batch again");
+            self.backoff_until =
+                Some(Instant::now() + error.backoff().unwrap_or(self.config.retriable_backoff));
+            self.retained = true;
+            report.retained = n;
+            return Ok(());
+        }
+        let now = Instant::now();
+        if self.config.put_retriable_policy == PutRetriablePolicy::RetryInPlace {
+            let retry = self.retry.get_or_insert(RetryInPlace {
+                first_failure: now,
+                attempts: 0,
+                next_attempt: now,
+            });
+            retry.attempts += 1;
+            let deadline = self
+                .config
+                .errors
+                .retry_timeout
+                .map(|t| retry.first_failure + t);
+            if deadline.is_none_or(|d| now < d) {
+                let mut delay = error.backoff().unwrap_or_else(|| {
+                    retry_backoff(retry.attempts, self.config.errors.retry_delay_max)
+                });
+                if let Some(d) = deadline {
+                    delay = delay.min(d - now);
+                }
+                retry.next_attempt = now + delay;
+                tracing::warn!(records = n, attempt = retry.attempts, ?delay, error = %ErrorChain(&error), "put failed, retrying in place");
+                for record in &self.batch {
+                    let id = record.original_id();
+                    if self.held.insert(id.clone(), self.batch_acquired) {
+                        self.consumer
+                            .hold_offset(id.topic(), id.partition(), id.offset())?;
+                    }
+                }
+                self.metrics.put_retries += 1;
+                report.retained = n;
+                return Ok(());
             }
-            Ok(_) => {}
+            tracing::warn!(
+                records = n,
+                attempts = retry.attempts,
+                "put kept failing for errors.retry.timeout; releasing the batch"
+            );
+            self.retry = None;
+        } else {
+            tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, releasing the batch");
+        }
+        self.backoff_until = Some(now + error.backoff().unwrap_or(self.config.retriable_backoff));
+        let limit = self.config.max_delivery_attempts;
+        let mut poison = 0;
+        for record in &self.batch {
+            let id = record.original_id();
+            let ack = if limit.is_some_and(|max| record.delivery_count() >= max) {
+                poison += 1;
+                AcknowledgeType::Reject
+            } else {
+                AcknowledgeType::Release
+            };
+            self.consumer
+                .acknowledge_offset(id.topic(), id.partition(), id.offset(), ack)?;
+            self.held.remove(id);
+        }
+        if poison > 0 {
+            tracing::warn!(
+                records = poison,
+                max_delivery_attempts = limit,
+                "records failed on their last allowed delivery; rejected"
+            );
+        }
+        self.metrics.records_rejected += poison as u64;
+        self.metrics.records_released += (n - poison) as u64;
+        report.rejected += poison;
+        report.released = n - poison;
+        self.acknowledged_since_commit += n as u64;
+        Ok(())
+    }
+
+    async fn on_put_fatal(&mut self, error: TaskError) -> Error {
+        tracing::error!(records = self.batch.len(), error = %ErrorChain(&error), "put failed fatally, stopping");
+        self.state = State::Failed;
+        self.retry = None;
+        if !self.implicit() {
+            for record in &self.batch {
+                let id = record.original_id();
+                if let Err(e) = self.consumer.acknowledge_offset(
+                    id.topic(),
+                    id.partition(),
+                    id.offset(),
+                    AcknowledgeType::Reject,
+                ) {
+                    return e.into();
+                }
+                self.held.remove(id);
+            }
+            self.metrics.records_rejected += self.batch.len() as u64;
+            // Make the rejection durable now; the caller may never close us.
+            if let Err(e) = self.commit_acknowledgements().await {
+                return e;
+            }
+        }
+        Error::Task {
+            stage: TaskStage::Put,
+            source: error,
+        }
+    }
+
+    /// `pre_commit`, accepting what it calls durable under `after.flush`, then `commit_sync`.
+    /// Returns the records accepted here.
+    async fn commit(&mut self) -> Result<usize> {
+        let after_flush = self.config.ack_policy == AckPolicy::AfterFlush && !self.implicit();
+        let delivered = std::mem::take(&mut self.delivered);
+        let durability = match self.task.pre_commit(&delivered).await {
+            Ok(d) => d,
             Err(source) if source.is_retriable() => {
-                tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; committing what put accepted");
+                tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; trying again at the next commit");
+                if after_flush {
+                    self.delivered = delivered;
+                    self.metrics.commit_skips += 1;
+                    self.last_commit = Instant::now();
+                    return Ok(0);
+                }
+                Durability::All
             }
             Err(source) => {
+                if after_flush {
+                    self.delivered = delivered;
+                }
                 return Err(Error::Task {
                     stage: TaskStage::PreCommit,
                     source,
                 });
             }
+        };
+        let mut accepted = 0;
+        if after_flush {
+            let mut waiting = Vec::new();
+            for id in delivered {
+                if !durability.covers(&id) {
+                    waiting.push(id);
+                } else if self.held.remove(&id) {
+                    self.consumer.acknowledge_offset(
+                        id.topic(),
+                        id.partition(),
+                        id.offset(),
+                        AcknowledgeType::Accept,
+                    )?;
+                    accepted += 1;
+                }
+                // A covered record that is no longer held was settled already (or lost
+                // its lock and was put again): nothing to accept.
+            }
+            self.delivered = waiting;
+            if accepted == 0 && self.acknowledged_since_commit == 0 {
+                self.metrics.commit_skips += 1;
+                self.last_commit = Instant::now();
+                return Ok(0);
+            }
+        } else if durability != Durability::All && !self.warned_partial_durability {
+            self.warned_partial_durability = true;
+            tracing::warn!(
+                "pre_commit reported records as not yet durable, but they were accepted when \
+                 put returned: use ack.policy=after.flush for a task that buffers"
+            );
         }
-        self.commit_acknowledgements().await
+        self.commit_acknowledgements().await?;
+        Ok(accepted)
     }
 
     async fn commit_acknowledgements(&mut self) -> Result<()> {
@@ -336,19 +717,33 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .consumer
             .commit_sync(self.config.commit_timeout)
             .await?;
-        for (partition, error) in results.failures() {
-            self.metrics.commit_partition_failures += 1;
-            tracing::warn!(%partition, %error, "acknowledgements not committed; the records will be delivered again");
-        }
+        count_failures(&results, &mut self.metrics);
         self.metrics.commits += 1;
         self.acknowledged_since_commit = 0;
         self.last_commit = Instant::now();
+        tracing::debug!(
+            target: "kafka_share_sink::metrics",
+            sink_record_read_total = self.metrics.records_read,
+            sink_record_send_total = self.metrics.records_put,
+            offset_commit_completion_total = self.metrics.commits,
+            total_record_errors = self.metrics.record_errors,
+            total_records_skipped = self.metrics.records_skipped,
+            deadletterqueue_produce_requests = self.metrics.dlq_produce_requests,
+            deadletterqueue_produce_failures = self.metrics.dlq_produce_failures,
+            records_released = self.metrics.records_released,
+            records_rejected = self.metrics.records_rejected,
+            records_renewed = self.metrics.records_renewed,
+            records_redelivered = self.metrics.records_redelivered,
+            lock_losses = self.metrics.lock_losses,
+            "acknowledgements committed"
+        );
         Ok(())
     }
 
     /// Ends the driver: a final `pre_commit` and commit of what was accepted, the task's
-    /// `stop`, and the consumer's `close`, which releases every record not acknowledged.
-    /// Every step is attempted; the first error is returned. Closing twice is a no-op.
+    /// `stop`, and the consumer's `close`, which releases every record not acknowledged
+    /// (held ones included). Every step is attempted; the first error is returned. Closing
+    /// twice is a no-op.
     pub async fn close(&mut self) -> Result<()> {
         let previous = self.state;
         if previous == State::Closed {
@@ -357,6 +752,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.state = State::Closed;
         let mut first_error: Option<Error> = None;
         if previous == State::Running && !self.retained {
+            if let Some(retry) = self.retry.take() {
+                tracing::info!(
+                    records = self.batch.len(),
+                    attempts = retry.attempts,
+                    "closing during a retry in place; the batch is released"
+                );
+            }
             if let Err(e) = self.commit().await {
                 first_error.get_or_insert(e);
             }
@@ -373,6 +775,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             first_error.get_or_insert(e.into());
         }
         self.batch.clear();
+        self.held.clear();
         tracing::info!(metrics = ?self.metrics, "sink task closed");
         first_error.map_or(Ok(()), Err)
     }
@@ -413,9 +816,72 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics
     }
 
+    /// The counters under Kafka Connect's metric names, with rates since
+    /// [`initialize`](Self::initialize).
+    pub fn connect_metrics(&self) -> Vec<(&'static str, f64)> {
+        self.metrics.connect_metrics(self.started.elapsed())
+    }
+
+    /// Records written and waiting for `pre_commit` to call them durable
+    /// (`ack.policy=after.flush`).
+    pub fn awaiting_flush(&self) -> usize {
+        if self.config.ack_policy == AckPolicy::AfterFlush {
+            self.delivered.len()
+        } else {
+            0
+        }
+    }
+
     /// The consumer, for inspection.
     pub fn consumer(&self) -> &C {
         &self.consumer
+    }
+}
+
+/// Queues a RENEW for each of `ids` and restarts their lock clocks.
+fn renew<C: ShareConsumer>(
+    consumer: &mut C,
+    held: &mut HeldRecords,
+    ids: &[RecordId],
+    now: Instant,
+    metrics: &mut DriverMetrics,
+) -> Result<(), crate::consumer::ConsumerError> {
+    for id in ids {
+        consumer.acknowledge_offset(
+            id.topic(),
+            id.partition(),
+            id.offset(),
+            AcknowledgeType::Renew,
+        )?;
+        held.touch(id, now);
+        metrics.records_renewed += 1;
+    }
+    if !ids.is_empty() {
+        tracing::debug!(records = ids.len(), "renewing acquisition locks");
+    }
+    Ok(())
+}
+
+/// Sends queued acknowledgements (renewals) at once; failures are logged, never returned:
+/// a record whose renewal failed comes back through the group.
+async fn commit_renewals<C: ShareConsumer>(
+    consumer: &mut C,
+    timeout: Duration,
+    metrics: &mut DriverMetrics,
+) {
+    match consumer.commit_sync(timeout).await {
+        Ok(results) => count_failures(&results, metrics),
+        Err(e) => tracing::warn!(error = %ErrorChain(&e), "could not send lock renewals"),
+    }
+}
+
+fn count_failures(results: &CommitResults, metrics: &mut DriverMetrics) {
+    for (partition, error) in results.failures() {
+        metrics.commit_partition_failures += 1;
+        if error.is_lock_lost() {
+            metrics.lock_losses += 1;
+        }
+        tracing::warn!(%partition, %error, "acknowledgements not committed; the records will be delivered again");
     }
 }
 

@@ -137,7 +137,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         let sent = self.send_acknowledgements(implicit);
         self.unreported.merge(sent);
         let mut renewed = self.batch.renewed();
-        self.batch.clear();
+        self.batch.clear_unheld();
 
         let deadline = Instant::now() + timeout;
         loop {
@@ -181,6 +181,23 @@ impl ShareConsumer for EmbeddedShareConsumer {
             return Err(ConsumerError::ImplicitAcknowledgement);
         }
         self.batch.acknowledge(topic, partition, offset, ack)
+    }
+
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        self.batch.hold(topic, partition, offset)
+    }
+
+    fn supports_renew(&self) -> bool {
+        true
     }
 
     async fn commit_sync(&mut self, _timeout: Duration) -> Result<CommitResults, ConsumerError> {

@@ -1107,28 +1107,23 @@ impl ShareConsumer for KafkaShareConsumer {
                 });
             }
         }
-        // Renewed records stay with this member and are presented again, as in Java.
-        let mut renewed: Vec<RecordId> = self.batch.renewed();
-        let mut acks = self.take_acks(implicit);
+        let acks = self.take_acks(implicit);
+        // Renewed records stay with this member and are presented again, as in Java; held
+        // ones stay held and are not.
+        let renewed: Vec<RecordId> = self.batch.renewed();
+        let mut acks = acks;
         if acks
             .values()
             .any(|list| list.iter().any(|(_, code)| *code == RENEW))
         {
             // RENEW cannot ride on a fetch (that needs ShareFetch v2 with nothing fetched), so
             // these acknowledgements go in a ShareAcknowledge first.
-            for (tp, list) in &acks {
-                renewed.extend(list.iter().filter(|(_, code)| *code == RENEW).map(
-                    |(offset, _)| {
-                        RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), *offset)
-                    },
-                ));
-            }
             let results = self
                 .send_acknowledge(std::mem::take(&mut acks), false)
                 .await;
             self.unreported.merge(results);
         }
-        self.batch.clear();
+        self.batch.clear_unheld();
         if !renewed.is_empty() {
             let lost = &self.last_ack_failures;
             let again: Vec<ConsumerRecord> = self
@@ -1216,6 +1211,23 @@ impl ShareConsumer for KafkaShareConsumer {
             });
         }
         self.batch.acknowledge(topic, partition, offset, ack)
+    }
+
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        self.batch.hold(topic, partition, offset)
+    }
+
+    fn supports_renew(&self) -> bool {
+        self.renew_supported
     }
 
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {

@@ -1,0 +1,133 @@
+//! Records the driver keeps acquired across polls: written but not yet durable
+//! (`ack.policy=after.flush`), or waiting for another `put` (`put.retriable.policy=retry.in.place`).
+//! Each remembers when its lock last started, so the driver renews it before it expires.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::record::RecordId;
+
+/// Held records and the instant each one's acquisition lock (re)started.
+#[derive(Debug, Default)]
+pub(crate) struct HeldRecords {
+    since: HashMap<RecordId, Instant>,
+}
+
+impl HeldRecords {
+    /// Starts holding `id` with a lock that started at `since`; true if it was not held.
+    pub(crate) fn insert(&mut self, id: RecordId, since: Instant) -> bool {
+        self.since.insert(id, since).is_none()
+    }
+
+    /// Stops holding `id`; true if it was held.
+    pub(crate) fn remove(&mut self, id: &RecordId) -> bool {
+        self.since.remove(id).is_some()
+    }
+
+    pub(crate) fn contains(&self, id: &RecordId) -> bool {
+        self.since.contains_key(id)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.since.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.since.is_empty()
+    }
+
+    /// The lock of `id` restarted at `now` (a RENEW went out, or it was acquired again).
+    pub(crate) fn touch(&mut self, id: &RecordId, now: Instant) {
+        if let Some(since) = self.since.get_mut(id) {
+            *since = now;
+        }
+    }
+
+    /// When the first held record reaches half of `lock`, the point at which it is renewed.
+    pub(crate) fn next_due(&self, lock: Duration) -> Option<Instant> {
+        self.since.values().min().map(|since| *since + lock / 2)
+    }
+
+    /// The held records that reached half of `lock` by `now`.
+    pub(crate) fn due(&self, now: Instant, lock: Duration) -> Vec<RecordId> {
+        self.since
+            .iter()
+            .filter(|(_, since)| **since + lock / 2 <= now)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Forgets everything (the consumer released it all).
+    pub(crate) fn clear(&mut self) {
+        self.since.clear();
+    }
+}
+
+/// Connect's retry backoff: 300 ms doubled per attempt, replaced by a random delay below the
+/// cap once it would pass `max` (`errors.retry.delay.max.ms`). `attempt` counts from 1.
+pub(crate) fn retry_backoff(attempt: u32, max: Duration) -> Duration {
+    const MIN: Duration = Duration::from_millis(300);
+    let shift = attempt.saturating_sub(1).min(20);
+    let delay = MIN.saturating_mul(1 << shift);
+    if delay <= max {
+        return delay;
+    }
+    // Jitter, so that many tasks failing together do not retry in lock step.
+    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+    if max_ms == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(jitter() % max_ms)
+}
+
+/// A cheap pseudo-random number: the sub-second clock mixed through a hash. Good enough to
+/// spread retries; nothing here needs real randomness.
+fn jitter() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_300_ms_then_jitters_below_the_cap() {
+        let max = Duration::from_secs(60);
+        assert_eq!(retry_backoff(1, max), Duration::from_millis(300));
+        assert_eq!(retry_backoff(2, max), Duration::from_millis(600));
+        assert_eq!(retry_backoff(8, max), Duration::from_millis(38_400));
+        for attempt in [9, 30, u32::MAX] {
+            assert!(retry_backoff(attempt, max) < max);
+        }
+        assert_eq!(retry_backoff(5, Duration::ZERO), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_records_come_due_at_half_their_lock() {
+        let lock = Duration::from_secs(30);
+        let mut held = HeldRecords::default();
+        let t0 = Instant::now();
+        assert!(held.insert(RecordId::new("t", 0, 1), t0));
+        assert!(!held.insert(RecordId::new("t", 0, 1), t0));
+        held.insert(RecordId::new("t", 0, 2), t0 + Duration::from_secs(10));
+        assert_eq!(held.next_due(lock), Some(t0 + Duration::from_secs(15)));
+        assert!(held.due(t0 + Duration::from_secs(14), lock).is_empty());
+        assert_eq!(
+            held.due(t0 + Duration::from_secs(15), lock),
+            vec![RecordId::new("t", 0, 1)]
+        );
+        held.touch(&RecordId::new("t", 0, 1), t0 + Duration::from_secs(15));
+        assert_eq!(held.next_due(lock), Some(t0 + Duration::from_secs(25)));
+        assert!(held.remove(&RecordId::new("t", 0, 2)));
+        assert_eq!(held.len(), 1);
+    }
+}

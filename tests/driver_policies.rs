@@ -1,0 +1,528 @@
+//! The driver's policies on the embedded share group: acknowledge after flush, retry in
+//! place, lock renewal during long puts, poison records at `max.delivery.attempts`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig,
+    ProduceRecord, RecordState,
+};
+use kafka_share_sink::{
+    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
+    ConsumerRecord, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata, PendingCommit,
+    PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
+    TaskError,
+};
+
+const GROUP: &str = "sink";
+const LOCK: Duration = Duration::from_secs(30);
+
+fn broker(records: usize) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("t", 1).unwrap();
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK),
+        )
+        .unwrap();
+    produce(&broker, 0..records);
+    broker
+}
+
+fn produce(broker: &EmbeddedBroker, range: std::ops::Range<usize>) {
+    for i in range {
+        broker
+            .produce("t", ProduceRecord::new().value(format!("{i}")))
+            .unwrap();
+    }
+}
+
+fn state(broker: &EmbeddedBroker, offset: i64) -> (RecordState, u16) {
+    let view = broker.record_state(GROUP, "t", 0, offset).unwrap();
+    (view.state(), view.delivery_count())
+}
+
+/// What a buffering sink has made durable, shared with the test.
+#[derive(Debug, Default)]
+struct Store {
+    /// Records put, not yet flushed.
+    buffer: Vec<RecordId>,
+    /// Records flushed, in order, repeats included.
+    durable: Vec<RecordId>,
+    puts: usize,
+}
+
+/// Buffers in `put`; makes the buffer durable only in `pre_commit`, once it holds at least
+/// `flush_at` records (or always when `flush_at` is 0).
+struct BufferingSink {
+    store: Arc<Mutex<Store>>,
+    flush_at: usize,
+}
+
+#[async_trait]
+impl SinkTask for BufferingSink {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        let mut store = self.store.lock().unwrap();
+        store.puts += usize::from(!records.is_empty());
+        store
+            .buffer
+            .extend(records.iter().map(|r| r.original_id().clone()));
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+        let mut store = self.store.lock().unwrap();
+        if store.buffer.len() < self.flush_at.max(1) {
+            return Ok(Durability::Nothing);
+        }
+        let flushed = std::mem::take(&mut store.buffer);
+        store.durable.extend(flushed);
+        assert!(delivered.iter().all(|id| store.durable.contains(id)));
+        Ok(Durability::All)
+    }
+}
+
+fn buffering(
+    broker: &EmbeddedBroker,
+    flush_at: usize,
+    commit: CommitPolicy,
+) -> (ShareSinkTask<EmbeddedShareConsumer>, Arc<Mutex<Store>>) {
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at,
+    };
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush)
+        .commit_policy(commit);
+    let consumer = broker.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
+    (ShareSinkTask::new(Box::new(sink), consumer, config), store)
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_flush_holds_records_while_polling_on_and_renews_them_past_the_lock() {
+    let b = broker(25);
+    let (mut d, store) = buffering(&b, 26, CommitPolicy::every_iteration());
+    d.initialize().await.unwrap();
+    // Three polls of at most 10 bring all 25: held records do not block the next poll.
+    let mut put = 0;
+    for _ in 0..3 {
+        let report = d.iteration().await.unwrap();
+        assert_eq!(report.accepted, 0, "nothing is durable before the flush");
+        put += report.records;
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(put, 25);
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 1));
+    // The sink flushes once it holds 26; nothing more to poll for 100 s, over three lock
+    // durations: the locks must be renewed.
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let report = d.iteration().await.unwrap();
+        assert_eq!((report.records, report.accepted), (0, 0));
+        assert_eq!(report.awaiting_flush, 25);
+    }
+    for offset in 0..25 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acquired, 1),
+            "offset {offset}: held past the lock without being delivered again"
+        );
+    }
+    assert!(
+        d.metrics().records_renewed >= 25 * 3,
+        "renewed: {}",
+        d.metrics().records_renewed
+    );
+    // One more record fills the buffer: everything becomes durable and is accepted.
+    produce(&b, 25..26);
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (1, 26));
+    assert_eq!(report.awaiting_flush, 0);
+    assert_eq!(b.state_counts(GROUP).acknowledged, 26);
+    assert_eq!(store.lock().unwrap().durable.len(), 26);
+    d.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_flush_crash_before_the_flush_loses_nothing() {
+    let b = broker(8);
+    let (mut crashing, store) = buffering(&b, 100, CommitPolicy::every_iteration());
+    crashing.initialize().await.unwrap();
+    assert_eq!(crashing.iteration().await.unwrap().records, 8);
+    assert_eq!(store.lock().unwrap().buffer.len(), 8);
+    drop(crashing); // dies with the buffer in memory: never flushed, never acknowledged
+    assert_eq!(b.state_counts(GROUP).acknowledged, 0);
+
+    let (mut survivor, store) = buffering(&b, 0, CommitPolicy::every_iteration());
+    survivor.initialize().await.unwrap();
+    tokio::time::advance(LOCK).await;
+    let report = survivor.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (8, 8));
+    assert_eq!(b.state_counts(GROUP).acknowledged, 8, "nothing lost");
+    assert_eq!(state(&b, 7), (RecordState::Acknowledged, 2));
+    assert_eq!(store.lock().unwrap().durable.len(), 8);
+}
+
+/// Buffers everything; says offsets below 2 of partition 0 are durable.
+struct DurableBelowTwo;
+
+#[async_trait]
+impl SinkTask for DurableBelowTwo {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+        Ok(Durability::Below(
+            [(kafka_share_sink::TopicPartition::new("t", 0), 2)]
+                .into_iter()
+                .collect(),
+        ))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_flush_close_accepts_what_is_durable_and_releases_the_rest() {
+    let b = broker(4);
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush)
+        .commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
+    let mut d = ShareSinkTask::new(Box::new(DurableBelowTwo), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().records, 4);
+    assert_eq!(d.awaiting_flush(), 4);
+    d.close().await.unwrap();
+    assert_eq!(state(&b, 0).0, RecordState::Acknowledged);
+    assert_eq!(state(&b, 1).0, RecordState::Acknowledged);
+    for offset in 2..4 {
+        assert_eq!(
+            state(&b, offset).0,
+            RecordState::Available,
+            "offset {offset}: not durable, released at close, not lost"
+        );
+    }
+}
+
+/// Every batch a sink was handed: (offset, delivery count) per record.
+type Puts = Arc<Mutex<Vec<Vec<(i64, u16)>>>>;
+
+/// Fails `put` retriably a given number of times, then writes.
+struct Flaky {
+    failures_left: usize,
+    puts: Puts,
+    put_time: Duration,
+}
+
+#[async_trait]
+impl SinkTask for Flaky {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.puts.lock().unwrap().push(
+            records
+                .iter()
+                .map(|r| (r.offset(), r.delivery_count()))
+                .collect(),
+        );
+        tokio::time::sleep(self.put_time).await;
+        if self.failures_left > 0 {
+            self.failures_left -= 1;
+            return Err(TaskError::retriable("downstream busy"));
+        }
+        Ok(())
+    }
+}
+
+fn flaky(
+    broker: &EmbeddedBroker,
+    failures: usize,
+    put_time: Duration,
+    config: DriverConfig,
+) -> (ShareSinkTask<EmbeddedShareConsumer>, Puts) {
+    let puts = Arc::new(Mutex::new(Vec::new()));
+    let sink = Flaky {
+        failures_left: failures,
+        puts: Arc::clone(&puts),
+        put_time,
+    };
+    let consumer = broker.share_consumer(GROUP);
+    (ShareSinkTask::new(Box::new(sink), consumer, config), puts)
+}
+
+fn retry_in_place(timeout: Duration) -> DriverConfig {
+    DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .put_retriable_policy(PutRetriablePolicy::RetryInPlace)
+        .errors(ErrorHandling::new().retry_timeout(Some(timeout)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_puts_the_same_batch_again_with_growing_backoff() {
+    let b = broker(3);
+    let (mut d, puts) = flaky(
+        &b,
+        2,
+        Duration::ZERO,
+        retry_in_place(Duration::from_secs(60)),
+    );
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let first = d.iteration().await.unwrap();
+    assert_eq!((first.records, first.retained, first.released), (3, 3, 0));
+    assert_eq!(
+        state(&b, 0),
+        (RecordState::Acquired, 1),
+        "kept, not released"
+    );
+    let second = d.iteration().await.unwrap();
+    assert_eq!(second.retained, 3);
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let third = d.iteration().await.unwrap();
+    assert_eq!((third.records, third.accepted), (3, 3));
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "300 ms then 600 ms"
+    );
+    let puts = puts.lock().unwrap();
+    assert_eq!(puts.len(), 3);
+    assert!(
+        puts.iter().all(|batch| batch == &puts[0]),
+        "the same batch, delivery count 1: {puts:?}"
+    );
+    assert_eq!(b.state_counts(GROUP).acknowledged, 3);
+    assert_eq!(d.metrics().put_retries, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_renews_locks_while_backing_off_then_releases_at_the_timeout() {
+    let b = broker(2);
+    // Fails for longer than the retry timeout (100 s, over three lock durations).
+    let (mut d, puts) = flaky(
+        &b,
+        usize::MAX,
+        Duration::ZERO,
+        retry_in_place(Duration::from_secs(100)),
+    );
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    loop {
+        let report = d.iteration().await.unwrap();
+        if report.released > 0 {
+            assert_eq!(report.released, 2);
+            break;
+        }
+        assert_eq!(report.retained, 2);
+        assert_eq!(
+            state(&b, 0),
+            (RecordState::Acquired, 1),
+            "renewed, never expired"
+        );
+    }
+    assert!(start.elapsed() >= Duration::from_secs(100));
+    assert!(
+        start.elapsed() < Duration::from_secs(170),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(d.metrics().records_renewed > 0);
+    assert!(puts.lock().unwrap().len() >= 5);
+    // Released: the group delivers it again with a higher count.
+    assert_eq!(state(&b, 0).0, RecordState::Available);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_put_longer_than_the_lock_keeps_its_records() {
+    let b = broker(3);
+    let config = DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10));
+    let (mut d, _) = flaky(&b, 0, Duration::from_secs(100), config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 3);
+    for offset in 0..3 {
+        assert_eq!(state(&b, offset), (RecordState::Acknowledged, 1));
+    }
+    assert!(
+        d.metrics().records_renewed >= 3 * 6,
+        "renewed at half the lock during the put"
+    );
+    assert_eq!(d.metrics().lock_losses, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_failing_on_its_last_allowed_delivery_is_rejected_not_released() {
+    let b = broker(1);
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .retriable_backoff(Duration::from_millis(10))
+        .max_delivery_attempts(Some(3));
+    let (mut d, puts) = flaky(&b, usize::MAX, Duration::ZERO, config);
+    d.initialize().await.unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..5 {
+        reports.push(d.iteration().await.unwrap());
+    }
+    let released: usize = reports.iter().map(|r| r.released).sum();
+    let rejected: usize = reports.iter().map(|r| r.rejected).sum();
+    assert_eq!((released, rejected), (2, 1));
+    assert_eq!(state(&b, 0), (RecordState::Archived, 3));
+    let counts: Vec<u16> = puts.lock().unwrap().iter().map(|b| b[0].1).collect();
+    assert_eq!(
+        counts,
+        vec![1, 2, 3],
+        "never delivered again after the rejection"
+    );
+}
+
+/// A consumer without RENEW: the embedded one, saying it cannot renew.
+struct NoRenew(EmbeddedShareConsumer);
+
+#[async_trait]
+impl ShareConsumer for NoRenew {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.0.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.0.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.0.poll(timeout).await
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        assert_ne!(
+            ack,
+            AcknowledgeType::Renew,
+            "the driver must not renew without support"
+        );
+        self.0.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.0.hold_offset(topic, partition, offset)
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.0.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.0.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.0.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.0.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.0.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.0.acknowledgement_mode()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_renew_a_held_record_whose_lock_ran_out_is_held_again_not_written_twice() {
+    let b = broker(2);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at: 100,
+    };
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush);
+    let mut d = ShareSinkTask::new(Box::new(sink), NoRenew(b.share_consumer(GROUP)), config);
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().records, 2);
+    tokio::time::advance(LOCK).await;
+    // The locks expired; the group hands the records to us again.
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.records, 0, "already written: not put again");
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 2));
+    assert_eq!(d.metrics().lock_losses, 2);
+    assert_eq!(store.lock().unwrap().puts, 1);
+    // Once durable they are accepted under the new acquisition.
+    store
+        .lock()
+        .unwrap()
+        .buffer
+        .resize(100, RecordId::new("t", 0, 0));
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 2);
+    assert_eq!(b.state_counts(GROUP).acknowledged, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_flush_needs_explicit_acknowledgement() {
+    let b = broker(1);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink { store, flush_at: 0 };
+    let consumer = b.share_consumer_with(
+        GROUP,
+        ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit),
+    );
+    let config = DriverConfig::new(["t"]).ack_policy(AckPolicy::AfterFlush);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    let err = d.initialize().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Config {
+                key: "ack.policy",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("explicit"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn connect_metric_names_are_reported() {
+    let b = broker(2);
+    let (mut d, _) = flaky(
+        &b,
+        0,
+        Duration::ZERO,
+        DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10)),
+    );
+    d.initialize().await.unwrap();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    d.iteration().await.unwrap();
+    let named = d.connect_metrics();
+    let get = |name: &str| named.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+    assert_eq!(get("sink-record-read-total"), Some(2.0));
+    assert_eq!(get("sink-record-send-total"), Some(2.0));
+    assert_eq!(get("offset-commit-completion-total"), Some(1.0));
+    assert!(get("sink-record-read-rate").unwrap() > 0.0);
+    assert_eq!(get("deadletterqueue-produce-requests"), Some(0.0));
+    produce(&b, 2..3);
+}
