@@ -1,0 +1,196 @@
+//! The driver's policies over `KafkaShareConsumer` against a real Apache Kafka broker
+//! (started by `scripts/test.sh`): acknowledge after flush with RENEW past the lock duration.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::{
+    AckPolicy, AcknowledgementMode, CommitPolicy, DriverConfig, Durability, KafkaAdmin,
+    KafkaShareConsumer, KafkaShareConsumerConfig, RecordId, ShareConsumer, ShareSinkTask,
+    SinkRecord, SinkTask, TaskConfig, TaskError,
+};
+use rskafka::client::ClientBuilder;
+use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::record::Record;
+use tokio::time::Instant;
+
+const LOCK_MS: u64 = 2_000;
+
+async fn setup(test: &str, records: usize) -> Option<(String, String, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    let topic = support::unique(test);
+    let group = support::unique(&format!("{test}-group"));
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    admin.create_topic(&topic, 1, 1).await.expect("topic");
+    admin
+        .set_share_group_config(
+            &group,
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.record.lock.duration.ms", &LOCK_MS.to_string()),
+            ],
+        )
+        .await
+        .expect("group config");
+    let client = ClientBuilder::new(vec![bootstrap.clone()])
+        .build()
+        .await
+        .expect("rskafka");
+    let partition = client
+        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    let batch: Vec<Record> = (0..records)
+        .map(|i| Record {
+            key: None,
+            value: Some(format!("v{i}").into_bytes()),
+            headers: BTreeMap::new(),
+            timestamp: chrono::Utc::now(),
+        })
+        .collect();
+    partition
+        .produce(batch, Compression::NoCompression)
+        .await
+        .expect("produce");
+    Some((bootstrap, topic, group))
+}
+
+async fn consumer(bootstrap: &str, group: &str, topic: &str) -> KafkaShareConsumer {
+    let config = KafkaShareConsumerConfig::new(bootstrap, group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .fetch_max_wait(Duration::from_millis(100));
+    let mut c = KafkaShareConsumer::connect(config).await.expect("connect");
+    c.subscribe(vec![topic.to_owned()])
+        .await
+        .expect("subscribe");
+    c
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    /// Every record put, with its delivery count.
+    put: Vec<(i64, u16)>,
+    buffer: Vec<RecordId>,
+    flushed: usize,
+}
+
+/// Buffers in put; flushes only once `hold` has passed since its first put.
+struct SlowFlushSink {
+    store: Arc<Mutex<Store>>,
+    first_put: Option<Instant>,
+    hold: Duration,
+}
+
+#[async_trait]
+impl SinkTask for SlowFlushSink {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.first_put.get_or_insert_with(Instant::now);
+        let mut store = self.store.lock().unwrap();
+        for r in records {
+            store.put.push((r.offset(), r.delivery_count()));
+            store.buffer.push(r.original_id().clone());
+        }
+        Ok(())
+    }
+    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+        if self.first_put.is_none_or(|t| t.elapsed() < self.hold) {
+            return Ok(Durability::Nothing);
+        }
+        let mut store = self.store.lock().unwrap();
+        store.flushed += store.buffer.len();
+        store.buffer.clear();
+        Ok(Durability::All)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_flush_renews_locks_past_the_lock_duration_until_the_flush() {
+    let Some((bootstrap, topic, group)) = setup("after_flush", 50).await else {
+        return;
+    };
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = SlowFlushSink {
+        store: Arc::clone(&store),
+        first_put: None,
+        hold: Duration::from_millis(LOCK_MS * 3),
+    };
+    let config = DriverConfig::new([topic.clone()])
+        .poll_timeout(Duration::from_millis(200))
+        .ack_policy(AckPolicy::AfterFlush)
+        .commit_policy(CommitPolicy::interval(Duration::from_millis(300)));
+    let sink_consumer = consumer(&bootstrap, &group, &topic).await;
+    assert!(sink_consumer.supports_renew(), "Kafka 4.2+ supports RENEW");
+    let mut driver = ShareSinkTask::new(Box::new(sink), sink_consumer, config);
+    driver.initialize().await.expect("initialize");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while driver.awaiting_flush() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "records not delivered: {:?}",
+            driver.metrics()
+        );
+        driver.iteration().await.expect("iteration");
+    }
+    // A rival member of the same group: it must get nothing while the sink holds the locks.
+    let mut rival = consumer(&bootstrap, &group, &topic).await;
+    let mut accepted = 0;
+    while accepted < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "not done in time: {:?}",
+            store.lock().unwrap()
+        );
+        let report = driver.iteration().await.expect("iteration");
+        accepted += report.accepted;
+        let stolen = rival
+            .poll(Duration::from_millis(50))
+            .await
+            .expect("rival poll");
+        assert!(
+            stolen.is_empty(),
+            "a held record went to another member: {:?} (after {:?})",
+            stolen.iter().map(|r| r.offset()).collect::<Vec<_>>(),
+            driver.metrics()
+        );
+    }
+    // Released before close, whose pre_commit takes the same lock.
+    {
+        let store = store.lock().unwrap();
+        assert_eq!(store.flushed, 50);
+        assert_eq!(store.put.len(), 50, "each record put once: {:?}", store.put);
+        assert!(
+            store.put.iter().all(|(_, count)| *count == 1),
+            "never redelivered: {:?}",
+            store.put
+        );
+    }
+    let metrics = driver.metrics();
+    assert!(metrics.records_renewed >= 50 * 2, "{metrics:?}");
+    assert_eq!(metrics.lock_losses, 0, "{metrics:?}");
+    driver.close().await.expect("close");
+    // Nothing left for anyone: all 50 were accepted.
+    tokio::time::sleep(Duration::from_millis(LOCK_MS)).await;
+    let left = rival
+        .poll(Duration::from_millis(500))
+        .await
+        .expect("rival poll");
+    assert!(
+        left.is_empty(),
+        "{:?}",
+        left.iter().map(|r| r.offset()).collect::<Vec<_>>()
+    );
+    rival
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close rival");
+}
