@@ -519,7 +519,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         id.offset(),
                         AcknowledgeType::Accept,
                     )?;
-                    self.held.remove(id);
+                }
+                if !self.held.is_empty() {
+                    // Held during a long put.
+                    for record in &self.batch {
+                        self.held.remove(record.original_id());
+                    }
                 }
                 report.accepted = n;
             }
