@@ -10,6 +10,7 @@
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
 
 pub mod consumer;
+pub mod convert;
 mod driver;
 pub mod embedded;
 mod error;
@@ -22,6 +23,7 @@ pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,
 };
+pub use crate::convert::{Field, Schema, SchemaType};
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
