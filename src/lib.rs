@@ -8,6 +8,8 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
+//! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
+//!   [`Converters`].
 
 pub mod consumer;
 pub mod convert;
@@ -15,6 +17,7 @@ mod driver;
 pub mod embedded;
 mod error;
 mod kafka;
+pub mod plugins;
 mod record;
 mod stage;
 mod task;
@@ -23,7 +26,10 @@ pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,
 };
-pub use crate::convert::{Field, Schema, SchemaType};
+pub use crate::convert::{
+    ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
+    SchemaAndValue, SchemaType, StageError, StageFailure,
+};
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
@@ -31,6 +37,7 @@ pub use crate::driver::{
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::KafkaAdmin;
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
+pub use crate::plugins::{PluginError, PluginKind};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::convert::SchemaAndValue;
 use crate::convert::schema::{Schema, optional_bytes};
 
 /// A topic and a partition number.
@@ -671,6 +672,31 @@ impl SinkRecord {
             timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
             timestamp_type: parts.timestamp_type,
             delivery_count: parts.delivery_count,
+        }
+    }
+
+    /// Builds the sink record of a polled record from what its converters returned; the
+    /// coordinates, timestamp (-1 becomes `None`) and delivery count come from `record`.
+    pub(crate) fn from_converted(
+        record: &ConsumerRecord,
+        key: SchemaAndValue,
+        value: SchemaAndValue,
+        headers: Vec<SinkHeader>,
+    ) -> Self {
+        let (key_schema, key) = key.into_parts();
+        let (value_schema, value) = value.into_parts();
+        Self {
+            original: record.id(),
+            topic: Arc::clone(&record.topic),
+            partition: record.partition,
+            key_schema,
+            key,
+            value_schema,
+            value,
+            headers,
+            timestamp: (record.timestamp >= 0).then_some(record.timestamp),
+            timestamp_type: record.timestamp_type,
+            delivery_count: record.delivery_count,
         }
     }
 

@@ -84,6 +84,17 @@ impl SchemaType {
             _ => return None,
         })
     }
+
+    /// The smallest and largest value of an integer type; `None` for other types.
+    pub(crate) fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            Self::Int8 => Some((i8::MIN.into(), i8::MAX.into())),
+            Self::Int16 => Some((i16::MIN.into(), i16::MAX.into())),
+            Self::Int32 => Some((i32::MIN.into(), i32::MAX.into())),
+            Self::Int64 => Some((i64::MIN, i64::MAX)),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for SchemaType {
@@ -307,6 +318,13 @@ pub(crate) fn optional_bytes() -> Arc<Schema> {
     Arc::clone(&SCHEMA)
 }
 
+/// Connect's `Schema.OPTIONAL_STRING_SCHEMA`, shared.
+pub(crate) fn optional_string() -> Arc<Schema> {
+    static SCHEMA: LazyLock<Arc<Schema>> =
+        LazyLock::new(|| Arc::new(Schema::new(SchemaType::String).optional()));
+    Arc::clone(&SCHEMA)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,8 +351,18 @@ mod tests {
     }
 
     #[test]
+    fn int_ranges() {
+        assert_eq!(SchemaType::Int8.int_range(), Some((-128, 127)));
+        assert_eq!(
+            SchemaType::Int32.int_range(),
+            Some((-2147483648, 2147483647))
+        );
+        assert_eq!(SchemaType::String.int_range(), None);
+    }
+
+    #[test]
     fn shared_schemas_are_shared() {
         assert!(Arc::ptr_eq(&optional_bytes(), &optional_bytes()));
-        assert!(optional_bytes().is_optional());
+        assert!(optional_string().is_optional());
     }
 }

@@ -1,0 +1,6 @@
+//! Building converters from Kafka Connect configs: [`PluginError`].
+
+pub(crate) mod configs;
+mod error;
+
+pub use self::error::{PluginError, PluginKind};
