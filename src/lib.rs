@@ -9,7 +9,8 @@
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
-//!   [`Converters`].
+//!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
+//!   [`Predicate`]s.
 
 pub mod consumer;
 pub mod convert;
@@ -21,6 +22,7 @@ pub mod plugins;
 mod record;
 mod stage;
 mod task;
+pub mod transform;
 
 pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
@@ -44,3 +46,4 @@ pub use crate::record::{
 };
 pub use crate::stage::Stage;
 pub use crate::task::{Durability, SinkTask, SinkTaskContext, TaskConfig};
+pub use crate::transform::{Predicate, Transform, TransformChain, TransformError};

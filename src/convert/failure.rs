@@ -2,14 +2,18 @@
 
 use crate::convert::ConvertError;
 use crate::stage::Stage;
+use crate::transform::TransformError;
 
-/// The error of a converter.
+/// The error of a converter or of a transform.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StageError {
     /// A key, value or header converter failed.
     #[error(transparent)]
     Convert(#[from] ConvertError),
+    /// A transform failed.
+    #[error(transparent)]
+    Transform(#[from] TransformError),
 }
 
 impl StageError {
@@ -17,13 +21,14 @@ impl StageError {
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Convert(e) => e.is_retriable(),
+            Self::Transform(e) => e.is_retriable(),
         }
     }
 }
 
 /// A record could not go through the pipeline: the stage (Connect's `KEY_CONVERTER`,
-/// `VALUE_CONVERTER` or `HEADER_CONVERTER`), the class name of the plugin that failed (for
-/// the `__connect.errors.class.name` dead-letter header) and its error.
+/// `VALUE_CONVERTER`, `HEADER_CONVERTER` or `TRANSFORMATION`), the class name of the plugin
+/// that failed (for the `__connect.errors.class.name` dead-letter header) and its error.
 ///
 /// ```
 /// use kafka_share_sink::{ConvertError, Stage, StageFailure};

@@ -4,6 +4,17 @@ use std::collections::BTreeMap;
 
 use super::PluginError;
 
+/// A required string config (surrounding spaces kept, as `ConfigDef` keeps them for strings).
+pub(crate) fn required<'a>(
+    configs: &'a BTreeMap<String, String>,
+    key: &str,
+) -> Result<&'a str, PluginError> {
+    configs
+        .get(key)
+        .map(String::as_str)
+        .ok_or_else(|| PluginError::missing_config(key))
+}
+
 /// A boolean config: `true` or `false`, any case, surrounding spaces ignored.
 pub(crate) fn boolean(
     configs: &BTreeMap<String, String>,
@@ -45,6 +56,28 @@ pub(crate) fn non_negative_int(
     }
 }
 
+/// A required, non-empty, comma-separated list (entries trimmed, empty ones dropped).
+pub(crate) fn non_empty_list(
+    configs: &BTreeMap<String, String>,
+    key: &str,
+) -> Result<Vec<String>, PluginError> {
+    let raw = required(configs, key)?;
+    let list: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        return Err(PluginError::invalid_config(
+            key,
+            raw,
+            "expected a non-empty comma-separated list",
+        ));
+    }
+    Ok(list)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +100,17 @@ mod tests {
             err,
             "config `c` has invalid value `yes`: expected true or false"
         );
+    }
+
+    #[test]
+    fn lists_drop_empty_entries_and_must_not_be_empty() {
+        let c = configs(&[("a", " x, ,y ,"), ("b", " , ")]);
+        assert_eq!(non_empty_list(&c, "a").unwrap(), ["x", "y"]);
+        assert!(non_empty_list(&c, "b").is_err());
+        assert!(matches!(
+            non_empty_list(&c, "missing"),
+            Err(PluginError::MissingConfig { .. })
+        ));
     }
 
     #[test]

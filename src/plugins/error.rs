@@ -12,9 +12,9 @@ pub enum PluginKind {
     Converter,
     /// A [`HeaderConverter`](crate::HeaderConverter).
     HeaderConverter,
-    /// A transform.
+    /// A [`Transform`](crate::Transform).
     Transform,
-    /// A predicate.
+    /// A [`Predicate`](crate::Predicate).
     Predicate,
 }
 

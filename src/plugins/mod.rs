@@ -1,4 +1,5 @@
-//! Building converters from Kafka Connect configs: [`PluginError`].
+//! Building converters, transforms and predicates from Kafka Connect configs:
+//! [`PluginError`].
 
 pub(crate) mod configs;
 mod error;
