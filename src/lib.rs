@@ -10,7 +10,7 @@
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
 //!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
-//!   [`Predicate`]s.
+//!   [`Predicate`]s; [`plugins`]: [`Plugins`] builds both from Kafka Connect class names.
 
 pub mod consumer;
 pub mod convert;
@@ -39,7 +39,7 @@ pub use crate::driver::{
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::KafkaAdmin;
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
-pub use crate::plugins::{PluginError, PluginKind};
+pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,

@@ -4,7 +4,7 @@
 //! Built-ins, each usable for keys, values and headers: [`ByteArrayConverter`] (the default,
 //! zero-copy), [`StringConverter`] (UTF-8) and [`JsonConverter`] (with or without Connect's
 //! schema envelope); for headers only, [`SimpleHeaderConverter`]. [`Converters`] bundles the
-//! three a sink uses.
+//! three a sink uses; [`Plugins`](crate::Plugins) builds them from Connect's class names.
 //!
 //! [`Value`]: crate::Value
 

@@ -58,14 +58,18 @@ impl fmt::Display for Known<'_> {
 /// A plugin could not be built: unknown class, or a missing or malformed config key.
 ///
 /// Factories create errors with [`missing_config`](Self::missing_config),
-/// [`invalid_config`](Self::invalid_config) or [`build`](Self::build); the plugin registry
-/// then names the plugin (config prefix or alias, and class) in the message.
+/// [`invalid_config`](Self::invalid_config) or [`build`](Self::build); the
+/// [`Plugins`](crate::Plugins) registry then names the plugin (config prefix or alias, and
+/// class) in the message.
 ///
 /// ```
-/// use kafka_share_sink::PluginError;
+/// use std::collections::BTreeMap;
+/// use kafka_share_sink::Plugins;
 ///
-/// let err = PluginError::invalid_config("schemas.enable", "maybe", "expected true or false");
-/// assert_eq!(err.to_string(), "config `schemas.enable` has invalid value `maybe`: expected true or false");
+/// let err = Plugins::new()
+///     .build_predicate("HasHeaderKey", &BTreeMap::new())
+///     .unwrap_err();
+/// assert_eq!(err.to_string(), "predicate HasHeaderKey: missing required config `name`");
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -155,5 +159,17 @@ impl PluginError {
             | Self::InvalidConfig { plugin, .. }
             | Self::Build { plugin, .. } => plugin,
         }
+    }
+
+    /// Names the plugin, unless a more precise name is already there.
+    pub(crate) fn labelled(mut self, label: impl FnOnce() -> String) -> Self {
+        let (Self::UnknownClass { plugin, .. }
+        | Self::MissingConfig { plugin, .. }
+        | Self::InvalidConfig { plugin, .. }
+        | Self::Build { plugin, .. }) = &mut self;
+        if plugin.is_empty() {
+            *plugin = label();
+        }
+        self
     }
 }

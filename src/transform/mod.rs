@@ -4,7 +4,7 @@
 //! A [`TransformChain`] runs [`Transform`]s in order, each under an optional [`Predicate`].
 //! Built-ins: [`Filter`], [`InsertHeader`], [`DropHeaders`]; predicates [`HasHeaderKey`],
 //! [`TopicNameMatches`], [`RecordIsTombstone`]; closures through [`transform_fn`] and
-//! [`predicate_fn`].
+//! [`predicate_fn`]. [`Plugins`](crate::Plugins) builds them from Connect's class names.
 
 mod chain;
 mod closure;
