@@ -8,19 +8,29 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
+//! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
+//!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
+//!   [`Predicate`]s; [`plugins`]: [`Plugins`] builds both from Kafka Connect class names.
 
 pub mod consumer;
+pub mod convert;
 mod driver;
 pub mod embedded;
 mod error;
 mod kafka;
+pub mod plugins;
 mod record;
 mod stage;
 mod task;
+pub mod transform;
 
 pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,
+};
+pub use crate::convert::{
+    ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
+    SchemaAndValue, SchemaType, StageError, StageFailure,
 };
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
@@ -29,9 +39,11 @@ pub use crate::driver::{
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::KafkaAdmin;
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
+pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,
     TopicPartition, Value,
 };
 pub use crate::stage::Stage;
 pub use crate::task::{Durability, SinkTask, SinkTaskContext, TaskConfig};
+pub use crate::transform::{Predicate, Transform, TransformChain, TransformError};

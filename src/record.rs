@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::convert::SchemaAndValue;
+use crate::convert::schema::{Schema, optional_bytes};
+
 /// A topic and a partition number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
@@ -355,8 +358,26 @@ pub(crate) struct RecordParts {
 
 /// A converted key, value or header value, as the sink task sees it.
 ///
-/// The byte-array converter yields [`Value::Bytes`]; other converters yield other variants.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The byte-array converter yields [`Value::Bytes`], the string converter [`Value::String`],
+/// the JSON converter any variant. Integers of every width are [`Value::Int`] and floats of
+/// both widths [`Value::Float`]; a [`Schema`](crate::Schema), when the converter gives one,
+/// tells the declared width.
+///
+/// `Value` is `PartialEq` but not `Eq`, because of [`Value::Float`].
+///
+/// ```
+/// use kafka_share_sink::Value;
+///
+/// let order = Value::Struct(vec![
+///     ("id".to_owned(), Value::Int(7)),
+///     ("paid".to_owned(), Value::Boolean(true)),
+/// ]);
+/// assert_eq!(order.get("id").and_then(Value::as_i64), Some(7));
+/// assert_eq!(order.get("paid").and_then(Value::as_bool), Some(true));
+/// assert!(order.get("missing").is_none());
+/// assert_eq!(Value::from("text").as_str(), Some("text"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Value {
     /// A null key, value or header value.
@@ -365,6 +386,19 @@ pub enum Value {
     Bytes(Bytes),
     /// Text.
     String(String),
+    /// `true` or `false`.
+    Boolean(bool),
+    /// An integer (int8 to int64).
+    Int(i64),
+    /// A floating-point number (float32 or float64).
+    Float(f64),
+    /// A list.
+    Array(Vec<Value>),
+    /// Key-value pairs in their original order: a schemaless JSON object (string keys) or a
+    /// value with a map schema (keys of the key schema's type).
+    Map(Vec<(Value, Value)>),
+    /// The fields of a value with a struct schema, in the schema's field order.
+    Struct(Vec<(String, Value)>),
 }
 
 impl Value {
@@ -378,7 +412,53 @@ impl Value {
         match self {
             Self::Bytes(b) => Some(b),
             Self::String(s) => Some(s.as_bytes()),
-            Self::Null => None,
+            _ => None,
+        }
+    }
+
+    /// The text of a [`Value::String`].
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The integer of a [`Value::Int`].
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Self::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The number of a [`Value::Float`].
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Self::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The flag of a [`Value::Boolean`].
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Self::Boolean(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The field of a [`Value::Struct`], or the entry of a [`Value::Map`] whose key is this
+    /// string (the last one, if the key repeats).
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        match self {
+            Self::Struct(fields) => fields.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Self::Map(entries) => entries
+                .iter()
+                .rev()
+                .find(|(k, _)| k.as_str() == Some(name))
+                .map(|(_, v)| v),
+            _ => None,
         }
     }
 }
@@ -389,8 +469,44 @@ impl From<Option<Bytes>> for Value {
     }
 }
 
+impl From<Bytes> for Value {
+    fn from(bytes: Bytes) -> Self {
+        Self::Bytes(bytes)
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Self::String(s)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Self::String(s.to_owned())
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Self::Boolean(b)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Self::Int(i)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(f: f64) -> Self {
+        Self::Float(f)
+    }
+}
+
 /// A converted header, as the sink task sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SinkHeader {
     key: String,
     value: Value,
@@ -425,7 +541,9 @@ impl SinkHeader {
 pub struct SinkRecord {
     topic: Arc<str>,
     partition: i32,
+    key_schema: Option<Arc<Schema>>,
     key: Value,
+    value_schema: Option<Arc<Schema>>,
     value: Value,
     headers: Vec<SinkHeader>,
     timestamp: Option<i64>,
@@ -435,15 +553,18 @@ pub struct SinkRecord {
 }
 
 impl SinkRecord {
-    /// A record with null key and value, no headers and no timestamp, delivered once.
-    /// Meant for tests of your own sink task; the driver builds records from what it polled.
+    /// A record with null key and value, no schemas, no headers and no timestamp, delivered
+    /// once. Meant for tests of your own sink task and transforms; the driver builds records
+    /// from what it polled.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
         let topic = topic.into();
         Self {
             original: RecordId::new(Arc::clone(&topic), partition, offset),
             topic,
             partition,
+            key_schema: None,
             key: Value::Null,
+            value_schema: None,
             value: Value::Null,
             headers: Vec::new(),
             timestamp: None,
@@ -464,10 +585,39 @@ impl SinkRecord {
         self
     }
 
+    /// Sets the schema of the key (`None`: schemaless).
+    pub fn with_key_schema(mut self, schema: Option<Arc<Schema>>) -> Self {
+        self.key_schema = schema;
+        self
+    }
+
+    /// Sets the schema of the value (`None`: schemaless).
+    pub fn with_value_schema(mut self, schema: Option<Arc<Schema>>) -> Self {
+        self.value_schema = schema;
+        self
+    }
+
     /// Sets the converted headers.
     pub fn with_headers(mut self, headers: Vec<SinkHeader>) -> Self {
         self.headers = headers;
         self
+    }
+
+    /// The converted headers, to change in place (as a transform does). Order is kept and
+    /// keys may repeat.
+    ///
+    /// ```
+    /// use kafka_share_sink::{SinkHeader, SinkRecord, Value};
+    ///
+    /// let mut record = SinkRecord::new("orders", 0, 1)
+    ///     .with_headers(vec![SinkHeader::new("trace", Value::from("a"))]);
+    /// record.headers_mut().push(SinkHeader::new("source", Value::from("eu")));
+    /// record.headers_mut().retain(|h| h.key() != "trace");
+    /// assert_eq!(record.headers().len(), 1);
+    /// assert_eq!(record.headers()[0].key(), "source");
+    /// ```
+    pub fn headers_mut(&mut self) -> &mut Vec<SinkHeader> {
+        &mut self.headers
     }
 
     /// Sets the timestamp and its type.
@@ -492,7 +642,8 @@ impl SinkRecord {
     }
 
     /// Builds the sink record of a polled record with the byte-array converter: key, value
-    /// and header values stay bytes, a timestamp of -1 becomes `None`.
+    /// and header values stay bytes (the key and value schemas are Connect's optional bytes
+    /// schema, as `ByteArrayConverter` gives), a timestamp of -1 becomes `None`.
     pub(crate) fn from_consumer_record(record: ConsumerRecord) -> Self {
         let parts = record.into_parts();
         let headers = if parts.headers.is_empty() {
@@ -513,12 +664,39 @@ impl SinkRecord {
             },
             topic: parts.topic,
             partition: parts.partition,
+            key_schema: Some(optional_bytes()),
             key: Value::from(parts.key),
+            value_schema: Some(optional_bytes()),
             value: Value::from(parts.value),
             headers,
             timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
             timestamp_type: parts.timestamp_type,
             delivery_count: parts.delivery_count,
+        }
+    }
+
+    /// Builds the sink record of a polled record from what its converters returned; the
+    /// coordinates, timestamp (-1 becomes `None`) and delivery count come from `record`.
+    pub(crate) fn from_converted(
+        record: &ConsumerRecord,
+        key: SchemaAndValue,
+        value: SchemaAndValue,
+        headers: Vec<SinkHeader>,
+    ) -> Self {
+        let (key_schema, key) = key.into_parts();
+        let (value_schema, value) = value.into_parts();
+        Self {
+            original: record.id(),
+            topic: Arc::clone(&record.topic),
+            partition: record.partition,
+            key_schema,
+            key,
+            value_schema,
+            value,
+            headers,
+            timestamp: (record.timestamp >= 0).then_some(record.timestamp),
+            timestamp_type: record.timestamp_type,
+            delivery_count: record.delivery_count,
         }
     }
 
@@ -537,9 +715,29 @@ impl SinkRecord {
         self.original.offset
     }
 
+    /// The schema of the key; `None` when the converter gave none (schemaless).
+    pub fn key_schema(&self) -> Option<&Schema> {
+        self.key_schema.as_deref()
+    }
+
+    /// The shared schema of the key, cheap to clone into another record.
+    pub fn key_schema_arc(&self) -> Option<&Arc<Schema>> {
+        self.key_schema.as_ref()
+    }
+
     /// The converted key.
     pub fn key(&self) -> &Value {
         &self.key
+    }
+
+    /// The schema of the value; `None` when the converter gave none (schemaless).
+    pub fn value_schema(&self) -> Option<&Schema> {
+        self.value_schema.as_deref()
+    }
+
+    /// The shared schema of the value, cheap to clone into another record.
+    pub fn value_schema_arc(&self) -> Option<&Arc<Schema>> {
+        self.value_schema.as_ref()
     }
 
     /// The converted value.
@@ -621,6 +819,12 @@ mod tests {
         );
         assert_eq!(sink.key(), &Value::Bytes(Bytes::from_static(b"k")));
         assert!(sink.value().is_null());
+        // The byte-array converter's schemas, as ByteArrayConverter gives them.
+        for schema in [sink.key_schema(), sink.value_schema()] {
+            let schema = schema.expect("a bytes schema");
+            assert_eq!(schema.schema_type(), crate::SchemaType::Bytes);
+            assert!(schema.is_optional());
+        }
         assert_eq!(sink.timestamp(), None);
         assert_eq!(sink.delivery_count(), 2);
         assert_eq!(sink.original_id(), &RecordId::new("t", 3, 42));
@@ -638,6 +842,22 @@ mod tests {
             ),
             ("orders", 1, 7)
         );
+    }
+
+    #[test]
+    fn value_get_reads_struct_fields_and_the_last_map_entry() {
+        let map = Value::Map(vec![
+            (Value::from("a"), Value::Int(1)),
+            (Value::Int(7), Value::Int(2)),
+            (Value::from("a"), Value::Int(3)),
+        ]);
+        assert_eq!(map.get("a"), Some(&Value::Int(3)));
+        assert_eq!(map.get("7"), None);
+        let fields = Value::Struct(vec![("a".into(), Value::Null)]);
+        assert_eq!(fields.get("a"), Some(&Value::Null));
+        assert_eq!(Value::Int(1).get("a"), None);
+        assert_eq!(Value::from("s").as_bytes(), Some(&b"s"[..]));
+        assert_eq!(Value::Float(0.5).as_bytes(), None);
     }
 
     #[test]

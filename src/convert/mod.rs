@@ -1,0 +1,29 @@
+//! Converters: from the bytes of a record's key, value and headers to [`Value`]s with an
+//! optional [`Schema`], as Kafka Connect's `Converter` and `HeaderConverter` do.
+//!
+//! Built-ins, each usable for keys, values and headers: [`ByteArrayConverter`] (the default,
+//! zero-copy), [`StringConverter`] (UTF-8) and [`JsonConverter`] (with or without Connect's
+//! schema envelope); for headers only, [`SimpleHeaderConverter`]. [`Converters`] bundles the
+//! three a sink uses; [`Plugins`](crate::Plugins) builds them from Connect's class names.
+//!
+//! [`Value`]: crate::Value
+
+mod byte_array;
+mod converter;
+mod converters;
+mod error;
+mod failure;
+mod json;
+pub(crate) mod schema;
+mod simple_header;
+mod string;
+
+pub use self::byte_array::ByteArrayConverter;
+pub use self::converter::{Converter, ConverterType, HeaderConverter, SchemaAndValue};
+pub use self::converters::Converters;
+pub use self::error::ConvertError;
+pub use self::failure::{StageError, StageFailure};
+pub use self::json::JsonConverter;
+pub use self::schema::{Field, Schema, SchemaType};
+pub use self::simple_header::SimpleHeaderConverter;
+pub use self::string::StringConverter;
