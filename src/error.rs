@@ -158,6 +158,21 @@ pub enum Error {
         #[source]
         source: TaskError,
     },
+    /// A record could not be converted or transformed, and `errors.tolerance=none` stops the
+    /// task. The records of its poll were released, so nothing is lost; fix the converter or
+    /// transform settings (or set `errors.tolerance=all`, with a dead-letter queue) and
+    /// start again.
+    #[error(
+        "record {record} could not be processed and errors.tolerance=none stops the task (its \
+         poll was released)"
+    )]
+    Record {
+        /// The record that failed.
+        record: crate::record::RecordId,
+        /// The stage, the plugin and its error.
+        #[source]
+        source: crate::convert::StageFailure,
+    },
     /// The driver's settings do not fit together or do not fit the consumer.
     #[error("invalid driver config `{key}`: {reason}")]
     Config {

@@ -73,6 +73,11 @@ impl RecordId {
         &self.topic
     }
 
+    /// The shared topic name, cheap to clone.
+    pub fn topic_arc(&self) -> &Arc<str> {
+        &self.topic
+    }
+
     /// The partition number.
     pub fn partition(&self) -> i32 {
         self.partition

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use super::policy::{AckPolicy, ErrorHandling, PutRetriablePolicy};
+use crate::convert::Converters;
 use crate::task::TaskConfig;
+use crate::transform::TransformChain;
 
 /// When the driver commits acknowledgements with `commit_sync`.
 ///
@@ -92,6 +94,8 @@ pub struct DriverConfig {
     pub(crate) errors: ErrorHandling,
     pub(crate) connector_name: String,
     pub(crate) task_id: i32,
+    pub(crate) converters: Converters,
+    pub(crate) transforms: TransformChain,
 }
 
 impl DriverConfig {
@@ -120,6 +124,8 @@ impl DriverConfig {
             errors: ErrorHandling::new(),
             connector_name: String::new(),
             task_id: 0,
+            converters: Converters::byte_array(),
+            transforms: TransformChain::new(),
         }
     }
 
@@ -195,6 +201,20 @@ impl DriverConfig {
     /// Connect's `errors.*` settings (default: tolerance none, no retries).
     pub fn errors(mut self, errors: ErrorHandling) -> Self {
         self.errors = errors;
+        self
+    }
+
+    /// The key, value and header converters (default: byte arrays, passed through without
+    /// a copy).
+    pub fn converters(mut self, converters: Converters) -> Self {
+        self.converters = converters;
+        self
+    }
+
+    /// The transforms applied, in order, to each converted record (default: none). A
+    /// record a transform drops is ACCEPTed.
+    pub fn transforms(mut self, transforms: TransformChain) -> Self {
+        self.transforms = transforms;
         self
     }
 

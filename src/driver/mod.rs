@@ -20,18 +20,22 @@
 //! have their locks renewed at half their duration while the process lives.
 
 mod config;
+mod failure;
 mod held;
 mod metrics;
+mod pipeline;
 mod policy;
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use self::config::{CommitPolicy, DriverConfig};
+use self::failure::Failure;
 use self::held::{HeldRecords, retry_backoff};
 pub use self::metrics::DriverMetrics;
 pub use self::policy::{
@@ -39,7 +43,7 @@ pub use self::policy::{
 };
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, CommitResults, ShareConsumer};
 use crate::error::{Error, Result, TaskError, TaskStage};
-use crate::record::{RecordId, SinkRecord};
+use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
 
 /// The lock duration assumed until the consumer reports one: the smallest a group may set.
@@ -131,6 +135,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     state: State,
     /// The batch, reused between iterations to save its allocation.
     batch: Vec<SinkRecord>,
+    /// The polled records of the batch, index for index, kept only when a dead-letter queue
+    /// needs their original bytes.
+    raw: Vec<ConsumerRecord>,
     /// When the batch's locks started (the poll that brought it began).
     batch_acquired: Instant,
     /// Implicit mode: the batch is kept after a retriable error.
@@ -175,6 +182,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             context: None,
             state: State::Created,
             batch: Vec::new(),
+            raw: Vec::new(),
             batch_acquired: now,
             retained: false,
             retry: None,
@@ -284,7 +292,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.sleep_renewing(until).await;
             }
             self.renew_due_held()?;
-            self.poll_batch().await?;
+            self.poll_batch(&mut report).await?;
         }
         report.records = self.batch.len();
         tracing::Span::current().record("records", self.batch.len());
@@ -292,7 +300,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let outcome = self.put_batch().await;
         match outcome {
             Ok(()) => self.on_put_ok(&mut report)?,
-            Err(error) if error.is_retriable() => self.on_put_retriable(error, &mut report)?,
+            Err(error) if error.is_retriable() => self.on_put_retriable(error, &mut report).await?,
             Err(error) => return Err(self.on_put_fatal(error).await),
         }
 
@@ -405,34 +413,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         .await;
     }
 
-    async fn poll_batch(&mut self) -> Result<()> {
-        let polled_at = Instant::now();
-        let records = self.consumer.poll(self.config.poll_timeout).await?;
-        self.batch.clear();
-        self.batch.reserve(records.len());
-        self.batch_acquired = polled_at;
-        self.metrics.records_read += records.len() as u64;
-        for record in records {
-            if record.delivery_count() > 1 {
-                self.metrics.records_redelivered += 1;
-            }
-            if !self.held.is_empty() {
-                let id = record.id();
-                if self.held.contains(&id) {
-                    // Written already and waiting for a flush, but its lock ran out and the
-                    // group handed it to us again: hold it anew instead of writing it twice.
-                    self.metrics.lock_losses += 1;
-                    self.consumer
-                        .hold_offset(id.topic(), id.partition(), id.offset())?;
-                    self.held.touch(&id, polled_at);
-                    continue;
-                }
-            }
-            self.batch.push(SinkRecord::from_consumer_record(record));
-        }
-        Ok(())
-    }
-
     /// `put`, renewing the batch's locks (and those of held records) at half their duration
     /// while it runs, so a slow `put` does not lose them. A `put` is never cut short.
     async fn put_batch(&mut self) -> std::result::Result<(), TaskError> {
@@ -506,7 +486,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // The next poll or commit accepts the batch.
             self.delivered
                 .extend(self.batch.iter().map(|r| r.original_id().clone()));
-            report.accepted = n;
+            report.accepted += n;
             return Ok(());
         }
         match self.config.ack_policy {
@@ -526,7 +506,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         self.held.remove(record.original_id());
                     }
                 }
-                report.accepted = n;
+                report.accepted += n;
             }
             AckPolicy::AfterFlush => {
                 // Durable only once pre_commit says so: hold the records until then.
@@ -544,7 +524,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Ok(())
     }
 
-    fn on_put_retriable(&mut self, error: TaskError, report: &mut IterationReport) -> Result<()> {
+    async fn on_put_retriable(
+        &mut self,
+        error: TaskError,
+        report: &mut IterationReport,
+    ) -> Result<()> {
         let n = self.batch.len();
         if self.implicit() {
             tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, will put the batch again");
@@ -598,31 +582,39 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.backoff_until = Some(now + error.backoff().unwrap_or(self.config.retriable_backoff));
         let limit = self.config.max_delivery_attempts;
-        let mut poison = 0;
-        for record in &self.batch {
+        let mut poison = Vec::new();
+        let mut released = 0;
+        for (i, record) in self.batch.iter().enumerate() {
             let id = record.original_id();
-            let ack = if limit.is_some_and(|max| record.delivery_count() >= max) {
-                poison += 1;
-                AcknowledgeType::Reject
-            } else {
-                AcknowledgeType::Release
-            };
-            self.consumer
-                .acknowledge_offset(id.topic(), id.partition(), id.offset(), ack)?;
             self.held.remove(id);
+            if limit.is_some_and(|max| record.delivery_count() >= max) {
+                let raw = self.raw.get(i).cloned().unwrap_or_else(|| {
+                    ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
+                });
+                poison.push(raw);
+                continue;
+            }
+            self.consumer.acknowledge_offset(
+                id.topic(),
+                id.partition(),
+                id.offset(),
+                AcknowledgeType::Release,
+            )?;
+            released += 1;
         }
-        if poison > 0 {
+        self.metrics.records_released += released as u64;
+        report.released += released;
+        self.acknowledged_since_commit += released as u64;
+        if !poison.is_empty() {
             tracing::warn!(
-                records = poison,
+                records = poison.len(),
                 max_delivery_attempts = limit,
-                "records failed on their last allowed delivery; rejected"
+                "records failed on their last allowed delivery; rejecting them"
             );
+            let failure = Failure::of_put(&error);
+            let poison = poison.into_iter().map(|r| (r, failure.clone())).collect();
+            self.dead_letter_then_reject(poison, report).await?;
         }
-        self.metrics.records_rejected += poison as u64;
-        self.metrics.records_released += (n - poison) as u64;
-        report.rejected += poison;
-        report.released = n - poison;
-        self.acknowledged_since_commit += n as u64;
         Ok(())
     }
 
@@ -631,19 +623,26 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.state = State::Failed;
         self.retry = None;
         if !self.implicit() {
+            let failure = Failure::of_put(&error);
+            let records: Vec<(ConsumerRecord, Failure)> = self
+                .batch
+                .iter()
+                .enumerate()
+                .map(|(i, record)| {
+                    let id = record.original_id();
+                    let raw = self.raw.get(i).cloned().unwrap_or_else(|| {
+                        ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
+                    });
+                    (raw, failure.clone())
+                })
+                .collect();
             for record in &self.batch {
-                let id = record.original_id();
-                if let Err(e) = self.consumer.acknowledge_offset(
-                    id.topic(),
-                    id.partition(),
-                    id.offset(),
-                    AcknowledgeType::Reject,
-                ) {
-                    return e.into();
-                }
-                self.held.remove(id);
+                self.held.remove(record.original_id());
             }
-            self.metrics.records_rejected += self.batch.len() as u64;
+            let mut report = IterationReport::default();
+            if let Err(e) = self.dead_letter_then_reject(records, &mut report).await {
+                return e;
+            }
             // Make the rejection durable now; the caller may never close us.
             if let Err(e) = self.commit_acknowledgements().await {
                 return e;
@@ -653,6 +652,38 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             stage: TaskStage::Put,
             source: error,
         }
+    }
+
+    /// Whether the polled records are kept beside the batch for the dead-letter queue.
+    fn keeps_raw(&self) -> bool {
+        false
+    }
+
+    /// Settles records that will not be processed: written to the dead-letter queue first
+    /// when one is set (and RELEASEd instead if that write fails, so nothing is dropped),
+    /// then REJECTed. Returns how many were rejected.
+    async fn dead_letter_then_reject(
+        &mut self,
+        records: Vec<(ConsumerRecord, Failure)>,
+        report: &mut IterationReport,
+    ) -> Result<usize> {
+        if self.implicit() {
+            // Nothing can be rejected one by one: the next poll accepts them.
+            tracing::warn!(
+                records = records.len(),
+                "implicit acknowledgement: skipped records are accepted by the next poll"
+            );
+            return Ok(0);
+        }
+        let n = records.len();
+        for (record, failure) in &records {
+            tracing::debug!(record = %record.id(), stage = %failure.stage, "rejecting");
+            self.consumer.acknowledge(record, AcknowledgeType::Reject)?;
+        }
+        self.metrics.records_rejected += n as u64;
+        report.rejected += n;
+        self.acknowledged_since_commit += n as u64;
+        Ok(n)
     }
 
     /// `pre_commit`, accepting what it calls durable under `after.flush`, then `commit_sync`.

@@ -1,0 +1,222 @@
+//! The driver's conversion stage: poll, then key → value → header converters and the
+//! transform chain for each record, with Connect's retry and tolerance rules
+//! (`errors.retry.timeout`, `errors.tolerance`, `errors.log.*`).
+//!
+//! A filtered record is ACCEPTed at once, as Connect advances past it. A record that cannot
+//! be converted stops the task under `errors.tolerance=none` (the whole poll is RELEASEd, so
+//! nothing is lost) and is skipped under `all`: written to the dead-letter queue when one is
+//! set, then REJECTed.
+
+use tokio::time::Instant;
+
+use super::failure::Failure;
+use super::held::retry_backoff;
+use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask};
+use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
+use crate::convert::StageFailure;
+use crate::error::{Error, Result};
+use crate::record::{ConsumerRecord, SinkRecord};
+
+impl<C: ShareConsumer> ShareSinkTask<C> {
+    /// Polls and builds the batch for `put`.
+    pub(super) async fn poll_batch(&mut self, report: &mut IterationReport) -> Result<()> {
+        let polled_at = Instant::now();
+        let records = self.consumer.poll(self.config.poll_timeout).await?;
+        self.batch.clear();
+        self.raw.clear();
+        self.batch.reserve(records.len());
+        self.batch_acquired = polled_at;
+        self.metrics.records_read += records.len() as u64;
+        let passthrough = self.config.converters.is_byte_array()
+            && self.config.transforms.is_empty()
+            && !self.keeps_raw();
+        let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
+        let mut records = records.into_iter();
+        while let Some(record) = records.next() {
+            if record.delivery_count() > 1 {
+                self.metrics.records_redelivered += 1;
+            }
+            if !self.held.is_empty() {
+                let id = record.id();
+                if self.held.contains(&id) {
+                    // Written already and waiting for a flush, but its lock ran out and the
+                    // group handed it to us again: hold it anew instead of writing it twice.
+                    self.metrics.lock_losses += 1;
+                    self.consumer
+                        .hold_offset(id.topic(), id.partition(), id.offset())?;
+                    self.held.touch(&id, polled_at);
+                    continue;
+                }
+            }
+            if passthrough {
+                self.batch.push(SinkRecord::from_consumer_record(record));
+                continue;
+            }
+            match self.process(&record).await {
+                Ok(Some(sink)) => {
+                    self.batch.push(sink);
+                    if self.keeps_raw() {
+                        self.raw.push(record);
+                    }
+                }
+                Ok(None) => {
+                    self.metrics.records_filtered += 1;
+                    report.filtered += 1;
+                    report.accepted += 1;
+                    self.acknowledged_since_commit += 1;
+                    if !self.implicit() {
+                        self.consumer
+                            .acknowledge(&record, AcknowledgeType::Accept)?;
+                    }
+                }
+                Err(failure) => {
+                    self.metrics.record_errors += 1;
+                    self.log_error(&record, &failure);
+                    if self.config.errors.tolerance == ErrorTolerance::None {
+                        let rest: Vec<ConsumerRecord> = records.collect();
+                        return Err(self.stop_on_record_error(record, failure, rest).await);
+                    }
+                    failed.push((record, failure));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            self.skip_failed(failed, report).await?;
+        }
+        Ok(())
+    }
+
+    /// Converts and transforms one record, retrying retriable failures for
+    /// `errors.retry.timeout` with Connect's backoff. `Ok(None)`: filtered.
+    async fn process(
+        &mut self,
+        record: &ConsumerRecord,
+    ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
+        let started = Instant::now();
+        let deadline = self.config.errors.retry_timeout.map(|t| started + t);
+        let mut attempt = 0;
+        loop {
+            let result = self
+                .config
+                .converters
+                .convert(record)
+                .and_then(|sink| self.config.transforms.apply(sink));
+            let failure = match result {
+                Ok(outcome) => return Ok(outcome),
+                Err(failure) => failure,
+            };
+            self.metrics.record_failures += 1;
+            let now = Instant::now();
+            if !failure.is_retriable() || deadline.is_some_and(|d| now >= d) {
+                return Err(failure);
+            }
+            attempt += 1;
+            self.metrics.retries += 1;
+            let mut delay = retry_backoff(attempt, self.config.errors.retry_delay_max);
+            if let Some(d) = deadline {
+                delay = delay.min(d - now);
+            }
+            tracing::debug!(stage = %failure.stage(), attempt, ?delay, "retriable failure, retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Connect's `LogReporter`, through tracing, under `errors.log.enable`.
+    fn log_error(&mut self, record: &ConsumerRecord, failure: &StageFailure) {
+        let (enabled, include_messages) = self.config.errors.log_value();
+        if !enabled {
+            return;
+        }
+        self.metrics.errors_logged += 1;
+        let task = format!("{}-{}", self.config.connector_name, self.config.task_id);
+        if include_messages {
+            tracing::error!(
+                task = %task,
+                stage = %failure.stage(),
+                class = failure.class_name(),
+                topic = record.topic(),
+                partition = record.partition(),
+                offset = record.offset(),
+                timestamp = record.timestamp(),
+                timestamp_type = ?record.timestamp_type(),
+                error = %ErrorChain(failure),
+                "Error encountered in task {task}. Executing stage '{}' with class '{}', where consumed record is {{topic='{}', partition={}, offset={}, timestamp={}, timestampType={:?}}}.",
+                failure.stage(),
+                failure.class_name(),
+                record.topic(),
+                record.partition(),
+                record.offset(),
+                record.timestamp(),
+                record.timestamp_type(),
+            );
+        } else {
+            tracing::error!(
+                task = %task,
+                stage = %failure.stage(),
+                class = failure.class_name(),
+                error = %ErrorChain(failure),
+                "Error encountered in task {task}. Executing stage '{}' with class '{}'.",
+                failure.stage(),
+                failure.class_name(),
+            );
+        }
+    }
+
+    /// `errors.tolerance=none`: RELEASE everything this poll brought (the failing record, the
+    /// records converted before it, those not reached yet), commit, and fail the task.
+    async fn stop_on_record_error(
+        &mut self,
+        record: ConsumerRecord,
+        failure: StageFailure,
+        rest: Vec<ConsumerRecord>,
+    ) -> Error {
+        let id = record.id();
+        if self.consumer.acknowledgement_mode() == AcknowledgementMode::Explicit {
+            let ids = std::iter::once(id.clone())
+                .chain(self.batch.iter().map(|r| r.original_id().clone()))
+                .chain(rest.iter().map(ConsumerRecord::id));
+            let mut released = 0;
+            for r in ids {
+                if let Err(e) = self.consumer.acknowledge_offset(
+                    r.topic(),
+                    r.partition(),
+                    r.offset(),
+                    AcknowledgeType::Release,
+                ) {
+                    return e.into();
+                }
+                released += 1;
+            }
+            self.metrics.records_released += released;
+            if let Err(e) = self.commit_acknowledgements().await {
+                return e;
+            }
+        }
+        self.batch.clear();
+        self.raw.clear();
+        tracing::error!(record = %id, error = %ErrorChain(&failure), "record could not be processed and errors.tolerance=none: stopping");
+        Error::Record {
+            record: id,
+            source: failure,
+        }
+    }
+
+    /// `errors.tolerance=all`: the failed records are skipped, written to the dead-letter
+    /// queue first when one is set.
+    async fn skip_failed(
+        &mut self,
+        failed: Vec<(ConsumerRecord, StageFailure)>,
+        report: &mut IterationReport,
+    ) -> Result<()> {
+        let failed: Vec<(ConsumerRecord, Failure)> = failed
+            .into_iter()
+            .map(|(record, failure)| {
+                let failure = Failure::of_stage(&failure);
+                (record, failure)
+            })
+            .collect();
+        let rejected = self.dead_letter_then_reject(failed, report).await?;
+        self.metrics.records_skipped += rejected as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,297 @@
+//! The driver's conversion and transform stages on the embedded share group: converter
+//! failures under `errors.tolerance` none and all, retries, transforms and predicates.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use kafka_share_sink::convert::{
+    ConvertError, Converter, JsonConverter, SchemaAndValue, StringConverter,
+};
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, ProduceRecord, RecordState,
+};
+use kafka_share_sink::transform::{
+    Filter, HasHeaderKey, RecordIsTombstone, TopicNameMatches, transform_fn,
+};
+use kafka_share_sink::{
+    Converters, DriverConfig, Error, ErrorHandling, ErrorTolerance, Headers, ShareSinkTask,
+    SinkRecord, SinkTask, Stage, TaskConfig, TaskError, TransformChain, Value,
+};
+
+const GROUP: &str = "sink";
+
+fn broker(topic: &str, records: &[ProduceRecord]) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic(topic, 1).unwrap();
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+        .unwrap();
+    for r in records {
+        broker.produce(topic, r.clone()).unwrap();
+    }
+    broker
+}
+
+fn state(broker: &EmbeddedBroker, topic: &str, offset: i64) -> (RecordState, u16) {
+    let view = broker.record_state(GROUP, topic, 0, offset).unwrap();
+    (view.state(), view.delivery_count())
+}
+
+type Seen = Arc<Mutex<Vec<SinkRecord>>>;
+
+struct Collect(Seen);
+
+#[async_trait]
+impl SinkTask for Collect {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        self.0.lock().unwrap().extend_from_slice(records);
+        Ok(())
+    }
+}
+
+fn driver(
+    broker: &EmbeddedBroker,
+    topic: &str,
+    config: impl FnOnce(DriverConfig) -> DriverConfig,
+) -> (ShareSinkTask<EmbeddedShareConsumer>, Seen) {
+    let seen = Seen::default();
+    let config = config(DriverConfig::new([topic]).poll_timeout(Duration::from_millis(10)));
+    let d = ShareSinkTask::new(
+        Box::new(Collect(Arc::clone(&seen))),
+        broker.share_consumer(GROUP),
+        config,
+    );
+    (d, seen)
+}
+
+fn json_values() -> Converters {
+    Converters::byte_array().with_value(Arc::new(JsonConverter::new().schemas_enable(false)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_value_converter_failure_under_tolerance_none_releases_the_poll_and_stops() {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value(r#"{"id":1}"#),
+            ProduceRecord::new().value("{not json"),
+            ProduceRecord::new().value(r#"{"id":3}"#),
+        ],
+    );
+    let (mut d, seen) = driver(&b, "t", |c| c.converters(json_values()));
+    d.initialize().await.unwrap();
+    let err = d.iteration().await.unwrap_err();
+    let Error::Record { record, source } = &err else {
+        panic!("expected a record error, got {err:?}");
+    };
+    assert_eq!(record.offset(), 1);
+    assert_eq!(source.stage(), Stage::ValueConverter);
+    assert_eq!(
+        source.class_name(),
+        "org.apache.kafka.connect.json.JsonConverter"
+    );
+    assert!(err.to_string().contains("errors.tolerance=none"), "{err}");
+    assert!(seen.lock().unwrap().is_empty(), "nothing was put");
+    for offset in 0..3 {
+        assert_eq!(
+            state(&b, "t", offset).0,
+            RecordState::Available,
+            "offset {offset} released: nothing lost"
+        );
+    }
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    assert_eq!(d.metrics().record_errors, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_utf8_under_tolerance_all_skips_the_record_and_writes_the_rest() {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().key("k0").value("ok 0"),
+            ProduceRecord::new()
+                .key("k1")
+                .value(Bytes::from_static(&[0x66, 0xff, 0xfe])),
+            ProduceRecord::new().key("k2").value("ok 2"),
+        ],
+    );
+    let strings = Converters::byte_array()
+        .with_key(Arc::new(StringConverter::new()))
+        .with_value(Arc::new(StringConverter::new()));
+    let (mut d, seen) = driver(&b, "t", |c| {
+        c.converters(strings).errors(
+            ErrorHandling::new()
+                .tolerance(ErrorTolerance::All)
+                .log(true, true),
+        )
+    });
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.accepted, report.rejected),
+        (2, 2, 1)
+    );
+    let values: Vec<Value> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.value().clone())
+        .collect();
+    assert_eq!(
+        values,
+        vec![Value::String("ok 0".into()), Value::String("ok 2".into())]
+    );
+    assert_eq!(
+        state(&b, "t", 1).0,
+        RecordState::Archived,
+        "skipped: rejected"
+    );
+    assert_eq!(state(&b, "t", 0).0, RecordState::Acknowledged);
+    let m = d.metrics();
+    assert_eq!(
+        (
+            m.record_errors,
+            m.record_failures,
+            m.records_skipped,
+            m.errors_logged
+        ),
+        (1, 1, 1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn key_and_header_converter_failures_name_their_stage() {
+    let b = broker(
+        "t",
+        &[ProduceRecord::new()
+            .key(Bytes::from_static(&[0xc3]))
+            .value("v")],
+    );
+    let (mut d, _) = driver(&b, "t", |c| {
+        c.converters(Converters::byte_array().with_key(Arc::new(StringConverter::new())))
+    });
+    d.initialize().await.unwrap();
+    let Err(Error::Record { source, .. }) = d.iteration().await else {
+        panic!("expected a record error");
+    };
+    assert_eq!(source.stage(), Stage::KeyConverter);
+
+    let b = broker(
+        "h",
+        &[ProduceRecord::new()
+            .header("trace", Bytes::from_static(&[0xff]))
+            .value("v")],
+    );
+    let (mut d, _) = driver(&b, "h", |c| {
+        c.converters(Converters::byte_array().with_header(Arc::new(StringConverter::new())))
+    });
+    d.initialize().await.unwrap();
+    let Err(Error::Record { source, .. }) = d.iteration().await else {
+        panic!("expected a record error");
+    };
+    assert_eq!(source.stage(), Stage::HeaderConverter);
+}
+
+/// Fails retriably a given number of times, then passes bytes through.
+#[derive(Debug)]
+struct Flaky(AtomicUsize);
+
+impl Converter for Flaky {
+    fn to_sink_data(
+        &self,
+        _topic: &str,
+        _headers: &Headers,
+        data: Option<&Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        if self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(ConvertError::retriable("schema registry unavailable"));
+        }
+        Ok(SchemaAndValue::schemaless(Value::from(data.cloned())))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retriable_conversion_failures_are_retried_until_errors_retry_timeout() {
+    let b = broker("t", &[ProduceRecord::new().value("v")]);
+    let (mut d, seen) = driver(&b, "t", |c| {
+        c.converters(Converters::byte_array().with_value(Arc::new(Flaky(AtomicUsize::new(3)))))
+            .errors(ErrorHandling::new().retry_timeout(Some(Duration::from_secs(10))))
+    });
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 1);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(start.elapsed() >= Duration::from_millis(300 + 600 + 1200));
+    let m = d.metrics();
+    assert_eq!((m.retries, m.record_failures, m.record_errors), (3, 3, 0));
+
+    // With the default errors.retry.timeout (0), the first failure is final.
+    let b = broker("t", &[ProduceRecord::new().value("v")]);
+    let (mut d, _) = driver(&b, "t", |c| {
+        c.converters(Converters::byte_array().with_value(Arc::new(Flaky(AtomicUsize::new(1)))))
+    });
+    d.initialize().await.unwrap();
+    assert!(matches!(d.iteration().await, Err(Error::Record { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn transforms_and_predicates_filter_and_change_records_in_order() {
+    let b = broker(
+        "orders",
+        &[
+            ProduceRecord::new().value("keep"),
+            ProduceRecord::new()
+                .header("drop-me", "1")
+                .value("dropped by header"),
+            ProduceRecord::new(), // a tombstone
+            ProduceRecord::new().value("keep too"),
+        ],
+    );
+    let chain = TransformChain::new()
+        .then_if(Filter, HasHeaderKey::new("drop-me"), false)
+        .then_if(Filter, RecordIsTombstone, false)
+        // Negated: runs only on topics that do NOT match, so never here.
+        .then_if(Filter, TopicNameMatches::new("ord.*").unwrap(), true)
+        .then(transform_fn(|r: SinkRecord| {
+            Ok(Some(r.with_topic_partition("orders-copy", 0)))
+        }));
+    let (mut d, seen) = driver(&b, "orders", |c| c.transforms(chain));
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.filtered, report.accepted),
+        (2, 2, 4)
+    );
+    let seen = seen.lock().unwrap();
+    let got: Vec<(&str, &str, i64)> = seen
+        .iter()
+        .map(|r| (r.topic(), r.original_topic(), r.original_offset()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("orders-copy", "orders", 0), ("orders-copy", "orders", 3)]
+    );
+    for offset in 0..4 {
+        assert_eq!(
+            state(&b, "orders", offset).0,
+            RecordState::Acknowledged,
+            "filtered records are accepted, as Connect advances past them"
+        );
+    }
+    assert_eq!(d.metrics().records_filtered, 2);
+    assert_eq!(d.metrics().records_put, 2);
+}
