@@ -11,7 +11,10 @@
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
 //!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
 //!   [`Predicate`]s; [`plugins`]: [`Plugins`] builds both from Kafka Connect class names.
+//! - [`config`]: Connect-style worker and connector configs ([`ConnectorConfig`],
+//!   [`Properties`], [`ConfigError`]).
 
+pub mod config;
 pub mod consumer;
 pub mod convert;
 mod driver;
@@ -24,6 +27,7 @@ mod stage;
 mod task;
 pub mod transform;
 
+pub use crate::config::{ConfigError, ConnectorConfig, Properties};
 pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,

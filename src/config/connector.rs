@@ -1,0 +1,588 @@
+//! [`ConnectorConfig`]: a worker config and a connector config, resolved and checked.
+
+use std::time::Duration;
+
+use crate::consumer::AcknowledgementMode;
+use crate::driver::{
+    AckPolicy, CommitPolicy, DriverConfig, ErrorHandling, ErrorTolerance, PutRetriablePolicy,
+};
+use crate::kafka::KafkaShareConsumerConfig;
+use crate::task::TaskConfig;
+
+use super::builder::ConnectorConfigBuilder;
+use super::client::{Clients, ConsumerSettings};
+use super::dead_letter_queue::DeadLetterQueueSettings;
+use super::error::ConfigError;
+use super::keys::{
+    ACK_POLICY, ADMIN_OVERRIDE_PREFIX, BOOTSTRAP_SERVERS, CONNECTOR_KEYS, CONSUMER_OVERRIDE_PREFIX,
+    DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR, DLQ_TOPIC, ERRORS_LOG_ENABLE,
+    ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE,
+    HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS,
+    OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX, PUT_RETRIABLE_POLICY, TASK_ID, TASKS_MAX,
+    TOPICS, TOPICS_REGEX, VALUE_CONVERTER,
+};
+use super::override_policy::ClientOverridePolicy;
+use super::plugin::{self, Chain, PluginSpec, PredicateSpec, TransformSpec};
+use super::properties::Properties;
+use super::value;
+
+/// Connect's default `offset.flush.timeout.ms`.
+const DEFAULT_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// The configuration of one sink connector task: a Kafka Connect worker config and connector
+/// config, resolved as Connect resolves them and checked for a share group.
+///
+/// # Resolution
+///
+/// - **Consumer.** The worker's `bootstrap.servers`, then the worker's `consumer.*`
+///   settings, then the connector's `consumer.override.*` ones (prefixes removed), as
+///   [`consumer_properties`](Self::consumer_properties) shows them.
+///   - `group.protocol` (worker `consumer.group.protocol`, connector
+///     `consumer.override.group.protocol`) is the Connect-side switch to share groups:
+///     `share` (any case, also the default) is accepted and not passed on; any other value
+///     is refused, as this crate only drives share groups.
+///   - The share group is `share.group.id`, else `group.id` from the consumer settings,
+///     else `connect-<name>`. The acknowledgement mode is `share.acknowledgement.mode`
+///     (`explicit` by default, `implicit`), which the consumer settings may also set. A
+///     `consumer.override.*` value that disagrees with the connector key is an error.
+///   - The settings a share consumer refuses (`auto.offset.reset`, `enable.auto.commit`,
+///     `auto.commit.interval.ms`, `group.instance.id`, `isolation.level`,
+///     `partition.assignment.strategy`, `interceptor.classes`, `session.timeout.ms`,
+///     `heartbeat.interval.ms`, `group.remote.assignor`) are errors that say what to use
+///     instead, wherever they would reach the consumer.
+/// - **Dead-letter queue clients.** See [`DeadLetterQueueSettings`].
+/// - **Override policy.** The worker's `connector.client.config.override.policy` (see
+///   [`ClientOverridePolicy`]) is checked for every `consumer.override.*`,
+///   `producer.override.*` and `admin.override.*` key.
+/// - **Converters.** `key.converter`, `value.converter` and `header.converter`: the
+///   connector's class wins, else the worker's, else
+///   [`DEFAULT_CONVERTER`](super::DEFAULT_CONVERTER) (`ByteArrayConverter`: raw bytes pass
+///   through; Connect's worker defaults `header.converter` to `SimpleHeaderConverter`
+///   instead). A converter's settings come from the `<key>.` prefix of the config that
+///   named its class.
+/// - **Transforms and predicates** as Connect reads them (see [`TransformSpec`]).
+/// - **`offset.flush.interval.ms` and `offset.flush.timeout.ms`**, worker settings in
+///   Connect, may also be set by the connector, whose value wins.
+///
+/// Every key ending in `.ms`, in either config, must be a whole number. `topics.regex` is
+/// refused: share consumers subscribe to a fixed topic list.
+///
+/// Keys this crate does not know (connector keys outside Connect's and ours, consumer keys
+/// outside the Java share consumer's) are logged with `tracing::warn!` and listed by
+/// [`unknown_keys`](Self::unknown_keys); a sink task's own settings show up there too.
+///
+/// Secret values (`sasl.jaas.config`, `*.password`, `basic.auth.user.info`, keys containing
+/// `secret`) are shown as `[redacted]` in `Debug` and in errors, and never logged.
+///
+/// ```
+/// use kafka_share_sink::{AckPolicy, ConnectorConfig, ErrorTolerance, Properties};
+///
+/// let worker = Properties::parse(
+///     "bootstrap.servers=k1:9092,k2:9092\n\
+///      consumer.max.poll.records=200\n\
+///      value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+///      value.converter.schemas.enable=false\n",
+/// )?;
+/// let connector = Properties::parse(
+///     "name=orders-sink\n\
+///      topics=orders, payments\n\
+///      errors.tolerance=all\n\
+///      errors.deadletterqueue.topic.name=orders-dlq\n\
+///      consumer.override.max.poll.records=50\n\
+///      ack.policy=after.flush\n",
+/// )?;
+/// let config = ConnectorConfig::resolve(&worker, &connector)?;
+/// assert_eq!(config.topics(), ["orders", "payments"]);
+/// assert_eq!(config.share_group_id(), "connect-orders-sink");
+/// assert_eq!(config.consumer_properties().get("max.poll.records"), Some("50"));
+/// assert_eq!(config.value_converter().configs()["schemas.enable"], "false");
+/// assert_eq!(config.error_handling().tolerance_value(), ErrorTolerance::All);
+/// assert_eq!(config.ack_policy(), AckPolicy::AfterFlush);
+/// let consumer = config.kafka_consumer_config()?;
+/// assert_eq!(consumer.group_id(), "connect-orders-sink");
+/// # Ok::<(), kafka_share_sink::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorConfig {
+    name: String,
+    topics: Vec<String>,
+    tasks_max: u32,
+    task_id: u32,
+    share_group_id: String,
+    acknowledgement_mode: AcknowledgementMode,
+    ack_policy: AckPolicy,
+    put_retriable_policy: PutRetriablePolicy,
+    max_delivery_attempts: Option<u16>,
+    error_handling: ErrorHandling,
+    dead_letter_queue: Option<DeadLetterQueueSettings>,
+    commit_interval: Option<Duration>,
+    commit_timeout: Duration,
+    key_converter: PluginSpec,
+    value_converter: PluginSpec,
+    header_converter: PluginSpec,
+    transforms: Vec<TransformSpec>,
+    predicates: Vec<PredicateSpec>,
+    override_policy: ClientOverridePolicy,
+    consumer: Properties,
+    consumer_settings: ConsumerSettings,
+    connector: Properties,
+    unknown_keys: Vec<String>,
+}
+
+impl ConnectorConfig {
+    /// Resolves a connector config against the worker config it runs in; see the type's
+    /// documentation for the rules. The first problem found is the error.
+    pub fn resolve(worker: &Properties, connector: &Properties) -> Result<Self, ConfigError> {
+        for (key, raw) in worker.iter().chain(connector.iter()) {
+            value::check_ms_key(key, raw)?;
+        }
+        let name = name(connector)?;
+        let topics = topics(connector)?;
+        let override_policy = ClientOverridePolicy::from_worker(worker)?;
+        let tasks_max = number(connector, TASKS_MAX, 1, i64::from(i32::MAX))?.unwrap_or(1);
+        let task_id = number(connector, TASK_ID, 0, i64::from(i32::MAX))?.unwrap_or(0);
+        let tasks_max = u32::try_from(tasks_max).unwrap_or(u32::MAX);
+        let task_id = u32::try_from(task_id).unwrap_or(u32::MAX);
+
+        let clients = Clients::resolve(worker, connector, &override_policy, &name, task_id)?;
+
+        let error_handling = error_handling(connector)?;
+        let dead_letter_queue = match connector.get(DLQ_TOPIC).map(str::trim) {
+            None | Some("") => None,
+            Some(topic) => {
+                if topics.iter().any(|t| t == topic) {
+                    return Err(ConfigError::DeadLetterQueueIsSource {
+                        topic: topic.to_owned(),
+                        topics,
+                    });
+                }
+                Some(DeadLetterQueueSettings {
+                    topic: topic.to_owned(),
+                    replication_factor: replication_factor(connector)?,
+                    context_headers: flag(connector, DLQ_CONTEXT_HEADERS)?,
+                    producer: clients.producer.clone(),
+                    admin: clients.admin.clone(),
+                })
+            }
+        };
+        if dead_letter_queue.is_none() {
+            // Checked even without a queue, so a typo does not wait for the day it is set.
+            replication_factor(connector)?;
+            flag(connector, DLQ_CONTEXT_HEADERS)?;
+        }
+
+        let ack_policy = policy(connector, ACK_POLICY, "`after.put` or `after.flush`")?;
+        let put_retriable_policy = policy(
+            connector,
+            PUT_RETRIABLE_POLICY,
+            "`release` or `retry.in.place`",
+        )?;
+        let max_delivery_attempts = number(connector, MAX_DELIVERY_ATTEMPTS, 1, 10)?
+            .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
+        let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
+        let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
+            .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0))
+            .transpose()?;
+        let commit_timeout = flush_setting(OFFSET_FLUSH_TIMEOUT_MS)
+            .map(|raw| value::millis(OFFSET_FLUSH_TIMEOUT_MS, raw, 1))
+            .transpose()?
+            .unwrap_or(DEFAULT_COMMIT_TIMEOUT);
+
+        let key_converter = plugin::converter(KEY_CONVERTER, worker, connector);
+        let value_converter = plugin::converter(VALUE_CONVERTER, worker, connector);
+        let header_converter = plugin::converter(HEADER_CONVERTER, worker, connector);
+        let chain = Chain::parse(connector)?;
+
+        let mut unknown_keys: Vec<String> = connector
+            .iter()
+            .map(|(key, _)| key)
+            .filter(|key| !is_known_connector_key(key, &chain))
+            .map(str::to_owned)
+            .collect();
+        unknown_keys.extend(clients.unknown);
+        unknown_keys.sort();
+        unknown_keys.dedup();
+        for key in &unknown_keys {
+            tracing::warn!(
+                connector = %name,
+                key = %key,
+                "unknown config key, not used by the share sink runtime (a typo? a sink task may still read its own settings)"
+            );
+        }
+
+        Ok(Self {
+            name,
+            topics,
+            tasks_max,
+            task_id,
+            share_group_id: clients.group_id,
+            acknowledgement_mode: clients.acknowledgement_mode,
+            ack_policy,
+            put_retriable_policy,
+            max_delivery_attempts,
+            error_handling,
+            dead_letter_queue,
+            commit_interval,
+            commit_timeout,
+            key_converter,
+            value_converter,
+            header_converter,
+            transforms: chain.transforms,
+            predicates: chain.predicates,
+            override_policy,
+            consumer: clients.consumer,
+            consumer_settings: clients.consumer_settings,
+            connector: connector.clone(),
+            unknown_keys,
+        })
+    }
+
+    /// Resolves a connector config alone (an empty worker config): no worker
+    /// `bootstrap.servers`, so the consumer needs `consumer.override.bootstrap.servers`
+    /// before [`kafka_consumer_config`](Self::kafka_consumer_config) can be used.
+    ///
+    /// ```
+    /// use kafka_share_sink::{ConnectorConfig, Properties};
+    /// let connector: Properties = [("name", "s"), ("topics", "a,,b,a")].into_iter().collect();
+    /// let config = ConnectorConfig::from_properties(&connector)?;
+    /// assert_eq!(config.topics(), ["a", "b"]);
+    /// assert!(config.kafka_consumer_config().is_err()); // no bootstrap.servers
+    /// # Ok::<(), kafka_share_sink::ConfigError>(())
+    /// ```
+    pub fn from_properties(connector: &Properties) -> Result<Self, ConfigError> {
+        Self::resolve(&Properties::new(), connector)
+    }
+
+    /// A typed builder for the connector `name`, which writes the same string keys and
+    /// checks them the same way; see [`ConnectorConfigBuilder`].
+    pub fn builder(name: impl Into<String>) -> ConnectorConfigBuilder {
+        ConnectorConfigBuilder::new(name)
+    }
+
+    /// `name`: the connector's name (trimmed).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `topics`: the topics to drain, without empty entries or repeats.
+    pub fn topics(&self) -> &[String] {
+        &self.topics
+    }
+
+    /// `tasks.max` (default 1).
+    pub fn tasks_max(&self) -> u32 {
+        self.tasks_max
+    }
+
+    /// `task.id` (default 0): this task's number, used in client ids and dead-letter
+    /// headers.
+    pub fn task_id(&self) -> u32 {
+        self.task_id
+    }
+
+    /// The share group: `share.group.id`, else the consumer's `group.id`, else
+    /// `connect-<name>`.
+    pub fn share_group_id(&self) -> &str {
+        &self.share_group_id
+    }
+
+    /// `share.acknowledgement.mode` (default explicit).
+    pub fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.acknowledgement_mode
+    }
+
+    /// `ack.policy` (default `after.put`).
+    pub fn ack_policy(&self) -> AckPolicy {
+        self.ack_policy
+    }
+
+    /// `put.retriable.policy` (default `release`).
+    pub fn put_retriable_policy(&self) -> PutRetriablePolicy {
+        self.put_retriable_policy
+    }
+
+    /// `max.delivery.attempts` (1 to 10, unset by default): the delivery count at which the
+    /// driver stops handing a record to the task and treats it as failed (to the dead-letter
+    /// queue when one is set). Keep it below the group's `share.delivery.count.limit`
+    /// (default 5), so the driver routes a poison record to the dead-letter queue before the
+    /// broker archives it.
+    pub fn max_delivery_attempts(&self) -> Option<u16> {
+        self.max_delivery_attempts
+    }
+
+    /// `errors.tolerance`, `errors.retry.timeout` (`-1` is forever), `errors.retry.delay.max.ms`,
+    /// `errors.log.enable` and `errors.log.include.messages`, with Connect's defaults.
+    pub fn error_handling(&self) -> ErrorHandling {
+        self.error_handling
+    }
+
+    /// The dead-letter queue, when `errors.deadletterqueue.topic.name` is set.
+    pub fn dead_letter_queue(&self) -> Option<&DeadLetterQueueSettings> {
+        self.dead_letter_queue.as_ref()
+    }
+
+    /// `offset.flush.interval.ms`: how often acknowledgements are committed; `None` (unset)
+    /// is every iteration, the driver's default.
+    pub fn commit_interval(&self) -> Option<Duration> {
+        self.commit_interval
+    }
+
+    /// `offset.flush.timeout.ms`: how long a commit may take (default 5000 ms, Connect's
+    /// default; a [`DriverConfig`] built without this crate's config waits 60 s).
+    pub fn commit_timeout(&self) -> Duration {
+        self.commit_timeout
+    }
+
+    /// `key.converter` and its settings.
+    pub fn key_converter(&self) -> &PluginSpec {
+        &self.key_converter
+    }
+
+    /// `value.converter` and its settings.
+    pub fn value_converter(&self) -> &PluginSpec {
+        &self.value_converter
+    }
+
+    /// `header.converter` and its settings.
+    pub fn header_converter(&self) -> &PluginSpec {
+        &self.header_converter
+    }
+
+    /// The transform chain, in the order of `transforms`.
+    pub fn transforms(&self) -> &[TransformSpec] {
+        &self.transforms
+    }
+
+    /// The predicates, in the order of `predicates`.
+    pub fn predicates(&self) -> &[PredicateSpec] {
+        &self.predicates
+    }
+
+    /// The worker's client override policy.
+    pub fn override_policy(&self) -> &ClientOverridePolicy {
+        &self.override_policy
+    }
+
+    /// The share consumer's settings, with Java's names: `bootstrap.servers` (the worker's,
+    /// unless a consumer setting names its own), `group.id` (the share group),
+    /// `client.id` (default `connector-consumer-<name>-<task.id>`),
+    /// `share.acknowledgement.mode`, then the worker's `consumer.*` and the connector's
+    /// `consumer.override.*` settings, without `group.protocol`.
+    pub fn consumer_properties(&self) -> &Properties {
+        &self.consumer
+    }
+
+    /// The native share consumer's config: `bootstrap.servers` (required here), the share
+    /// group, `client.id`, the acknowledgement mode, and `max.poll.records`,
+    /// `fetch.min.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`, `request.timeout.ms` and
+    /// `socket.connection.setup.timeout.ms` when set. Other consumer settings are not used by
+    /// the native consumer yet.
+    pub fn kafka_consumer_config(&self) -> Result<KafkaShareConsumerConfig, ConfigError> {
+        let bootstrap = self
+            .consumer
+            .get(BOOTSTRAP_SERVERS)
+            .map(str::trim)
+            .filter(|servers| !servers.is_empty())
+            .ok_or_else(|| {
+                ConfigError::missing(
+                    BOOTSTRAP_SERVERS,
+                    "set it in the worker config (or as `consumer.bootstrap.servers` there, or \
+                     `consumer.override.bootstrap.servers` in the connector config)",
+                )
+            })?;
+        let s = &self.consumer_settings;
+        let mut config = KafkaShareConsumerConfig::new(bootstrap, self.share_group_id.clone())
+            .client_id(s.client_id.clone())
+            .acknowledgement_mode(self.acknowledgement_mode);
+        if let Some(n) = s.max_poll_records {
+            config = config.max_poll_records(n);
+        }
+        if let Some(n) = s.fetch_min_bytes {
+            config = config.fetch_min_bytes(n);
+        }
+        if let Some(n) = s.fetch_max_bytes {
+            config = config.fetch_max_bytes(n);
+        }
+        if let Some(d) = s.fetch_max_wait {
+            config = config.fetch_max_wait(d);
+        }
+        if let Some(d) = s.request_timeout {
+            config = config.request_timeout(d);
+        }
+        if let Some(d) = s.connect_timeout {
+            config = config.connect_timeout(d);
+        }
+        Ok(config)
+    }
+
+    /// The connector's settings, as given (secrets included: a task may need its own), for
+    /// [`SinkTask::start`](crate::SinkTask::start).
+    pub fn task_config(&self) -> TaskConfig {
+        self.connector.iter().collect()
+    }
+
+    /// A driver config with the topics, the task config, the commit interval
+    /// (`offset.flush.interval.ms`, every iteration when unset) and the commit timeout.
+    pub fn driver_config(&self) -> DriverConfig {
+        let config = DriverConfig::new(self.topics.iter().cloned())
+            .task_config(self.task_config())
+            .commit_timeout(self.commit_timeout);
+        match self.commit_interval {
+            Some(interval) => config.commit_policy(CommitPolicy::interval(interval)),
+            None => config,
+        }
+    }
+
+    /// The connector's settings, as given.
+    pub fn connector_properties(&self) -> &Properties {
+        &self.connector
+    }
+
+    /// The keys this crate does not know, sorted: connector keys as written, and consumer
+    /// keys with their `consumer.` or `consumer.override.` prefix. Each was logged with
+    /// `tracing::warn!`.
+    pub fn unknown_keys(&self) -> &[String] {
+        &self.unknown_keys
+    }
+}
+
+fn is_known_connector_key(key: &str, chain: &Chain) -> bool {
+    CONNECTOR_KEYS.contains(&key)
+        || [
+            CONSUMER_OVERRIDE_PREFIX,
+            PRODUCER_OVERRIDE_PREFIX,
+            ADMIN_OVERRIDE_PREFIX,
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+        || [KEY_CONVERTER, VALUE_CONVERTER, HEADER_CONVERTER]
+            .iter()
+            .any(|converter| {
+                key.strip_prefix(converter)
+                    .is_some_and(|rest| rest.starts_with('.'))
+            })
+        || chain.owns(key)
+}
+
+/// `name`: required, trimmed, not empty, no ISO control characters.
+fn name(connector: &Properties) -> Result<String, ConfigError> {
+    let raw = connector.get(NAME).ok_or_else(|| {
+        ConfigError::missing(
+            NAME,
+            "name the connector; the name makes the default share group (`connect-<name>`) and the client ids",
+        )
+    })?;
+    let name = raw.trim();
+    if name.is_empty() {
+        return Err(ConfigError::invalid(NAME, raw, "a non-empty name"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ConfigError::invalid(
+            NAME,
+            raw,
+            "a name without ISO control characters",
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// `topics`, without empty entries or repeats (first occurrence kept); `topics.regex` is
+/// refused.
+fn topics(connector: &Properties) -> Result<Vec<String>, ConfigError> {
+    if connector
+        .get(TOPICS_REGEX)
+        .is_some_and(|regex| !regex.trim().is_empty())
+    {
+        return Err(ConfigError::Unsupported {
+            key: TOPICS_REGEX.to_owned(),
+            reason: "share consumers subscribe to a fixed topic list; list the topics in `topics` \
+                     instead"
+                .to_owned(),
+        });
+    }
+    let mut topics: Vec<String> = Vec::new();
+    for topic in connector.get(TOPICS).map(value::list).unwrap_or_default() {
+        if !topic.is_empty() && !topics.contains(&topic) {
+            topics.push(topic);
+        }
+    }
+    if topics.is_empty() {
+        return Err(ConfigError::missing(
+            TOPICS,
+            "list the topics to drain, comma-separated",
+        ));
+    }
+    Ok(topics)
+}
+
+/// An optional whole number in `min..=max`.
+fn number(
+    connector: &Properties,
+    key: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, ConfigError> {
+    connector
+        .get(key)
+        .map(|raw| value::whole(key, raw, min, max, &value::range_text(min, max)))
+        .transpose()
+}
+
+/// An optional boolean, false by default.
+fn flag(connector: &Properties, key: &str) -> Result<bool, ConfigError> {
+    connector
+        .get(key)
+        .map_or(Ok(false), |raw| value::boolean(key, raw))
+}
+
+/// A policy enum from its `FromStr`, default when unset.
+fn policy<T>(connector: &Properties, key: &str, expected: &str) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + Default,
+    T::Err: Into<crate::error::BoxError>,
+{
+    connector.get(key).map_or(Ok(T::default()), |raw| {
+        raw.parse::<T>()
+            .map_err(|e| ConfigError::invalid_because(key, raw, expected, e))
+    })
+}
+
+fn replication_factor(connector: &Properties) -> Result<i16, ConfigError> {
+    let Some(raw) = connector.get(DLQ_REPLICATION_FACTOR) else {
+        return Ok(3);
+    };
+    let expected = "-1 (the broker's default) or a whole number from 1 to 32767";
+    let factor = value::whole(
+        DLQ_REPLICATION_FACTOR,
+        raw,
+        -1,
+        i64::from(i16::MAX),
+        expected,
+    )?;
+    if factor == 0 {
+        return Err(ConfigError::invalid(DLQ_REPLICATION_FACTOR, raw, expected));
+    }
+    Ok(i16::try_from(factor).unwrap_or(i16::MAX))
+}
+
+fn error_handling(connector: &Properties) -> Result<ErrorHandling, ConfigError> {
+    let tolerance: ErrorTolerance = policy(connector, ERRORS_TOLERANCE, "`none` or `all`")?;
+    let mut errors = ErrorHandling::new().tolerance(tolerance);
+    if let Some(raw) = connector.get(ERRORS_RETRY_TIMEOUT) {
+        let ms = value::whole(
+            ERRORS_RETRY_TIMEOUT,
+            raw,
+            -1,
+            i64::MAX,
+            "a whole number of milliseconds, 0 or more, or -1 to retry forever",
+        )?;
+        errors = errors.retry_timeout(u64::try_from(ms).ok().map(Duration::from_millis));
+    }
+    if let Some(raw) = connector.get(ERRORS_RETRY_DELAY_MAX_MS) {
+        errors = errors.retry_delay_max(value::millis(ERRORS_RETRY_DELAY_MAX_MS, raw, 0)?);
+    }
+    Ok(errors.log(
+        flag(connector, ERRORS_LOG_ENABLE)?,
+        flag(connector, ERRORS_LOG_INCLUDE_MESSAGES)?,
+    ))
+}

@@ -1,0 +1,470 @@
+//! [`Properties`]: an ordered string map read from Java `.properties` text.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use super::error::ConfigError;
+use super::secret::RedactedMap;
+
+/// String settings in the order they were first set, as a Kafka worker or connector reads
+/// them from a `.properties` file.
+///
+/// Setting a key again replaces its value and keeps its place. Two `Properties` are equal
+/// when they hold the same keys and values, whatever the order. `Debug` shows secret values
+/// (`sasl.jaas.config`, `*.password`, keys containing `secret`, ...) as `[redacted]`.
+///
+/// ```
+/// use kafka_share_sink::Properties;
+///
+/// let props = Properties::parse(
+///     "# the connector\n\
+///      name = orders-sink\n\
+///      topics: orders,\\\n\
+///      \x20       payments\n\
+///      consumer.override.sasl.jaas.config=org.example.Login required password=\"hunter2\";\n",
+/// )?;
+/// assert_eq!(props.get("name"), Some("orders-sink"));
+/// assert_eq!(props.get("topics"), Some("orders,payments"));
+/// assert!(!format!("{props:?}").contains("hunter2"));
+/// # Ok::<(), kafka_share_sink::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Properties {
+    entries: Vec<(String, String)>,
+    index: HashMap<String, usize>,
+}
+
+impl Properties {
+    /// No settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads Java `.properties` text (the syntax of `java.util.Properties.load`):
+    ///
+    /// - a line whose first non-blank character is `#` or `!` is a comment; blank lines are
+    ///   skipped; leading spaces, tabs and form feeds are ignored;
+    /// - `key=value`, `key: value` and `key value` all work; blanks around the separator are
+    ///   dropped, trailing blanks of the value are kept;
+    /// - a line ending in an odd number of backslashes goes on at the next line, whose
+    ///   leading blanks are dropped;
+    /// - escapes: `\t`, `\n`, `\r`, `\f`, `\uXXXX` (UTF-16, surrogate pairs included), and a
+    ///   backslash before any other character stands for that character (`\\`, `\=`, `\:`,
+    ///   `\#`, `\ `).
+    ///
+    /// A key set twice keeps its last value. Fails with [`ConfigError::Syntax`] on a
+    /// malformed `\uXXXX` escape or one that encodes a lone surrogate (which Java accepts
+    /// but a Rust string cannot hold); the error gives the line, never the value.
+    ///
+    /// ```
+    /// use kafka_share_sink::Properties;
+    /// let props = Properties::parse("a\\=b = c\\u00e9\\n\nkey value with spaces  \n! comment")?;
+    /// assert_eq!(props.get("a=b"), Some("cé\n"));
+    /// assert_eq!(props.get("key"), Some("value with spaces  "));
+    /// # Ok::<(), kafka_share_sink::ConfigError>(())
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let mut props = Self::new();
+        let mut lines = NaturalLines::new(text);
+        while let Some((line_no, first)) = lines.next() {
+            let first = trim_blank_start(first);
+            if first.is_empty() || first.starts_with(['#', '!']) {
+                continue;
+            }
+            let mut logical = String::from(first);
+            while ends_with_odd_backslashes(&logical) {
+                logical.pop();
+                match lines.next() {
+                    Some((_, next)) => logical.push_str(trim_blank_start(next)),
+                    None => break,
+                }
+            }
+            let (key, value) = split_entry(&logical);
+            let key = unescape(key).map_err(|problem| ConfigError::Syntax {
+                line: line_no,
+                problem: format!("{problem} in a key"),
+            })?;
+            let value = unescape(value).map_err(|problem| ConfigError::Syntax {
+                line: line_no,
+                problem: format!("{problem} in the value of `{}`", key.escape_debug()),
+            })?;
+            props.insert(key, value);
+        }
+        Ok(props)
+    }
+
+    /// Reads a UTF-8 `.properties` file; see [`parse`](Self::parse). An unreadable file
+    /// fails with [`ConfigError::Io`], which names the path.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.index.get(key).map(|&i| self.entries[i].1.as_str())
+    }
+
+    /// True if `key` is set.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    /// Sets `key`, returning its previous value. A new key goes last; a known one keeps its
+    /// place.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) -> Option<String> {
+        let key = key.into();
+        let value = value.into();
+        match self.index.get(&key) {
+            Some(&i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        let i = self.index.remove(key)?;
+        let (_, value) = self.entries.remove(i);
+        for slot in self.index.values_mut() {
+            if *slot > i {
+                *slot -= 1;
+            }
+        }
+        Some(value)
+    }
+
+    /// Every setting, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + Clone + '_ {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// How many settings there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there are no settings.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The settings whose key starts with `prefix`, with the prefix removed, in order.
+    pub(crate) fn with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.iter()
+            .filter_map(move |(k, v)| k.strip_prefix(prefix).map(|rest| (rest, v)))
+    }
+}
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        RedactedMap(self.iter()).fmt(f)
+    }
+}
+
+impl PartialEq for Properties {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
+
+impl Eq for Properties {}
+
+impl FromStr for Properties {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Properties {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut props = Self::new();
+        props.extend(iter);
+        props
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> Extend<(K, V)> for Properties {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        for (k, v) in iter {
+            self.insert(k, v);
+        }
+    }
+}
+
+type Entry = (String, String);
+
+impl<'a> IntoIterator for &'a Properties {
+    type Item = (&'a str, &'a str);
+    type IntoIter =
+        std::iter::Map<std::slice::Iter<'a, Entry>, fn(&'a Entry) -> (&'a str, &'a str)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+/// The natural lines of a text, ended by `\n`, `\r` or `\r\n`, with their numbers (from 1).
+struct NaturalLines<'a> {
+    rest: &'a str,
+    line: usize,
+}
+
+impl<'a> NaturalLines<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            rest: text,
+            line: 0,
+        }
+    }
+}
+
+impl<'a> Iterator for NaturalLines<'a> {
+    type Item = (usize, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        self.line += 1;
+        let (line, rest) = match self.rest.find(['\n', '\r']) {
+            Some(end) => {
+                let after = if self.rest[end..].starts_with("\r\n") {
+                    end + 2
+                } else {
+                    end + 1
+                };
+                (&self.rest[..end], &self.rest[after..])
+            }
+            None => (self.rest, ""),
+        };
+        self.rest = rest;
+        Some((self.line, line))
+    }
+}
+
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\u{c}')
+}
+
+fn trim_blank_start(s: &str) -> &str {
+    s.trim_start_matches(is_blank)
+}
+
+fn ends_with_odd_backslashes(s: &str) -> bool {
+    s.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
+}
+
+/// Splits a logical line at the first unescaped `=`, `:` or blank; blanks and one `=` or
+/// `:` after the key are skipped. Both parts are still escaped.
+fn split_entry(line: &str) -> (&str, &str) {
+    let mut escaped = false;
+    let mut key_end = line.len();
+    let mut value_start = line.len();
+    let mut has_separator = false;
+    for (i, c) in line.char_indices() {
+        if !escaped && (c == '=' || c == ':') {
+            key_end = i;
+            value_start = i + 1;
+            has_separator = true;
+            break;
+        }
+        if !escaped && is_blank(c) {
+            key_end = i;
+            value_start = i + c.len_utf8();
+            break;
+        }
+        escaped = c == '\\' && !escaped;
+    }
+    let mut rest = &line[value_start..];
+    loop {
+        rest = trim_blank_start(rest);
+        match rest.chars().next() {
+            Some(c @ ('=' | ':')) if !has_separator => {
+                has_separator = true;
+                rest = &rest[c.len_utf8()..];
+            }
+            _ => break,
+        }
+    }
+    (&line[..key_end], rest)
+}
+
+/// Resolves the escapes of a key or value. The error says what is wrong, without the text.
+fn unescape(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            // A lone backslash at the very end (a continuation at the end of the text).
+            None => {}
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('f') => out.push('\u{c}'),
+            Some('u') => {
+                let unit = hex4(&mut chars)?;
+                let code = if (0xD800..0xDC00).contains(&unit) {
+                    let low = match (chars.next(), chars.next()) {
+                        (Some('\\'), Some('u')) => hex4(&mut chars)?,
+                        _ => return Err(lone_surrogate()),
+                    };
+                    if !(0xDC00..0xE000).contains(&low) {
+                        return Err(lone_surrogate());
+                    }
+                    0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                } else {
+                    unit
+                };
+                out.push(char::from_u32(code).ok_or_else(lone_surrogate)?);
+            }
+            Some(other) => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, String> {
+    let mut unit = 0;
+    for _ in 0..4 {
+        let digit = chars.next().and_then(|c| c.to_digit(16)).ok_or_else(|| {
+            "malformed \\uXXXX escape (write four hex digits after \\u)".to_owned()
+        })?;
+        unit = unit * 16 + digit;
+    }
+    Ok(unit)
+}
+
+fn lone_surrogate() -> String {
+    "\\uXXXX escape encodes a lone UTF-16 surrogate (write a high surrogate followed by a low one, or the character itself)"
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Vec<(String, String)> {
+        Properties::parse(text)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn separators_and_blanks() {
+        assert_eq!(
+            parse("a=1\nb: 2\nc 3\n  d  =  4  \ne\nf=\ng :=5\nh\t\t6\n"),
+            pairs(&[
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("d", "4  "),
+                ("e", ""),
+                ("f", ""),
+                ("g", "=5"),
+                ("h", "6"),
+            ])
+        );
+    }
+
+    #[test]
+    fn comments_and_blank_lines() {
+        assert_eq!(
+            parse("# c\n   ! c\n\n \t \na=1 # not a comment\n#x=2\\\ny=3"),
+            pairs(&[("a", "1 # not a comment"), ("y", "3")])
+        );
+    }
+
+    #[test]
+    fn line_continuations() {
+        assert_eq!(
+            parse("a=one,\\\n    two,\\\r\n\tthree\nb=x\\\\\nc=y"),
+            pairs(&[("a", "one,two,three"), ("b", "x\\"), ("c", "y")])
+        );
+        // A continued line that starts with `#` is data, not a comment.
+        assert_eq!(parse("a=1\\\n#2"), pairs(&[("a", "1#2")]));
+        // An empty continuation line ends the entry; a backslash at the end of the text is
+        // dropped.
+        assert_eq!(parse("a=1\\\n\nb=2\\"), pairs(&[("a", "1"), ("b", "2")]));
+        // Old Mac line ends.
+        assert_eq!(parse("a=1\rb=2"), pairs(&[("a", "1"), ("b", "2")]));
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            parse("k\\ e\\:y\\=x = \\t\\n\\r\\f\\\\\\=\\:\\#\\b\\u0041\\ud83d\\ude00"),
+            pairs(&[("k e:y=x", "\t\n\r\u{c}\\=:#bA😀")])
+        );
+    }
+
+    #[test]
+    fn malformed_unicode_escapes_name_the_line_and_key_not_the_value() {
+        let err = Properties::parse("a=1\nsecret.key=ab\\u12G4cd").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("line 2: malformed \\uXXXX escape"),
+            "{text}"
+        );
+        assert!(text.contains("`secret.key`"), "{text}");
+        assert!(!text.contains("ab"), "{text}");
+        let err = Properties::parse("x=\\ud800").unwrap_err();
+        assert!(err.to_string().contains("lone UTF-16 surrogate"), "{err}");
+        let err = Properties::parse("\\u00=1").unwrap_err();
+        assert!(err.to_string().contains("in a key"), "{err}");
+    }
+
+    #[test]
+    fn repeated_key_keeps_place_and_last_value() {
+        let props = Properties::parse("a=1\nb=2\na=3").unwrap();
+        assert_eq!(props.iter().collect::<Vec<_>>(), [("a", "3"), ("b", "2")]);
+    }
+
+    #[test]
+    fn remove_keeps_the_index_right() {
+        let mut props: Properties = [("a", "1"), ("b", "2"), ("c", "3")].into_iter().collect();
+        assert_eq!(props.remove("a"), Some("1".to_owned()));
+        assert_eq!(props.get("c"), Some("3"));
+        assert_eq!(props.remove("a"), None);
+        props.insert("a", "4");
+        assert_eq!(
+            props.iter().collect::<Vec<_>>(),
+            [("b", "2"), ("c", "3"), ("a", "4")]
+        );
+    }
+
+    #[test]
+    fn equality_ignores_order() {
+        let a: Properties = [("a", "1"), ("b", "2")].into_iter().collect();
+        let b: Properties = [("b", "2"), ("a", "1")].into_iter().collect();
+        let c: Properties = [("b", "2"), ("a", "2")].into_iter().collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
