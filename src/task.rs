@@ -1,18 +1,45 @@
 //! The user contract: [`SinkTask`], modelled on Kafka Connect's `SinkTask`.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 
+use crate::config::secret::RedactedMap;
 use crate::error::TaskError;
 use crate::record::{RecordId, SinkRecord, TopicPartition};
 
 /// The string settings a task starts with (Connect's task config).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// `Debug` shows secret values (`sasl.jaas.config`, `*.password`, `basic.auth.user.info`,
+/// keys containing `secret`, with or without a prefix) as `[redacted]`; [`get`](Self::get)
+/// returns them as they are.
+///
+/// ```
+/// use kafka_share_sink::TaskConfig;
+/// let config = TaskConfig::new().with("connection.password", "hunter2").with("table", "orders");
+/// assert_eq!(config.get("connection.password"), Some("hunter2"));
+/// assert_eq!(
+///     format!("{config:?}"),
+///     r#"TaskConfig { values: {"connection.password": [redacted], "table": "orders"} }"#
+/// );
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct TaskConfig {
     values: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for TaskConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskConfig")
+            .field(
+                "values",
+                &RedactedMap(self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            )
+            .finish()
+    }
 }
 
 impl TaskConfig {
