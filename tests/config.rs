@@ -464,6 +464,22 @@ fn acknowledgement_mode_defaults_to_explicit() {
     let err = error(&[], &[("share.acknowledgement.mode", "auto")]);
     assert_names_key(&err, "share.acknowledgement.mode");
     assert!(err.to_string().contains("auto"), "{err}");
+    // The same mode in another case is no conflict; another mode is.
+    resolve(
+        &[],
+        &[
+            ("share.acknowledgement.mode", "implicit"),
+            ("consumer.override.share.acknowledgement.mode", "IMPLICIT"),
+        ],
+    );
+    let err = error(
+        &[],
+        &[
+            ("share.acknowledgement.mode", "implicit"),
+            ("consumer.override.share.acknowledgement.mode", "explicit"),
+        ],
+    );
+    assert!(matches!(err, ConfigError::Conflict { .. }), "{err}");
     let err = error(&[("consumer.share.acknowledgement.mode", "auto")], &[]);
     assert_names_key(&err, "consumer.share.acknowledgement.mode");
 }
@@ -1057,6 +1073,30 @@ fn unknown_keys_are_listed_and_warned_about() {
             "{key} not warned: {logs:?}"
         );
     }
+}
+
+#[test]
+fn worker_client_prefixes_in_a_connector_config_get_a_hint() {
+    let (config, logs) = captured(|| {
+        ConnectorConfig::resolve(
+            &Properties::new(),
+            &connector(&[("consumer.max.poll.records", "5")]),
+        )
+        .unwrap()
+    });
+    assert_eq!(config.unknown_keys(), ["consumer.max.poll.records"]);
+    // Not applied: Connect reads only `consumer.override.*` from a connector.
+    assert!(
+        config
+            .consumer_properties()
+            .get("max.poll.records")
+            .is_none()
+    );
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("consumer.max.poll.records") && l.contains("consumer.override.")),
+        "{logs:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

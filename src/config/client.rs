@@ -116,6 +116,7 @@ impl Clients {
             &origins,
             GROUP_ID,
             &format!("connect-{name}"),
+            |a, b| a == b,
         )?;
         let mode_text = connector_or_consumer(
             connector,
@@ -124,6 +125,7 @@ impl Clients {
             &origins,
             ACKNOWLEDGEMENT_MODE,
             "explicit",
+            str::eq_ignore_ascii_case,
         )?;
         let acknowledgement_mode = mode_text.parse::<AcknowledgementMode>().map_err(|e| {
             let key = if connector.contains_key(ACKNOWLEDGEMENT_MODE) {
@@ -248,8 +250,8 @@ fn layer(
 
 /// A setting with a connector key of its own (`share.group.id`) and a consumer key
 /// (`group.id`): the connector key wins over a worker `consumer.*` value; a
-/// `consumer.override.*` value that disagrees with it is a conflict. Either value is trimmed
-/// and must not be blank.
+/// `consumer.override.*` value that disagrees with it (by `same`, on trimmed values) is a
+/// conflict. Either value is trimmed and must not be blank.
 fn connector_or_consumer(
     connector: &Properties,
     connector_key: &str,
@@ -257,6 +259,7 @@ fn connector_or_consumer(
     origins: &HashMap<String, Origin>,
     setting: &str,
     default: &str,
+    same: fn(&str, &str) -> bool,
 ) -> Result<String, ConfigError> {
     let own = connector.get(connector_key).map(|raw| (connector_key, raw));
     let consumer = merged.get(setting).map(|raw| {
@@ -268,7 +271,7 @@ fn connector_or_consumer(
         )
     });
     if let (Some((key, raw)), Some((other_key, other_raw, true))) = (own, consumer) {
-        if raw.trim() != other_raw.trim() {
+        if !same(raw.trim(), other_raw.trim()) {
             return Err(ConfigError::conflict(key, raw, other_key, other_raw));
         }
     }

@@ -14,12 +14,13 @@ use super::client::{Clients, ConsumerSettings};
 use super::dead_letter_queue::DeadLetterQueueSettings;
 use super::error::ConfigError;
 use super::keys::{
-    ACK_POLICY, ADMIN_OVERRIDE_PREFIX, BOOTSTRAP_SERVERS, CONNECTOR_KEYS, CONSUMER_OVERRIDE_PREFIX,
-    DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR, DLQ_TOPIC, ERRORS_LOG_ENABLE,
-    ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE,
-    HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS,
-    OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX, PUT_RETRIABLE_POLICY, TASK_ID, TASKS_MAX,
-    TOPICS, TOPICS_REGEX, VALUE_CONVERTER,
+    ACK_POLICY, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX, BOOTSTRAP_SERVERS, CONNECTOR_KEYS,
+    CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX, DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR,
+    DLQ_TOPIC, ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS,
+    ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS,
+    NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX,
+    PRODUCER_PREFIX, PUT_RETRIABLE_POLICY, TASK_ID, TASKS_MAX, TOPICS, TOPICS_REGEX,
+    VALUE_CONVERTER,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::plugin::{self, Chain, PluginSpec, PredicateSpec, TransformSpec};
@@ -203,10 +204,13 @@ impl ConnectorConfig {
         unknown_keys.sort();
         unknown_keys.dedup();
         for key in &unknown_keys {
+            let hint = misplaced_client_key(key, connector).unwrap_or(
+                "a typo? (a sink task may still read its own settings from the task config)",
+            );
             tracing::warn!(
                 connector = %name,
                 key = %key,
-                "unknown config key, not used by the share sink runtime (a typo? a sink task may still read its own settings)"
+                "unknown config key, not used by the share sink runtime: {hint}"
             );
         }
 
@@ -464,6 +468,27 @@ fn is_known_connector_key(key: &str, chain: &Chain) -> bool {
         || chain.owns(key)
 }
 
+/// A hint for a connector key that looks like a worker's client setting (`consumer.x`
+/// instead of `consumer.override.x`).
+fn misplaced_client_key(key: &str, connector: &Properties) -> Option<&'static str> {
+    let top_level = connector.contains_key(key);
+    let client = [CONSUMER_PREFIX, PRODUCER_PREFIX, ADMIN_PREFIX]
+        .iter()
+        .any(|prefix| key.starts_with(prefix));
+    let overridden = [
+        CONSUMER_OVERRIDE_PREFIX,
+        PRODUCER_OVERRIDE_PREFIX,
+        ADMIN_OVERRIDE_PREFIX,
+    ]
+    .iter()
+    .any(|prefix| key.starts_with(prefix));
+    (top_level && client && !overridden).then_some(
+        "in a connector config, client settings take the `consumer.override.`, \
+         `producer.override.` or `admin.override.` prefix (`consumer.`, `producer.` and \
+         `admin.` are worker prefixes)",
+    )
+}
+
 /// `name`: required, trimmed, not empty, no ISO control characters.
 fn name(connector: &Properties) -> Result<String, ConfigError> {
     let raw = connector.get(NAME).ok_or_else(|| {
@@ -585,4 +610,84 @@ fn error_handling(connector: &Properties) -> Result<ErrorHandling, ConfigError> 
         flag(connector, ERRORS_LOG_ENABLE)?,
         flag(connector, ERRORS_LOG_INCLUDE_MESSAGES)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn kafka_consumer_config_maps_the_java_settings() {
+        let worker = props(&[
+            ("bootstrap.servers", " k1:9092,k2:9092 "),
+            ("consumer.fetch.max.wait.ms", "200"),
+            ("consumer.max.poll.records", "999"),
+        ]);
+        let connector = props(&[
+            ("name", "n"),
+            ("topics", "t"),
+            ("task.id", "2"),
+            ("share.acknowledgement.mode", "implicit"),
+            ("consumer.override.max.poll.records", "10"),
+            ("consumer.override.fetch.min.bytes", "5"),
+            ("consumer.override.fetch.max.bytes", "1000"),
+            ("consumer.override.request.timeout.ms", "7000"),
+            (
+                "consumer.override.socket.connection.setup.timeout.ms",
+                "3000",
+            ),
+        ]);
+        let config = ConnectorConfig::resolve(&worker, &connector).unwrap();
+        let c = config.kafka_consumer_config().unwrap();
+        assert_eq!(c.bootstrap, "k1:9092,k2:9092");
+        assert_eq!(c.group_id, "connect-n");
+        assert_eq!(c.client_id, "connector-consumer-n-2");
+        assert_eq!(c.max_poll_records, 10);
+        assert_eq!(c.fetch_min_bytes, 5);
+        assert_eq!(c.fetch_max_bytes, 1000);
+        assert_eq!(c.fetch_max_wait, Duration::from_millis(200));
+        assert_eq!(c.request_timeout, Duration::from_secs(7));
+        assert_eq!(c.connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Implicit);
+    }
+
+    #[test]
+    fn kafka_consumer_config_keeps_java_defaults_for_what_is_not_set() {
+        let worker = props(&[("bootstrap.servers", "k:9092")]);
+        let config =
+            ConnectorConfig::resolve(&worker, &props(&[("name", "n"), ("topics", "t")])).unwrap();
+        let c = config.kafka_consumer_config().unwrap();
+        let java = KafkaShareConsumerConfig::new("k:9092", "connect-n");
+        assert_eq!(c.max_poll_records, java.max_poll_records);
+        assert_eq!(c.fetch_max_wait, java.fetch_max_wait);
+        assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Explicit);
+    }
+
+    #[test]
+    fn driver_config_takes_the_commit_settings() {
+        let connector = props(&[
+            ("name", "n"),
+            ("topics", "a,b"),
+            ("offset.flush.interval.ms", "250"),
+            ("offset.flush.timeout.ms", "9000"),
+        ]);
+        let driver = ConnectorConfig::from_properties(&connector)
+            .unwrap()
+            .driver_config();
+        assert_eq!(
+            driver.commit_policy,
+            CommitPolicy::interval(Duration::from_millis(250))
+        );
+        assert_eq!(driver.commit_timeout, Duration::from_secs(9));
+        assert_eq!(driver.task_config.get("topics"), Some("a,b"));
+        let driver = ConnectorConfig::from_properties(&props(&[("name", "n"), ("topics", "a")]))
+            .unwrap()
+            .driver_config();
+        assert_eq!(driver.commit_policy, CommitPolicy::every_iteration());
+        assert_eq!(driver.commit_timeout, DEFAULT_COMMIT_TIMEOUT);
+    }
 }
