@@ -1334,3 +1334,62 @@ fn task_and_driver_configs_carry_the_connector_settings() {
     let driver = config.driver_config();
     assert_eq!(driver.topics(), ["a".to_owned(), "b".to_owned()]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Properties: generated text
+// ---------------------------------------------------------------------------------------
+
+/// Writes a key or value in `.properties` syntax, escaping what the reader would otherwise
+/// take as syntax (as `java.util.Properties.store` does).
+fn escape(text: &str, is_key: bool) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{c}' => out.push_str("\\f"),
+            ' ' if is_key || i == 0 => out.push_str("\\ "),
+            '=' | ':' | '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let chars = prop_oneof![
+        4 => proptest::char::range('a', 'e'),
+        1 => prop::sample::select(vec![' ', '\t', '\n', '\r', '\u{c}', '\\', '=', ':', '#', '!', 'é', '😀']),
+        1 => any::<char>(),
+    ];
+    prop::collection::vec(chars, 0..10).prop_map(String::from_iter)
+}
+
+proptest::proptest! {
+    #[test]
+    fn parse_never_panics_on_any_text(input in proptest::collection::vec(proptest::prelude::any::<char>(), 0..200)) {
+        let input = String::from_iter(input);
+        let _ = Properties::parse(&input);
+    }
+
+    #[test]
+    fn escaped_entries_read_back_as_written(
+        entries in proptest::collection::vec((text(), text()), 0..8),
+        crlf in proptest::prelude::any::<bool>(),
+    ) {
+        let newline = if crlf { "\r\n" } else { "\n" };
+        let written: String = entries
+            .iter()
+            .map(|(k, v)| format!("{}={}{newline}", escape(k, true), escape(v, false)))
+            .collect();
+        let expected: Properties = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let parsed = Properties::parse(&written).unwrap();
+        proptest::prop_assert_eq!(parsed, expected);
+    }
+}
