@@ -1220,25 +1220,22 @@ fn builder_and_properties_give_equal_configs() {
         .dead_letter_queue_topic("orders-dlq")
         .dead_letter_queue_replication_factor(1)
         .dead_letter_queue_context_headers(true)
-        .key_converter(
-            "org.apache.kafka.connect.storage.StringConverter",
-            [] as [(&str, &str); 0],
-        )
+        .key_converter("org.apache.kafka.connect.storage.StringConverter", &[])
         .value_converter(
             "org.apache.kafka.connect.json.JsonConverter",
-            [("schemas.enable", "false")],
+            &[("schemas.enable", "false")],
         )
         .header_converter(
             "org.apache.kafka.connect.storage.SimpleHeaderConverter",
-            [("a", "b")],
+            &[("a", "b")],
         )
-        .predicate("isTombstone", "RecordIsTombstone", [] as [(&str, &str); 0])
-        .transform("drop", "Filter", [] as [(&str, &str); 0])
+        .predicate("isTombstone", "RecordIsTombstone", &[])
+        .transform("drop", "Filter", &[])
         .transform_predicate("drop", "isTombstone", false)
         .transform(
             "route",
             "RegexRouter",
-            [("regex", "(.*)"), ("replacement", "$1-x")],
+            &[("regex", "(.*)"), ("replacement", "$1-x")],
         )
         .consumer_override("max.poll.records", "100")
         .producer_override("linger.ms", "5")
@@ -1392,4 +1389,27 @@ proptest::proptest! {
         let parsed = Properties::parse(&written).unwrap();
         proptest::prop_assert_eq!(parsed, expected);
     }
+}
+
+#[test]
+fn chain_stages_hand_transforms_and_their_predicates_to_the_plugin_registry() {
+    let config = resolve(
+        &[],
+        &[
+            ("transforms", "drop,keep"),
+            ("transforms.drop.type", "Filter"),
+            ("transforms.drop.predicate", "isTombstone"),
+            ("transforms.keep.type", "Filter"),
+            ("predicates", "isTombstone"),
+            ("predicates.isTombstone.type", "RecordIsTombstone"),
+        ],
+    );
+    let stages = config.chain_stages();
+    assert_eq!(
+        stages.iter().map(|s| s.alias()).collect::<Vec<_>>(),
+        ["drop", "keep"]
+    );
+    kafka_share_sink::Plugins::new()
+        .build_chain(stages)
+        .expect("Connect's built-in Filter and RecordIsTombstone");
 }

@@ -31,8 +31,8 @@ use super::properties::Properties;
 ///     .ack_policy(AckPolicy::AfterFlush)
 ///     .errors_tolerance(ErrorTolerance::All)
 ///     .dead_letter_queue_topic("orders-dlq")
-///     .value_converter("org.apache.kafka.connect.json.JsonConverter", [("schemas.enable", "false")])
-///     .transform("route", "org.apache.kafka.connect.transforms.RegexRouter", [("regex", ".*"), ("replacement", "all")])
+///     .value_converter("org.apache.kafka.connect.json.JsonConverter", &[("schemas.enable", "false")])
+///     .transform("route", "org.apache.kafka.connect.transforms.RegexRouter", &[("regex", ".*"), ("replacement", "all")])
 ///     .consumer_override("max.poll.records", "100")
 ///     .set("connection.url", "postgres://db/orders")
 ///     .build()?;
@@ -171,42 +171,27 @@ impl ConnectorConfigBuilder {
     }
 
     /// `key.converter` and its settings (`key.converter.*`).
-    pub fn key_converter<I, K, V>(self, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    pub fn key_converter(self, class: impl Into<String>, configs: &[(&str, &str)]) -> Self {
         self.plugin(KEY_CONVERTER, class, configs)
     }
 
     /// `value.converter` and its settings (`value.converter.*`).
-    pub fn value_converter<I, K, V>(self, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    pub fn value_converter(self, class: impl Into<String>, configs: &[(&str, &str)]) -> Self {
         self.plugin(VALUE_CONVERTER, class, configs)
     }
 
     /// `header.converter` and its settings (`header.converter.*`).
-    pub fn header_converter<I, K, V>(self, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    pub fn header_converter(self, class: impl Into<String>, configs: &[(&str, &str)]) -> Self {
         self.plugin(HEADER_CONVERTER, class, configs)
     }
 
     /// Appends `alias` to `transforms`, with `transforms.<alias>.type` and its settings.
-    pub fn transform<I, K, V>(self, alias: &str, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    pub fn transform(
+        self,
+        alias: &str,
+        class: impl Into<String>,
+        configs: &[(&str, &str)],
+    ) -> Self {
         self.append(TRANSFORMS, alias)
             .set(format!("{TRANSFORMS}.{alias}.type"), class)
             .plugin_configs(&format!("{TRANSFORMS}.{alias}"), configs)
@@ -221,12 +206,12 @@ impl ConnectorConfigBuilder {
     }
 
     /// Appends `alias` to `predicates`, with `predicates.<alias>.type` and its settings.
-    pub fn predicate<I, K, V>(self, alias: &str, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    pub fn predicate(
+        self,
+        alias: &str,
+        class: impl Into<String>,
+        configs: &[(&str, &str)],
+    ) -> Self {
         self.append(PREDICATES, alias)
             .set(format!("{PREDICATES}.{alias}.type"), class)
             .plugin_configs(&format!("{PREDICATES}.{alias}"), configs)
@@ -262,23 +247,13 @@ impl ConnectorConfigBuilder {
         ConnectorConfig::resolve(&self.worker, &self.connector)
     }
 
-    fn plugin<I, K, V>(self, key: &str, class: impl Into<String>, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    fn plugin(self, key: &str, class: impl Into<String>, configs: &[(&str, &str)]) -> Self {
         self.set(key, class).plugin_configs(key, configs)
     }
 
-    fn plugin_configs<I, K, V>(mut self, prefix: &str, configs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
+    fn plugin_configs(mut self, prefix: &str, configs: &[(&str, &str)]) -> Self {
         for (k, v) in configs {
-            self.connector.insert(format!("{prefix}.{}", k.as_ref()), v);
+            self.connector.insert(format!("{prefix}.{k}"), *v);
         }
         self
     }

@@ -7,6 +7,7 @@ use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, ErrorHandling, ErrorTolerance, PutRetriablePolicy,
 };
 use crate::kafka::KafkaShareConsumerConfig;
+use crate::plugins::ChainStageSpec;
 use crate::task::TaskConfig;
 
 use super::builder::ConnectorConfigBuilder;
@@ -305,11 +306,11 @@ impl ConnectorConfig {
         self.put_retriable_policy
     }
 
-    /// `max.delivery.attempts` (1 to 10, unset by default): the delivery count at which the
-    /// driver stops handing a record to the task and treats it as failed (to the dead-letter
-    /// queue when one is set). Keep it below the group's `share.delivery.count.limit`
-    /// (default 5), so the driver routes a poison record to the dead-letter queue before the
-    /// broker archives it.
+    /// `max.delivery.attempts` (1 to 10, unset by default): a record whose `put` fails on
+    /// this delivery or a later one goes to the dead-letter queue (when one is set) and is
+    /// rejected, instead of being released again. Keep it below the group's
+    /// `share.delivery.count.limit` (default 5), so the driver routes a poison record to the
+    /// dead-letter queue before the broker archives it. `None` leaves it to the broker.
     pub fn max_delivery_attempts(&self) -> Option<u16> {
         self.max_delivery_attempts
     }
@@ -425,16 +426,63 @@ impl ConnectorConfig {
         self.connector.iter().collect()
     }
 
-    /// A driver config with the topics, the task config, the commit interval
-    /// (`offset.flush.interval.ms`, every iteration when unset) and the commit timeout.
+    /// A driver config with everything this config decides: the topics, the task config,
+    /// the commit interval (`offset.flush.interval.ms`, every iteration when unset) and
+    /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`, the
+    /// `errors.*` settings, and the connector name and task number.
+    ///
+    /// The converters and transforms are plugin objects, built from
+    /// [`key_converter`](Self::key_converter), [`value_converter`](Self::value_converter),
+    /// [`header_converter`](Self::header_converter) and [`chain_stages`](Self::chain_stages)
+    /// with a [`Plugins`](crate::Plugins) registry and set with
+    /// [`DriverConfig::converters`] and [`DriverConfig::transforms`].
     pub fn driver_config(&self) -> DriverConfig {
         let config = DriverConfig::new(self.topics.iter().cloned())
             .task_config(self.task_config())
-            .commit_timeout(self.commit_timeout);
+            .commit_timeout(self.commit_timeout)
+            .ack_policy(self.ack_policy)
+            .put_retriable_policy(self.put_retriable_policy)
+            .max_delivery_attempts(self.max_delivery_attempts)
+            .errors(self.error_handling)
+            .connector(
+                self.name.clone(),
+                i32::try_from(self.task_id).unwrap_or(i32::MAX),
+            );
         match self.commit_interval {
             Some(interval) => config.commit_policy(CommitPolicy::interval(interval)),
             None => config,
         }
+    }
+
+    /// The transform chain as [`Plugins::build_chain`](crate::Plugins::build_chain) takes
+    /// it: each transform, in order, with its predicate.
+    ///
+    /// ```
+    /// use kafka_share_sink::{ConnectorConfig, Plugins};
+    /// let config = ConnectorConfig::builder("s")
+    ///     .topics(["t"])
+    ///     .predicate("isTombstone", "RecordIsTombstone", &[])
+    ///     .transform("drop", "Filter", &[])
+    ///     .transform_predicate("drop", "isTombstone", false)
+    ///     .build()?;
+    /// let chain = Plugins::new().build_chain(config.chain_stages())?;
+    /// # let _ = chain;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn chain_stages(&self) -> Vec<ChainStageSpec<'_>> {
+        self.transforms
+            .iter()
+            .map(|t| {
+                let stage = ChainStageSpec::new(t.alias(), t.class(), t.configs());
+                let predicate = t
+                    .predicate()
+                    .and_then(|alias| self.predicates.iter().find(|p| p.alias() == alias));
+                match predicate {
+                    Some(p) => stage.with_predicate(p.alias(), p.class(), p.configs(), t.negate()),
+                    None => stage,
+                }
+            })
+            .collect()
     }
 
     /// The connector's settings, as given.
@@ -684,6 +732,26 @@ mod tests {
         );
         assert_eq!(driver.commit_timeout, Duration::from_secs(9));
         assert_eq!(driver.task_config.get("topics"), Some("a,b"));
+        assert_eq!(driver.connector_name, "n");
+        let connector = props(&[
+            ("name", "n"),
+            ("topics", "a"),
+            ("task.id", "7"),
+            ("ack.policy", "after.flush"),
+            ("put.retriable.policy", "retry.in.place"),
+            ("max.delivery.attempts", "3"),
+            ("errors.tolerance", "all"),
+        ]);
+        let config = ConnectorConfig::from_properties(&connector).unwrap();
+        let driver = config.driver_config();
+        assert_eq!(driver.task_id, 7);
+        assert_eq!(driver.ack_policy, AckPolicy::AfterFlush);
+        assert_eq!(
+            driver.put_retriable_policy,
+            PutRetriablePolicy::RetryInPlace
+        );
+        assert_eq!(driver.max_delivery_attempts, Some(3));
+        assert_eq!(driver.errors, config.error_handling());
         let driver = ConnectorConfig::from_properties(&props(&[("name", "n"), ("topics", "a")]))
             .unwrap()
             .driver_config();
