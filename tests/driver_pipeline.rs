@@ -295,3 +295,63 @@ async fn transforms_and_predicates_filter_and_change_records_in_order() {
     assert_eq!(d.metrics().records_filtered, 2);
     assert_eq!(d.metrics().records_put, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_connector_config_builds_the_pipeline_from_class_names() {
+    use kafka_share_sink::{ConfigError, ConnectorConfig, Plugins, Properties};
+    let connector: Properties = "name=orders-sink\n\
+         topics=t\n\
+         value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+         value.converter.schemas.enable=false\n\
+         transforms=dropTombstones\n\
+         transforms.dropTombstones.type=org.apache.kafka.connect.transforms.Filter\n\
+         transforms.dropTombstones.predicate=isTombstone\n\
+         predicates=isTombstone\n\
+         predicates.isTombstone.type=org.apache.kafka.connect.transforms.predicates.RecordIsTombstone\n\
+         errors.tolerance=all\n"
+        .parse()
+        .unwrap();
+    let config = ConnectorConfig::from_properties(&connector).unwrap();
+    let driver_config = config
+        .build_driver_config(&Plugins::new())
+        .unwrap()
+        .poll_timeout(Duration::from_millis(10));
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value(r#"{"sku":"a-1","qty":2}"#),
+            ProduceRecord::new(),
+            ProduceRecord::new().value("not json"),
+        ],
+    );
+    let seen = Seen::default();
+    let mut d = ShareSinkTask::new(
+        Box::new(Collect(Arc::clone(&seen))),
+        b.share_consumer(GROUP),
+        driver_config,
+    );
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.filtered, report.rejected),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].value().get("qty"), Some(&Value::Int(2)));
+
+    let bad: Properties = "name=x\ntopics=t\nvalue.converter=com.example.Avro\n"
+        .parse()
+        .unwrap();
+    let err = ConnectorConfig::from_properties(&bad)
+        .unwrap()
+        .build_driver_config(&Plugins::new())
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::Plugin { .. }));
+    assert_eq!(err.key(), Some("value.converter"));
+    let chain = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    assert!(chain.contains("com.example.Avro"), "{chain}");
+}

@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::convert::Converters;
 use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, ErrorHandling, ErrorTolerance, PutRetriablePolicy,
 };
 use crate::kafka::KafkaShareConsumerConfig;
-use crate::plugins::ChainStageSpec;
+use crate::plugins::{ChainStageSpec, Plugins};
 use crate::task::TaskConfig;
 
 use super::builder::ConnectorConfigBuilder;
@@ -483,6 +484,57 @@ impl ConnectorConfig {
                 }
             })
             .collect()
+    }
+
+    /// [`driver_config`](Self::driver_config) with the converters and the transform chain
+    /// built from their class names by `plugins` (Connect's names, short aliases, or your
+    /// own registered types).
+    ///
+    /// ```
+    /// use kafka_share_sink::{ConnectorConfig, Plugins};
+    /// let config = ConnectorConfig::builder("orders-sink")
+    ///     .topics(["orders"])
+    ///     .value_converter("org.apache.kafka.connect.json.JsonConverter", &[("schemas.enable", "false")])
+    ///     .transform("dropTombstones", "Filter", &[])
+    ///     .predicate("isTombstone", "RecordIsTombstone", &[])
+    ///     .transform_predicate("dropTombstones", "isTombstone", false)
+    ///     .build()?;
+    /// let driver_config = config.build_driver_config(&Plugins::new())?;
+    /// # let _ = driver_config;
+    /// # Ok::<(), kafka_share_sink::ConfigError>(())
+    /// ```
+    pub fn build_driver_config(&self, plugins: &Plugins) -> Result<DriverConfig, ConfigError> {
+        let plugin_error = |key: &str| {
+            let key = key.to_owned();
+            move |source| ConfigError::Plugin { key, source }
+        };
+        let key = plugins
+            .build_converter(
+                self.key_converter.class(),
+                self.key_converter.configs(),
+                true,
+            )
+            .map_err(plugin_error("key.converter"))?;
+        let value = plugins
+            .build_converter(
+                self.value_converter.class(),
+                self.value_converter.configs(),
+                false,
+            )
+            .map_err(plugin_error("value.converter"))?;
+        let header = plugins
+            .build_header_converter(
+                self.header_converter.class(),
+                self.header_converter.configs(),
+            )
+            .map_err(plugin_error("header.converter"))?;
+        let transforms = plugins
+            .build_chain(self.chain_stages())
+            .map_err(plugin_error("transforms"))?;
+        Ok(self
+            .driver_config()
+            .converters(Converters::new(key, value, header))
+            .transforms(transforms))
     }
 
     /// The connector's settings, as given.

@@ -173,6 +173,16 @@ pub enum ConfigError {
         /// The undefined predicate alias.
         predicate: String,
     },
+
+    /// A converter, transform or predicate named in the config could not be built.
+    #[error("`{key}`: the plugin could not be built")]
+    Plugin {
+        /// The key that names the plugin (`value.converter`, `transforms`, ...).
+        key: String,
+        /// What the plugin registry said.
+        #[source]
+        source: crate::plugins::PluginError,
+    },
 }
 
 impl ConfigError {
@@ -190,7 +200,8 @@ impl ConfigError {
             | Self::OverrideNotAllowed { key, .. }
             | Self::DuplicateAlias { key, .. }
             | Self::NegateWithoutPredicate { key, .. }
-            | Self::UndefinedPredicate { key, .. } => Some(key),
+            | Self::UndefinedPredicate { key, .. }
+            | Self::Plugin { key, .. } => Some(key),
             Self::DeadLetterQueueIsSource { .. } => Some("topics"),
         }
     }
