@@ -8,12 +8,15 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
+//! - [`dlq`]: dead-letter queues ([`DeadLetterQueue`]) and the
+//!   [`DeadLetterRecord`]s written to them, with Kafka Connect's context headers.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
 //!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
 //!   [`Predicate`]s; [`plugins`]: [`Plugins`] builds both from Kafka Connect class names.
 
 pub mod consumer;
 pub mod convert;
+pub mod dlq;
 mod driver;
 pub mod embedded;
 mod error;
@@ -32,6 +35,7 @@ pub use crate::convert::{
     ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
     SchemaAndValue, SchemaType, StageError, StageFailure,
 };
+pub use crate::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext};
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
