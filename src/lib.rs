@@ -8,7 +8,7 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
-//! - [`dlq`]: dead-letter queues ([`DeadLetterQueue`]) and the
+//! - [`dlq`]: dead-letter queues ([`DeadLetterQueue`], [`KafkaDeadLetterQueue`]) and the
 //!   [`DeadLetterRecord`]s written to them, with Kafka Connect's context headers.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
 //!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
@@ -35,7 +35,10 @@ pub use crate::convert::{
     ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
     SchemaAndValue, SchemaType, StageError, StageFailure,
 };
-pub use crate::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext};
+pub use crate::dlq::{
+    DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext, KafkaDeadLetterQueue,
+    KafkaDeadLetterQueueConfig,
+};
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,

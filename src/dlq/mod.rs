@@ -4,6 +4,7 @@
 //! - [`DeadLetterQueue`]: the trait the driver writes through.
 //! - [`DeadLetterRecord`]: the original consumed record byte for byte, plus Connect's
 //!   `__connect.errors.*` context headers ([`headers`]) from an [`ErrorContext`].
+//! - [`KafkaDeadLetterQueue`]: a Kafka topic, created when missing as Connect's worker does.
 //! - [`EmbeddedDeadLetterQueue`](crate::embedded::EmbeddedDeadLetterQueue): a topic of the
 //!   [`EmbeddedBroker`](crate::embedded::EmbeddedBroker), with failures on demand for tests.
 //!
@@ -16,9 +17,12 @@
 
 mod error;
 pub mod headers;
+mod kafka;
+mod partitioner;
 mod record;
 
 pub use self::error::DeadLetterError;
+pub use self::kafka::{KafkaDeadLetterQueue, KafkaDeadLetterQueueConfig};
 pub use self::record::{DeadLetterRecord, ErrorContext};
 
 /// A dead-letter queue: a topic that failed records are written to, with their original
