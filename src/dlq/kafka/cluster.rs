@@ -1,33 +1,22 @@
-//! The dead-letter producer's view of the cluster: a connection for Metadata and
-//! CreateTopics, one connection per partition leader, and the topic's layout.
+//! The dead-letter producer's view of the cluster: the crate's [`KafkaAdmin`] for Metadata
+//! and CreateTopics, one connection per partition leader, and the topic's layout.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, MetadataResponse, TopicName,
-};
-use kafka_protocol::protocol::{Message, StrBytes};
+use kafka_protocol::messages::ApiKey;
 use tracing::debug;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::connection::{Connection, ConnectionConfig};
-use crate::kafka::errors::{api_name, broker_error, check};
+use crate::kafka::errors::{api_name, broker_error};
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 /// Kafka's LEADER_NOT_AVAILABLE.
 pub(super) const LEADER_NOT_AVAILABLE: i16 = 5;
-/// Kafka's TOPIC_ALREADY_EXISTS.
-const TOPIC_ALREADY_EXISTS: i16 = 36;
-/// The first CreateTopics version that takes -1 for the broker's default replication
-/// factor (KIP-464).
-const CREATE_TOPICS_DEFAULT_RF: i16 = 4;
-/// How long the broker may take over CreateTopics.
-const CREATE_TOPICS_TIMEOUT_MS: i32 = 25_000;
 
 /// Where the partitions of the dead-letter topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,18 +34,18 @@ impl Layout {
     }
 }
 
-/// Connections to the cluster, made lazily and replaced when closed.
+/// The admin client, and connections to partition leaders made lazily and replaced when
+/// closed.
 #[derive(Debug)]
 pub(super) struct Cluster {
-    bootstrap: String,
+    admin: KafkaAdmin,
+    /// Settings of the leader connections (the producer's client id and timeouts).
     config: ConnectionConfig,
     state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// The connection for Metadata and CreateTopics.
-    any: Option<Connection>,
     /// `host:port` of each broker, by node id, from the last Metadata.
     brokers: HashMap<i32, String>,
     /// Connections to partition leaders, by node id.
@@ -69,39 +58,15 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
-        let connection = Connection::connect_any(bootstrap, &config).await?;
         Ok(Self {
-            bootstrap: bootstrap.to_owned(),
+            admin: KafkaAdmin::connect(bootstrap).await?,
             config,
-            state: Mutex::new(State {
-                any: Some(connection),
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A live connection to any broker: the current one, else the bootstrap servers and
-    /// the brokers learnt from Metadata, in that order.
-    async fn any(&self) -> Result<Connection, ConsumerError> {
-        let addresses = {
-            let state = self.lock();
-            if let Some(c) = state.any.as_ref().filter(|c| !c.is_closed()) {
-                return Ok(c.clone());
-            }
-            let mut addresses = self.bootstrap.clone();
-            for address in state.brokers.values() {
-                addresses.push(',');
-                addresses.push_str(address);
-            }
-            addresses
-        };
-        let fresh = Connection::connect_any(&addresses, &self.config).await?;
-        self.lock().any = Some(fresh.clone());
-        Ok(fresh)
     }
 
     /// A live connection to broker `node`, made if needed.
@@ -115,7 +80,7 @@ impl Cluster {
         };
         let Some(address) = address else {
             return Err(ConsumerError::Protocol {
-                broker: self.bootstrap.clone(),
+                broker: format!("node {node}"),
                 reason: format!("the metadata names leader {node} but not its address"),
             });
         };
@@ -126,16 +91,7 @@ impl Cluster {
 
     /// The layout of `topic`, or `None` when the cluster does not know it.
     pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ConsumerError> {
-        let connection = self.any().await?;
-        let key = ApiKey::Metadata;
-        let version = connection.negotiate(key, MetadataRequest::VERSIONS)?;
-        let request = MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
-            ]))
-            .with_allow_auto_topic_creation(false);
-        let response: MetadataResponse = connection.request(key, version, &request).await?;
-        check(api_name(key), response.error_code, None)?;
+        let response = self.admin.metadata(Some(&[topic])).await?;
         self.lock().brokers = response
             .brokers
             .iter()
@@ -153,7 +109,7 @@ impl Cluster {
             UNKNOWN_TOPIC_OR_PARTITION => return Ok(None),
             code => {
                 let message = Some(format!("topic `{topic}`"));
-                if let Some(error) = broker_error(api_name(key), code, message) {
+                if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
                     return Err(error);
                 }
             }
@@ -183,54 +139,28 @@ impl Cluster {
         partitions: i32,
         replication_factor: i16,
     ) -> Result<(), ConsumerError> {
-        let connection = self.any().await?;
-        let key = ApiKey::CreateTopics;
-        let version = connection.negotiate(key, CreateTopicsRequest::VERSIONS)?;
-        if replication_factor < 0 && version < CREATE_TOPICS_DEFAULT_RF {
-            return Err(ConsumerError::Unsupported {
-                broker: connection.broker().to_owned(),
-                api: api_name(key),
-                wanted: format!(
-                    "v{CREATE_TOPICS_DEFAULT_RF}+ for replication factor -1 (the broker offers \
-                     up to v{version}; set a replication factor)"
-                ),
-            });
+        match self
+            .admin
+            .create_topic(topic, partitions, replication_factor)
+            .await
+        {
+            Ok(()) => {
+                debug!(
+                    topic,
+                    partitions, replication_factor, "dead-letter topic created"
+                );
+                Ok(())
+            }
+            Err(ConsumerError::Broker {
+                name: "TOPIC_ALREADY_EXISTS",
+                ..
+            }) => {
+                debug!(topic, "dead-letter topic created meanwhile by someone else");
+                Ok(())
+            }
+            Err(error) => Err(error),
         }
-        let request = CreateTopicsRequest::default()
-            .with_topics(vec![
-                CreatableTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(replication_factor),
-            ])
-            .with_timeout_ms(CREATE_TOPICS_TIMEOUT_MS);
-        let response: CreateTopicsResponse = connection.request(key, version, &request).await?;
-        let Some(result) = response.topics.iter().find(|t| t.name.0.as_str() == topic) else {
-            return Err(ConsumerError::Protocol {
-                broker: connection.broker().to_owned(),
-                reason: format!("the CreateTopics response has no entry for `{topic}`"),
-            });
-        };
-        if result.error_code == TOPIC_ALREADY_EXISTS {
-            debug!(topic, "dead-letter topic created meanwhile by someone else");
-            return Ok(());
-        }
-        check(
-            api_name(key),
-            result.error_code,
-            result.error_message.as_ref(),
-        )?;
-        debug!(
-            topic,
-            partitions, replication_factor, "dead-letter topic created"
-        );
-        Ok(())
     }
-}
-
-/// A topic name for a request.
-fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_owned()))
 }
 
 /// `host:port`, with an IPv6 host in brackets.
