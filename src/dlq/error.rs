@@ -21,7 +21,7 @@ use crate::embedded::EmbeddedError;
 /// assert!(error.is_retriable());
 /// assert_eq!(
 ///     error.to_string(),
-///     "the dead-letter records were not confirmed within 120s (delivery timeout)"
+///     "the dead-letter queue did not finish within 120s (delivery timeout)"
 /// );
 /// ```
 #[derive(Debug, thiserror::Error)]
@@ -67,8 +67,9 @@ pub enum DeadLetterError {
         #[source]
         source: ConsumerError,
     },
-    /// Not every record was confirmed within the delivery timeout.
-    #[error("the dead-letter records were not confirmed within {timeout:?} (delivery timeout)")]
+    /// Connecting, or confirming every record of a `send`, took longer than the delivery
+    /// timeout.
+    #[error("the dead-letter queue did not finish within {timeout:?} (delivery timeout)")]
     Timeout {
         /// The delivery timeout.
         timeout: Duration,
