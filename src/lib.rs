@@ -8,6 +8,8 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
+//! - [`dlq`]: dead-letter queues ([`DeadLetterQueue`], [`KafkaDeadLetterQueue`]) and the
+//!   [`DeadLetterRecord`]s written to them, with Kafka Connect's context headers.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
 //!   [`Converters`]; [`transform`]: a [`TransformChain`] of [`Transform`]s under
 //!   [`Predicate`]s; [`plugins`]: [`Plugins`] builds both from Kafka Connect class names.
@@ -17,6 +19,7 @@
 pub mod config;
 pub mod consumer;
 pub mod convert;
+pub mod dlq;
 mod driver;
 pub mod embedded;
 mod error;
@@ -35,6 +38,10 @@ pub use crate::consumer::{
 pub use crate::convert::{
     ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
     SchemaAndValue, SchemaType, StageError, StageFailure,
+};
+pub use crate::dlq::{
+    DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext, KafkaDeadLetterQueue,
+    KafkaDeadLetterQueueConfig,
 };
 pub use crate::driver::{
     AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,

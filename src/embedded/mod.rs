@@ -37,6 +37,7 @@
 
 mod config;
 mod consumer;
+mod dlq;
 mod error;
 mod partition;
 
@@ -50,6 +51,7 @@ use tokio::time::Instant;
 
 pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig};
 pub use self::consumer::EmbeddedShareConsumer;
+pub use self::dlq::EmbeddedDeadLetterQueue;
 pub use self::error::EmbeddedError;
 pub use self::partition::RecordState;
 use self::partition::{Acquired, MemberKey, SharePartition};
@@ -328,6 +330,47 @@ impl State {
         results
     }
 
+    /// Appends a record to `topic` and returns where it landed.
+    pub(crate) fn append(
+        &mut self,
+        topic: &str,
+        record: ProduceRecord,
+    ) -> Result<RecordId, EmbeddedError> {
+        let log = self
+            .topics
+            .get_mut(topic)
+            .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+        let count = log.partitions.len();
+        let partition = match (record.partition, &record.key) {
+            (Some(p), _) => usize::try_from(p)
+                .ok()
+                .filter(|p| *p < count)
+                .ok_or_else(|| EmbeddedError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition: p,
+                    partitions: count,
+                })?,
+            (None, Some(key)) => (fnv1a(key) % count as u64) as usize,
+            (None, None) => {
+                log.next_partition = (log.next_partition + 1) % count;
+                log.next_partition
+            }
+        };
+        let timestamp = record.timestamp.unwrap_or_else(now_millis);
+        let partition_log = &mut log.partitions[partition];
+        partition_log.push(StoredRecord {
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+            timestamp,
+        });
+        Ok(RecordId::new(
+            Arc::clone(&log.name),
+            i32::try_from(partition).unwrap_or(i32::MAX),
+            partition_log.len() as i64 - 1,
+        ))
+    }
+
     /// Releases every record the member holds and removes it from the group.
     pub(crate) fn leave(&mut self, group_id: &str, member: MemberKey) {
         let group = self.group(group_id);
@@ -445,46 +488,65 @@ impl EmbeddedBroker {
 
     /// Appends a record and returns where it landed.
     pub fn produce(&self, topic: &str, record: ProduceRecord) -> Result<RecordId, EmbeddedError> {
-        let id = {
-            let mut state = self.shared.lock();
-            let log = state
-                .topics
-                .get_mut(topic)
-                .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
-            let count = log.partitions.len();
-            let partition = match (record.partition, &record.key) {
-                (Some(p), _) => {
-                    usize::try_from(p)
-                        .ok()
-                        .filter(|p| *p < count)
-                        .ok_or_else(|| EmbeddedError::UnknownPartition {
-                            topic: topic.to_owned(),
-                            partition: p,
-                            partitions: count,
-                        })?
-                }
-                (None, Some(key)) => (fnv1a(key) % count as u64) as usize,
-                (None, None) => {
-                    log.next_partition = (log.next_partition + 1) % count;
-                    log.next_partition
-                }
-            };
-            let timestamp = record.timestamp.unwrap_or_else(now_millis);
-            let partition_log = &mut log.partitions[partition];
-            partition_log.push(StoredRecord {
-                key: record.key,
-                value: record.value,
-                headers: record.headers,
-                timestamp,
-            });
-            RecordId::new(
-                Arc::clone(&log.name),
-                i32::try_from(partition).unwrap_or(i32::MAX),
-                partition_log.len() as i64 - 1,
-            )
-        };
+        let id = self.shared.lock().append(topic, record)?;
         self.shared.changed.notify_waiters();
         Ok(id)
+    }
+
+    /// A dead-letter queue writing to `topic` through [`produce`](Self::produce)'s path, so
+    /// share consumers can read it. The topic is created with 1 partition if missing.
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddedError::InvalidTopic`] for a name Kafka would refuse.
+    pub fn dead_letter_queue(&self, topic: &str) -> Result<EmbeddedDeadLetterQueue, EmbeddedError> {
+        match self.create_topic(topic, 1) {
+            Ok(()) | Err(EmbeddedError::TopicExists(_)) => {}
+            Err(error) => return Err(error),
+        }
+        Ok(EmbeddedDeadLetterQueue::new(self.clone(), topic))
+    }
+
+    /// Every record of a partition's log, in offset order, as written: key, value, headers
+    /// (order, repeated keys and null values kept) and timestamp (create time). The delivery
+    /// count is 1: the log itself knows of no deliveries.
+    ///
+    /// ```
+    /// use kafka_share_sink::embedded::{EmbeddedBroker, ProduceRecord};
+    ///
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("audit", 1)?;
+    /// broker.produce("audit", ProduceRecord::new().value("a").null_header("h").timestamp(5))?;
+    /// let log = broker.read_log("audit", 0)?;
+    /// assert_eq!((log[0].offset(), log[0].timestamp()), (0, 5));
+    /// assert_eq!(log[0].headers().last("h").unwrap().value(), None);
+    /// # Ok::<(), kafka_share_sink::embedded::EmbeddedError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddedError::UnknownTopic`] and [`EmbeddedError::UnknownPartition`].
+    pub fn read_log(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<ConsumerRecord>, EmbeddedError> {
+        let state = self.shared.lock();
+        let log = state
+            .topics
+            .get(topic)
+            .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+        let end = log.end_offset(partition);
+        if usize::try_from(partition).map_or(true, |p| p >= log.partitions.len()) {
+            return Err(EmbeddedError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+                partitions: log.partitions.len(),
+            });
+        }
+        Ok((0..end)
+            .filter_map(|offset| log.record(partition, offset, 1))
+            .collect())
     }
 
     /// A new consumer of `group_id` with default options (explicit acknowledgement, 500

@@ -1,0 +1,25 @@
+//! The names of Kafka Connect's dead-letter context headers
+//! (`errors.deadletterqueue.context.headers.enable`), in the order they are written.
+//!
+//! Every value is UTF-8 text; numbers are decimal.
+
+/// The topic the failed record was consumed from.
+pub const TOPIC: &str = "__connect.errors.topic";
+/// The partition the failed record was consumed from.
+pub const PARTITION: &str = "__connect.errors.partition";
+/// The offset of the failed record.
+pub const OFFSET: &str = "__connect.errors.offset";
+/// The connector name.
+pub const CONNECTOR_NAME: &str = "__connect.errors.connector.name";
+/// The task number.
+pub const TASK_ID: &str = "__connect.errors.task.id";
+/// The pipeline stage that failed, e.g. `VALUE_CONVERTER` or `TASK_PUT`.
+pub const STAGE: &str = "__connect.errors.stage";
+/// The class that failed: a converter or transform, or the sink task.
+pub const CLASS_NAME: &str = "__connect.errors.class.name";
+/// The type of the error.
+pub const EXCEPTION_CLASS_NAME: &str = "__connect.errors.exception.class.name";
+/// The error's message; a null value when the message is empty.
+pub const EXCEPTION_MESSAGE: &str = "__connect.errors.exception.message";
+/// The error and its causes, one per line.
+pub const EXCEPTION_STACKTRACE: &str = "__connect.errors.exception.stacktrace";
