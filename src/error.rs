@@ -181,6 +181,12 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// The connector configuration cannot be used.
+    #[error("invalid connector configuration")]
+    Connector(#[from] crate::config::ConfigError),
+    /// The dead-letter queue could not be reached or set up.
+    #[error("dead-letter queue unavailable")]
+    DeadLetter(#[from] crate::dlq::DeadLetterError),
     /// The share consumer failed.
     #[error("share consumer failed")]
     Consumer(#[from] ConsumerError),
@@ -191,6 +197,7 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Consumer(e) => e.is_retriable(),
+            Self::DeadLetter(e) => e.is_retriable(),
             _ => false,
         }
     }

@@ -355,3 +355,216 @@ async fn a_connector_config_builds_the_pipeline_from_class_names() {
         .join(": ");
     assert!(chain.contains("com.example.Avro"), "{chain}");
 }
+
+/// The value of the last header `key` of a dead-letter record, as text.
+fn header(record: &kafka_share_sink::ConsumerRecord, key: &str) -> Option<String> {
+    record
+        .headers()
+        .last(key)
+        .and_then(|h| h.value())
+        .map(|v| String::from_utf8(v.to_vec()).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_skipped_record_goes_to_the_dead_letter_queue_byte_for_byte_then_is_rejected() {
+    let bad = Bytes::from_static(b"{\"sku\": \xff");
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value(r#"{"ok":true}"#),
+            ProduceRecord::new()
+                .key(Bytes::from_static(&[0, 1, 2]))
+                .value(bad.clone())
+                .header("trace", "a")
+                .header("trace", "b")
+                .null_header("empty")
+                .timestamp(1_700_000_000_000),
+        ],
+    );
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    let (mut d, seen) = driver(&b, "t", |c| {
+        c.converters(json_values())
+            .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+            .dead_letter_queue(Arc::new(dlq), true)
+            .connector("orders-sink", 3)
+    });
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.dead_lettered, report.rejected),
+        (1, 1, 1)
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(state(&b, "t", 1).0, RecordState::Archived);
+
+    let letters = b.read_log("t-dlq", 0).unwrap();
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.key().map(|k| k.as_ref()), Some(&[0u8, 1, 2][..]));
+    assert_eq!(
+        letter.value(),
+        Some(&bad),
+        "the original bytes, not converted"
+    );
+    assert_eq!(letter.timestamp(), 1_700_000_000_000);
+    let original: Vec<(&str, Option<&[u8]>)> = letter
+        .headers()
+        .iter()
+        .take(3)
+        .map(|h| (h.key(), h.value().map(|v| v.as_ref())))
+        .collect();
+    assert_eq!(
+        original,
+        vec![
+            ("trace", Some(&b"a"[..])),
+            ("trace", Some(&b"b"[..])),
+            ("empty", None)
+        ]
+    );
+    let expect = [
+        ("__connect.errors.topic", "t"),
+        ("__connect.errors.partition", "0"),
+        ("__connect.errors.offset", "1"),
+        ("__connect.errors.connector.name", "orders-sink"),
+        ("__connect.errors.task.id", "3"),
+        ("__connect.errors.stage", "VALUE_CONVERTER"),
+        (
+            "__connect.errors.class.name",
+            "org.apache.kafka.connect.json.JsonConverter",
+        ),
+        (
+            "__connect.errors.exception.class.name",
+            "kafka_share_sink::convert::error::ConvertError",
+        ),
+    ];
+    for (key, value) in expect {
+        assert_eq!(header(letter, key).as_deref(), Some(value), "{key}");
+    }
+    let message = header(letter, "__connect.errors.exception.message").unwrap();
+    assert!(!message.is_empty());
+    let trace = header(letter, "__connect.errors.exception.stacktrace").unwrap();
+    assert!(
+        trace.starts_with("kafka_share_sink::convert::error::ConvertError: "),
+        "{trace}"
+    );
+    let m = d.metrics();
+    assert_eq!(
+        (
+            m.dlq_produce_requests,
+            m.dlq_produce_failures,
+            m.records_dead_lettered,
+            m.records_skipped
+        ),
+        (1, 0, 1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_dead_letter_write_releases_the_record_instead_of_dropping_it() {
+    let b = broker("t", &[ProduceRecord::new().value("not json")]);
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    dlq.fail_next(usize::MAX);
+    let (mut d, _) = driver(&b, "t", |c| {
+        c.converters(json_values())
+            .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+            .dead_letter_queue(Arc::new(dlq.clone()), false)
+    });
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.released, report.rejected, report.dead_lettered),
+        (1, 0, 0)
+    );
+    assert_eq!(
+        state(&b, "t", 0),
+        (RecordState::Available, 1),
+        "released, not lost"
+    );
+    assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
+    assert_eq!(d.metrics().dlq_produce_failures, 1);
+
+    dlq.fail_next(0);
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.dead_lettered, report.rejected), (1, 1));
+    assert_eq!(state(&b, "t", 0), (RecordState::Archived, 2));
+    let letters = b.read_log("t-dlq", 0).unwrap();
+    assert_eq!(letters.len(), 1);
+    assert!(
+        letters[0].headers().is_empty(),
+        "context headers are off: the original (empty) headers only"
+    );
+}
+
+/// Fails every put, retriably or fatally.
+struct Failing {
+    fatal: bool,
+}
+
+#[async_trait]
+impl SinkTask for Failing {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        match (records.is_empty(), self.fatal) {
+            (true, _) => Ok(()),
+            (false, true) => Err(TaskError::fatal("table dropped")),
+            (false, false) => Err(TaskError::retriable("database busy")),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
+    let b = broker("t", &[ProduceRecord::new().value("v0")]);
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .retriable_backoff(Duration::from_millis(10))
+        .max_delivery_attempts(Some(2))
+        .dead_letter_queue(Arc::new(dlq), true);
+    let mut d = ShareSinkTask::new(
+        Box::new(Failing { fatal: false }),
+        b.share_consumer(GROUP),
+        config,
+    );
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().released, 1);
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.dead_lettered, report.rejected), (1, 1));
+    assert_eq!(state(&b, "t", 0), (RecordState::Archived, 2));
+    let letters = b.read_log("t-dlq", 0).unwrap();
+    assert_eq!(
+        header(&letters[0], "__connect.errors.stage").as_deref(),
+        Some("TASK_PUT")
+    );
+    assert_eq!(
+        header(&letters[0], "__connect.errors.class.name").as_deref(),
+        Some("org.apache.kafka.connect.sink.SinkTask")
+    );
+    assert_eq!(
+        header(&letters[0], "__connect.errors.exception.message").as_deref(),
+        Some("retriable sink task error")
+    );
+
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value("v0"),
+            ProduceRecord::new().value("v1"),
+        ],
+    );
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    let config = DriverConfig::new(["t"])
+        .poll_timeout(Duration::from_millis(10))
+        .dead_letter_queue(Arc::new(dlq), false);
+    let mut d = ShareSinkTask::new(
+        Box::new(Failing { fatal: true }),
+        b.share_consumer(GROUP),
+        config,
+    );
+    d.initialize().await.unwrap();
+    assert!(matches!(d.iteration().await, Err(Error::Task { .. })));
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
+    assert_eq!(state(&b, "t", 1).0, RecordState::Archived);
+}

@@ -537,6 +537,32 @@ impl ConnectorConfig {
             .transforms(transforms))
     }
 
+    /// The settings of the Kafka dead-letter queue, when `errors.deadletterqueue.topic.name`
+    /// is set: its bootstrap servers (the producer's), topic, replication factor, Connect's
+    /// producer client id, and `delivery.timeout.ms` from the producer settings.
+    pub fn dead_letter_queue_config(
+        &self,
+    ) -> Result<Option<crate::dlq::KafkaDeadLetterQueueConfig>, ConfigError> {
+        let Some(settings) = self.dead_letter_queue() else {
+            return Ok(None);
+        };
+        let Some(bootstrap) = settings.bootstrap_servers() else {
+            return Err(ConfigError::missing(
+                "bootstrap.servers",
+                "the dead-letter queue needs the cluster's address: set bootstrap.servers in the \
+                 worker config, or producer.override.bootstrap.servers",
+            ));
+        };
+        let task_id = i32::try_from(self.task_id).unwrap_or(i32::MAX);
+        let mut config = crate::dlq::KafkaDeadLetterQueueConfig::new(bootstrap, settings.topic())
+            .replication_factor(settings.replication_factor())
+            .connector(self.name.clone(), task_id);
+        if let Some(raw) = settings.producer_properties().get("delivery.timeout.ms") {
+            config = config.delivery_timeout(value::millis("delivery.timeout.ms", raw, 1)?);
+        }
+        Ok(Some(config))
+    }
+
     /// The connector's settings, as given.
     pub fn connector_properties(&self) -> &Properties {
         &self.connector

@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use super::policy::{AckPolicy, ErrorHandling, PutRetriablePolicy};
+use std::sync::Arc;
+
 use crate::convert::Converters;
+use crate::dlq::DeadLetterQueue;
 use crate::task::TaskConfig;
 use crate::transform::TransformChain;
 
@@ -96,6 +99,8 @@ pub struct DriverConfig {
     pub(crate) task_id: i32,
     pub(crate) converters: Converters,
     pub(crate) transforms: TransformChain,
+    pub(crate) dead_letter: Option<Arc<dyn DeadLetterQueue>>,
+    pub(crate) dead_letter_context_headers: bool,
 }
 
 impl DriverConfig {
@@ -126,6 +131,8 @@ impl DriverConfig {
             task_id: 0,
             converters: Converters::byte_array(),
             transforms: TransformChain::new(),
+            dead_letter: None,
+            dead_letter_context_headers: false,
         }
     }
 
@@ -215,6 +222,24 @@ impl DriverConfig {
     /// record a transform drops is ACCEPTed.
     pub fn transforms(mut self, transforms: TransformChain) -> Self {
         self.transforms = transforms;
+        self
+    }
+
+    /// The dead-letter queue (`errors.deadletterqueue.topic.name`), and whether its records
+    /// carry Connect's `__connect.errors.*` context headers
+    /// (`errors.deadletterqueue.context.headers.enable`).
+    ///
+    /// Records skipped under `errors.tolerance=all`, records failing at
+    /// `max.delivery.attempts`, and the batch of a fatal `put` are written there, original
+    /// bytes and headers unchanged, before they are REJECTed. When the write fails they are
+    /// RELEASEd instead: nothing is dropped.
+    pub fn dead_letter_queue(
+        mut self,
+        queue: Arc<dyn DeadLetterQueue>,
+        context_headers: bool,
+    ) -> Self {
+        self.dead_letter = Some(queue);
+        self.dead_letter_context_headers = context_headers;
         self
     }
 

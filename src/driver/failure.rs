@@ -5,16 +5,12 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use crate::convert::{StageError, StageFailure};
+use crate::dlq::ErrorContext;
 use crate::error::TaskError;
 use crate::stage::Stage;
 
-/// The class name written for failures of the sink task itself.
-pub(crate) const SINK_TASK_CLASS: &str = "kafka_share_sink::SinkTask";
-
 /// A failed stage, its plugin, and the error as text.
 #[derive(Debug, Clone)]
-// Read by the dead-letter queue (next commit); until then only the stage is logged.
-#[allow(dead_code)]
 pub(crate) struct Failure {
     pub(crate) stage: Stage,
     pub(crate) class_name: String,
@@ -39,7 +35,7 @@ impl Failure {
     pub(crate) fn of_put(error: &TaskError) -> Self {
         Self {
             stage: Stage::TaskPut,
-            class_name: SINK_TASK_CLASS.to_owned(),
+            class_name: ErrorContext::CONNECT_SINK_TASK_CLASS.to_owned(),
             exception_class: std::any::type_name::<TaskError>(),
             error: Captured::of(error),
         }

@@ -42,6 +42,7 @@ pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, CommitResults, ShareConsumer};
+use crate::dlq::{DeadLetterRecord, ErrorContext};
 use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
@@ -656,7 +657,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Whether the polled records are kept beside the batch for the dead-letter queue.
     fn keeps_raw(&self) -> bool {
-        false
+        self.config.dead_letter.is_some()
     }
 
     /// Settles records that will not be processed: written to the dead-letter queue first
@@ -676,6 +677,46 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             return Ok(0);
         }
         let n = records.len();
+        if let Some(queue) = self.config.dead_letter.clone() {
+            let letters: Vec<DeadLetterRecord> = records
+                .iter()
+                .map(|(record, failure)| {
+                    let letter = DeadLetterRecord::new(record);
+                    if !self.config.dead_letter_context_headers {
+                        return letter;
+                    }
+                    let context = ErrorContext::new_dyn(
+                        &self.config.connector_name,
+                        self.config.task_id,
+                        failure.stage,
+                        &failure.class_name,
+                        &failure.error,
+                        failure.exception_class,
+                    );
+                    letter.with_context(&context)
+                })
+                .collect();
+            self.metrics.dlq_produce_requests += n as u64;
+            if let Err(error) = queue.send(letters).await {
+                self.metrics.dlq_produce_failures += n as u64;
+                tracing::warn!(
+                    records = n,
+                    topic = queue.topic(),
+                    error = %ErrorChain(&error),
+                    "dead-letter write failed; releasing the records instead of rejecting them"
+                );
+                for (record, _) in &records {
+                    self.consumer
+                        .acknowledge(record, AcknowledgeType::Release)?;
+                }
+                self.metrics.records_released += n as u64;
+                report.released += n;
+                self.acknowledged_since_commit += n as u64;
+                return Ok(0);
+            }
+            self.metrics.records_dead_lettered += n as u64;
+            report.dead_lettered += n;
+        }
         for (record, failure) in &records {
             tracing::debug!(record = %record.id(), stage = %failure.stage, "rejecting");
             self.consumer.acknowledge(record, AcknowledgeType::Reject)?;
@@ -871,6 +912,31 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// The consumer, for inspection.
     pub fn consumer(&self) -> &C {
         &self.consumer
+    }
+}
+
+impl ShareSinkTask<crate::kafka::KafkaShareConsumer> {
+    /// Everything a [`ConnectorConfig`](crate::ConnectorConfig) describes, connected: the
+    /// native share consumer, the dead-letter queue when one is configured (its topic is
+    /// created when missing), the converters and transforms built by `plugins`, and the
+    /// driver around `task`. Call [`initialize`](Self::initialize) or [`run`](Self::run)
+    /// next.
+    pub async fn connect(
+        config: &crate::ConnectorConfig,
+        plugins: &crate::Plugins,
+        task: Box<dyn SinkTask>,
+    ) -> Result<Self> {
+        let mut driver_config = config.build_driver_config(plugins)?;
+        if let Some(dlq) = config.dead_letter_queue_config()? {
+            let context_headers = config
+                .dead_letter_queue()
+                .is_some_and(|s| s.context_headers());
+            let queue = crate::dlq::KafkaDeadLetterQueue::connect(dlq).await?;
+            driver_config = driver_config.dead_letter_queue(Arc::new(queue), context_headers);
+        }
+        let consumer =
+            crate::kafka::KafkaShareConsumer::connect(config.kafka_consumer_config()?).await?;
+        Ok(Self::new(task, consumer, driver_config))
     }
 }
 
