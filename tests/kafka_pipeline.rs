@@ -194,3 +194,173 @@ async fn after_flush_renews_locks_past_the_lock_duration_until_the_flush() {
         .await
         .expect("close rival");
 }
+
+struct Collect(Arc<Mutex<Vec<SinkRecord>>>);
+
+#[async_trait]
+impl SinkTask for Collect {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        self.0.lock().unwrap().extend_from_slice(records);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_converter_rejects_lands_in_the_dead_letter_topic_byte_for_byte() {
+    use kafka_share_sink::{ConnectorConfig, Plugins};
+    let Some(bootstrap) = support::bootstrap("dlq_pipeline") else {
+        return;
+    };
+    let topic = support::unique("dlq_pipeline");
+    let group = support::unique("dlq_pipeline-group");
+    let dlq_topic = format!("{topic}-dlq");
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    admin.create_topic(&topic, 1, 1).await.expect("topic");
+    for g in [&group, &format!("{group}-reader")] {
+        admin
+            .set_share_group_config(g, &[("share.auto.offset.reset", "earliest")])
+            .await
+            .expect("group config");
+    }
+    let bad_key = vec![0u8, 159, 146, 150];
+    let bad_value = b"{\"sku\": \xff\xfe}".to_vec();
+    let timestamp = chrono::DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let headers: BTreeMap<String, Vec<u8>> = [
+        ("binary".to_owned(), vec![0u8, 255, 7]),
+        ("empty".to_owned(), Vec::new()),
+        ("trace".to_owned(), b"abc".to_vec()),
+    ]
+    .into_iter()
+    .collect();
+    let records = vec![
+        Record {
+            key: None,
+            value: Some(br#"{"sku":"a-1"}"#.to_vec()),
+            headers: BTreeMap::new(),
+            timestamp,
+        },
+        Record {
+            key: Some(bad_key.clone()),
+            value: Some(bad_value.clone()),
+            headers: headers.clone(),
+            timestamp,
+        },
+        Record {
+            key: None,
+            value: Some(br#"{"sku":"a-3"}"#.to_vec()),
+            headers: BTreeMap::new(),
+            timestamp,
+        },
+    ];
+    let client = ClientBuilder::new(vec![bootstrap.clone()])
+        .build()
+        .await
+        .expect("rskafka");
+    client
+        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client")
+        .produce(records, Compression::NoCompression)
+        .await
+        .expect("produce");
+
+    let config = ConnectorConfig::builder("orders-sink")
+        .bootstrap_servers(bootstrap.clone())
+        .topics([topic.clone()])
+        .share_group_id(group.clone())
+        .task_id(2)
+        .value_converter(
+            "org.apache.kafka.connect.json.JsonConverter",
+            &[("schemas.enable", "false")],
+        )
+        .errors_tolerance(kafka_share_sink::ErrorTolerance::All)
+        .dead_letter_queue_topic(dlq_topic.clone())
+        .dead_letter_queue_replication_factor(1)
+        .dead_letter_queue_context_headers(true)
+        .build()
+        .expect("config");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut driver = ShareSinkTask::connect(
+        &config,
+        &Plugins::new(),
+        Box::new(Collect(Arc::clone(&seen))),
+    )
+    .await
+    .expect("connect");
+    driver.initialize().await.expect("initialize");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut dead_lettered = 0;
+    while seen.lock().unwrap().len() < 2 || dead_lettered < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "not done: {:?}",
+            driver.metrics()
+        );
+        dead_lettered += driver.iteration().await.expect("iteration").dead_lettered;
+    }
+    driver.close().await.expect("close");
+    assert_eq!(driver.metrics().records_dead_lettered, 1);
+
+    // Read the dead-letter topic back with a share consumer of our own.
+    let mut reader = consumer(&bootstrap, &format!("{group}-reader"), &dlq_topic).await;
+    let mut letters = Vec::new();
+    while letters.is_empty() {
+        assert!(Instant::now() < deadline, "nothing in {dlq_topic}");
+        letters = reader.poll(Duration::from_millis(500)).await.expect("poll");
+    }
+    for r in &letters {
+        reader
+            .acknowledge(r, kafka_share_sink::AcknowledgeType::Accept)
+            .unwrap();
+    }
+    reader
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close reader");
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.key().map(|k| k.to_vec()), Some(bad_key));
+    assert_eq!(letter.value().map(|v| v.to_vec()), Some(bad_value));
+    assert_eq!(letter.timestamp(), 1_700_000_000_123);
+    let got: Vec<(String, Option<Vec<u8>>)> = letter
+        .headers()
+        .iter()
+        .map(|h| (h.key().to_owned(), h.value().map(|v| v.to_vec())))
+        .collect();
+    let mut want: Vec<(String, Option<Vec<u8>>)> =
+        headers.into_iter().map(|(k, v)| (k, Some(v))).collect();
+    for (k, v) in [
+        ("__connect.errors.topic", topic.as_str()),
+        ("__connect.errors.partition", "0"),
+        ("__connect.errors.offset", "1"),
+        ("__connect.errors.connector.name", "orders-sink"),
+        ("__connect.errors.task.id", "2"),
+        ("__connect.errors.stage", "VALUE_CONVERTER"),
+        (
+            "__connect.errors.class.name",
+            "org.apache.kafka.connect.json.JsonConverter",
+        ),
+        (
+            "__connect.errors.exception.class.name",
+            "kafka_share_sink::convert::error::ConvertError",
+        ),
+    ] {
+        want.push((k.to_owned(), Some(v.as_bytes().to_vec())));
+    }
+    assert_eq!(
+        &got[..want.len()],
+        &want[..],
+        "original headers, then context"
+    );
+    let rest: Vec<&str> = got[want.len()..].iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        rest,
+        vec![
+            "__connect.errors.exception.message",
+            "__connect.errors.exception.stacktrace"
+        ]
+    );
+}
