@@ -2,9 +2,11 @@
 //! config, the client override policy, the settings a share consumer refuses, typed values,
 //! converters, transforms and predicates, the builder, and redaction of secrets.
 
-use std::fmt::{self, Write as _};
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::fmt::Write as _;
 use std::time::Duration;
+use support::captured;
 
 use kafka_share_sink::config::{
     ClientOverridePolicy, DEFAULT_CONVERTER, PluginSpec, PredicateSpec, TransformSpec,
@@ -57,48 +59,6 @@ fn all_text(err: &ConfigError) -> String {
         source = s.source();
     }
     text
-}
-
-/// A tracing subscriber that keeps every event as text.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-impl Capture {
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-struct Line<'a>(&'a mut String);
-
-impl tracing::field::Visit for Line<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-        write!(self.0, "{}={:?} ", field.name(), value).unwrap();
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut line = format!("{} ", event.metadata().level());
-        event.record(&mut Line(&mut line));
-        self.0.lock().unwrap().push(line);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn captured<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    let capture = Capture::default();
-    let out = tracing::subscriber::with_default(capture.clone(), f);
-    (out, capture.lines())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -568,3 +568,50 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
     assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
     assert_eq!(state(&b, "t", 1).0, RecordState::Archived);
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_converter_fails_the_task_under_none_and_dead_letters_under_all() {
+    let cases: Vec<(&str, Converters, Bytes)> = vec![
+        (
+            "string",
+            Converters::byte_array().with_value(Arc::new(StringConverter::new())),
+            Bytes::from_static(&[b'a', 0xc0, 0x80]),
+        ),
+        (
+            "json without schemas",
+            json_values(),
+            Bytes::from_static(b"[1, 2"),
+        ),
+        (
+            "json with schemas",
+            Converters::byte_array().with_value(Arc::new(JsonConverter::new())),
+            Bytes::from_static(br#"{"id": 1}"#),
+        ),
+    ];
+    for (name, converters, bad) in cases {
+        let b = broker("t", &[ProduceRecord::new().value(bad.clone())]);
+        let (mut d, _) = driver(&b, "t", |c| c.converters(converters.clone()));
+        d.initialize().await.unwrap();
+        match d.iteration().await {
+            Err(Error::Record { source, .. }) => {
+                assert_eq!(source.stage(), Stage::ValueConverter, "{name}");
+            }
+            other => panic!("{name}: expected a record error, got {other:?}"),
+        }
+        assert_eq!(state(&b, "t", 0).0, RecordState::Available, "{name}");
+
+        let b = broker("t", &[ProduceRecord::new().value(bad.clone())]);
+        let dlq = b.dead_letter_queue("dlq").unwrap();
+        let (mut d, seen) = driver(&b, "t", |c| {
+            c.converters(converters)
+                .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+                .dead_letter_queue(Arc::new(dlq), false)
+        });
+        d.initialize().await.unwrap();
+        let report = d.iteration().await.unwrap();
+        assert_eq!((report.dead_lettered, report.rejected), (1, 1), "{name}");
+        assert!(seen.lock().unwrap().is_empty(), "{name}");
+        let letters = b.read_log("dlq", 0).unwrap();
+        assert_eq!(letters[0].value(), Some(&bad), "{name}");
+    }
+}

@@ -798,22 +798,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.commits += 1;
         self.acknowledged_since_commit = 0;
         self.last_commit = Instant::now();
-        tracing::debug!(
-            target: "kafka_share_sink::metrics",
-            sink_record_read_total = self.metrics.records_read,
-            sink_record_send_total = self.metrics.records_put,
-            offset_commit_completion_total = self.metrics.commits,
-            total_record_errors = self.metrics.record_errors,
-            total_records_skipped = self.metrics.records_skipped,
-            deadletterqueue_produce_requests = self.metrics.dlq_produce_requests,
-            deadletterqueue_produce_failures = self.metrics.dlq_produce_failures,
-            records_released = self.metrics.records_released,
-            records_rejected = self.metrics.records_rejected,
-            records_renewed = self.metrics.records_renewed,
-            records_redelivered = self.metrics.records_redelivered,
-            lock_losses = self.metrics.lock_losses,
-            "acknowledgements committed"
-        );
+        if tracing::enabled!(target: "kafka_share_sink::metrics", tracing::Level::DEBUG) {
+            // Connect's metric names have dashes, which tracing field names cannot: the
+            // event's message carries them by name.
+            let named = self
+                .connect_metrics()
+                .into_iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            tracing::debug!(
+                target: "kafka_share_sink::metrics",
+                group = %self.consumer.group_metadata().group_id(),
+                "{named}"
+            );
+        }
         Ok(())
     }
 

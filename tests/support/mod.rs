@@ -39,3 +39,46 @@ pub(crate) fn unique(prefix: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A tracing subscriber that keeps every event as text.
+#[derive(Clone, Default)]
+pub(crate) struct Capture(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Capture {
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+struct Line<'a>(&'a mut String);
+
+impl tracing::field::Visit for Line<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        write!(self.0, "{}={:?} ", field.name(), value).unwrap();
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = format!("{} ", event.metadata().level());
+        event.record(&mut Line(&mut line));
+        self.0.lock().unwrap().push(line);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+pub(crate) fn captured<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let capture = Capture::default();
+    let out = tracing::subscriber::with_default(capture.clone(), f);
+    (out, capture.lines())
+}
