@@ -646,7 +646,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             // Make the rejection durable now; the caller may never close us.
             if let Err(e) = self.commit_acknowledgements().await {
-                return e;
+                // The task's own error matters more. Rejections that did not reach the broker
+                // expire with their locks and the records come back: nothing is lost.
+                tracing::warn!(error = %ErrorChain(&e), "could not commit the rejections");
             }
         }
         Error::Task {
