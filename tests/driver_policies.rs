@@ -12,10 +12,8 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
-    ConsumerRecord, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata, PendingCommit,
-    PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
-    TaskError,
+    AckPolicy, AcknowledgementMode, CommitPolicy, DriverConfig, Durability, Error, ErrorHandling,
+    PutRetriablePolicy, RecordId, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
 const GROUP: &str = "sink";
@@ -394,62 +392,6 @@ async fn a_record_failing_on_its_last_allowed_delivery_is_rejected_not_released(
     );
 }
 
-/// A consumer without RENEW: the embedded one, saying it cannot renew.
-struct NoRenew(EmbeddedShareConsumer);
-
-#[async_trait]
-impl ShareConsumer for NoRenew {
-    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
-        self.0.subscribe(topics).await
-    }
-    fn subscription(&self) -> Vec<String> {
-        self.0.subscription()
-    }
-    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
-        self.0.poll(timeout).await
-    }
-    fn acknowledge_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        ack: AcknowledgeType,
-    ) -> Result<(), ConsumerError> {
-        assert_ne!(
-            ack,
-            AcknowledgeType::Renew,
-            "the driver must not renew without support"
-        );
-        self.0.acknowledge_offset(topic, partition, offset, ack)
-    }
-    fn hold_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Result<(), ConsumerError> {
-        self.0.hold_offset(topic, partition, offset)
-    }
-    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
-        self.0.commit_sync(timeout).await
-    }
-    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
-        self.0.commit_async()
-    }
-    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
-        self.0.close(timeout).await
-    }
-    fn acquisition_lock_timeout(&self) -> Option<Duration> {
-        self.0.acquisition_lock_timeout()
-    }
-    fn group_metadata(&self) -> GroupMetadata {
-        self.0.group_metadata()
-    }
-    fn acknowledgement_mode(&self) -> AcknowledgementMode {
-        self.0.acknowledgement_mode()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn without_renew_a_held_record_whose_lock_ran_out_is_held_again_not_written_twice() {
     let b = broker(2);
@@ -461,7 +403,8 @@ async fn without_renew_a_held_record_whose_lock_ran_out_is_held_again_not_writte
     let config = DriverConfig::new(["t"])
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush);
-    let mut d = ShareSinkTask::new(Box::new(sink), NoRenew(b.share_consumer(GROUP)), config);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().renew(false));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
     assert_eq!(d.iteration().await.unwrap().records, 2);
     tokio::time::advance(LOCK).await;

@@ -635,3 +635,42 @@ fn keyed_records_stick_to_a_partition_and_unkeyed_spread() {
     assert_eq!(spread.len(), 3);
     assert_eq!(b.topic_partitions().len(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn held_records_stay_across_polls_and_renew_can_be_turned_off() {
+    let b = broker(1, 3, earliest());
+    let mut c = consumer(&b, ConsumerOptions::new().max_poll_records(2)).await;
+    assert!(c.supports_renew());
+    let first = poll(&mut c).await;
+    assert_eq!(offsets(&first), vec![0, 1]);
+    c.hold_offset("t", 0, 0).unwrap();
+    c.acknowledge(&first[1], AcknowledgeType::Accept).unwrap();
+    // The held record does not block the next poll, and is not presented again.
+    let second = poll(&mut c).await;
+    assert_eq!(offsets(&second), vec![2]);
+    c.acknowledge(&second[0], AcknowledgeType::Accept).unwrap();
+    c.acknowledge_offset("t", 0, 0, AcknowledgeType::Renew)
+        .unwrap();
+    tokio::time::advance(LOCK - Duration::from_secs(1)).await;
+    assert!(
+        poll(&mut c).await.is_empty(),
+        "renewed, held, not presented again"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(
+        state(&b, 0),
+        (RecordState::Acquired, 1),
+        "the renewal outlived the first lock"
+    );
+    c.acknowledge_offset("t", 0, 0, AcknowledgeType::Accept)
+        .unwrap();
+    assert!(c.commit_sync(LOCK).await.unwrap().is_success());
+    assert_eq!(state(&b, 0).0, RecordState::Acknowledged);
+
+    let mut old = consumer(&b, ConsumerOptions::new().renew(false)).await;
+    assert!(!old.supports_renew());
+    assert!(matches!(
+        old.acknowledge_offset("t", 0, 0, AcknowledgeType::Renew),
+        Err(ConsumerError::Unsupported { .. })
+    ));
+}

@@ -136,6 +136,7 @@ impl GroupConfig {
 pub struct ConsumerOptions {
     pub(crate) max_poll_records: usize,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
+    pub(crate) renew: bool,
 }
 
 impl Default for ConsumerOptions {
@@ -144,6 +145,7 @@ impl Default for ConsumerOptions {
             // max.poll.records
             max_poll_records: 500,
             acknowledgement_mode: AcknowledgementMode::Explicit,
+            renew: true,
         }
     }
 }
@@ -163,6 +165,14 @@ impl ConsumerOptions {
     /// `share.acknowledgement.mode`.
     pub fn acknowledgement_mode(mut self, mode: AcknowledgementMode) -> Self {
         self.acknowledgement_mode = mode;
+        self
+    }
+
+    /// Whether RENEW works (default yes). `false` behaves like a Kafka 4.1 cluster: RENEW is
+    /// refused and [`supports_renew`](crate::ShareConsumer::supports_renew) says no, so a
+    /// sink can be tested against brokers without KIP-1222.
+    pub fn renew(mut self, supported: bool) -> Self {
+        self.renew = supported;
         self
     }
 }

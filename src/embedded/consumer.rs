@@ -180,6 +180,13 @@ impl ShareConsumer for EmbeddedShareConsumer {
         if self.implicit() {
             return Err(ConsumerError::ImplicitAcknowledgement);
         }
+        if ack == AcknowledgeType::Renew && !self.options.renew {
+            return Err(ConsumerError::Unsupported {
+                broker: "embedded broker".to_owned(),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
+            });
+        }
         self.batch.acknowledge(topic, partition, offset, ack)
     }
 
@@ -197,7 +204,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
     }
 
     fn supports_renew(&self) -> bool {
-        true
+        self.options.renew
     }
 
     async fn commit_sync(&mut self, _timeout: Duration) -> Result<CommitResults, ConsumerError> {
