@@ -81,9 +81,7 @@ impl Args {
     {
         match self.get(key) {
             None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|e| format!("--{key} {v:?}: {e}").into()),
+            Some(v) => v.parse().map_err(|e| format!("--{key} {v:?}: {e}").into()),
         }
     }
 }
@@ -225,8 +223,8 @@ async fn consume(args: &Args) -> BoxResult<()> {
 
     let mut tasks = Vec::new();
     for i in 0..drivers {
-        let mut config = KafkaShareConsumerConfig::new(bootstrap, group)
-            .client_id(format!("bench-a-{}", i + 1));
+        let mut config =
+            KafkaShareConsumerConfig::new(bootstrap, group).client_id(format!("bench-a-{}", i + 1));
         if let Some(b) = args.get("fetch-max-bytes") {
             config = config.fetch_max_bytes(b.parse()?);
         }
@@ -238,7 +236,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
             progress: Arc::clone(&progress),
             seen_records: false,
         };
-        let driver_config = DriverConfig::new([topic]).commit_policy(policy.clone());
+        let driver_config = DriverConfig::new([topic]).commit_policy(policy);
         let mut driver = ShareSinkTask::new(Box::new(sink), consumer, driver_config);
         let progress = Arc::clone(&progress);
         tasks.push(tokio::spawn(async move {
@@ -317,7 +315,10 @@ async fn admin(command: &str, args: &Args) -> BoxResult<()> {
             let group = args.required("group")?;
             let pairs: Vec<(&str, &str)> = args
                 .all("set")
-                .map(|kv| kv.split_once('=').ok_or_else(|| format!("--set {kv:?}: use k=v")))
+                .map(|kv| {
+                    kv.split_once('=')
+                        .ok_or_else(|| format!("--set {kv:?}: use k=v"))
+                })
                 .collect::<Result<_, _>>()?;
             admin.set_share_group_config(group, &pairs).await?;
         }
@@ -329,7 +330,9 @@ async fn admin(command: &str, args: &Args) -> BoxResult<()> {
 fn main() -> BoxResult<()> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let Some((command, rest)) = raw.split_first() else {
-        return Err("usage: bench_consumer create-topic|group-config|consume --flag value ...".into());
+        return Err(
+            "usage: bench_consumer create-topic|group-config|consume --flag value ...".into(),
+        );
     };
     let args = Args::parse(rest)?;
     let mut builder = match args.get("runtime").unwrap_or("multi") {

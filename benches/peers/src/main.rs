@@ -72,7 +72,7 @@ async fn consume(args: &[String]) -> BoxResult<()> {
             if batch.is_empty() {
                 if last_progress.elapsed() >= idle {
                     return Err(
-                        format!("no records for {idle:?} after {records} of {target}").into()
+                        format!("no records for {idle:?} after {records} of {target}").into(),
                     );
                 }
                 continue;
