@@ -18,8 +18,8 @@
 //!
 //! Output (one line, `key=value` pairs, on stdout):
 //! `BENCH client=A records=… bytes=… window_records=… window_bytes=… window_ms=… join_ms=…
-//! redelivered=… drivers=…`. Bytes are key plus value lengths, as Java's
-//! `ShareConsumerPerformance` counts them.
+//! redelivered=… drivers=… complete=0|1 window_start_unix_ms=… window_end_unix_ms=…`. Bytes
+//! are key plus value lengths, as Java's `ShareConsumerPerformance` counts them.
 //!
 //! Build with `cargo build --release --example bench_consumer`; `scripts/bench.sh` does.
 
@@ -292,14 +292,25 @@ async fn consume(args: &Args) -> BoxResult<()> {
         .map_or(0, |f| (f - progress.process_start).as_millis());
     println!(
         "BENCH client=A records={records} bytes={bytes} window_records={} window_bytes={} \
-         window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={}",
+         window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={} \
+         window_start_unix_ms={} window_end_unix_ms={}",
         r1 - r0,
         b1 - b0,
         (end - start).as_secs_f64() * 1000.0,
         progress.redelivered.load(Ordering::Relaxed),
         u8::from(records >= target),
+        unix_ms(start),
+        unix_ms(end),
     );
     first_error.map_or(Ok(()), Err)
+}
+
+/// Wall-clock milliseconds of an instant, for matching the script's CPU samples.
+fn unix_ms(at: Instant) -> u128 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.saturating_sub(at.elapsed())).as_millis()
 }
 
 async fn admin(command: &str, args: &Args) -> BoxResult<()> {

@@ -35,6 +35,8 @@
 #   BENCH_SCALE_PARTITIONS partitions of the scale-out topic [2]
 #   BENCH_SCALE_RECORDS    records of the scale-out topic [BENCH_RECORDS]
 #   BENCH_IDLE_TIMEOUT     seconds without records before a client gives up [60]
+#   BENCH_WARMUP_RECORDS   first, each client drains this many records once, unrecorded in the
+#                          tables, to warm the broker's JIT; 0 skips [200000]
 #   BENCH_PAUSE            seconds between runs, for the broker to settle [2]
 #   BENCH_RSS_INTERVAL     seconds between RSS samples [0.2]
 #   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
@@ -75,6 +77,7 @@ SCALE_DRIVERS="${BENCH_SCALE_DRIVERS-1 2 4 8}"
 SCALE_PARTITIONS="${BENCH_SCALE_PARTITIONS:-2}"
 SCALE_RECORDS="${BENCH_SCALE_RECORDS:-$RECORDS}"
 IDLE_TIMEOUT="${BENCH_IDLE_TIMEOUT:-60}"
+WARMUP_RECORDS="${BENCH_WARMUP_RECORDS:-200000}"
 PAUSE="${BENCH_PAUSE:-2}"
 RSS_INTERVAL="${BENCH_RSS_INTERVAL:-0.2}"
 PROFILE="${BENCH_PROFILE:-0}"
@@ -96,6 +99,7 @@ for n in "$RECORDS" "$RECORD_SIZE" "$PARTITIONS" "$ROUNDS" "$FETCH_MAX_BYTES" "$
          "$SCALE_PARTITIONS" "$SCALE_RECORDS" "$IDLE_TIMEOUT"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive integer (check the BENCH_* variables)"
 done
+[[ "$WARMUP_RECORDS" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP_RECORDS: '$WARMUP_RECORDS'"
 for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
 
@@ -200,9 +204,9 @@ delete_group() {
     --delete --group "$1" >>"$OUT/groups.log" 2>&1 || log "could not delete group $1 (see groups.log)"
 }
 
-# --- RSS sampler ------------------------------------------------------------------------------
-# Every RSS_INTERVAL s: "ms_since_start rss_kb" of the largest process under ROOT (the client,
-# not GNU time or kafka.sh's bash). Only builtins, besides sleep.
+# --- sampler ----------------------------------------------------------------------------------
+# Every RSS_INTERVAL s: "unix_ms rss_kb cpu_ticks" of the largest process under ROOT (the client,
+# not GNU time or kafka.sh's bash); cpu_ticks is its utime+stime. Only builtins, besides sleep.
 descendants() {
   local -a queue=("$1") kids
   local p
@@ -214,18 +218,22 @@ descendants() {
     ((${#kids[@]})) && queue+=("${kids[@]}")
   done
 }
-sample_rss() { # sample_rss ROOT_PID OUT_FILE
-  local root="$1" out="$2" t0="${EPOCHREALTIME/./}" p key value unit best now
+sample() { # sample ROOT_PID OUT_FILE
+  local root="$1" out="$2" p key value unit best best_pid now line
+  local -a stat
   : >"$out"
   while kill -0 "$root" 2>/dev/null; do
-    best=0
+    best=0; best_pid=""
     for p in $(descendants "$root"); do
       while read -r key value unit; do
-        [[ "$key" == VmRSS: ]] && { ((value > best)) && best=$value; break; }
+        [[ "$key" == VmRSS: ]] && { ((value > best)) && { best=$value; best_pid=$p; }; break; }
       done 2>/dev/null <"/proc/$p/status" || true
     done
     now="${EPOCHREALTIME/./}"
-    printf '%d %d\n' $(((now - t0) / 1000)) "$best" >>"$out"
+    if [[ -n "$best_pid" ]] && read -r line 2>/dev/null <"/proc/$best_pid/stat"; then
+      read -r -a stat <<<"${line##*) }"   # fields from 3 (state) on: utime is 14, stime 15
+      printf '%d %d %d\n' $((now / 1000)) "$best" $((stat[11] + stat[12])) >>"$out"
+    fi
     sleep "$RSS_INTERVAL"
   done
 }
@@ -237,7 +245,8 @@ measure() {
   "$GNU_TIME" -f "$TIME_FMT" -o "$OUT/$name.time" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" &
   local pid=$!
   CHILD_PIDS+=("$pid")
-  sample_rss "$pid" "$OUT/$name.rss" &
+  date +%s%3N >"$OUT/$name.started"
+  sample "$pid" "$OUT/$name.samples" &
   local sampler=$!
   CHILD_PIDS+=("$sampler")
   local rc=0
@@ -250,23 +259,25 @@ measure() {
   fi
 }
 
-# Java's dates are HH:mm:ss.SSS; this turns B's output into A's BENCH line.
-java_to_bench() { # java_to_bench OUT_FILE RECORDS
-  awk -v target="$2" '
-    function ms(t,   a) { split(t, a, /[:.]/); return ((a[1] * 60 + a[2]) * 60 + a[3]) * 1000 + a[4] }
+# B runs with TZ=UTC and prints HH:mm:ss.SSS; this turns its output into A's BENCH line, with
+# the times made Unix milliseconds again from the run's start (REF_MS).
+java_to_bench() { # java_to_bench OUT_FILE RECORDS REF_MS
+  awk -v target="$2" -v ref="$3" '
+    function ms(t,   a, x) {
+      split(t, a, /[:.]/); x = ref - ref % 86400000 + ((a[1] * 60 + a[2]) * 60 + a[3]) * 1000 + a[4]
+      return x < ref - 3600000 ? x + 86400000 : x
+    }
     /for share consumer/ { if (!seen) { split($0, f, /, */); t_first = ms(f[2]); r_first = f[6]; seen = 1 } next }
     /^WARNING/ { warn = 1; next }
     /^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\.[0-9]+, / { split($0, f, /, */); t_start = ms(f[1]); t_end = ms(f[2]); mb = f[3]; records = f[6] }
     END {
       if (records == "") { print "no final line in the Java output" > "/dev/stderr"; exit 1 }
       if (!seen) { print "no progress line in the Java output" > "/dev/stderr"; exit 1 }
-      if (t_first < t_start) t_first += 86400000
-      if (t_end < t_first) t_end += 86400000
       bytes = int(mb * 1048576 + 0.5)
       wr = records - r_first + 1
-      printf "BENCH client=B records=%d bytes=%d window_records=%d window_bytes=%d window_ms=%d join_ms=%d redelivered=-1 drivers=1 complete=%d first_progress_records=%d\n",
+      printf "BENCH client=B records=%d bytes=%d window_records=%d window_bytes=%d window_ms=%d join_ms=%d redelivered=-1 drivers=1 complete=%d first_progress_records=%d window_start_unix_ms=%.0f window_end_unix_ms=%.0f\n",
         records, bytes, wr, (records > 0 ? int(bytes * wr / records + 0.5) : 0), t_end - t_first,
-        t_first - t_start, (records >= target && !warn), r_first
+        t_first - t_start, (records >= target && !warn), r_first, t_first, t_end
     }' "$1"
 }
 
@@ -275,37 +286,49 @@ bench_field() { # bench_field FILE KEY
 }
 
 RUNS="$OUT/runs.tsv"
-printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\tpeak_rss_MB\trss_mid_MB\trss_late_MB\telapsed_s\tjoin_ms\tredelivered\n' >"$RUNS"
+printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\n' >"$RUNS"
+CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 
 # record_run KIND ROUND CLIENT NAME EXPECTED: appends one line to runs.tsv and prints it.
+#   cpu_us_per_record         user+sys of the whole process (GNU time) over all records
+#   window_cpu_us_per_record  the sampled CPU rate inside the clock's window, over the records
+#                             counted there ("na" when the window holds fewer than 2 samples)
+#   rss_1st/2nd_half_MB       the largest RSS sample in the first and second half of the window
 record_run() {
   local kind="$1" round="$2" client="$3" name="$4" expected="$5"
   local bench="$OUT/$name.bench"
   if [[ "$client" == B ]]; then
-    java_to_bench "$OUT/$name.out" "$expected" >"$bench"
+    java_to_bench "$OUT/$name.out" "$expected" "$(cat "$OUT/$name.started")" >"$bench"
   else
     grep -m1 '^BENCH ' "$OUT/$name.out" >"$bench" || die "$name printed no BENCH line"
   fi
   [[ "$(bench_field "$bench" complete)" == 1 ]] || die "$name did not consume $expected records: $(cat "$bench")"
   local t; t="$(cat "$OUT/$name.time")"
-  awk -v kind="$kind" -v round="$round" -v client="$client" -v bench="$(cat "$bench")" -v t="$t" '
+  awk -v kind="$kind" -v round="$round" -v client="$client" -v bench="$(cat "$bench")" -v t="$t" \
+      -v tck="$CLK_TCK" '
     function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
-    { rss[NR] = $2; at[NR] = $1 }
+    { at[NR] = $1; rss[NR] = $2; cpu[NR] = $3 }
     END {
       records = field(bench, "records"); wr = field(bench, "window_records"); wms = field(bench, "window_ms")
       wb = field(bench, "window_bytes"); user = field(t, "user"); sys = field(t, "sys")
-      # RSS over the run: the largest sample in its second quarter and in its last quarter.
-      last = at[NR]; mid = 0; late = 0
+      ws = field(bench, "window_start_unix_ms"); we = field(bench, "window_end_unix_ms"); half = (ws + we) / 2
+      first = 0; last = 0; r1 = "na"; r2 = "na"
       for (i = 1; i <= NR; i++) {
-        if (at[i] >= last / 4 && at[i] < last / 2 && rss[i] > mid) mid = rss[i]
-        if (at[i] >= last * 3 / 4 && rss[i] > late) late = rss[i]
+        if (at[i] < ws || at[i] > we) continue
+        if (!first) first = i
+        last = i
+        if (at[i] < half) { if (r1 == "na" || rss[i] > r1) r1 = rss[i] } else if (r2 == "na" || rss[i] > r2) r2 = rss[i]
       }
+      wcpu = "na"
+      if (first && last > first && at[last] > at[first] && wr > 0)
+        wcpu = sprintf("%.3f", (cpu[last] - cpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
       s = wms / 1000
-      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\n",
+      r1 = r1 == "na" ? r1 : sprintf("%.1f", r1 / 1024); r2 = r2 == "na" ? r2 : sprintf("%.1f", r2 / 1024)
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
         kind, round, client, field(bench, "drivers"), records, wr, wms, wr / s, wb / 1048576 / s,
-        user + sys, user, sys, (user + sys) * 1e6 / records, field(t, "maxrss_kb") / 1024,
-        mid / 1024, late / 1024, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered")
-    }' "$OUT/$name.rss" | tee -a "$RUNS" >&2
+        user + sys, user, sys, (user + sys) * 1e6 / records, wcpu, field(t, "maxrss_kb") / 1024,
+        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered")
+    }' "$OUT/$name.samples" | tee -a "$RUNS" >&2
 }
 
 run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
@@ -320,7 +343,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
          --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
          --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
          --idle-timeout-secs "$IDLE_TIMEOUT" ;;
-    B) measure "$name" env KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
+    B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
          org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$BOOTSTRAP" \
          --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
          --command-property "max.poll.records=$MAX_POLL_RECORDS" --timeout "$((IDLE_TIMEOUT * 1000))" \
@@ -346,7 +369,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
   echo "kafka: $KAFKA_VERSION (broker and Java clients)"
   echo "krafka: $(awk '/^name = "krafka"/ {getline; print $3}' benches/peers/Cargo.lock | tr -d '"')"
   echo "kafka-share-sink: $(git describe --always --dirty 2>/dev/null || echo unknown)"
-  echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS" \
+  echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS warmup=$WARMUP_RECORDS" \
        "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT" \
        "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
        "producer_props='$PRODUCER_PROPS'"
@@ -356,6 +379,12 @@ cat "$OUT/env.txt" >&2
 # --- main rounds ------------------------------------------------------------------------------
 TOPIC="bench-$RUN_ID-p$PARTITIONS"
 produce "$TOPIC" "$PARTITIONS" "$RECORDS"
+# A fresh broker JVM is not yet compiled hot: the first runs on it are slower whoever runs them.
+if ((WARMUP_RECORDS > 0)); then
+  for client in $CLIENTS; do
+    run_client warmup 0 "$client" "$TOPIC" "$((WARMUP_RECORDS < RECORDS ? WARMUP_RECORDS : RECORDS))"
+  done
+fi
 for ((round = 1; round <= ROUNDS; round++)); do
   for client in $CLIENTS; do
     run_client main "$round" "$client" "$TOPIC" "$RECORDS"
@@ -387,9 +416,9 @@ if [[ "$PROFILE" == 1 ]]; then
              --fetch-max-bytes "$FETCH_MAX_BYTES" --max-poll-records "$MAX_POLL_RECORDS" --commit "$C_COMMIT"
              --runtime "$RUNTIME")
       fi
-      perf record -F 499 -g -o "$OUT/perf-$client.data" -- "${cmd[@]}" >"$OUT/perf-$client.out" 2>"$OUT/perf-$client.err" \
+      perf record -F 2999 -g -o "$OUT/perf-$client.data" -- "${cmd[@]}" >"$OUT/perf-$client.out" 2>"$OUT/perf-$client.err" \
         || die "perf record of $client failed (see $OUT/perf-$client.err)"
-      perf report -i "$OUT/perf-$client.data" --no-children --sort dso,symbol --stdio 2>/dev/null \
+      perf report -i "$OUT/perf-$client.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null \
         | grep -v '^$' | head -n 80 >"$OUT/perf-$client.txt" || true
       perf report -i "$OUT/perf-$client.data" --children --sort symbol --stdio -g none 2>/dev/null \
         | grep -v '^$' | head -n 80 >"$OUT/perf-$client-children.txt" || true
@@ -403,42 +432,74 @@ fi
 # --- summary ----------------------------------------------------------------------------------
 summarize() {
   awk -F'\t' '
-    function median(a, n,   i, j, t) {
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    function median(a, n,   i, j, t, b, m) {
+      m = 0
+      for (i = 1; i <= n; i++) if (a[i] != "" && a[i] != "na") b[++m] = a[i] + 0
+      if (!m) return "na"
+      for (i = 2; i <= m; i++) for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+      return m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2
     }
+    function ratio(x, y) { return (x == "" || y == "" || x == "na" || y == "na" || y + 0 == 0) ? "na" : x / y }
+    function f(x, fmt) { return x == "na" || x == "" ? "–" : sprintf(fmt, x) }
     NR == 1 { next }
-    $1 == "main" { rps[$2, $3] = $8; mbs[$2, $3] = $9; cpu[$2, $3] = $13; rss[$2, $3] = $14; if ($2 > rounds) rounds = $2; has[$3] = 1 }
-    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; srss[ns] = $14 }
+    $1 == "main" {
+      r = $2; c = $3; if (r > rounds) rounds = r
+      rps[r, c] = $8; mbs[r, c] = $9; cpu[r, c] = $13; wcpu[r, c] = $14; rss[r, c] = $15; h1[r, c] = $16; h2[r, c] = $17
+    }
+    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15 }
     END {
-      print "| round | A rec/s | B rec/s | C rec/s | A/B rec/s | A/C rec/s | CPU µs/rec A / B / C | A CPU/rec ÷ B | peak RSS MB A / B / C | A RSS ÷ B |"
-      print "|---|---|---|---|---|---|---|---|---|---|"
       for (r = 1; r <= rounds; r++) {
-        ab = (rps[r, "B"] > 0) ? rps[r, "A"] / rps[r, "B"] : 0
-        ac = (rps[r, "C"] > 0) ? rps[r, "A"] / rps[r, "C"] : 0
-        cb = (cpu[r, "B"] > 0) ? cpu[r, "A"] / cpu[r, "B"] : 0
-        mb = (rss[r, "B"] > 0) ? rss[r, "A"] / rss[r, "B"] : 0
-        m_ab[r] = ab; m_ac[r] = ac; m_cb[r] = cb; m_mb[r] = mb
-        for (c = 1; c <= 3; c++) { x = substr("ABC", c, 1); v_rps[x, r] = rps[r, x]; v_cpu[x, r] = cpu[r, x]; v_rss[x, r] = rss[r, x] }
-        printf "| %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f / %.2f | %.2f | %.1f / %.1f / %.1f | %.3f |\n",
-          r, rps[r, "A"], rps[r, "B"], rps[r, "C"], ab, ac, cpu[r, "A"], cpu[r, "B"], cpu[r, "C"], cb,
-          rss[r, "A"], rss[r, "B"], rss[r, "C"], mb
+        ab[r] = ratio(rps[r, "A"], rps[r, "B"]); ac[r] = ratio(rps[r, "A"], rps[r, "C"])
+        cb[r] = ratio(cpu[r, "A"], cpu[r, "B"]); wcb[r] = ratio(wcpu[r, "A"], wcpu[r, "B"])
+        mb[r] = ratio(rss[r, "A"], rss[r, "B"]); grow[r] = ratio(h2[r, "A"], h1[r, "A"])
+        for (k = 1; k <= 3; k++) {
+          x = substr("ABC", k, 1)
+          c_rps[x, r] = rps[r, x]; c_mbs[x, r] = mbs[r, x]; c_cpu[x, r] = cpu[r, x]; c_wcpu[x, r] = wcpu[r, x]; c_rss[x, r] = rss[r, x]
+        }
       }
-      for (c = 1; c <= 3; c++) {
-        x = substr("ABC", c, 1)
-        for (r = 1; r <= rounds; r++) { t1[r] = v_rps[x, r]; t2[r] = v_cpu[x, r]; t3[r] = v_rss[x, r] }
-        med_rps[x] = median(t1, rounds); med_cpu[x] = median(t2, rounds); med_rss[x] = median(t3, rounds)
+      for (k = 1; k <= 3; k++) {
+        x = substr("ABC", k, 1)
+        for (r = 1; r <= rounds; r++) { t1[r] = c_rps[x, r]; t2[r] = c_cpu[x, r]; t3[r] = c_wcpu[x, r]; t4[r] = c_rss[x, r]; t5[r] = c_mbs[x, r] }
+        m_rps[x] = median(t1, rounds); m_cpu[x] = median(t2, rounds); m_wcpu[x] = median(t3, rounds); m_rss[x] = median(t4, rounds); m_mbs[x] = median(t5, rounds)
       }
-      printf "| **median** | %.0f | %.0f | %.0f | **%.2f** | **%.2f** | %.2f / %.2f / %.2f | **%.2f** | %.1f / %.1f / %.1f | **%.3f** |\n",
-        med_rps["A"], med_rps["B"], med_rps["C"], median(m_ab, rounds), median(m_ac, rounds),
-        med_cpu["A"], med_cpu["B"], med_cpu["C"], median(m_cb, rounds),
-        med_rss["A"], med_rss["B"], med_rss["C"], median(m_mb, rounds)
+
+      print "Throughput (records/s, MB/s of key+value bytes; group join not timed):"
+      print ""
+      print "| round | A rec/s | B rec/s | C rec/s | A MB/s | B MB/s | C MB/s | A/B | A/C |"
+      print "|---|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rps[r, "A"], "%.0f"), f(rps[r, "B"], "%.0f"), f(rps[r, "C"], "%.0f"),
+          f(mbs[r, "A"], "%.1f"), f(mbs[r, "B"], "%.1f"), f(mbs[r, "C"], "%.1f"), f(ab[r], "%.2f"), f(ac[r], "%.2f")
+      printf "| median | %s | %s | %s | %s | %s | %s | **%s** | **%s** |\n", f(m_rps["A"], "%.0f"), f(m_rps["B"], "%.0f"), f(m_rps["C"], "%.0f"),
+        f(m_mbs["A"], "%.1f"), f(m_mbs["B"], "%.1f"), f(m_mbs["C"], "%.1f"), f(median(ab, rounds), "%.2f"), f(median(ac, rounds), "%.2f")
+      print ""
+      print "CPU per record (µs; whole process = user+sys over the run incl. start-up, join and close;"
+      print "window = sampled CPU rate while the clock ran):"
+      print ""
+      print "| round | whole A | whole B | whole C | A ÷ B | window A | window B | window C | A ÷ B |"
+      print "|---|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(cpu[r, "A"], "%.2f"), f(cpu[r, "B"], "%.2f"), f(cpu[r, "C"], "%.2f"), f(cb[r], "%.3f"),
+          f(wcpu[r, "A"], "%.2f"), f(wcpu[r, "B"], "%.2f"), f(wcpu[r, "C"], "%.2f"), f(wcb[r], "%.3f")
+      printf "| median | %s | %s | %s | **%s** | %s | %s | %s | **%s** |\n", f(m_cpu["A"], "%.2f"), f(m_cpu["B"], "%.2f"), f(m_cpu["C"], "%.2f"), f(median(cb, rounds), "%.3f"),
+        f(m_wcpu["A"], "%.2f"), f(m_wcpu["B"], "%.2f"), f(m_wcpu["C"], "%.2f"), f(median(wcb, rounds), "%.3f")
+      print ""
+      print "Memory (peak RSS of the client process, MB; A over the window: largest sample in its 1st and 2nd half):"
+      print ""
+      print "| round | A | B | C | A ÷ B | A 1st half | A 2nd half | 2nd ÷ 1st |"
+      print "|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rss[r, "A"], "%.1f"), f(rss[r, "B"], "%.1f"), f(rss[r, "C"], "%.1f"), f(mb[r], "%.3f"),
+          f(h1[r, "A"], "%.1f"), f(h2[r, "A"], "%.1f"), f(grow[r], "%.2f")
+      printf "| median | %s | %s | %s | **%s** | | | %s |\n", f(m_rss["A"], "%.1f"), f(m_rss["B"], "%.1f"), f(m_rss["C"], "%.1f"), f(median(mb, rounds), "%.3f"), f(median(grow, rounds), "%.2f")
       if (ns) {
         print ""
-        print "| A drivers | rec/s | × 1 driver | CPU µs/rec | peak RSS MB |"
-        print "|---|---|---|---|---|"
+        print "Scale-out (A, one share group, one process, the scale-out topic):"
+        print ""
+        print "| drivers | rec/s | × 1 driver | CPU µs/rec whole | CPU µs/rec window | peak RSS MB |"
+        print "|---|---|---|---|---|---|"
         for (i = 1; i <= ns; i++)
-          printf "| %d | %.0f | %.2f | %.2f | %.1f |\n", sk[i], srps[i], srps[i] / srps[1], scpu[i], srss[i]
+          printf "| %d | %.0f | %.2f | %s | %s | %.1f |\n", sk[i], srps[i], srps[i] / srps[1], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), srss[i]
       }
     }' "$RUNS"
 }
@@ -449,9 +510,7 @@ summarize() {
   echo
   summarize
   echo
-  echo 'Raw runs (kind, round, client, drivers, records, window_records, window_ms, records/s, MB/s,'
-  echo 'CPU s, user s, sys s, CPU µs/record, peak RSS MB, RSS MB max in 2nd quarter, in last quarter,'
-  echo 'elapsed s, join ms, redelivered):'
+  echo 'Raw runs (runs.tsv; warmup runs are not in the tables above):'
   echo
   echo '```'
   cat "$RUNS"

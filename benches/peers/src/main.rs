@@ -102,15 +102,25 @@ async fn consume(args: &[String]) -> BoxResult<()> {
     println!(
         "BENCH client=C records={records} bytes={bytes} window_records={records} \
          window_bytes={bytes} window_ms={:.3} join_ms={} redelivered={redelivered} drivers=1 \
-         complete={}",
+         complete={} window_start_unix_ms={} window_end_unix_ms={}",
         (end - start).as_secs_f64() * 1000.0,
         first.map_or(0, |f| (f - process_start).as_millis()),
         u8::from(records >= target),
+        unix_ms(start),
+        unix_ms(end),
     );
     let closed = consumer.close().await;
     outcome?;
     closed?;
     Ok(())
+}
+
+/// Wall-clock milliseconds of an instant, for matching the script's CPU samples.
+fn unix_ms(at: Instant) -> u128 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.saturating_sub(at.elapsed())).as_millis()
 }
 
 fn main() -> BoxResult<()> {
