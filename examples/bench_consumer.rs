@@ -8,18 +8,20 @@
 //! bench_consumer consume       --bootstrap HOST:PORT --topic T --group G --records N
 //!                              [--drivers K] [--fetch-max-bytes B] [--max-poll-records R]
 //!                              [--commit every|records:N|interval:MS] [--runtime multi|current]
-//!                              [--workers W] [--idle-timeout-secs S]
+//!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
 //! ```
 //!
-//! `consume` runs K drivers (each its own consumer, one group) until N records were put. The
+//! `consume` runs K drivers (each its own consumer, one group) until N records were put; with
+//! `--put-latency-ms` the sink sleeps that long per batch instead of returning at once. The
 //! clock starts when every driver has received its first records, so joining the group is
 //! not measured; the records counted are those put from then on. It stops when the N-th
 //! record's iteration (put, acknowledge, commit) has returned. Closing is not timed.
 //!
 //! Output (one line, `key=value` pairs, on stdout):
 //! `BENCH client=A records=… bytes=… window_records=… window_bytes=… window_ms=… join_ms=…
-//! redelivered=… drivers=… complete=0|1 window_start_unix_ms=… window_end_unix_ms=…`. Bytes
-//! are key plus value lengths, as Java's `ShareConsumerPerformance` counts them.
+//! redelivered=… drivers=… complete=0|1 window_start_unix_ms=… window_end_unix_ms=… polls=…
+//! commits=…` (polls: iterations that put records). Bytes are key plus value lengths, as Java's
+//! `ShareConsumerPerformance` counts them.
 //!
 //! Build with `cargo build --release --example bench_consumer`; `scripts/bench.sh` does.
 
@@ -94,6 +96,9 @@ struct Progress {
     records: AtomicU64,
     bytes: AtomicU64,
     redelivered: AtomicU64,
+    /// Iterations that put records, and commits, over all drivers (from `DriverMetrics`).
+    batches: AtomicU64,
+    commits: AtomicU64,
     /// Drivers that have received records.
     started: AtomicUsize,
     process_start: Instant,
@@ -157,6 +162,9 @@ impl Progress {
 struct NoOpSink {
     progress: Arc<Progress>,
     seen_records: bool,
+    /// `--put-latency-ms`: a sink that waits this long per batch, as one writing elsewhere
+    /// would (zero: no wait).
+    latency: Duration,
 }
 
 #[async_trait::async_trait]
@@ -182,6 +190,9 @@ impl SinkTask for NoOpSink {
         p.bytes.fetch_add(bytes, Ordering::Relaxed);
         p.redelivered.fetch_add(redelivered, Ordering::Relaxed);
         p.records.fetch_add(records.len() as u64, Ordering::Relaxed);
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         Ok(())
     }
 }
@@ -207,6 +218,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     let drivers: usize = args.number("drivers", 1)?;
     let idle = Duration::from_secs(args.number("idle-timeout-secs", 60)?);
     let policy = commit_policy(args.get("commit").unwrap_or("every"))?;
+    let latency = Duration::from_millis(args.number("put-latency-ms", 0)?);
     if target == 0 || drivers == 0 {
         return Err("--records and --drivers must be at least 1".into());
     }
@@ -216,6 +228,8 @@ async fn consume(args: &Args) -> BoxResult<()> {
         records: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         redelivered: AtomicU64::new(0),
+        batches: AtomicU64::new(0),
+        commits: AtomicU64::new(0),
         started: AtomicUsize::new(0),
         process_start: Instant::now(),
         window: Mutex::new(Window::default()),
@@ -235,6 +249,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
         let sink = NoOpSink {
             progress: Arc::clone(&progress),
             seen_records: false,
+            latency,
         };
         let driver_config = DriverConfig::new([topic]).commit_policy(policy);
         let mut driver = ShareSinkTask::new(Box::new(sink), consumer, driver_config);
@@ -265,6 +280,13 @@ async fn consume(args: &Args) -> BoxResult<()> {
                     .into());
                 }
             };
+            let metrics = driver.metrics();
+            progress
+                .batches
+                .fetch_add(metrics.put_batches, Ordering::Relaxed);
+            progress
+                .commits
+                .fetch_add(metrics.commits, Ordering::Relaxed);
             let closed = driver.close().await;
             outcome?;
             closed?;
@@ -293,7 +315,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     println!(
         "BENCH client=A records={records} bytes={bytes} window_records={} window_bytes={} \
          window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={} \
-         window_start_unix_ms={} window_end_unix_ms={}",
+         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={}",
         r1 - r0,
         b1 - b0,
         (end - start).as_secs_f64() * 1000.0,
@@ -301,6 +323,8 @@ async fn consume(args: &Args) -> BoxResult<()> {
         u8::from(records >= target),
         unix_ms(start),
         unix_ms(end),
+        progress.batches.load(Ordering::Relaxed),
+        progress.commits.load(Ordering::Relaxed),
     );
     first_error.map_or(Ok(()), Err)
 }

@@ -9,7 +9,8 @@
 #      --fetch-size set to A's fetch.max.bytes
 #   C  krafka's share consumer, explicit acks (benches/peers/, its own workspace and lockfile)
 #
-# Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic.
+# Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
+# the no-op sink and with a sink whose put takes 10 ms per batch.
 #
 # Per run: records/s and MB/s with group join left out (the clock starts when the first records
 # reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
@@ -34,6 +35,8 @@
 #   BENCH_SCALE_DRIVERS    driver counts of the scale-out row; empty skips it [1 2 4 8]
 #   BENCH_SCALE_PARTITIONS partitions of the scale-out topic [2]
 #   BENCH_SCALE_RECORDS    records of the scale-out topic [BENCH_RECORDS]
+#   BENCH_SCALE_PUT_MS     the scale-out row is run for each of these sink latencies: put sleeps
+#                          this many ms per batch (0: the no-op sink) [0 10]
 #   BENCH_IDLE_TIMEOUT     seconds without records before a client gives up [60]
 #   BENCH_WARMUP_RECORDS   first, each client drains this many records once, unrecorded in the
 #                          tables, to warm the broker's JIT; 0 skips [200000]
@@ -76,6 +79,7 @@ PRODUCER_PROPS="${BENCH_PRODUCER_PROPS:-}"
 SCALE_DRIVERS="${BENCH_SCALE_DRIVERS-1 2 4 8}"
 SCALE_PARTITIONS="${BENCH_SCALE_PARTITIONS:-2}"
 SCALE_RECORDS="${BENCH_SCALE_RECORDS:-$RECORDS}"
+SCALE_PUT_MS="${BENCH_SCALE_PUT_MS-0 10}"
 IDLE_TIMEOUT="${BENCH_IDLE_TIMEOUT:-60}"
 WARMUP_RECORDS="${BENCH_WARMUP_RECORDS:-200000}"
 PAUSE="${BENCH_PAUSE:-2}"
@@ -102,6 +106,7 @@ done
 [[ "$WARMUP_RECORDS" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP_RECORDS: '$WARMUP_RECORDS'"
 for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
+for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
 
 # --- tools ------------------------------------------------------------------------------------
 ver_ge() { # ver_ge A B: dotted version A >= B
@@ -164,6 +169,11 @@ else
   ./scripts/kafka.sh start
   BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
 fi
+# The broker's CPU is sampled too, when it is the one scripts/kafka.sh runs from this checkout.
+BROKER_PID=""
+if [[ "$(cat target/kafka/bootstrap 2>/dev/null)" == "$BOOTSTRAP" ]]; then
+  BROKER_PID="$(cat target/kafka/kafka.pid 2>/dev/null || true)"
+fi
 [[ "$BOOTSTRAP" == 127.0.0.1:* || "$BOOTSTRAP" == localhost:* || "$BOOTSTRAP" == "[::1]:"* ]] \
   || die "only loopback brokers: $BOOTSTRAP"
 
@@ -205,8 +215,15 @@ delete_group() {
 }
 
 # --- sampler ----------------------------------------------------------------------------------
-# Every RSS_INTERVAL s: "unix_ms rss_kb cpu_ticks" of the largest process under ROOT (the client,
-# not GNU time or kafka.sh's bash); cpu_ticks is its utime+stime. Only builtins, besides sleep.
+# Every RSS_INTERVAL s: "unix_ms rss_kb cpu_ticks broker_ticks": RSS and utime+stime of the
+# largest process under ROOT (the client, not GNU time or kafka.sh's bash), and utime+stime of the
+# broker (-1 if unknown). Only builtins, besides sleep.
+cpu_ticks() { # cpu_ticks PID: utime+stime in clock ticks, or -1
+  local line; local -a stat
+  read -r line 2>/dev/null <"/proc/$1/stat" || { echo -1; return; }
+  read -r -a stat <<<"${line##*) }"   # fields from 3 (state) on: utime is 14, stime 15
+  echo $((stat[11] + stat[12]))
+}
 descendants() {
   local -a queue=("$1") kids
   local p
@@ -219,8 +236,7 @@ descendants() {
   done
 }
 sample() { # sample ROOT_PID OUT_FILE
-  local root="$1" out="$2" p key value unit best best_pid now line
-  local -a stat
+  local root="$1" out="$2" p key value unit best best_pid now
   : >"$out"
   while kill -0 "$root" 2>/dev/null; do
     best=0; best_pid=""
@@ -230,9 +246,9 @@ sample() { # sample ROOT_PID OUT_FILE
       done 2>/dev/null <"/proc/$p/status" || true
     done
     now="${EPOCHREALTIME/./}"
-    if [[ -n "$best_pid" ]] && read -r line 2>/dev/null <"/proc/$best_pid/stat"; then
-      read -r -a stat <<<"${line##*) }"   # fields from 3 (state) on: utime is 14, stime 15
-      printf '%d %d %d\n' $((now / 1000)) "$best" $((stat[11] + stat[12])) >>"$out"
+    if [[ -n "$best_pid" ]]; then
+      printf '%d %d %d %d\n' $((now / 1000)) "$best" "$(cpu_ticks "$best_pid")" \
+        "$( [[ -n "$BROKER_PID" ]] && cpu_ticks "$BROKER_PID" || echo -1)" >>"$out"
     fi
     sleep "$RSS_INTERVAL"
   done
@@ -286,16 +302,18 @@ bench_field() { # bench_field FILE KEY
 }
 
 RUNS="$OUT/runs.tsv"
-printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\n' >"$RUNS"
+printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\n' >"$RUNS"
 CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 
-# record_run KIND ROUND CLIENT NAME EXPECTED: appends one line to runs.tsv and prints it.
+# record_run KIND ROUND CLIENT NAME EXPECTED PUT_MS: appends one line to runs.tsv and prints it.
 #   cpu_us_per_record         user+sys of the whole process (GNU time) over all records
 #   window_cpu_us_per_record  the sampled CPU rate inside the clock's window, over the records
 #                             counted there ("na" when the window holds fewer than 2 samples)
 #   rss_1st/2nd_half_MB       the largest RSS sample in the first and second half of the window
+#   broker_cpu_us_per_record  the broker's sampled CPU rate inside the window, over the records
+#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B)
 record_run() {
-  local kind="$1" round="$2" client="$3" name="$4" expected="$5"
+  local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6"
   local bench="$OUT/$name.bench"
   if [[ "$client" == B ]]; then
     java_to_bench "$OUT/$name.out" "$expected" "$(cat "$OUT/$name.started")" >"$bench"
@@ -305,9 +323,9 @@ record_run() {
   [[ "$(bench_field "$bench" complete)" == 1 ]] || die "$name did not consume $expected records: $(cat "$bench")"
   local t; t="$(cat "$OUT/$name.time")"
   awk -v kind="$kind" -v round="$round" -v client="$client" -v bench="$(cat "$bench")" -v t="$t" \
-      -v tck="$CLK_TCK" '
+      -v tck="$CLK_TCK" -v put_ms="$put_ms" '
     function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
-    { at[NR] = $1; rss[NR] = $2; cpu[NR] = $3 }
+    { at[NR] = $1; rss[NR] = $2; cpu[NR] = $3; bcpu[NR] = $4 }
     END {
       records = field(bench, "records"); wr = field(bench, "window_records"); wms = field(bench, "window_ms")
       wb = field(bench, "window_bytes"); user = field(t, "user"); sys = field(t, "sys")
@@ -319,22 +337,28 @@ record_run() {
         last = i
         if (at[i] < half) { if (r1 == "na" || rss[i] > r1) r1 = rss[i] } else if (r2 == "na" || rss[i] > r2) r2 = rss[i]
       }
-      wcpu = "na"
-      if (first && last > first && at[last] > at[first] && wr > 0)
+      wcpu = "na"; bw = "na"
+      if (first && last > first && at[last] > at[first] && wr > 0) {
         wcpu = sprintf("%.3f", (cpu[last] - cpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
+        if (bcpu[first] >= 0 && bcpu[last] >= 0)
+          bw = sprintf("%.3f", (bcpu[last] - bcpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
+      }
+      polls = field(bench, "polls"); commits = field(bench, "commits")
+      rpp = polls > 0 ? sprintf("%.0f", records / polls) : "na"
+      if (commits == "") commits = "na"
       s = wms / 1000
       r1 = r1 == "na" ? r1 : sprintf("%.1f", r1 / 1024); r2 = r2 == "na" ? r2 : sprintf("%.1f", r2 / 1024)
-      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
         kind, round, client, field(bench, "drivers"), records, wr, wms, wr / s, wb / 1048576 / s,
         user + sys, user, sys, (user + sys) * 1e6 / records, wcpu, field(t, "maxrss_kb") / 1024,
-        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered")
+        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered"), bw, rpp, commits, put_ms
     }' "$OUT/$name.samples" | tee -a "$RUNS" >&2
 }
 
-run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
-  local kind="$1" round="$2" client="$3" topic="$4" records="$5" drivers="${6:-1}"
-  local group="bench-$RUN_ID-$kind-r$round-$client-d$drivers"
-  local name="$kind-r$round-$client-d$drivers"
+run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
+  local kind="$1" round="$2" client="$3" topic="$4" records="$5" drivers="${6:-1}" put_ms="${7:-0}"
+  local name="$kind-r$round-$client-d$drivers-p$put_ms"
+  local group="bench-$RUN_ID-$name"
   new_group "$group"
   sleep "$PAUSE"
   log "run $name: group $group"
@@ -342,7 +366,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
     A) measure "$name" "$A_BIN" consume --bootstrap "$BOOTSTRAP" --topic "$topic" --group "$group" \
          --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
          --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
-         --idle-timeout-secs "$IDLE_TIMEOUT" ;;
+         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" ;;
     B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
          org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$BOOTSTRAP" \
          --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
@@ -353,7 +377,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS]
          --max-poll-records "$MAX_POLL_RECORDS" --commit "$C_COMMIT" --runtime "$RUNTIME" \
          --idle-timeout-secs "$IDLE_TIMEOUT" ;;
   esac
-  record_run "$kind" "$round" "$client" "$name" "$records"
+  record_run "$kind" "$round" "$client" "$name" "$records" "$put_ms"
   delete_group "$group"
 }
 
@@ -392,11 +416,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 # --- scale-out row ----------------------------------------------------------------------------
-if [[ -n "$SCALE_DRIVERS" ]]; then
+if [[ -n "$SCALE_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
   SCALE_TOPIC="bench-$RUN_ID-p$SCALE_PARTITIONS"
   produce "$SCALE_TOPIC" "$SCALE_PARTITIONS" "$SCALE_RECORDS"
-  for k in $SCALE_DRIVERS; do
-    run_client scale 1 A "$SCALE_TOPIC" "$SCALE_RECORDS" "$k"
+  for put_ms in $SCALE_PUT_MS; do
+    for k in $SCALE_DRIVERS; do
+      run_client scale 1 A "$SCALE_TOPIC" "$SCALE_RECORDS" "$k" "$put_ms"
+    done
   done
 fi
 
@@ -444,9 +470,9 @@ summarize() {
     NR == 1 { next }
     $1 == "main" {
       r = $2; c = $3; if (r > rounds) rounds = r
-      rps[r, c] = $8; mbs[r, c] = $9; cpu[r, c] = $13; wcpu[r, c] = $14; rss[r, c] = $15; h1[r, c] = $16; h2[r, c] = $17
+      rps[r, c] = $8; mbs[r, c] = $9; cpu[r, c] = $13; wcpu[r, c] = $14; rss[r, c] = $15; h1[r, c] = $16; h2[r, c] = $17; bk[r, c] = $21
     }
-    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15 }
+    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; if (!($24 in base)) base[$24] = $8 }
     END {
       for (r = 1; r <= rounds; r++) {
         ab[r] = ratio(rps[r, "A"], rps[r, "B"]); ac[r] = ratio(rps[r, "A"], rps[r, "C"])
@@ -454,13 +480,13 @@ summarize() {
         mb[r] = ratio(rss[r, "A"], rss[r, "B"]); grow[r] = ratio(h2[r, "A"], h1[r, "A"])
         for (k = 1; k <= 3; k++) {
           x = substr("ABC", k, 1)
-          c_rps[x, r] = rps[r, x]; c_mbs[x, r] = mbs[r, x]; c_cpu[x, r] = cpu[r, x]; c_wcpu[x, r] = wcpu[r, x]; c_rss[x, r] = rss[r, x]
+          c_rps[x, r] = rps[r, x]; c_mbs[x, r] = mbs[r, x]; c_cpu[x, r] = cpu[r, x]; c_wcpu[x, r] = wcpu[r, x]; c_rss[x, r] = rss[r, x]; c_bk[x, r] = bk[r, x]
         }
       }
       for (k = 1; k <= 3; k++) {
         x = substr("ABC", k, 1)
-        for (r = 1; r <= rounds; r++) { t1[r] = c_rps[x, r]; t2[r] = c_cpu[x, r]; t3[r] = c_wcpu[x, r]; t4[r] = c_rss[x, r]; t5[r] = c_mbs[x, r] }
-        m_rps[x] = median(t1, rounds); m_cpu[x] = median(t2, rounds); m_wcpu[x] = median(t3, rounds); m_rss[x] = median(t4, rounds); m_mbs[x] = median(t5, rounds)
+        for (r = 1; r <= rounds; r++) { t1[r] = c_rps[x, r]; t2[r] = c_cpu[x, r]; t3[r] = c_wcpu[x, r]; t4[r] = c_rss[x, r]; t5[r] = c_mbs[x, r]; t6[r] = c_bk[x, r] }
+        m_rps[x] = median(t1, rounds); m_cpu[x] = median(t2, rounds); m_wcpu[x] = median(t3, rounds); m_rss[x] = median(t4, rounds); m_mbs[x] = median(t5, rounds); m_bk[x] = median(t6, rounds)
       }
 
       print "Throughput (records/s, MB/s of key+value bytes; group join not timed):"
@@ -484,6 +510,14 @@ summarize() {
       printf "| median | %s | %s | %s | **%s** | %s | %s | %s | **%s** |\n", f(m_cpu["A"], "%.2f"), f(m_cpu["B"], "%.2f"), f(m_cpu["C"], "%.2f"), f(median(cb, rounds), "%.3f"),
         f(m_wcpu["A"], "%.2f"), f(m_wcpu["B"], "%.2f"), f(m_wcpu["C"], "%.2f"), f(median(wcb, rounds), "%.3f")
       print ""
+      print "The broker, in the same windows (sampled CPU µs per record; the client and the broker share the cores):"
+      print ""
+      print "| round | broker for A | for B | for C |"
+      print "|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s |\n", r, f(bk[r, "A"], "%.2f"), f(bk[r, "B"], "%.2f"), f(bk[r, "C"], "%.2f")
+      printf "| median | %s | %s | %s |\n", f(m_bk["A"], "%.2f"), f(m_bk["B"], "%.2f"), f(m_bk["C"], "%.2f")
+      print ""
       print "Memory (peak RSS of the client process, MB; A over the window: largest sample in its 1st and 2nd half):"
       print ""
       print "| round | A | B | C | A ÷ B | A 1st half | A 2nd half | 2nd ÷ 1st |"
@@ -494,12 +528,13 @@ summarize() {
       printf "| median | %s | %s | %s | **%s** | | | %s |\n", f(m_rss["A"], "%.1f"), f(m_rss["B"], "%.1f"), f(m_rss["C"], "%.1f"), f(median(mb, rounds), "%.3f"), f(median(grow, rounds), "%.2f")
       if (ns) {
         print ""
-        print "Scale-out (A, one share group, one process, the scale-out topic):"
+        print "Scale-out (A: K drivers in one process and one share group, on the scale-out topic; put sleeps"
+        print "the given ms per batch, 0 = the no-op sink; × first = rec/s over the first row of that latency):"
         print ""
-        print "| drivers | rec/s | × 1 driver | CPU µs/rec whole | CPU µs/rec window | peak RSS MB |"
-        print "|---|---|---|---|---|---|"
+        print "| put ms | drivers | rec/s | × first | CPU µs/rec whole | CPU µs/rec window | broker µs/rec | peak RSS MB |"
+        print "|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= ns; i++)
-          printf "| %d | %.0f | %.2f | %s | %s | %.1f |\n", sk[i], srps[i], srps[i] / srps[1], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), srss[i]
+          printf "| %s | %d | %.0f | %.2f | %s | %s | %s | %.1f |\n", sput[i], sk[i], srps[i], srps[i] / base[sput[i]], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), f(sbk[i], "%.2f"), srss[i]
       }
     }' "$RUNS"
 }

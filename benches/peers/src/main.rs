@@ -64,6 +64,7 @@ async fn consume(args: &[String]) -> BoxResult<()> {
     consumer.subscribe([topic]).await?;
 
     let (mut records, mut bytes, mut redelivered) = (0u64, 0u64, 0u64);
+    let (mut polls, mut commits) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
     let mut last_progress = Instant::now();
     let outcome: BoxResult<()> = async {
@@ -86,7 +87,9 @@ async fn consume(args: &[String]) -> BoxResult<()> {
                 consumer.ack(r)?;
             }
             records += batch.len() as u64;
+            polls += 1;
             if commit_every {
+                commits += 1;
                 for (partition, result) in consumer.commit().await? {
                     if let Err(e) = result {
                         eprintln!("commit failed for {partition:?}: {e}");
@@ -102,7 +105,8 @@ async fn consume(args: &[String]) -> BoxResult<()> {
     println!(
         "BENCH client=C records={records} bytes={bytes} window_records={records} \
          window_bytes={bytes} window_ms={:.3} join_ms={} redelivered={redelivered} drivers=1 \
-         complete={} window_start_unix_ms={} window_end_unix_ms={}",
+         complete={} window_start_unix_ms={} window_end_unix_ms={} polls={polls} \
+         commits={commits}",
         (end - start).as_secs_f64() * 1000.0,
         first.map_or(0, |f| (f - process_start).as_millis()),
         u8::from(records >= target),
