@@ -45,7 +45,8 @@
 #   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
 #   BENCH_DELETE_GROUPS    1: delete each share group after its run [1]
 #   BENCH_OUT              results directory [target/bench/<date>-<time>]
-#   BENCH_BOOTSTRAP        use this running broker instead of starting one (it is not stopped)
+#   BENCH_BOOTSTRAP        use this running broker instead of starting one (it is not stopped; nor
+#                          is one already running from this checkout, which is used as well)
 #   BENCH_NICE             nice level of the cargo builds [10]
 #   KAFKA_VERSION, KAFKA_*  passed to scripts/kafka.sh (Kafka 4.2 or later)
 #
@@ -91,8 +92,9 @@ OUT="${BENCH_OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}"
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
 export KAFKA_VERSION
 
-A_BIN="target/release/examples/bench_consumer"
-PEERS_TARGET="target/bench-peers"
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+A_BIN="$TARGET_DIR/release/examples/bench_consumer"
+PEERS_TARGET="$TARGET_DIR/bench-peers"
 C_BIN="$PEERS_TARGET/release/krafka_share_consumer"
 TIME_FMT='elapsed=%e user=%U sys=%S maxrss_kb=%M'
 
@@ -164,6 +166,10 @@ fi
 if [[ -n "${BENCH_BOOTSTRAP:-}" ]]; then
   BOOTSTRAP="$BENCH_BOOTSTRAP"
   log "using the broker at $BOOTSTRAP"
+elif ./scripts/kafka.sh status >/dev/null 2>&1; then
+  # Someone's broker from this checkout: use it, and leave it running.
+  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  log "using the broker already running from this checkout at $BOOTSTRAP (it is not stopped)"
 else
   STARTED_BROKER=1
   ./scripts/kafka.sh start
@@ -390,7 +396,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "rustc: $(rustc --version)"
   echo "java: $(java -version 2>&1 | head -n1)"
-  echo "kafka: $KAFKA_VERSION (broker and Java clients)"
+  echo "kafka: broker $(cat target/kafka/version 2>/dev/null || echo "$KAFKA_VERSION"), Java clients and tools $KAFKA_VERSION"
   echo "krafka: $(awk '/^name = "krafka"/ {getline; print $3}' benches/peers/Cargo.lock | tr -d '"')"
   echo "kafka-share-sink: $(git describe --always --dirty 2>/dev/null || echo unknown)"
   echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS warmup=$WARMUP_RECORDS" \
