@@ -14,7 +14,8 @@
 #
 # Per run: records/s and MB/s with group join left out (the clock starts when the first records
 # reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
-# (GNU time), and RSS sampled over the run. Then per round the ratios A/B and A/C, and medians.
+# (GNU time), and, sampled from /proc every BENCH_RSS_INTERVAL s, the RSS and CPU of the client and
+# the CPU of the broker inside the clock's window. Then per round the ratios A/B and A/C, and medians.
 #
 # Usage: ./scripts/bench.sh            (quick check: BENCH_RECORDS=20000 BENCH_ROUNDS=1 ./scripts/bench.sh)
 #
@@ -56,13 +57,14 @@
 # that line's time and counts the records from that one on. A and C start theirs when their first
 # poll returns records (A with several drivers: when every driver has had records) and count
 # those records on. All three stop when the record that reaches BENCH_RECORDS has been handed
-# over (A and C: acknowledged and, with the default commit policies, committed). CPU and RSS are
-# the whole client process, JVM start-up, join and close included.
+# over (A and C: acknowledged and, with the default commit policies, committed). "Whole" CPU and
+# peak RSS are the whole client process, JVM start-up, join and close included; "window" CPU is
+# the sampled rate while the clock ran.
 #
-# Output: BENCH_OUT/runs.tsv (one line per run), BENCH_OUT/summary.md (the tables), logs per run.
+# Output: BENCH_OUT/runs.tsv (one line per run), BENCH_OUT/summary.md (the tables), per run its
+# stdout/stderr, GNU time and /proc samples; with BENCH_PROFILE=1, perf-A.txt and perf-C.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO_ROOT="$(pwd)"
 
 RECORDS="${BENCH_RECORDS:-1000000}"
 RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
