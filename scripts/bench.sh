@@ -1,0 +1,564 @@
+#!/usr/bin/env bash
+# End-to-end share-consumer benchmark (see BENCHMARKS.md): one broker started by scripts/kafka.sh,
+# one topic produced once, then the clients drain it in turns A B C A B C ..., each run with a
+# fresh share group set to share.auto.offset.reset=earliest:
+#
+#   A  this crate: KafkaShareConsumer under ShareSinkTask, a no-op sink, explicit acks
+#      (examples/bench_consumer.rs)
+#   B  Java org.apache.kafka.tools.ShareConsumerPerformance (kafka-tools jar, via kafka.sh run-class),
+#      --fetch-size set to A's fetch.max.bytes
+#   C  krafka's share consumer, explicit acks (benches/peers/, its own workspace and lockfile)
+#
+# Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
+# the no-op sink and with a sink whose put takes 10 ms per batch.
+#
+# Per run: records/s and MB/s with group join left out (the clock starts when the first records
+# reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
+# (GNU time), and, sampled from /proc every BENCH_RSS_INTERVAL s, the RSS and CPU of the client and
+# the CPU of the broker inside the clock's window. Then per round the ratios A/B and A/C, and medians.
+#
+# Usage: ./scripts/bench.sh            (quick check: BENCH_RECORDS=20000 BENCH_ROUNDS=1 ./scripts/bench.sh)
+#
+# Environment (defaults in brackets):
+#   BENCH_RECORDS          records produced and consumed per run [1000000]
+#   BENCH_RECORD_SIZE      value size in bytes, null keys [1024]
+#   BENCH_PARTITIONS       partitions of the main topic [6]
+#   BENCH_ROUNDS           rounds of the clients [3]
+#   BENCH_CLIENTS          clients per round, in order [A B C]
+#   BENCH_FETCH_MAX_BYTES  fetch.max.bytes of A and C and --fetch-size of B [52428800, A's default]
+#   BENCH_MAX_POLL_RECORDS max.poll.records of all three [500, the default of all three]
+#   BENCH_A_COMMIT         A's commit policy: every | records:N | interval:MS [every, the driver's default]
+#   BENCH_C_COMMIT         C: every (commit after each poll, like A) | none (acks ride on the next fetch) [every]
+#   BENCH_RUNTIME          tokio runtime of A and C: multi | current [multi]
+#   BENCH_JAVA_HEAP        JVM heap options of B [-Xmx512m, kafka.sh's tool default]
+#   BENCH_GROUP_CONFIG     extra share-group configs, space separated k=v [none]
+#   BENCH_PRODUCER_PROPS   extra producer properties, space separated k=v [none: Java defaults]
+#   BENCH_SCALE_DRIVERS    driver counts of the scale-out row; empty skips it [1 2 4 8]
+#   BENCH_SCALE_PARTITIONS partitions of the scale-out topic [2]
+#   BENCH_SCALE_RECORDS    records of the scale-out topic [BENCH_RECORDS]
+#   BENCH_SCALE_PUT_MS     the scale-out row is run for each of these sink latencies: put sleeps
+#                          this many ms per batch (0: the no-op sink) [0 10]
+#   BENCH_IDLE_TIMEOUT     seconds without records before a client gives up [60]
+#   BENCH_WARMUP_RECORDS   first, each client drains this many records once, unrecorded in the
+#                          tables, to warm the broker's JIT; 0 skips [200000]
+#   BENCH_PAUSE            seconds between runs, for the broker to settle [2]
+#   BENCH_RSS_INTERVAL     seconds between RSS samples [0.2]
+#   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
+#   BENCH_DELETE_GROUPS    1: delete each share group after its run [1]
+#   BENCH_OUT              results directory [target/bench/<date>-<time>]
+#   BENCH_BOOTSTRAP        use this running broker instead of starting one (it is not stopped; nor
+#                          is one already running from this checkout, which is used as well)
+#   BENCH_NICE             nice level of the cargo builds [10]
+#   KAFKA_VERSION, KAFKA_*  passed to scripts/kafka.sh (Kafka 4.2 or later)
+#
+# Timing. Java's tool starts its clock before subscribe, so it would count the group join. It is
+# run with --show-detailed-stats --reporting-interval 50, so it prints a progress line when it
+# handles its first record (the join always takes longer than 50 ms); the clock of B starts at
+# that line's time and counts the records from that one on. A and C start theirs when their first
+# poll returns records (A with several drivers: when every driver has had records) and count
+# those records on. All three stop when the record that reaches BENCH_RECORDS has been handed
+# over (A and C: acknowledged and, with the default commit policies, committed). "Whole" CPU and
+# peak RSS are the whole client process, JVM start-up, join and close included; "window" CPU is
+# the sampled rate while the clock ran.
+#
+# Output: BENCH_OUT/runs.tsv (one line per run), BENCH_OUT/summary.md (the tables), per run its
+# stdout/stderr, GNU time and /proc samples; with BENCH_PROFILE=1, perf-A.txt and perf-C.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RECORDS="${BENCH_RECORDS:-1000000}"
+RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
+PARTITIONS="${BENCH_PARTITIONS:-6}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+CLIENTS="${BENCH_CLIENTS:-A B C}"
+FETCH_MAX_BYTES="${BENCH_FETCH_MAX_BYTES:-52428800}"
+MAX_POLL_RECORDS="${BENCH_MAX_POLL_RECORDS:-500}"
+A_COMMIT="${BENCH_A_COMMIT:-every}"
+C_COMMIT="${BENCH_C_COMMIT:-every}"
+RUNTIME="${BENCH_RUNTIME:-multi}"
+JAVA_HEAP="${BENCH_JAVA_HEAP:--Xmx512m}"
+GROUP_CONFIG="${BENCH_GROUP_CONFIG:-}"
+PRODUCER_PROPS="${BENCH_PRODUCER_PROPS:-}"
+SCALE_DRIVERS="${BENCH_SCALE_DRIVERS-1 2 4 8}"
+SCALE_PARTITIONS="${BENCH_SCALE_PARTITIONS:-2}"
+SCALE_RECORDS="${BENCH_SCALE_RECORDS:-$RECORDS}"
+SCALE_PUT_MS="${BENCH_SCALE_PUT_MS-0 10}"
+IDLE_TIMEOUT="${BENCH_IDLE_TIMEOUT:-60}"
+WARMUP_RECORDS="${BENCH_WARMUP_RECORDS:-200000}"
+PAUSE="${BENCH_PAUSE:-2}"
+RSS_INTERVAL="${BENCH_RSS_INTERVAL:-0.2}"
+PROFILE="${BENCH_PROFILE:-0}"
+DELETE_GROUPS="${BENCH_DELETE_GROUPS:-1}"
+NICE="${BENCH_NICE:-10}"
+OUT="${BENCH_OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}"
+KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
+export KAFKA_VERSION
+
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+A_BIN="$TARGET_DIR/release/examples/bench_consumer"
+PEERS_TARGET="$TARGET_DIR/bench-peers"
+C_BIN="$PEERS_TARGET/release/krafka_share_consumer"
+TIME_FMT='elapsed=%e user=%U sys=%S maxrss_kb=%M'
+
+log() { printf 'bench.sh: %s\n' "$*" >&2; }
+die() { printf 'bench.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+
+for n in "$RECORDS" "$RECORD_SIZE" "$PARTITIONS" "$ROUNDS" "$FETCH_MAX_BYTES" "$MAX_POLL_RECORDS" \
+         "$SCALE_PARTITIONS" "$SCALE_RECORDS" "$IDLE_TIMEOUT"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive integer (check the BENCH_* variables)"
+done
+[[ "$WARMUP_RECORDS" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP_RECORDS: '$WARMUP_RECORDS'"
+for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
+for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
+for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
+
+# --- tools ------------------------------------------------------------------------------------
+ver_ge() { # ver_ge A B: dotted version A >= B
+  local IFS=.; local -a a=($1) b=($2); local i
+  for i in 0 1 2; do
+    ((10#${a[i]:-0} > 10#${b[i]:-0})) && return 0
+    ((10#${a[i]:-0} < 10#${b[i]:-0})) && return 1
+  done
+  return 0
+}
+ver_ge "${KAFKA_VERSION%%-*}" 4.2.0 || die "KAFKA_VERSION=$KAFKA_VERSION: the benchmark needs Kafka 4.2 or later"
+
+GNU_TIME=/usr/bin/time
+ensure_gnu_time() {
+  if [[ -x "$GNU_TIME" ]] && "$GNU_TIME" -f '%M' -o /dev/null true 2>/dev/null; then return; fi
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "GNU time missing: installing the 'time' package with apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q time >/dev/null \
+      || die "apt-get install time failed"
+  fi
+  [[ -x "$GNU_TIME" ]] && "$GNU_TIME" -f '%M' -o /dev/null true 2>/dev/null \
+    || die "GNU time (/usr/bin/time) is needed for CPU and peak RSS: install the 'time' package"
+}
+ensure_gnu_time
+command -v cargo >/dev/null || die "cargo not found"
+
+# --- cleanup: everything this script starts is stopped on exit -------------------------------
+STARTED_BROKER=0
+CHILD_PIDS=()
+cleanup() {
+  local pid p
+  for pid in "${CHILD_PIDS[@]}"; do
+    for p in $(descendants "$pid"); do kill "$p" 2>/dev/null || true; done
+  done
+  if ((STARTED_BROKER)); then ./scripts/kafka.sh stop || true; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$OUT"
+log "results in $OUT"
+
+# --- build ------------------------------------------------------------------------------------
+log "building client A (release)"
+nice -n "$NICE" cargo build --release --example bench_consumer >"$OUT/build-a.log" 2>&1 \
+  || { tail -n 30 "$OUT/build-a.log" >&2; die "building A failed"; }
+if [[ " $CLIENTS " == *" C "* || "$PROFILE" == 1 ]]; then
+  log "building client C (benches/peers, release, --locked)"
+  nice -n "$NICE" cargo build --release --locked --manifest-path benches/peers/Cargo.toml \
+    --target-dir "$PEERS_TARGET" >"$OUT/build-c.log" 2>&1 \
+    || { tail -n 30 "$OUT/build-c.log" >&2; die "building C failed"; }
+fi
+
+# --- broker -----------------------------------------------------------------------------------
+if [[ -n "${BENCH_BOOTSTRAP:-}" ]]; then
+  BOOTSTRAP="$BENCH_BOOTSTRAP"
+  log "using the broker at $BOOTSTRAP"
+elif ./scripts/kafka.sh status >/dev/null 2>&1; then
+  # Someone's broker from this checkout: use it, and leave it running.
+  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  log "using the broker already running from this checkout at $BOOTSTRAP (it is not stopped)"
+else
+  STARTED_BROKER=1
+  ./scripts/kafka.sh start
+  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+fi
+# The broker's CPU is sampled too, when it is the one scripts/kafka.sh runs from this checkout.
+BROKER_PID=""
+if [[ "$(cat target/kafka/bootstrap 2>/dev/null)" == "$BOOTSTRAP" ]]; then
+  BROKER_PID="$(cat target/kafka/kafka.pid 2>/dev/null || true)"
+fi
+[[ "$BOOTSTRAP" == 127.0.0.1:* || "$BOOTSTRAP" == localhost:* || "$BOOTSTRAP" == "[::1]:"* ]] \
+  || die "only loopback brokers: $BOOTSTRAP"
+
+run_class() { ./scripts/kafka.sh run-class "$@"; }
+admin() { "$A_BIN" "$@" --bootstrap "$BOOTSTRAP"; }
+RUN_ID="$(date +%H%M%S)-$$"
+
+produce() { # produce TOPIC PARTITIONS RECORDS
+  local topic="$1" partitions="$2" records="$3" kv
+  admin create-topic --topic "$topic" --partitions "$partitions"
+  local -a props=()
+  for kv in $PRODUCER_PROPS; do props+=(--command-property "$kv"); done
+  log "producing $records records of $RECORD_SIZE bytes to $topic ($partitions partitions)"
+  run_class org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$BOOTSTRAP" \
+    --topic "$topic" --num-records "$records" --record-size "$RECORD_SIZE" --throughput -1 \
+    "${props[@]}" >"$OUT/produce-$topic.log" 2>&1 \
+    || { tail -n 20 "$OUT/produce-$topic.log" >&2; die "producing failed"; }
+  tail -n 1 "$OUT/produce-$topic.log" >&2
+  # The end offsets per partition: they must add up to the records produced.
+  run_class org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
+    >"$OUT/offsets-$topic.txt" 2>>"$OUT/produce-$topic.log"
+  local total
+  total="$(awk -F: '{s += $NF} END {print s + 0}' "$OUT/offsets-$topic.txt")"
+  ((total == records)) || die "$topic holds $total records, not $records"
+  log "end offsets of $topic: $(awk -F: '{printf "%s ", $NF}' "$OUT/offsets-$topic.txt")"
+}
+
+new_group() { # new_group NAME: configure a fresh share group
+  local group="$1" kv
+  local -a sets=(--set share.auto.offset.reset=earliest)
+  for kv in $GROUP_CONFIG; do sets+=(--set "$kv"); done
+  admin group-config --group "$group" "${sets[@]}"
+}
+
+delete_group() {
+  [[ "$DELETE_GROUPS" == 1 ]] || return 0
+  run_class org.apache.kafka.tools.consumer.group.ShareGroupCommand --bootstrap-server "$BOOTSTRAP" \
+    --delete --group "$1" >>"$OUT/groups.log" 2>&1 || log "could not delete group $1 (see groups.log)"
+}
+
+# --- sampler ----------------------------------------------------------------------------------
+# Every RSS_INTERVAL s: "unix_ms rss_kb cpu_ticks broker_ticks": RSS and utime+stime of the
+# largest process under ROOT (the client, not GNU time or kafka.sh's bash), and utime+stime of the
+# broker (-1 if unknown). Only builtins, besides sleep.
+cpu_ticks() { # cpu_ticks PID: utime+stime in clock ticks, or -1
+  local line; local -a stat
+  read -r line 2>/dev/null <"/proc/$1/stat" || { echo -1; return; }
+  read -r -a stat <<<"${line##*) }"   # fields from 3 (state) on: utime is 14, stime 15
+  echo $((stat[11] + stat[12]))
+}
+descendants() {
+  local -a queue=("$1") kids
+  local p
+  while ((${#queue[@]})); do
+    p="${queue[0]}"; queue=("${queue[@]:1}")
+    printf '%s\n' "$p"
+    kids=()
+    read -r -a kids 2>/dev/null <"/proc/$p/task/$p/children" || true
+    ((${#kids[@]})) && queue+=("${kids[@]}")
+  done
+}
+sample() { # sample ROOT_PID OUT_FILE
+  local root="$1" out="$2" p key value unit best best_pid now
+  : >"$out"
+  while kill -0 "$root" 2>/dev/null; do
+    best=0; best_pid=""
+    for p in $(descendants "$root"); do
+      while read -r key value unit; do
+        [[ "$key" == VmRSS: ]] && { ((value > best)) && { best=$value; best_pid=$p; }; break; }
+      done 2>/dev/null <"/proc/$p/status" || true
+    done
+    now="${EPOCHREALTIME/./}"
+    if [[ -n "$best_pid" ]]; then
+      printf '%d %d %d %d\n' $((now / 1000)) "$best" "$(cpu_ticks "$best_pid")" \
+        "$( [[ -n "$BROKER_PID" ]] && cpu_ticks "$BROKER_PID" || echo -1)" >>"$out"
+    fi
+    sleep "$RSS_INTERVAL"
+  done
+}
+
+# --- one run ----------------------------------------------------------------------------------
+# measure NAME CMD...: runs CMD under GNU time with the RSS sampler; output in $OUT/NAME.*
+measure() {
+  local name="$1"; shift
+  "$GNU_TIME" -f "$TIME_FMT" -o "$OUT/$name.time" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+  local pid=$!
+  CHILD_PIDS+=("$pid")
+  date +%s%3N >"$OUT/$name.started"
+  sample "$pid" "$OUT/$name.samples" &
+  local sampler=$!
+  CHILD_PIDS+=("$sampler")
+  local rc=0
+  wait "$pid" || rc=$?
+  wait "$sampler" 2>/dev/null || true
+  CHILD_PIDS=()
+  if ((rc != 0)); then
+    tail -n 20 "$OUT/$name.err" >&2
+    die "$name failed (exit $rc); logs in $OUT/$name.{out,err}"
+  fi
+}
+
+# B runs with TZ=UTC and prints HH:mm:ss.SSS; this turns its output into A's BENCH line, with
+# the times made Unix milliseconds again from the run's start (REF_MS).
+java_to_bench() { # java_to_bench OUT_FILE RECORDS REF_MS
+  awk -v target="$2" -v ref="$3" '
+    function ms(t,   a, x) {
+      split(t, a, /[:.]/); x = ref - ref % 86400000 + ((a[1] * 60 + a[2]) * 60 + a[3]) * 1000 + a[4]
+      return x < ref - 3600000 ? x + 86400000 : x
+    }
+    /for share consumer/ { if (!seen) { split($0, f, /, */); t_first = ms(f[2]); r_first = f[6]; seen = 1 } next }
+    /^WARNING/ { warn = 1; next }
+    /^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\.[0-9]+, / { split($0, f, /, */); t_start = ms(f[1]); t_end = ms(f[2]); mb = f[3]; records = f[6] }
+    END {
+      if (records == "") { print "no final line in the Java output" > "/dev/stderr"; exit 1 }
+      if (!seen) { print "no progress line in the Java output" > "/dev/stderr"; exit 1 }
+      bytes = int(mb * 1048576 + 0.5)
+      wr = records - r_first + 1
+      printf "BENCH client=B records=%d bytes=%d window_records=%d window_bytes=%d window_ms=%d join_ms=%d redelivered=-1 drivers=1 complete=%d first_progress_records=%d window_start_unix_ms=%.0f window_end_unix_ms=%.0f\n",
+        records, bytes, wr, (records > 0 ? int(bytes * wr / records + 0.5) : 0), t_end - t_first,
+        t_first - t_start, (records >= target && !warn), r_first, t_first, t_end
+    }' "$1"
+}
+
+bench_field() { # bench_field FILE KEY
+  grep -m1 '^BENCH ' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+
+RUNS="$OUT/runs.tsv"
+printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\n' >"$RUNS"
+CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+
+# record_run KIND ROUND CLIENT NAME EXPECTED PUT_MS: appends one line to runs.tsv and prints it.
+#   cpu_us_per_record         user+sys of the whole process (GNU time) over all records
+#   window_cpu_us_per_record  the sampled CPU rate inside the clock's window, over the records
+#                             counted there ("na" when the window holds fewer than 2 samples)
+#   rss_1st/2nd_half_MB       the largest RSS sample in the first and second half of the window
+#   broker_cpu_us_per_record  the broker's sampled CPU rate inside the window, over the records
+#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B)
+record_run() {
+  local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6"
+  local bench="$OUT/$name.bench"
+  if [[ "$client" == B ]]; then
+    java_to_bench "$OUT/$name.out" "$expected" "$(cat "$OUT/$name.started")" >"$bench"
+  else
+    grep -m1 '^BENCH ' "$OUT/$name.out" >"$bench" || die "$name printed no BENCH line"
+  fi
+  [[ "$(bench_field "$bench" complete)" == 1 ]] || die "$name did not consume $expected records: $(cat "$bench")"
+  local t; t="$(cat "$OUT/$name.time")"
+  awk -v kind="$kind" -v round="$round" -v client="$client" -v bench="$(cat "$bench")" -v t="$t" \
+      -v tck="$CLK_TCK" -v put_ms="$put_ms" '
+    function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
+    { at[NR] = $1; rss[NR] = $2; cpu[NR] = $3; bcpu[NR] = $4 }
+    END {
+      records = field(bench, "records"); wr = field(bench, "window_records"); wms = field(bench, "window_ms")
+      wb = field(bench, "window_bytes"); user = field(t, "user"); sys = field(t, "sys")
+      ws = field(bench, "window_start_unix_ms"); we = field(bench, "window_end_unix_ms"); half = (ws + we) / 2
+      first = 0; last = 0; r1 = "na"; r2 = "na"
+      for (i = 1; i <= NR; i++) {
+        if (at[i] < ws || at[i] > we) continue
+        if (!first) first = i
+        last = i
+        if (at[i] < half) { if (r1 == "na" || rss[i] > r1) r1 = rss[i] } else if (r2 == "na" || rss[i] > r2) r2 = rss[i]
+      }
+      wcpu = "na"; bw = "na"
+      if (first && last > first && at[last] > at[first] && wr > 0) {
+        wcpu = sprintf("%.3f", (cpu[last] - cpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
+        if (bcpu[first] >= 0 && bcpu[last] >= 0)
+          bw = sprintf("%.3f", (bcpu[last] - bcpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
+      }
+      polls = field(bench, "polls"); commits = field(bench, "commits")
+      rpp = polls > 0 ? sprintf("%.0f", records / polls) : "na"
+      if (commits == "") commits = "na"
+      s = wms / 1000
+      r1 = r1 == "na" ? r1 : sprintf("%.1f", r1 / 1024); r2 = r2 == "na" ? r2 : sprintf("%.1f", r2 / 1024)
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+        kind, round, client, field(bench, "drivers"), records, wr, wms, wr / s, wb / 1048576 / s,
+        user + sys, user, sys, (user + sys) * 1e6 / records, wcpu, field(t, "maxrss_kb") / 1024,
+        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered"), bw, rpp, commits, put_ms
+    }' "$OUT/$name.samples" | tee -a "$RUNS" >&2
+}
+
+run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
+  local kind="$1" round="$2" client="$3" topic="$4" records="$5" drivers="${6:-1}" put_ms="${7:-0}"
+  local name="$kind-r$round-$client-d$drivers-p$put_ms"
+  local group="bench-$RUN_ID-$name"
+  new_group "$group"
+  sleep "$PAUSE"
+  log "run $name: group $group"
+  case "$client" in
+    A) measure "$name" "$A_BIN" consume --bootstrap "$BOOTSTRAP" --topic "$topic" --group "$group" \
+         --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
+         --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
+         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" ;;
+    B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
+         org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$BOOTSTRAP" \
+         --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
+         --command-property "max.poll.records=$MAX_POLL_RECORDS" --timeout "$((IDLE_TIMEOUT * 1000))" \
+         --show-detailed-stats --reporting-interval 50 --date-format HH:mm:ss.SSS ;;
+    C) measure "$name" "$C_BIN" --bootstrap "$BOOTSTRAP" --topic "$topic" --group "$group" \
+         --records "$records" --fetch-max-bytes "$FETCH_MAX_BYTES" \
+         --max-poll-records "$MAX_POLL_RECORDS" --commit "$C_COMMIT" --runtime "$RUNTIME" \
+         --idle-timeout-secs "$IDLE_TIMEOUT" ;;
+  esac
+  record_run "$kind" "$round" "$client" "$name" "$records" "$put_ms"
+  delete_group "$group"
+}
+
+# --- environment ------------------------------------------------------------------------------
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "cpu: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)"
+  echo "memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel: $(uname -sr)"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "rustc: $(rustc --version)"
+  echo "java: $(java -version 2>&1 | head -n1)"
+  echo "kafka: broker $(cat target/kafka/version 2>/dev/null || echo "$KAFKA_VERSION"), Java clients and tools $KAFKA_VERSION"
+  echo "krafka: $(awk '/^name = "krafka"/ {getline; print $3}' benches/peers/Cargo.lock | tr -d '"')"
+  echo "kafka-share-sink: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS warmup=$WARMUP_RECORDS" \
+       "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT" \
+       "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
+       "producer_props='$PRODUCER_PROPS'"
+} >"$OUT/env.txt"
+cat "$OUT/env.txt" >&2
+
+# --- main rounds ------------------------------------------------------------------------------
+TOPIC="bench-$RUN_ID-p$PARTITIONS"
+produce "$TOPIC" "$PARTITIONS" "$RECORDS"
+# A fresh broker JVM is not yet compiled hot: the first runs on it are slower whoever runs them.
+if ((WARMUP_RECORDS > 0)); then
+  for client in $CLIENTS; do
+    run_client warmup 0 "$client" "$TOPIC" "$((WARMUP_RECORDS < RECORDS ? WARMUP_RECORDS : RECORDS))"
+  done
+fi
+for ((round = 1; round <= ROUNDS; round++)); do
+  for client in $CLIENTS; do
+    run_client main "$round" "$client" "$TOPIC" "$RECORDS"
+  done
+done
+
+# --- scale-out row ----------------------------------------------------------------------------
+if [[ -n "$SCALE_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
+  SCALE_TOPIC="bench-$RUN_ID-p$SCALE_PARTITIONS"
+  produce "$SCALE_TOPIC" "$SCALE_PARTITIONS" "$SCALE_RECORDS"
+  for put_ms in $SCALE_PUT_MS; do
+    for k in $SCALE_DRIVERS; do
+      run_client scale 1 A "$SCALE_TOPIC" "$SCALE_RECORDS" "$k" "$put_ms"
+    done
+  done
+fi
+
+# --- profiles ---------------------------------------------------------------------------------
+if [[ "$PROFILE" == 1 ]]; then
+  if command -v perf >/dev/null 2>&1; then
+    for client in A C; do
+      group="bench-$RUN_ID-profile-$client"
+      new_group "$group"
+      log "profiling $client with perf"
+      if [[ "$client" == A ]]; then
+        cmd=("$A_BIN" consume --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --group "$group" --records "$RECORDS"
+             --fetch-max-bytes "$FETCH_MAX_BYTES" --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT"
+             --runtime "$RUNTIME")
+      else
+        cmd=("$C_BIN" --bootstrap "$BOOTSTRAP" --topic "$TOPIC" --group "$group" --records "$RECORDS"
+             --fetch-max-bytes "$FETCH_MAX_BYTES" --max-poll-records "$MAX_POLL_RECORDS" --commit "$C_COMMIT"
+             --runtime "$RUNTIME")
+      fi
+      perf record -F 2999 -g -o "$OUT/perf-$client.data" -- "${cmd[@]}" >"$OUT/perf-$client.out" 2>"$OUT/perf-$client.err" \
+        || die "perf record of $client failed (see $OUT/perf-$client.err)"
+      perf report -i "$OUT/perf-$client.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null \
+        | grep -v '^$' | head -n 80 >"$OUT/perf-$client.txt" || true
+      perf report -i "$OUT/perf-$client.data" --children --sort symbol --stdio -g none 2>/dev/null \
+        | grep -v '^$' | head -n 80 >"$OUT/perf-$client-children.txt" || true
+      delete_group "$group"
+    done
+  else
+    log "perf not found: no profiles"
+  fi
+fi
+
+# --- summary ----------------------------------------------------------------------------------
+summarize() {
+  awk -F'\t' '
+    function median(a, n,   i, j, t, b, m) {
+      m = 0
+      for (i = 1; i <= n; i++) if (a[i] != "" && a[i] != "na") b[++m] = a[i] + 0
+      if (!m) return "na"
+      for (i = 2; i <= m; i++) for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+      return m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2
+    }
+    function ratio(x, y) { return (x == "" || y == "" || x == "na" || y == "na" || y + 0 == 0) ? "na" : x / y }
+    function f(x, fmt) { return x == "na" || x == "" ? "–" : sprintf(fmt, x) }
+    NR == 1 { next }
+    $1 == "main" {
+      r = $2; c = $3; if (r > rounds) rounds = r
+      rps[r, c] = $8; mbs[r, c] = $9; cpu[r, c] = $13; wcpu[r, c] = $14; rss[r, c] = $15; h1[r, c] = $16; h2[r, c] = $17; bk[r, c] = $21
+    }
+    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; if (!($24 in base)) base[$24] = $8 }
+    END {
+      for (r = 1; r <= rounds; r++) {
+        ab[r] = ratio(rps[r, "A"], rps[r, "B"]); ac[r] = ratio(rps[r, "A"], rps[r, "C"])
+        cb[r] = ratio(cpu[r, "A"], cpu[r, "B"]); wcb[r] = ratio(wcpu[r, "A"], wcpu[r, "B"])
+        mb[r] = ratio(rss[r, "A"], rss[r, "B"]); grow[r] = ratio(h2[r, "A"], h1[r, "A"])
+        for (k = 1; k <= 3; k++) {
+          x = substr("ABC", k, 1)
+          c_rps[x, r] = rps[r, x]; c_mbs[x, r] = mbs[r, x]; c_cpu[x, r] = cpu[r, x]; c_wcpu[x, r] = wcpu[r, x]; c_rss[x, r] = rss[r, x]; c_bk[x, r] = bk[r, x]
+        }
+      }
+      for (k = 1; k <= 3; k++) {
+        x = substr("ABC", k, 1)
+        for (r = 1; r <= rounds; r++) { t1[r] = c_rps[x, r]; t2[r] = c_cpu[x, r]; t3[r] = c_wcpu[x, r]; t4[r] = c_rss[x, r]; t5[r] = c_mbs[x, r]; t6[r] = c_bk[x, r] }
+        m_rps[x] = median(t1, rounds); m_cpu[x] = median(t2, rounds); m_wcpu[x] = median(t3, rounds); m_rss[x] = median(t4, rounds); m_mbs[x] = median(t5, rounds); m_bk[x] = median(t6, rounds)
+      }
+
+      print "Throughput (records/s, MB/s of key+value bytes; group join not timed):"
+      print ""
+      print "| round | A rec/s | B rec/s | C rec/s | A MB/s | B MB/s | C MB/s | A/B | A/C |"
+      print "|---|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rps[r, "A"], "%.0f"), f(rps[r, "B"], "%.0f"), f(rps[r, "C"], "%.0f"),
+          f(mbs[r, "A"], "%.1f"), f(mbs[r, "B"], "%.1f"), f(mbs[r, "C"], "%.1f"), f(ab[r], "%.2f"), f(ac[r], "%.2f")
+      printf "| median | %s | %s | %s | %s | %s | %s | **%s** | **%s** |\n", f(m_rps["A"], "%.0f"), f(m_rps["B"], "%.0f"), f(m_rps["C"], "%.0f"),
+        f(m_mbs["A"], "%.1f"), f(m_mbs["B"], "%.1f"), f(m_mbs["C"], "%.1f"), f(median(ab, rounds), "%.2f"), f(median(ac, rounds), "%.2f")
+      print ""
+      print "CPU per record (µs; whole process = user+sys over the run incl. start-up, join and close;"
+      print "window = sampled CPU rate while the clock ran):"
+      print ""
+      print "| round | whole A | whole B | whole C | A ÷ B | window A | window B | window C | A ÷ B |"
+      print "|---|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(cpu[r, "A"], "%.2f"), f(cpu[r, "B"], "%.2f"), f(cpu[r, "C"], "%.2f"), f(cb[r], "%.3f"),
+          f(wcpu[r, "A"], "%.2f"), f(wcpu[r, "B"], "%.2f"), f(wcpu[r, "C"], "%.2f"), f(wcb[r], "%.3f")
+      printf "| median | %s | %s | %s | **%s** | %s | %s | %s | **%s** |\n", f(m_cpu["A"], "%.2f"), f(m_cpu["B"], "%.2f"), f(m_cpu["C"], "%.2f"), f(median(cb, rounds), "%.3f"),
+        f(m_wcpu["A"], "%.2f"), f(m_wcpu["B"], "%.2f"), f(m_wcpu["C"], "%.2f"), f(median(wcb, rounds), "%.3f")
+      print ""
+      print "The broker, in the same windows (sampled CPU µs per record; the client and the broker share the cores):"
+      print ""
+      print "| round | broker for A | for B | for C |"
+      print "|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s |\n", r, f(bk[r, "A"], "%.2f"), f(bk[r, "B"], "%.2f"), f(bk[r, "C"], "%.2f")
+      printf "| median | %s | %s | %s |\n", f(m_bk["A"], "%.2f"), f(m_bk["B"], "%.2f"), f(m_bk["C"], "%.2f")
+      print ""
+      print "Memory (peak RSS of the client process, MB; A over the window: largest sample in its 1st and 2nd half):"
+      print ""
+      print "| round | A | B | C | A ÷ B | A 1st half | A 2nd half | 2nd ÷ 1st |"
+      print "|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rss[r, "A"], "%.1f"), f(rss[r, "B"], "%.1f"), f(rss[r, "C"], "%.1f"), f(mb[r], "%.3f"),
+          f(h1[r, "A"], "%.1f"), f(h2[r, "A"], "%.1f"), f(grow[r], "%.2f")
+      printf "| median | %s | %s | %s | **%s** | | | %s |\n", f(m_rss["A"], "%.1f"), f(m_rss["B"], "%.1f"), f(m_rss["C"], "%.1f"), f(median(mb, rounds), "%.3f"), f(median(grow, rounds), "%.2f")
+      if (ns) {
+        print ""
+        print "Scale-out (A: K drivers in one process and one share group, on the scale-out topic; put sleeps"
+        print "the given ms per batch, 0 = the no-op sink; × first = rec/s over the first row of that latency):"
+        print ""
+        print "| put ms | drivers | rec/s | × first | CPU µs/rec whole | CPU µs/rec window | broker µs/rec | peak RSS MB |"
+        print "|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= ns; i++)
+          printf "| %s | %d | %.0f | %.2f | %s | %s | %s | %.1f |\n", sput[i], sk[i], srps[i], srps[i] / base[sput[i]], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), f(sbk[i], "%.2f"), srss[i]
+      }
+    }' "$RUNS"
+}
+{
+  echo '```'
+  cat "$OUT/env.txt"
+  echo '```'
+  echo
+  summarize
+  echo
+  echo 'Raw runs (runs.tsv; warmup runs are not in the tables above):'
+  echo
+  echo '```'
+  cat "$RUNS"
+  echo '```'
+} >"$OUT/summary.md"
+echo >&2
+cat "$OUT/summary.md"
+log "done: $OUT/summary.md"
