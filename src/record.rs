@@ -331,6 +331,21 @@ impl ConsumerRecord {
         }
     }
 
+    /// Builds a record from its parts.
+    pub(crate) fn from_parts(parts: RecordParts) -> Self {
+        Self {
+            topic: parts.topic,
+            partition: parts.partition,
+            offset: parts.offset,
+            key: parts.key,
+            value: parts.value,
+            headers: parts.headers,
+            timestamp: parts.timestamp,
+            timestamp_type: parts.timestamp_type,
+            delivery_count: parts.delivery_count,
+        }
+    }
+
     /// Splits the record into its parts, moving the payloads out without copying.
     pub(crate) fn into_parts(self) -> RecordParts {
         RecordParts {
@@ -470,7 +485,11 @@ impl Value {
 
 impl From<Option<Bytes>> for Value {
     fn from(bytes: Option<Bytes>) -> Self {
-        bytes.map_or(Self::Null, Self::Bytes)
+        // Not `map_or(Self::Null, ..)`: that builds a `Null` and drops it for every value.
+        match bytes {
+            Some(bytes) => Self::Bytes(bytes),
+            None => Self::Null,
+        }
     }
 }
 
