@@ -5,7 +5,7 @@
 //! consumer to the task clones reference counts, never payload bytes.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
@@ -331,6 +331,21 @@ impl ConsumerRecord {
         }
     }
 
+    /// Builds a record from its parts.
+    pub(crate) fn from_parts(parts: RecordParts) -> Self {
+        Self {
+            topic: parts.topic,
+            partition: parts.partition,
+            offset: parts.offset,
+            key: parts.key,
+            value: parts.value,
+            headers: parts.headers,
+            timestamp: parts.timestamp,
+            timestamp_type: parts.timestamp_type,
+            delivery_count: parts.delivery_count,
+        }
+    }
+
     /// Splits the record into its parts, moving the payloads out without copying.
     pub(crate) fn into_parts(self) -> RecordParts {
         RecordParts {
@@ -470,7 +485,11 @@ impl Value {
 
 impl From<Option<Bytes>> for Value {
     fn from(bytes: Option<Bytes>) -> Self {
-        bytes.map_or(Self::Null, Self::Bytes)
+        // Not `map_or(Self::Null, ..)`: that builds a `Null` and drops it for every value.
+        match bytes {
+            Some(bytes) => Self::Bytes(bytes),
+            None => Self::Null,
+        }
     }
 }
 
@@ -546,15 +565,51 @@ impl SinkHeader {
 pub struct SinkRecord {
     topic: Arc<str>,
     partition: i32,
-    key_schema: Option<Arc<Schema>>,
+    key_schema: Option<SchemaRef>,
     key: Value,
-    value_schema: Option<Arc<Schema>>,
+    value_schema: Option<SchemaRef>,
     value: Value,
     headers: Vec<SinkHeader>,
     timestamp: Option<i64>,
     timestamp_type: TimestampType,
     delivery_count: u16,
     original: RecordId,
+}
+
+/// The schema of a record's key or value: shared through its reference count, or one of
+/// Connect's constant schemas, which every record of a batch refers to without touching a
+/// count (two atomic operations saved per schema and record, building and dropping it).
+#[derive(Clone)]
+enum SchemaRef {
+    Static(&'static Arc<Schema>),
+    Shared(Arc<Schema>),
+}
+
+impl SchemaRef {
+    fn arc(&self) -> &Arc<Schema> {
+        match self {
+            Self::Static(schema) => schema,
+            Self::Shared(schema) => schema,
+        }
+    }
+}
+
+impl From<Arc<Schema>> for SchemaRef {
+    fn from(schema: Arc<Schema>) -> Self {
+        Self::Shared(schema)
+    }
+}
+
+impl PartialEq for SchemaRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.arc() == other.arc()
+    }
+}
+
+impl fmt::Debug for SchemaRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.arc(), f)
+    }
 }
 
 impl SinkRecord {
@@ -592,13 +647,13 @@ impl SinkRecord {
 
     /// Sets the schema of the key (`None`: schemaless).
     pub fn with_key_schema(mut self, schema: Option<Arc<Schema>>) -> Self {
-        self.key_schema = schema;
+        self.key_schema = schema.map(SchemaRef::from);
         self
     }
 
     /// Sets the schema of the value (`None`: schemaless).
     pub fn with_value_schema(mut self, schema: Option<Arc<Schema>>) -> Self {
-        self.value_schema = schema;
+        self.value_schema = schema.map(SchemaRef::from);
         self
     }
 
@@ -661,6 +716,9 @@ impl SinkRecord {
                 .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
                 .collect()
         };
+        // Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
+        static OPTIONAL_BYTES: LazyLock<Arc<Schema>> = LazyLock::new(optional_bytes);
+        let schema: &'static Arc<Schema> = &OPTIONAL_BYTES;
         Self {
             original: RecordId {
                 topic: Arc::clone(&parts.topic),
@@ -669,9 +727,9 @@ impl SinkRecord {
             },
             topic: parts.topic,
             partition: parts.partition,
-            key_schema: Some(optional_bytes()),
+            key_schema: Some(SchemaRef::Static(schema)),
             key: Value::from(parts.key),
-            value_schema: Some(optional_bytes()),
+            value_schema: Some(SchemaRef::Static(schema)),
             value: Value::from(parts.value),
             headers,
             timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
@@ -694,9 +752,9 @@ impl SinkRecord {
             original: record.id(),
             topic: Arc::clone(&record.topic),
             partition: record.partition,
-            key_schema,
+            key_schema: key_schema.map(SchemaRef::from),
             key,
-            value_schema,
+            value_schema: value_schema.map(SchemaRef::from),
             value,
             headers,
             timestamp: (record.timestamp >= 0).then_some(record.timestamp),
@@ -722,12 +780,12 @@ impl SinkRecord {
 
     /// The schema of the key; `None` when the converter gave none (schemaless).
     pub fn key_schema(&self) -> Option<&Schema> {
-        self.key_schema.as_deref()
+        self.key_schema.as_ref().map(|s| &**s.arc())
     }
 
     /// The shared schema of the key, cheap to clone into another record.
     pub fn key_schema_arc(&self) -> Option<&Arc<Schema>> {
-        self.key_schema.as_ref()
+        self.key_schema.as_ref().map(SchemaRef::arc)
     }
 
     /// The converted key.
@@ -737,12 +795,12 @@ impl SinkRecord {
 
     /// The schema of the value; `None` when the converter gave none (schemaless).
     pub fn value_schema(&self) -> Option<&Schema> {
-        self.value_schema.as_deref()
+        self.value_schema.as_ref().map(|s| &**s.arc())
     }
 
     /// The shared schema of the value, cheap to clone into another record.
     pub fn value_schema_arc(&self) -> Option<&Arc<Schema>> {
-        self.value_schema.as_ref()
+        self.value_schema.as_ref().map(SchemaRef::arc)
     }
 
     /// The converted value.
@@ -833,6 +891,27 @@ mod tests {
         assert_eq!(sink.timestamp(), None);
         assert_eq!(sink.delivery_count(), 2);
         assert_eq!(sink.original_id(), &RecordId::new("t", 3, 42));
+    }
+
+    #[test]
+    fn a_constant_schema_behaves_like_a_shared_one() {
+        let sink = SinkRecord::from_consumer_record(ConsumerRecord::new("t", 0, 1));
+        // The same Arc the byte-array converter hands out.
+        let converter = optional_bytes();
+        assert!(Arc::ptr_eq(sink.key_schema_arc().unwrap(), &converter));
+        assert!(Arc::ptr_eq(sink.value_schema_arc().unwrap(), &converter));
+        // Equality and Debug look at the schema, not at how the record holds it.
+        let shared = sink
+            .clone()
+            .with_key_schema(Some(Arc::new((*converter).clone())))
+            .with_value_schema(Some(Arc::clone(&converter)));
+        assert_eq!(shared, sink);
+        assert_eq!(format!("{shared:?}"), format!("{sink:?}"));
+        assert!(format!("{sink:?}").contains("key_schema: Some(Schema"));
+        let other = sink
+            .clone()
+            .with_key_schema(Some(crate::convert::schema::optional_string()));
+        assert_ne!(other, sink);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub(crate) struct InFlightBatch {
     /// Sorted by (partition index, offset).
     entries: Vec<Entry>,
     unacknowledged: usize,
+    /// Where the next lookup looks first: one past the entry the last one found.
+    /// Acknowledgements mostly come in poll order, which is entry order, so this turns the
+    /// search into one comparison. Only a hint: a miss falls back to the search.
+    cursor: usize,
 }
 
 impl InFlightBatch {
@@ -65,8 +69,26 @@ impl InFlightBatch {
             entry.partition = self.partition_index_or_insert(tp.topic_arc(), tp.partition());
             self.entries.push(entry);
         }
+        // Polls return runs of one partition: look the partition up once per run.
+        let mut last: Option<(&Arc<str>, i32, u32)> = None;
+        let mut sorted = true;
         for record in records {
-            let partition = self.partition_index_or_insert(record.topic_arc(), record.partition());
+            let partition = match last {
+                Some((topic, p, index))
+                    if p == record.partition() && Arc::ptr_eq(topic, record.topic_arc()) =>
+                {
+                    index
+                }
+                _ => {
+                    let index =
+                        self.partition_index_or_insert(record.topic_arc(), record.partition());
+                    last = Some((record.topic_arc(), record.partition(), index));
+                    index
+                }
+            };
+            if let Some(previous) = self.entries.last() {
+                sorted &= (previous.partition, previous.offset) < (partition, record.offset());
+            }
             self.entries.push(Entry {
                 partition,
                 offset: record.offset(),
@@ -75,6 +97,7 @@ impl InFlightBatch {
                 held: false,
             });
         }
+        self.cursor = 0;
         if any_kept {
             // Stable, so a new entry sorts after the held one it replaces.
             self.entries.sort_by_key(|e| (e.partition, e.offset));
@@ -85,8 +108,7 @@ impl InFlightBatch {
                 }
                 same
             });
-        } else {
-            // Polls return runs of ascending offsets per partition; this is cheap when sorted.
+        } else if !sorted {
             self.entries
                 .sort_unstable_by_key(|e| (e.partition, e.offset));
         }
@@ -106,7 +128,7 @@ impl InFlightBatch {
         // A poll spans few partitions; a linear scan beats hashing here.
         self.partitions
             .iter()
-            .position(|tp| tp.partition() == partition && tp.topic() == topic)
+            .position(|tp| tp.partition() == partition && same_topic(tp.topic(), topic))
             .and_then(|i| u32::try_from(i).ok())
     }
 
@@ -165,12 +187,22 @@ impl InFlightBatch {
         Ok(())
     }
 
-    fn index_of(&self, topic: &str, partition: i32, offset: i64) -> Option<usize> {
-        self.partition_index(topic, partition).and_then(|p| {
+    fn index_of(&mut self, topic: &str, partition: i32, offset: i64) -> Option<usize> {
+        if let Some(e) = self.entries.get(self.cursor) {
+            let tp = &self.partitions[e.partition as usize];
+            if e.offset == offset && tp.partition() == partition && same_topic(tp.topic(), topic) {
+                let index = self.cursor;
+                self.cursor += 1;
+                return Some(index);
+            }
+        }
+        let index = self.partition_index(topic, partition).and_then(|p| {
             self.entries
                 .binary_search_by_key(&(p, offset), |e| (e.partition, e.offset))
                 .ok()
-        })
+        })?;
+        self.cursor = index + 1;
+        Some(index)
     }
 
     /// Number of records with no acknowledgement yet.
@@ -180,6 +212,9 @@ impl InFlightBatch {
 
     /// The first record with no acknowledgement.
     pub(crate) fn first_unacknowledged(&self) -> Option<RecordId> {
+        if self.unacknowledged == 0 {
+            return None;
+        }
         self.entries.iter().find(|e| e.awaiting_ack()).map(|e| {
             let tp = &self.partitions[e.partition as usize];
             RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
@@ -191,7 +226,9 @@ impl InFlightBatch {
     pub(crate) fn take_unsent(&mut self, accept_unacknowledged: bool) -> Vec<PartitionAcks> {
         let mut out: Vec<PartitionAcks> = Vec::new();
         let mut current: Option<u32> = None;
-        for entry in &mut self.entries {
+        let mut rest = self.entries.as_mut_slice();
+        while let Some((entry, tail)) = rest.split_first_mut() {
+            rest = tail;
             if entry.sent {
                 continue;
             }
@@ -207,9 +244,11 @@ impl InFlightBatch {
             entry.sent = true;
             if current != Some(entry.partition) {
                 current = Some(entry.partition);
+                // Entries are sorted by partition: the rest of this one's run bounds its acks.
+                let run = rest.partition_point(|e| e.partition == entry.partition);
                 out.push(PartitionAcks {
                     partition: self.partitions[entry.partition as usize].clone(),
-                    acks: Vec::new(),
+                    acks: Vec::with_capacity(run + 1),
                 });
             }
             if let Some(last) = out.last_mut() {
@@ -236,6 +275,7 @@ impl InFlightBatch {
     pub(crate) fn clear_unheld(&mut self) {
         self.entries.retain(|e| e.held && !e.settled());
         self.unacknowledged = 0;
+        self.cursor = 0;
     }
 
     /// Forgets the batch, held records included.
@@ -243,7 +283,13 @@ impl InFlightBatch {
         self.partitions.clear();
         self.entries.clear();
         self.unacknowledged = 0;
+        self.cursor = 0;
     }
+}
+
+/// Topic names compare equal; the same shared name is recognized without reading it.
+fn same_topic(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 #[cfg(test)]
@@ -278,6 +324,40 @@ mod tests {
             }]
         );
         assert!(b.take_unsent(false).is_empty(), "acks are sent once");
+    }
+
+    #[test]
+    fn lookups_in_and_out_of_poll_order_find_the_same_records() {
+        let records: Vec<ConsumerRecord> = (0..4)
+            .map(|o| ConsumerRecord::new("a", 0, o))
+            .chain((0..3).map(|o| ConsumerRecord::new("b", 0, o)))
+            .collect();
+        let mut b = InFlightBatch::default();
+        b.reset(&records);
+        // In order, then a jump back, a jump forward, and a record of the other topic at the
+        // position the last lookup points to.
+        for (topic, offset) in [("a", 0), ("a", 1), ("a", 0), ("b", 1), ("a", 2), ("b", 2)] {
+            b.acknowledge(topic, 0, offset, AcknowledgeType::Accept)
+                .unwrap();
+        }
+        assert!(matches!(
+            b.acknowledge("b", 0, 3, AcknowledgeType::Accept),
+            Err(ConsumerError::NotInBatch { .. })
+        ));
+        assert_eq!(b.unacknowledged(), 2);
+        assert_eq!(b.first_unacknowledged(), Some(RecordId::new("a", 0, 3)));
+        b.acknowledge("a", 0, 3, AcknowledgeType::Release).unwrap();
+        b.acknowledge("b", 0, 0, AcknowledgeType::Reject).unwrap();
+        assert_eq!(b.first_unacknowledged(), None);
+        let sent = b.take_unsent(false);
+        assert_eq!(
+            sent.iter()
+                .map(|p| (p.partition.topic(), p.acks.len()))
+                .collect::<Vec<_>>(),
+            vec![("a", 4), ("b", 3)]
+        );
+        assert_eq!(sent[0].acks[3], (3, AcknowledgeType::Release));
+        assert_eq!(sent[1].acks[0], (0, AcknowledgeType::Reject));
     }
 
     #[test]

@@ -780,12 +780,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.last_commit = Instant::now();
                 return Ok(0);
             }
-        } else if durability != Durability::All && !self.warned_partial_durability {
-            self.warned_partial_durability = true;
-            tracing::warn!(
-                "pre_commit reported records as not yet durable, but they were accepted when \
-                 put returned: use ack.policy=after.flush for a task that buffers"
-            );
+        } else {
+            if durability != Durability::All && !self.warned_partial_durability {
+                self.warned_partial_durability = true;
+                tracing::warn!(
+                    "pre_commit reported records as not yet durable, but they were accepted \
+                     when put returned: use ack.policy=after.flush for a task that buffers"
+                );
+            }
+            // Reported: keep the buffer for the next batches.
+            let mut delivered = delivered;
+            delivered.clear();
+            self.delivered = delivered;
         }
         self.commit_acknowledgements().await?;
         Ok(accepted)

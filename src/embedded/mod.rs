@@ -57,7 +57,9 @@ pub use self::partition::RecordState;
 use self::partition::{Acquired, MemberKey, SharePartition};
 use crate::consumer::in_flight::PartitionAcks;
 use crate::consumer::{AckError, CommitResults};
-use crate::record::{ConsumerRecord, Headers, RecordId, TimestampType, TopicPartition};
+use crate::record::{
+    ConsumerRecord, Headers, RecordId, RecordParts, TimestampType, TopicPartition,
+};
 
 /// A record to produce to the embedded broker.
 ///
@@ -392,14 +394,22 @@ impl Topic {
     fn record(&self, partition: i32, offset: i64, delivery_count: u16) -> Option<ConsumerRecord> {
         let log = self.partitions.get(usize::try_from(partition).ok()?)?;
         let stored = log.get(usize::try_from(offset).ok()?)?;
-        Some(
-            ConsumerRecord::new(Arc::clone(&self.name), partition, offset)
-                .with_key(stored.key.clone())
-                .with_value(stored.value.clone())
-                .with_headers(stored.headers.clone())
-                .with_timestamp(stored.timestamp, TimestampType::CreateTime)
-                .with_delivery_count(delivery_count),
-        )
+        // Built in place: the builder methods would move the whole record once per field.
+        Some(ConsumerRecord::from_parts(RecordParts {
+            topic: Arc::clone(&self.name),
+            partition,
+            offset,
+            key: stored.key.clone(),
+            value: stored.value.clone(),
+            headers: if stored.headers.is_empty() {
+                Headers::new()
+            } else {
+                stored.headers.clone()
+            },
+            timestamp: stored.timestamp,
+            timestamp_type: TimestampType::CreateTime,
+            delivery_count,
+        }))
     }
 }
 

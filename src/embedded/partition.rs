@@ -3,7 +3,11 @@
 //!
 //! Offsets below `start` are terminal (acknowledged or archived); offsets from `end` up to the
 //! log end have never been acquired and are available. In between, each offset has a slot.
-//! Slots are kept from the first tracked offset on, so tests can inspect terminal states.
+//! Terminal records below `start` are kept from the first tracked offset on, so tests can
+//! inspect them, as runs of equal state and delivery count: the slots form a ring that does not
+//! grow with the log.
+
+use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
@@ -63,6 +67,15 @@ pub(crate) struct Acquired {
     pub(crate) delivery_count: u16,
 }
 
+/// Terminal records with the same state and delivery count, up to `end` (exclusive), from
+/// the end of the previous run (or the base offset).
+#[derive(Debug, Clone, Copy)]
+struct TerminalRun {
+    end: i64,
+    state: RecordState,
+    delivery_count: u16,
+}
+
 #[derive(Debug)]
 pub(crate) struct SharePartition {
     /// First offset the group tracks (where it started reading).
@@ -71,7 +84,10 @@ pub(crate) struct SharePartition {
     start: i64,
     /// Share-partition end offset: one past the last offset ever acquired.
     end: i64,
-    slots: Vec<Slot>,
+    /// The records from `start` to `end`, the first at the front.
+    slots: VecDeque<Slot>,
+    /// The records from `base` to `start`, all terminal, in runs.
+    terminal: Vec<TerminalRun>,
     /// No lock expires before this instant.
     next_deadline: Option<Instant>,
 }
@@ -82,7 +98,8 @@ impl SharePartition {
             base: start_offset,
             start: start_offset,
             end: start_offset,
-            slots: Vec::new(),
+            slots: VecDeque::new(),
+            terminal: Vec::new(),
             next_deadline: None,
         }
     }
@@ -104,21 +121,29 @@ impl SharePartition {
         self.next_deadline
     }
 
+    /// The index in `slots` of an offset inside the window.
     fn index(&self, offset: i64) -> Option<usize> {
-        if offset < self.base || offset >= self.end {
+        if offset < self.start || offset >= self.end {
             return None;
         }
-        usize::try_from(offset - self.base).ok()
+        usize::try_from(offset - self.start).ok()
     }
 
     /// The slot of an offset that has been acquired at least once.
-    pub(crate) fn slot(&self, offset: i64) -> Option<&Slot> {
-        self.index(offset).map(|i| &self.slots[i])
-    }
-
-    fn window(&self) -> std::ops::Range<usize> {
-        let from = usize::try_from(self.start - self.base).unwrap_or(0);
-        from..self.slots.len()
+    pub(crate) fn slot(&self, offset: i64) -> Option<Slot> {
+        if let Some(i) = self.index(offset) {
+            return Some(self.slots[i]);
+        }
+        if offset < self.base || offset >= self.start {
+            return None;
+        }
+        let run = self.terminal[self.terminal.partition_point(|r| r.end <= offset)];
+        Some(Slot {
+            state: run.state,
+            delivery_count: run.delivery_count,
+            owner: None,
+            deadline: None,
+        })
     }
 
     /// Expires the locks whose deadline has passed. Returns true if any record changed.
@@ -129,8 +154,7 @@ impl SharePartition {
         }
         let mut changed = false;
         let mut next: Option<Instant> = None;
-        let window = self.window();
-        for slot in &mut self.slots[window] {
+        for slot in &mut self.slots {
             if slot.state != RecordState::Acquired {
                 continue;
             }
@@ -149,12 +173,30 @@ impl SharePartition {
     }
 
     fn advance_start(&mut self) {
-        while self.start < self.end {
-            let i = usize::try_from(self.start - self.base).unwrap_or(usize::MAX);
-            match self.slots.get(i) {
-                Some(slot) if slot.state.is_terminal() => self.start += 1,
-                _ => break,
+        let mut done = 0;
+        for slot in &self.slots {
+            if !slot.state.is_terminal() {
+                break;
             }
+            debug_assert!(slot.owner.is_none() && slot.deadline.is_none());
+            let offset = self.start + done as i64;
+            match self.terminal.last_mut() {
+                Some(run)
+                    if run.state == slot.state && run.delivery_count == slot.delivery_count =>
+                {
+                    run.end = offset + 1;
+                }
+                _ => self.terminal.push(TerminalRun {
+                    end: offset + 1,
+                    state: slot.state,
+                    delivery_count: slot.delivery_count,
+                }),
+            }
+            done += 1;
+        }
+        if done > 0 {
+            self.slots.drain(..done);
+            self.start += done as i64;
         }
     }
 
@@ -166,7 +208,7 @@ impl SharePartition {
         slot.deadline = Some(deadline);
         self.next_deadline = Some(self.next_deadline.map_or(deadline, |n| n.min(deadline)));
         Acquired {
-            offset: self.base + slot_index as i64,
+            offset: self.start + slot_index as i64,
             delivery_count: slot.delivery_count,
         }
     }
@@ -186,7 +228,7 @@ impl SharePartition {
         self.expire(now, config);
         let deadline = now + config.record_lock_duration;
         let mut taken = 0;
-        for i in self.window() {
+        for i in 0..self.slots.len() {
             if taken == max {
                 return;
             }
@@ -196,18 +238,27 @@ impl SharePartition {
             }
         }
         let limit = i64::try_from(config.partition_max_record_locks).unwrap_or(i64::MAX);
-        while taken < max && self.end < log_end && self.end - self.start < limit {
-            self.slots.push(Slot {
-                state: RecordState::Available,
-                delivery_count: 0,
-                owner: None,
-                deadline: None,
+        // New records, acquired for the first time.
+        let room = (log_end - self.end).min(limit - (self.end - self.start));
+        let new = usize::try_from(room).unwrap_or(0).min(max - taken);
+        if new == 0 {
+            return;
+        }
+        out.reserve(new);
+        for _ in 0..new {
+            self.slots.push_back(Slot {
+                state: RecordState::Acquired,
+                delivery_count: 1,
+                owner: Some(member),
+                deadline: Some(deadline),
+            });
+            out.push(Acquired {
+                offset: self.end,
+                delivery_count: 1,
             });
             self.end += 1;
-            let i = self.slots.len() - 1;
-            out.push(self.lock(i, member, deadline));
-            taken += 1;
         }
+        self.next_deadline = Some(self.next_deadline.map_or(deadline, |n| n.min(deadline)));
     }
 
     /// True if `member` holds `offset` under a lock that has not expired.
@@ -230,9 +281,11 @@ impl SharePartition {
     ) -> Result<(), AckError> {
         self.expire(now, config);
         for &(offset, _) in acks {
-            let held = self
-                .slot(offset)
-                .is_some_and(|s| s.state == RecordState::Acquired && s.owner == Some(member));
+            // A record acquired by anyone is inside the window.
+            let held = self.index(offset).is_some_and(|i| {
+                let s = &self.slots[i];
+                s.state == RecordState::Acquired && s.owner == Some(member)
+            });
             if !held {
                 let why = match self.slot(offset) {
                     None => "it was never acquired".to_owned(),
@@ -279,8 +332,7 @@ impl SharePartition {
     /// Releases every record `member` holds (session close). Returns true if any did.
     pub(crate) fn release_member(&mut self, member: MemberKey, config: &GroupConfig) -> bool {
         let mut changed = false;
-        let window = self.window();
-        for slot in &mut self.slots[window] {
+        for slot in &mut self.slots {
             if slot.state == RecordState::Acquired && slot.owner == Some(member) {
                 slot.release(config.delivery_count_limit);
                 changed = true;
@@ -333,6 +385,30 @@ mod tests {
         assert_eq!(p.start_offset(), 2);
         let got = acquire(&mut p, 2, now, 10, 100);
         assert_eq!(got.iter().map(|a| a.offset).collect::<Vec<_>>(), vec![4, 5]);
+        // Records below the start stay inspectable, in order.
+        let terminal = |p: &SharePartition, o| p.slot(o).map(|s| (s.state, s.delivery_count));
+        assert_eq!(terminal(&p, 0), Some((RecordState::Acknowledged, 1)));
+        assert_eq!(terminal(&p, 1), Some((RecordState::Archived, 1)));
+        p.acknowledge(
+            1,
+            &[(2, AcknowledgeType::Accept), (3, AcknowledgeType::Accept)],
+            now,
+            &config(),
+        )
+        .unwrap();
+        assert_eq!(p.start_offset(), 4);
+        for (offset, state) in [
+            (0, RecordState::Acknowledged),
+            (1, RecordState::Archived),
+            (2, RecordState::Acknowledged),
+            (3, RecordState::Acknowledged),
+            (4, RecordState::Acquired),
+        ] {
+            let slot = p.slot(offset).unwrap();
+            assert_eq!(slot.state, state, "offset {offset}");
+            assert_eq!(slot.owner.is_some(), state == RecordState::Acquired);
+        }
+        assert!(p.slot(6).is_none(), "never acquired");
     }
 
     #[test]
