@@ -1,8 +1,6 @@
 //! The driver's policies on the embedded share group: acknowledge after flush, retry in
 //! place, lock renewal during long puts, poison records at `max.delivery.attempts`.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -470,34 +468,4 @@ async fn connect_metric_names_are_reported() {
     assert!(get("sink-record-read-rate").unwrap() > 0.0);
     assert_eq!(get("deadletterqueue-produce-requests"), Some(0.0));
     produce(&b, 2..3);
-}
-
-#[tokio::test(start_paused = true)]
-async fn each_commit_logs_the_metrics_under_connect_names() {
-    let b = broker(3);
-    let (mut d, _) = flaky(
-        &b,
-        0,
-        Duration::ZERO,
-        DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10)),
-    );
-    d.initialize().await.unwrap();
-    let capture = support::Capture::default();
-    let guard = tracing::subscriber::set_default(capture.clone());
-    d.iteration().await.unwrap();
-    drop(guard);
-    let lines = capture.lines();
-    let metrics = lines
-        .iter()
-        .find(|l| l.contains("sink-record-read-total="))
-        .unwrap_or_else(|| panic!("no metrics event in {lines:#?}"));
-    for name in [
-        "sink-record-read-total=3",
-        "sink-record-send-total=3",
-        "offset-commit-completion-total=1",
-        "deadletterqueue-produce-requests=0",
-        "share-records-renewed-total=0",
-    ] {
-        assert!(metrics.contains(name), "{name} missing from {metrics}");
-    }
 }
