@@ -9,6 +9,7 @@
 #   scripts/kafka.sh status             exit 0 if running, 1 otherwise
 #   scripts/kafka.sh env                print KAFKA_BOOTSTRAP=127.0.0.1:PORT of the running broker
 #   scripts/kafka.sh stop-node ID       stop one broker of the multi-node cluster (not node 1)
+#   scripts/kafka.sh kill-node ID       the same with SIGKILL: a crash, no controlled shutdown
 #   scripts/kafka.sh start-node ID      start that broker again on its old port and storage
 #   scripts/kafka.sh run-class CLASS [ARGS...]   run a Java main class with the Kafka classpath
 #   scripts/kafka.sh fetch              only download the jars into the cache
@@ -844,16 +845,17 @@ cmd_stop_cluster() {
 
 # node_arg ID: checks that ID names a broker node of the cluster that may be stopped and started.
 node_arg() {
-  [[ "${1:-}" =~ ^[0-9]+$ ]] || die "usage: scripts/kafka.sh stop-node|start-node ID"
+  [[ "${1:-}" =~ ^[0-9]+$ ]] || die "usage: scripts/kafka.sh stop-node|kill-node|start-node ID"
   [[ -d "$(node_dir "$1")" ]] || die "the cluster has no node $1 (nodes: $(cluster_node_ids | tr '\n' ' '))"
   [[ "$1" != 1 ]] || die "node 1 is the cluster's only controller; stop the whole cluster with 'stop'"
 }
 
+# cmd_stop_node ID [SIGNAL]: TERM (a controlled shutdown that moves its leaders first) or KILL.
 cmd_stop_node() {
   node_arg "$@"
   node_pid "$1" >/dev/null || { log "node $1 is not running"; return 0; }
-  kill_node "$1"
-  log "node $1 stopped"
+  kill_node "$1" "${2:-TERM}"
+  log "node $1 stopped (SIG${2:-TERM})"
 }
 
 cmd_start_node() {
@@ -914,7 +916,8 @@ main() {
         with_lock "$STATE_DIR/.lock" cmd_start
       fi ;;
     stop) with_lock "$STATE_DIR/.lock" cmd_stop; with_lock "$STATE_DIR/.lock" cmd_stop_cluster ;;
-    stop-node) with_lock "$STATE_DIR/.lock" cmd_stop_node "$@" ;;
+    stop-node) with_lock "$STATE_DIR/.lock" cmd_stop_node "${1:-}" TERM ;;
+    kill-node) with_lock "$STATE_DIR/.lock" cmd_stop_node "${1:-}" KILL ;;
     start-node) with_lock "$STATE_DIR/.lock" cmd_start_node "$@" ;;
     status) if ((KAFKA_NODES > 1)); then cmd_status_cluster; else cmd_status; fi ;;
     env)
