@@ -402,7 +402,9 @@ impl KafkaAdmin {
     /// The replica list is reordered with `to` first (AlterPartitionReassignments); if `to` is
     /// not a replica yet it takes the place of the last one, and the partition's data is copied
     /// to it first. Then the preferred replica is elected (ElectLeaders). Returns once the
-    /// metadata names `to` the leader; at once if it already is. Gives up after 60 s.
+    /// metadata of every live broker names `to` the leader (so the old leader refuses the
+    /// partition's fetches and acknowledgements from then on); at once if `to` already leads.
+    /// Gives up after 60 s.
     ///
     /// # Errors
     ///
@@ -446,11 +448,26 @@ impl KafkaAdmin {
             .await?;
         }
         elect_preferred(&connection, topic, partition, deadline).await?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        wait_for_metadata(&connection, topic, left, |t| {
+        let moved = |t: Option<&MetadataResponseTopic>| {
             partition_of(t, partition).is_some_and(|p| p.leader == Some(to))
-        })
-        .await
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        wait_for_metadata(&connection, topic, left, moved).await?;
+        // Every broker applies the change on its own: until the old leader has, it still takes
+        // fetches and acknowledgements for the partition. Wait until each live broker knows.
+        let brokers = metadata(&connection, Some(&[]), MetadataRequest::VERSIONS)
+            .await?
+            .brokers;
+        for broker in brokers {
+            let address = format!("{}:{}", broker.host.as_str(), broker.port);
+            let Ok(other) = Connection::connect(&address, &self.config).await else {
+                debug!(broker = address, "unreachable; it serves nothing either");
+                continue;
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            wait_for_metadata(&other, topic, left, moved).await?;
+        }
+        Ok(())
     }
 
     /// The Metadata of `topics` (`None`: all topics), at the highest version both sides
