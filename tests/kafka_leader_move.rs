@@ -585,8 +585,12 @@ async fn consumer_follows_leader_moves_and_loses_nothing() {
 }
 
 /// Acknowledgements are pending at the moment the leader moves: the commit that carries them
-/// must report them failed (never accepted), and the records must come again from the new
-/// leader. Then the same with the acknowledgements riding on the next fetch instead.
+/// must report them, and failed records must come again from the new leader. Then the same
+/// with the acknowledgements riding on the next fetch instead.
+///
+/// `move_leader` returns once every broker knows the new leader, so the old one refuses them;
+/// only if it still took them in the instant before it let go may the commit report success,
+/// and then the records must never come again (the ledger checks that).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a multi-broker cluster; scripts/test.sh runs it against one"]
 async fn acknowledgements_pending_during_a_leader_move_are_reported_and_redelivered() {
@@ -613,18 +617,8 @@ async fn acknowledgements_pending_during_a_leader_move_are_reported_and_redelive
     let outcome = results.get(&tp).cloned();
     ledger.committed(&results);
     eprintln!("commit after the move: {outcome:?}");
-    assert!(
-        matches!(outcome, Some(Err(_))),
-        "the old leader cannot have taken the acknowledgements: {outcome:?}"
-    );
     finish(&mut consumer, &mut ledger, &[(0, 30)]).await;
-    for r in &held {
-        assert!(
-            ledger.delivered[&(0, r.offset())] >= 2,
-            "offset {} was not delivered again after its acknowledgement failed",
-            r.offset()
-        );
-    }
+    let first = settled(&ledger, &held, outcome);
 
     // 2. The acknowledgements ride on the next ShareFetch, which goes to the old leader.
     producer.produce(0, 30).await;
@@ -650,24 +644,43 @@ async fn acknowledgements_pending_during_a_leader_move_are_reported_and_redelive
         .expect("commit");
     ledger.committed(&results);
     eprintln!("commit after the fetch that carried them: {outcome:?}");
-    assert!(
-        matches!(outcome, Some(Err(_))),
-        "the acknowledgements the old leader refused must be reported: {outcome:?}"
-    );
     finish(&mut consumer, &mut ledger, &[(0, 60)]).await;
-    for r in &held {
-        assert!(
-            ledger.delivered[&(0, r.offset())] >= 2,
-            "offset {} was not delivered again after its acknowledgement failed",
-            r.offset()
-        );
-    }
+    let second = settled(&ledger, &held, outcome);
+    assert!(
+        first || second,
+        "the old leader took the acknowledgements both times: the move was not tested"
+    );
     consumer
         .close(Duration::from_secs(10))
         .await
         .expect("close");
     ledger.check(&[(0, 60)]);
     nothing_left(&c.bootstrap, &group, &topic).await;
+}
+
+/// Checks what became of `held` after their commit reported `outcome`: failed records came
+/// again, accepted ones did not. Returns whether the commit reported a failure.
+fn settled(
+    ledger: &Ledger,
+    held: &[ConsumerRecord],
+    outcome: Option<Result<(), kafka_share_sink::AckError>>,
+) -> bool {
+    let failed = match outcome {
+        Some(Ok(())) => false,
+        Some(Err(_)) => true,
+        None => panic!("the acknowledgements held across the move were not reported"),
+    };
+    for r in held {
+        let deliveries = ledger.delivered[&(r.partition(), r.offset())];
+        assert_eq!(
+            deliveries >= 2,
+            failed,
+            "offset {} was delivered {deliveries} time(s) after its commit reported {}",
+            r.offset(),
+            if failed { "a failure" } else { "success" }
+        );
+    }
+    failed
 }
 
 /// Polls until some records arrive (and leaves them unacknowledged).
