@@ -5,8 +5,12 @@
 #
 #   scripts/kafka.sh start              download (once), format fresh storage, start, wait until ready
 #   scripts/kafka.sh stop               SIGTERM, wait up to KAFKA_STOP_TIMEOUT s, then SIGKILL
+#                                       (stops the multi-node cluster's nodes too)
 #   scripts/kafka.sh status             exit 0 if running, 1 otherwise
 #   scripts/kafka.sh env                print KAFKA_BOOTSTRAP=127.0.0.1:PORT of the running broker
+#   scripts/kafka.sh stop-node ID       stop one broker of the multi-node cluster (not node 1)
+#   scripts/kafka.sh kill-node ID       the same with SIGKILL: a crash, no controlled shutdown
+#   scripts/kafka.sh start-node ID      start that broker again on its old port and storage
 #   scripts/kafka.sh run-class CLASS [ARGS...]   run a Java main class with the Kafka classpath
 #   scripts/kafka.sh fetch              only download the jars into the cache
 #   scripts/kafka.sh classpath          print the classpath (downloads if needed)
@@ -23,8 +27,15 @@
 #                        share groups, and start then does not insist on them; default: release default;
 #                        4.1 gets 1 because it is off by default there)
 #   KAFKA_TOOL_LOG_LEVEL log level of run-class tools on stderr (default WARN)
+#   KAFKA_NODES          1 (default): the single node above. N >= 2: a loopback cluster of N nodes,
+#                        node 1 the KRaft controller and a broker, nodes 2..N brokers only; start,
+#                        status and env then mean that cluster (env prints KAFKA_BOOTSTRAP and
+#                        KAFKA_MULTI_BOOTSTRAP, both the list of all brokers). Internal topics get
+#                        min(N, 3) replicas, so stopping one broker (stop-node) keeps them available.
+#   KAFKA_CLUSTER_HEAP_OPTS  heap of each cluster node (default "-Xms128m -Xmx512m")
 #
-# State lives in <repo>/target/kafka/: server.properties, data/, logs/, kafka.pid, bootstrap.
+# State lives in <repo>/target/kafka/: server.properties, data/, logs/, kafka.pid, bootstrap; the
+# cluster's in <repo>/target/kafka/cluster/: node-ID/{server.properties,data,logs,kafka.pid}, bootstrap.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,6 +103,13 @@ ver_ge() {
 [[ "$KAFKA_VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+([.-][A-Za-z0-9.-]+)?$ ]] \
   || die "KAFKA_VERSION='$KAFKA_VERSION' does not look like a Kafka release (e.g. 4.4.0)"
 ver_ge "$KAFKA_VERSION" 4.0.0 || die "KAFKA_VERSION=$KAFKA_VERSION: share groups need Kafka 4.0 or newer"
+
+KAFKA_NODES="${KAFKA_NODES:-1}"
+[[ "$KAFKA_NODES" =~ ^[1-9]$ ]] || die "KAFKA_NODES='$KAFKA_NODES': give a node count from 1 to 9"
+KAFKA_CLUSTER_HEAP_OPTS="${KAFKA_CLUSTER_HEAP_OPTS:--Xms128m -Xmx512m}"
+CLUSTER_DIR="$STATE_DIR/cluster"
+CLUSTER_BOOTSTRAP_FILE="$CLUSTER_DIR/bootstrap"
+CLUSTER_VERSION_FILE="$CLUSTER_DIR/version"
 
 # --- download ---------------------------------------------------------------------------------
 write_pom() {
@@ -261,12 +279,13 @@ running_pid() {
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 free_ports() {
-  # Prints two distinct free loopback TCP ports.
+  # Prints $1 (default two) distinct free loopback TCP ports.
+  local count="${1:-2}"
   if command -v python3 >/dev/null 2>&1; then
-    python3 - <<'PY'
-import socket
+    python3 - "$count" <<'PY'
+import socket, sys
 socks = []
-for _ in range(2):
+for _ in range(int(sys.argv[1])):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -277,7 +296,7 @@ PY
     return
   fi
   local found=() p tries=0
-  while ((${#found[@]} < 2)); do
+  while ((${#found[@]} < count)); do
     ((tries++ < 200)) || die "could not find free loopback ports"
     p=$((20000 + RANDOM % 40000))
     [[ " ${found[*]-} " == *" $p "* ]] && continue
@@ -356,6 +375,15 @@ share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
 # Classic groups rebalance at once instead of waiting 3 s for more members.
 group.initial.rebalance.delay.ms=0
+PROPS
+  append_common_props "$CONFIG_FILE"
+}
+
+# append_common_props FILE: the share-group timeouts, the version-specific settings and
+# KAFKA_EXTRA_PROPS, which the single node and every cluster node share.
+append_common_props() {
+  local file="$1"
+  cat >>"$file" <<'PROPS'
 
 # --- share groups: short timeouts so lock expiry / member fencing tests run in seconds ---
 # Broker-wide default acquisition lock: 5 s instead of 30 s.
@@ -373,7 +401,7 @@ group.share.min.session.timeout.ms=2000
 PROPS
 
   if ! ver_ge "$KAFKA_VERSION" 4.1.0; then
-    cat >>"$CONFIG_FILE" <<'PROPS'
+    cat >>"$file" <<'PROPS'
 
 # --- Kafka 4.0 only: share groups are early access ---
 # 4.0 has no share.version feature; share groups are switched on by the protocol list.
@@ -383,7 +411,7 @@ unstable.api.versions.enable=true
 PROPS
   fi
   if ver_ge "$KAFKA_VERSION" 4.3.0; then
-    cat >>"$CONFIG_FILE" <<'PROPS'
+    cat >>"$file" <<'PROPS'
 
 # --- Kafka 4.3+ (KIP-1263) ---
 # Recompute share-group assignments every 100 ms instead of 1 s: new members get partitions sooner.
@@ -391,7 +419,7 @@ group.share.assignment.interval.ms=100
 PROPS
   fi
   if [[ -n "${KAFKA_EXTRA_PROPS:-}" ]]; then
-    printf '\n# --- from KAFKA_EXTRA_PROPS ---\n%s\n' "$KAFKA_EXTRA_PROPS" >>"$CONFIG_FILE"
+    printf '\n# --- from KAFKA_EXTRA_PROPS ---\n%s\n' "$KAFKA_EXTRA_PROPS" >>"$file"
   fi
 }
 
@@ -537,6 +565,342 @@ write_log4j_configs_if_missing() {
   [[ -f "$TOOLS_LOG4J" && -f "$BROKER_LOG4J" ]] || write_log4j_configs
 }
 
+# --- multi-node cluster (KAFKA_NODES >= 2) ------------------------------------------------------
+# Node 1 is the KRaft controller (a standalone quorum) and a broker; nodes 2..N are brokers only.
+# Each node has its own port, storage, logs and pid under target/kafka/cluster/node-ID/.
+
+node_dir() { printf '%s/node-%s' "$CLUSTER_DIR" "$1"; }
+
+# node_pid ID: prints the pid of cluster node ID and returns 0 if it is alive.
+node_pid() {
+  local dir pid
+  dir="$(node_dir "$1")"
+  [[ -f "$dir/kafka.pid" ]] || return 1
+  pid="$(cat "$dir/kafka.pid" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  if [[ -r "/proc/$pid/cmdline" ]]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/server.properties" || return 1
+  fi
+  printf '%s\n' "$pid"
+}
+
+# cluster_node_ids: the ids of the nodes that have a state directory, in order.
+cluster_node_ids() {
+  local d
+  for d in "$CLUSTER_DIR"/node-*; do
+    [[ -d "$d" ]] && printf '%s\n' "${d##*/node-}"
+  done | sort -n
+}
+
+cluster_running() {
+  local id
+  for id in $(cluster_node_ids); do
+    node_pid "$id" >/dev/null && return 0
+  done
+  return 1
+}
+
+# write_node_properties ID PORT CONTROLLER_PORT NODES
+write_node_properties() {
+  local id="$1" port="$2" cport="$3" nodes="$4" dir file roles listeners irf
+  dir="$(node_dir "$id")"
+  file="$dir/server.properties"
+  irf=$((nodes < 3 ? nodes : 3))
+  if [[ "$id" == 1 ]]; then
+    roles="broker,controller"
+    listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+  else
+    roles="broker"
+    listeners="PLAINTEXT://127.0.0.1:$port"
+  fi
+  cat >"$file" <<PROPS
+# Generated by scripts/kafka.sh for Kafka $KAFKA_VERSION (node $id of a $nodes-node test cluster).
+# --- KRaft, loopback only: node 1 is the controller (and a broker), the others are brokers ---
+process.roles=$roles
+node.id=$id
+# The controller quorum: node 1 alone (dynamic quorum, formatted --standalone).
+controller.quorum.bootstrap.servers=127.0.0.1:$cport
+listeners=$listeners
+advertised.listeners=$listeners
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$dir/data
+
+# --- several JVMs on a small machine ---
+num.network.threads=2
+num.io.threads=2
+num.recovery.threads.per.data.dir=1
+background.threads=2
+
+# --- topics ---
+num.partitions=1
+auto.create.topics.enable=false
+# Tests choose the replication factor of their topics.
+default.replication.factor=1
+# Tests move leaders themselves; the controller must not move them back on its own.
+auto.leader.rebalance.enable=false
+
+# --- internal topics: min(nodes, 3) replicas, writable with one in sync, one partition each ---
+# With a replica on another node they stay available while one broker is stopped (stop-node).
+offsets.topic.replication.factor=$irf
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=$irf
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=$irf
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+
+# --- broker liveness: a broker that died without a controlled shutdown is fenced in 3 s ---
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
+PROPS
+  append_common_props "$file"
+}
+
+# launch_node ID: starts the JVM of cluster node ID in the background and records its pid.
+launch_node() {
+  local id="$1" dir pid
+  dir="$(node_dir "$id")"
+  mkdir -p "$dir/logs"
+  # shellcheck disable=SC2086
+  nohup "$JAVA" $KAFKA_CLUSTER_HEAP_OPTS -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+    -Djava.awt.headless=true \
+    -Dkafka.logs.dir="$dir/logs" -Dlog4j2.configurationFile="$BROKER_LOG4J" \
+    -cp "$(classpath)" kafka.Kafka "$dir/server.properties" \
+    </dev/null >>"$dir/logs/stdout.log" 2>&1 9>&- &   # 9>&-: the node must not inherit the lock
+  pid=$!
+  echo "$pid" >"$dir/kafka.pid"
+}
+
+# started_count ID: how often node ID logged that it started (its server.log survives restarts).
+started_count() {
+  local log
+  log="$(node_dir "$1")/logs/server.log"
+  [[ -f "$log" ]] || { echo 0; return; }
+  grep -c "Kafka Server started" "$log" || true
+}
+
+# kill_node ID [SIGNAL]: signals node ID and waits up to KAFKA_STOP_TIMEOUT s, then SIGKILL.
+kill_node() {
+  local id="$1" signal="${2:-TERM}" pid dir
+  dir="$(node_dir "$id")"
+  if ! pid="$(node_pid "$id")"; then
+    rm -f "$dir/kafka.pid"
+    return 0
+  fi
+  log "stopping node $id (pid $pid)"
+  kill "-$signal" "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + KAFKA_STOP_TIMEOUT))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      log "node $id still running after ${KAFKA_STOP_TIMEOUT}s, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.5
+      break
+    fi
+    sleep 0.5
+  done
+  rm -f "$dir/kafka.pid"
+}
+
+# wait_nodes_ready DEADLINE ID:BEFORE...: waits until each node ID logged one more start than
+# BEFORE and listens on its port.
+wait_nodes_ready() {
+  local deadline="$1" spec id before port
+  shift
+  for spec in "$@"; do
+    id="${spec%%:*}"
+    before="${spec#*:}"
+    port="$(sed -n 's#^listeners=PLAINTEXT://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$(node_dir "$id")/server.properties")"
+    until (($(started_count "$id") > before)) && port_in_use "$port"; do
+      node_pid "$id" >/dev/null || fail_cluster "node $id exited during startup"
+      ((SECONDS < deadline)) || fail_cluster "timed out waiting for node $id to start"
+      sleep 0.5
+    done
+  done
+}
+
+fail_cluster() {
+  log "$1"
+  local id f
+  for id in $(cluster_node_ids); do
+    for f in "$(node_dir "$id")/logs/stdout.log" "$(node_dir "$id")/logs/server.log"; do
+      [[ -s "$f" ]] && { echo "----- tail of $f -----" >&2; tail -n 30 "$f" >&2; }
+    done
+  done
+  for id in $(cluster_node_ids); do
+    kill_node "$id" KILL
+  done
+  rm -f "$CLUSTER_BOOTSTRAP_FILE"
+  die "the $KAFKA_NODES-node Kafka $KAFKA_VERSION cluster did not come up (logs: $CLUSTER_DIR/node-*/logs)"
+}
+
+cmd_start_cluster() {
+  local nodes="$KAFKA_NODES" id
+  if cluster_running; then
+    local running_version all=1
+    running_version="$(cat "$CLUSTER_VERSION_FILE" 2>/dev/null || echo '?')"
+    for id in $(seq 1 "$nodes"); do node_pid "$id" >/dev/null || all=0; done
+    if [[ "$running_version" == "$KAFKA_VERSION" && "$all" == 1 && -s "$CLUSTER_BOOTSTRAP_FILE" \
+          && "$(cluster_node_ids | wc -l)" == "$nodes" ]]; then
+      log "$nodes-node Kafka $running_version cluster already running ($(cat "$CLUSTER_BOOTSTRAP_FILE"))"
+      return 0
+    fi
+    die "a Kafka $running_version cluster of $(cluster_node_ids | wc -l) nodes is running but $nodes nodes of $KAFKA_VERSION were requested, or it is not complete; run 'scripts/kafka.sh stop' first"
+  fi
+  need "$JAVA" "install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless"
+  ensure_jars
+  write_log4j_configs
+
+  local t0=$SECONDS cport share_version="${KAFKA_SHARE_VERSION:-}" cluster_id
+  local -a ports
+  rm -rf "$CLUSTER_DIR"
+  mkdir -p "$CLUSTER_DIR"
+  read -r -a ports <<<"$(free_ports $((nodes + 1)))"
+  cport="${ports[0]}"
+  cluster_id="$(new_cluster_id)"
+  if [[ -z "$share_version" ]] && ver_ge "$KAFKA_VERSION" 4.1.0 && ! ver_ge "$KAFKA_VERSION" 4.2.0; then
+    share_version=1
+  fi
+
+  # Format every node's storage with the same cluster id, in parallel.
+  local -a format_pids=()
+  for id in $(seq 1 "$nodes"); do
+    mkdir -p "$(node_dir "$id")/data" "$(node_dir "$id")/logs"
+    write_node_properties "$id" "${ports[$id]}" "$cport" "$nodes"
+    local -a format_args=(format -t "$cluster_id" -c "$(node_dir "$id")/server.properties")
+    [[ "$id" == 1 ]] && format_args+=(--standalone)
+    [[ -n "$share_version" ]] && format_args+=(--feature "share.version=$share_version")
+    java_tool kafka.tools.StorageTool "${format_args[@]}" >"$(node_dir "$id")/logs/format.log" 2>&1 &
+    format_pids+=($!)
+  done
+  for id in $(seq 1 "$nodes"); do
+    if ! wait "${format_pids[$((id - 1))]}"; then
+      cat "$(node_dir "$id")/logs/format.log" >&2
+      die "formatting the storage of node $id failed"
+    fi
+  done
+
+  local bootstrap="" ready=()
+  for id in $(seq 1 "$nodes"); do
+    bootstrap+="${bootstrap:+,}127.0.0.1:${ports[$id]}"
+    launch_node "$id"
+    ready+=("$id:0")
+  done
+  log "starting a $nodes-node Kafka $KAFKA_VERSION cluster at $bootstrap (controller 127.0.0.1:$cport)"
+  local deadline=$((SECONDS + 2 * KAFKA_START_TIMEOUT))
+  wait_nodes_ready "$deadline" "${ready[@]}"
+
+  # Over the client protocol: share groups are on, and every broker is registered and unfenced.
+  local features="" versions="" registered=0
+  until features="$(java_tool org.apache.kafka.tools.FeatureCommand --bootstrap-server "$bootstrap" describe 2>&1)"; do
+    ((SECONDS < deadline)) || fail_cluster "the cluster does not answer FeatureCommand describe: $features"
+    sleep 1
+  done
+  if [[ "$share_version" != "0" ]] && ver_ge "$KAFKA_VERSION" 4.1.0; then
+    local sv
+    sv="$(sed -n 's/.*Feature: share\.version.*FinalizedVersionLevel: \([0-9][0-9]*\).*/\1/p' <<<"$features" | head -n1)"
+    [[ -n "$sv" && "$sv" -ge 1 ]] || fail_cluster "share.version is not finalized >= 1, share groups are disabled"
+  fi
+  printf '%s\n' "$features" >"$CLUSTER_DIR/features.txt"
+  until ((registered == nodes)); do
+    versions="$(java_tool org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$bootstrap" 2>&1 || true)"
+    registered="$(grep -cE '^127\.0\.0\.1:[0-9]+ \(id: [0-9]+' <<<"$versions" || true)"
+    ((registered == nodes)) && break
+    ((SECONDS < deadline)) || fail_cluster "only $registered of $nodes brokers are registered: $versions"
+    sleep 1
+  done
+
+  echo "$KAFKA_VERSION" >"$CLUSTER_VERSION_FILE"
+  echo "$bootstrap" >"$CLUSTER_BOOTSTRAP_FILE"
+  log "$nodes-node Kafka $KAFKA_VERSION cluster ready at $bootstrap in $((SECONDS - t0)) s"
+}
+
+cmd_stop_cluster() {
+  local ids id
+  ids="$(cluster_node_ids)"
+  [[ -n "$ids" ]] || return 0
+  if ! cluster_running; then
+    rm -f "$CLUSTER_BOOTSTRAP_FILE" "$CLUSTER_DIR"/node-*/kafka.pid
+    return 0
+  fi
+  # Brokers first, together (their controlled shutdown needs the controller), then node 1.
+  local -a stoppers=()
+  for id in $ids; do
+    [[ "$id" == 1 ]] && continue
+    kill_node "$id" &
+    stoppers+=($!)
+  done
+  for id in "${stoppers[@]}"; do wait "$id" || true; done
+  kill_node 1
+  rm -f "$CLUSTER_BOOTSTRAP_FILE"
+  log "cluster stopped"
+}
+
+# node_arg ID: checks that ID names a broker node of the cluster that may be stopped and started.
+node_arg() {
+  [[ "${1:-}" =~ ^[0-9]+$ ]] || die "usage: scripts/kafka.sh stop-node|kill-node|start-node ID"
+  [[ -d "$(node_dir "$1")" ]] || die "the cluster has no node $1 (nodes: $(cluster_node_ids | tr '\n' ' '))"
+  [[ "$1" != 1 ]] || die "node 1 is the cluster's only controller; stop the whole cluster with 'stop'"
+}
+
+# cmd_stop_node ID [SIGNAL]: TERM (a controlled shutdown that moves its leaders first) or KILL.
+cmd_stop_node() {
+  node_arg "$@"
+  node_pid "$1" >/dev/null || { log "node $1 is not running"; return 0; }
+  kill_node "$1" "${2:-TERM}"
+  log "node $1 stopped (SIG${2:-TERM})"
+}
+
+cmd_start_node() {
+  node_arg "$@"
+  local id="$1" t0=$SECONDS before
+  node_pid 1 >/dev/null || die "the cluster's controller (node 1) is not running; run 'KAFKA_NODES=N scripts/kafka.sh start'"
+  if node_pid "$id" >/dev/null; then
+    log "node $id is already running"
+    return 0
+  fi
+  before="$(started_count "$id")"
+  launch_node "$id"
+  wait_nodes_ready $((SECONDS + KAFKA_START_TIMEOUT)) "$id:$before"
+  log "node $id started again in $((SECONDS - t0)) s"
+}
+
+cmd_status_cluster() {
+  local ids id pid up=0 total=0
+  ids="$(cluster_node_ids)"
+  if [[ -z "$ids" ]] || ! cluster_running; then
+    echo "cluster not running"
+    return 1
+  fi
+  for id in $ids; do
+    total=$((total + 1))
+    if pid="$(node_pid "$id")"; then
+      up=$((up + 1))
+      echo "node $id: running, pid $pid"
+    else
+      echo "node $id: stopped"
+    fi
+  done
+  echo "cluster: $up of $total nodes running, bootstrap $(cat "$CLUSTER_BOOTSTRAP_FILE" 2>/dev/null || echo 'not ready'), version $(cat "$CLUSTER_VERSION_FILE" 2>/dev/null || echo '?')"
+  ((up == total))
+}
+
+cmd_env_cluster() {
+  cluster_running || die "the Kafka cluster is not running (run: KAFKA_NODES=3 scripts/kafka.sh start)"
+  [[ -s "$CLUSTER_BOOTSTRAP_FILE" ]] || die "the cluster is running but not ready yet ($CLUSTER_BOOTSTRAP_FILE missing)"
+  local list
+  list="$(cat "$CLUSTER_BOOTSTRAP_FILE")"
+  # One line, so that `eval "export $(scripts/kafka.sh env)"` exports both.
+  echo "KAFKA_BOOTSTRAP=$list KAFKA_MULTI_BOOTSTRAP=$list"
+}
+
 usage() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
 }
@@ -545,10 +909,23 @@ main() {
   local cmd="${1:-}"
   (($#)) && shift
   case "$cmd" in
-    start) with_lock "$STATE_DIR/.lock" cmd_start ;;
-    stop) with_lock "$STATE_DIR/.lock" cmd_stop ;;
-    status) cmd_status ;;
-    env) cmd_env ;;
+    start)
+      if ((KAFKA_NODES > 1)); then
+        with_lock "$STATE_DIR/.lock" cmd_start_cluster
+      else
+        with_lock "$STATE_DIR/.lock" cmd_start
+      fi ;;
+    stop) with_lock "$STATE_DIR/.lock" cmd_stop; with_lock "$STATE_DIR/.lock" cmd_stop_cluster ;;
+    stop-node) with_lock "$STATE_DIR/.lock" cmd_stop_node "${1:-}" TERM ;;
+    kill-node) with_lock "$STATE_DIR/.lock" cmd_stop_node "${1:-}" KILL ;;
+    start-node) with_lock "$STATE_DIR/.lock" cmd_start_node "$@" ;;
+    status) if ((KAFKA_NODES > 1)); then cmd_status_cluster; else cmd_status; fi ;;
+    env)
+      if ((KAFKA_NODES > 1)) || { ! running_pid >/dev/null && cluster_running; }; then
+        cmd_env_cluster
+      else
+        cmd_env
+      fi ;;
     run-class) cmd_run_class "$@" ;;
     fetch) ensure_jars; log "jars in $LIB_DIR" ;;
     classpath) ensure_jars; classpath; echo ;;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the crate: unit, integration and doc tests with all features, including the
 # tests against a real Apache Kafka broker, which this script downloads (once), starts on loopback
-# and stops again, even when tests fail. Then a smoke subset of the broker tests runs against the
-# first release where share groups are production ready, and a check against a cluster whose share
-# groups are turned off.
+# and stops again, even when tests fail. Then the leader-move tests run against a three-node
+# cluster, a smoke subset of the broker tests against the first release where share groups are
+# production ready, and a check against a cluster whose share groups are turned off.
 #
 # Usage: ./scripts/test.sh [extra cargo test arguments]
 #   KAFKA_VERSION        the main Kafka release (default 4.4.0)
@@ -11,8 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# `stop` stops the single broker and every node of the cluster.
 cleanup() { ./scripts/kafka.sh stop || true; }
 trap cleanup EXIT
+# On Ctrl-C or SIGTERM exit through the EXIT trap too, so no broker is left running.
+trap 'exit 130' INT TERM
 
 start_broker() {
   ./scripts/kafka.sh start
@@ -25,6 +28,12 @@ start_broker() {
 main_version="${KAFKA_VERSION:-4.4.0}"
 start_broker
 cargo test --all-features "$@"
+
+# Leader moves need several brokers: a three-node cluster for those tests alone.
+./scripts/kafka.sh stop
+KAFKA_NODES=3 start_broker
+cargo test --all-features --test kafka_leader_move -- --ignored
+unset KAFKA_MULTI_BOOTSTRAP
 
 # A cluster with share groups turned off: the consumer must say so clearly.
 ./scripts/kafka.sh stop

@@ -1,19 +1,25 @@
-//! [`KafkaAdmin`]: the few admin calls that setting up a share group needs.
+//! [`KafkaAdmin`]: the few admin calls that setting up a share group needs, and moving a
+//! partition's leader.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, MetadataRequest,
-    MetadataResponse, TopicName,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    ElectLeadersRequest, ElectLeadersResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use tokio::sync::Mutex;
@@ -32,6 +38,18 @@ const RESOURCE_TYPE_GROUP: i8 = 32;
 /// IncrementalAlterConfigs operation SET.
 const CONFIG_OPERATION_SET: i8 = 0;
 
+/// ElectLeaders election type PREFERRED: the first replica of the list becomes the leader.
+const ELECTION_PREFERRED: i8 = 0;
+
+/// ElectLeaders: the preferred replica is not in sync (yet).
+const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+
+/// ElectLeaders: the preferred replica already leads.
+const ELECTION_NOT_NEEDED: i16 = 84;
+
+/// How long [`KafkaAdmin::move_leader`] waits for the new replica list and the new leader.
+const LEADER_MOVE_WAIT: Duration = Duration::from_secs(60);
+
 /// How long the broker may take over CreateTopics and DeleteTopics (below the request timeout).
 const BROKER_TIMEOUT_MS: i32 = 25_000;
 
@@ -48,11 +66,29 @@ const METADATA_WITH_TOPIC_IDS: VersionRange = VersionRange {
     max: MetadataRequest::VERSIONS.max,
 };
 
-/// An admin client for a Kafka cluster: create and delete topics, set share-group configs and
-/// resolve topic ids.
+/// Where one partition of a topic lives, as the cluster metadata says
+/// ([`KafkaAdmin::partitions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionPlacement {
+    /// The partition index.
+    pub partition: i32,
+    /// The broker id of the leader; `None` while the partition has none (an election).
+    pub leader: Option<i32>,
+    /// The leader epoch, which grows with every leader change.
+    pub leader_epoch: i32,
+    /// The broker ids of the replicas, the preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The broker ids of the in-sync replicas.
+    pub isr: Vec<i32>,
+}
+
+/// An admin client for a Kafka cluster: create and delete topics, set share-group configs,
+/// resolve topic ids, see where partitions live and move a partition's leader.
 ///
 /// It keeps one connection to a bootstrap broker and sends everything there: in KRaft mode
-/// brokers forward CreateTopics, DeleteTopics and IncrementalAlterConfigs to the controller.
+/// brokers forward CreateTopics, DeleteTopics, IncrementalAlterConfigs,
+/// AlterPartitionReassignments and ElectLeaders to the controller.
 /// A closed connection is replaced on the next call.
 ///
 /// Errors are [`ConsumerError`]s: a broker error code is a [`ConsumerError::Broker`] named as
@@ -131,16 +167,62 @@ impl KafkaAdmin {
         partitions: i32,
         replication_factor: i16,
     ) -> Result<(), ConsumerError> {
+        let topic = CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor);
+        self.create(name, topic, partitions).await
+    }
+
+    /// Creates a topic whose partition `i` lives on the brokers `replicas[i]`, the first of
+    /// them its (preferred) leader, and waits (up to 30 s) until the metadata shows every
+    /// partition with a leader.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::create_topic`]; `INVALID_REPLICA_ASSIGNMENT` for an unknown broker id or a
+    /// broker named twice; [`ConsumerError::Config`] for an empty list.
+    pub async fn create_topic_with_replicas(
+        &self,
+        name: &str,
+        replicas: &[Vec<i32>],
+    ) -> Result<(), ConsumerError> {
+        let partitions = i32::try_from(replicas.len()).unwrap_or(i32::MAX);
+        if replicas.is_empty() || replicas.iter().any(Vec::is_empty) {
+            return Err(ConsumerError::Config {
+                key: "replicas".to_owned(),
+                reason: "give one or more partitions, each with one or more broker ids".to_owned(),
+            });
+        }
+        let assignments = (0..partitions)
+            .zip(replicas)
+            .map(|(partition, brokers)| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(partition)
+                    .with_broker_ids(brokers.iter().copied().map(BrokerId).collect())
+            })
+            .collect();
+        // With an explicit assignment the count and the factor must be -1.
+        let topic = CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(assignments);
+        self.create(name, topic, partitions).await
+    }
+
+    /// Sends CreateTopics for `topic` and waits for its `partitions` partitions to have leaders.
+    async fn create(
+        &self,
+        name: &str,
+        topic: CreatableTopic,
+        partitions: i32,
+    ) -> Result<(), ConsumerError> {
         let connection = self.connection().await?;
         let key = ApiKey::CreateTopics;
         let version = connection.negotiate(key, CreateTopicsRequest::VERSIONS)?;
         let request = CreateTopicsRequest::default()
-            .with_topics(vec![
-                CreatableTopic::default()
-                    .with_name(topic_name(name))
-                    .with_num_partitions(partitions)
-                    .with_replication_factor(replication_factor),
-            ])
+            .with_topics(vec![topic])
             .with_timeout_ms(BROKER_TIMEOUT_MS);
         let response: CreateTopicsResponse = connection.request(key, version, &request).await?;
         let result = response
@@ -154,7 +236,7 @@ impl KafkaAdmin {
             result.error_message.as_ref(),
         )?;
         let expected = usize::try_from(partitions).ok();
-        wait_for_metadata(&connection, name, |topic| {
+        wait_for_metadata(&connection, name, METADATA_WAIT, |topic| {
             // Not yet known to this broker, or some partition has no leader yet: keep waiting.
             topic.is_some_and(|topic| {
                 topic.error_code == 0
@@ -197,7 +279,7 @@ impl KafkaAdmin {
             result.error_code,
             result.error_message.as_ref(),
         )?;
-        wait_for_metadata(&connection, name, |topic| {
+        wait_for_metadata(&connection, name, METADATA_WAIT, |topic| {
             topic.is_none_or(|topic| topic.error_code == UNKNOWN_TOPIC_OR_PARTITION)
         })
         .await
@@ -277,6 +359,117 @@ impl KafkaAdmin {
         Ok(ids)
     }
 
+    /// The ids of the live brokers of the cluster, in ascending order.
+    ///
+    /// # Errors
+    ///
+    /// Connection and protocol errors of the Metadata call.
+    pub async fn broker_ids(&self) -> Result<Vec<i32>, ConsumerError> {
+        let connection = self.connection().await?;
+        let response = metadata(&connection, Some(&[]), MetadataRequest::VERSIONS).await?;
+        let mut ids: Vec<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Where the partitions of `topic` live: leader, leader epoch, replicas and in-sync
+    /// replicas, by partition index.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConsumerError::Broker`] for the topic, e.g. `UNKNOWN_TOPIC_OR_PARTITION`;
+    /// connection and protocol errors.
+    pub async fn partitions(&self, topic: &str) -> Result<Vec<PartitionPlacement>, ConsumerError> {
+        let connection = self.connection().await?;
+        let response = metadata(&connection, Some(&[topic]), MetadataRequest::VERSIONS).await?;
+        let found = response
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| missing(&connection, ApiKey::Metadata, topic))?;
+        check(api_name(ApiKey::Metadata), found.error_code, None)
+            .map_err(|error| with_topic(error, topic))?;
+        let mut placements: Vec<PartitionPlacement> =
+            found.partitions.iter().map(placement).collect();
+        placements.sort_by_key(|p| p.partition);
+        Ok(placements)
+    }
+
+    /// Moves the leadership of `partition` of `topic` to broker `to` while producers and
+    /// consumers keep running, as `kafka-reassign-partitions.sh` followed by
+    /// `kafka-leader-election.sh --election-type PREFERRED` would.
+    ///
+    /// The replica list is reordered with `to` first (AlterPartitionReassignments); if `to` is
+    /// not a replica yet it takes the place of the last one, and the partition's data is copied
+    /// to it first. Then the preferred replica is elected (ElectLeaders). Returns once the
+    /// metadata of every live broker names `to` the leader (so the old leader refuses the
+    /// partition's fetches and acknowledgements from then on); at once if `to` already leads.
+    /// Gives up after 60 s.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConsumerError::Broker`] of either request, e.g. `INVALID_REPLICA_ASSIGNMENT` for
+    /// an unknown broker, `UNKNOWN_TOPIC_OR_PARTITION`, or `PREFERRED_LEADER_NOT_AVAILABLE`
+    /// when `to` never joins the in-sync replicas; [`ConsumerError::Timeout`] when the
+    /// metadata does not show the move in time; connection and protocol errors.
+    pub async fn move_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        to: i32,
+    ) -> Result<(), ConsumerError> {
+        let deadline = tokio::time::Instant::now() + LEADER_MOVE_WAIT;
+        let current = self
+            .partitions(topic)
+            .await?
+            .into_iter()
+            .find(|p| p.partition == partition)
+            .ok_or_else(|| ConsumerError::Broker {
+                api: api_name(ApiKey::Metadata),
+                code: UNKNOWN_TOPIC_OR_PARTITION,
+                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                message: Some(format!("topic `{topic}` has no partition {partition}")),
+                retriable: true,
+            })?;
+        if current.leader == Some(to) {
+            return Ok(());
+        }
+        let connection = self.connection().await?;
+        if current.replicas.first() != Some(&to) {
+            let mut target = vec![to];
+            target.extend(current.replicas.iter().copied().filter(|r| *r != to));
+            target.truncate(current.replicas.len().max(1));
+            reassign(&connection, topic, partition, &target).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            wait_for_metadata(&connection, topic, left, |t| {
+                partition_of(t, partition)
+                    .is_some_and(|p| p.replicas == target && p.isr.contains(&to))
+            })
+            .await?;
+        }
+        elect_preferred(&connection, topic, partition, deadline).await?;
+        let moved = |t: Option<&MetadataResponseTopic>| {
+            partition_of(t, partition).is_some_and(|p| p.leader == Some(to))
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        wait_for_metadata(&connection, topic, left, moved).await?;
+        // Every broker applies the change on its own: until the old leader has, it still takes
+        // fetches and acknowledgements for the partition. Wait until each live broker knows.
+        let brokers = metadata(&connection, Some(&[]), MetadataRequest::VERSIONS)
+            .await?
+            .brokers;
+        for broker in brokers {
+            let address = format!("{}:{}", broker.host.as_str(), broker.port);
+            let Ok(other) = Connection::connect(&address, &self.config).await else {
+                debug!(broker = address, "unreachable; it serves nothing either");
+                continue;
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            wait_for_metadata(&other, topic, left, moved).await?;
+        }
+        Ok(())
+    }
+
     /// The Metadata of `topics` (`None`: all topics), at the highest version both sides
     /// support, for crate code that needs more than [`Self::topic_ids`].
     #[allow(dead_code, reason = "for the share consumer's topic-id resolution")]
@@ -308,13 +501,14 @@ impl KafkaAdmin {
     }
 }
 
-/// Polls the metadata of `name` until `done` says so, for up to [`METADATA_WAIT`].
+/// Polls the metadata of `name` until `done` says so, for up to `wait`.
 async fn wait_for_metadata(
     connection: &Connection,
     name: &str,
+    wait: Duration,
     done: impl Fn(Option<&MetadataResponseTopic>) -> bool,
 ) -> Result<(), ConsumerError> {
-    let deadline = tokio::time::Instant::now() + METADATA_WAIT;
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         let response = metadata(connection, Some(&[name]), MetadataRequest::VERSIONS).await?;
         let topic = response
@@ -326,9 +520,120 @@ async fn wait_for_metadata(
         }
         if tokio::time::Instant::now() + METADATA_POLL > deadline {
             debug!(topic = name, "metadata did not settle in time");
-            return Err(ConsumerError::Timeout(METADATA_WAIT));
+            return Err(ConsumerError::Timeout(wait));
         }
         tokio::time::sleep(METADATA_POLL).await;
+    }
+}
+
+/// A partition's placement from its Metadata entry.
+fn placement(
+    p: &kafka_protocol::messages::metadata_response::MetadataResponsePartition,
+) -> PartitionPlacement {
+    PartitionPlacement {
+        partition: p.partition_index,
+        leader: (p.leader_id.0 >= 0).then_some(p.leader_id.0),
+        leader_epoch: p.leader_epoch,
+        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+    }
+}
+
+/// The placement of `partition` in a topic's Metadata entry, if it is there without error.
+fn partition_of(
+    topic: Option<&MetadataResponseTopic>,
+    partition: i32,
+) -> Option<PartitionPlacement> {
+    topic
+        .filter(|t| t.error_code == 0)?
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == partition && p.error_code == 0)
+        .map(placement)
+}
+
+/// AlterPartitionReassignments of one partition to `replicas`.
+async fn reassign(
+    connection: &Connection,
+    topic: &str,
+    partition: i32,
+    replicas: &[i32],
+) -> Result<(), ConsumerError> {
+    let key = ApiKey::AlterPartitionReassignments;
+    let version = connection.negotiate(key, AlterPartitionReassignmentsRequest::VERSIONS)?;
+    let request = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(BROKER_TIMEOUT_MS)
+        .with_topics(vec![
+            ReassignableTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![
+                    ReassignablePartition::default()
+                        .with_partition_index(partition)
+                        .with_replicas(Some(replicas.iter().copied().map(BrokerId).collect())),
+                ]),
+        ]);
+    let response: AlterPartitionReassignmentsResponse =
+        connection.request(key, version, &request).await?;
+    check(
+        api_name(key),
+        response.error_code,
+        response.error_message.as_ref(),
+    )?;
+    let result = response
+        .responses
+        .iter()
+        .filter(|t| t.name.0.as_str() == topic)
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .ok_or_else(|| missing(connection, key, topic))?;
+    check(
+        api_name(key),
+        result.error_code,
+        result.error_message.as_ref(),
+    )
+}
+
+/// ElectLeaders (PREFERRED) of one partition, retried while the preferred replica is not in
+/// sync yet, until `deadline`. ELECTION_NOT_NEEDED counts as done.
+async fn elect_preferred(
+    connection: &Connection,
+    topic: &str,
+    partition: i32,
+    deadline: tokio::time::Instant,
+) -> Result<(), ConsumerError> {
+    let key = ApiKey::ElectLeaders;
+    let version = connection.negotiate(key, ElectLeadersRequest::VERSIONS)?;
+    let request = ElectLeadersRequest::default()
+        .with_election_type(ELECTION_PREFERRED)
+        .with_timeout_ms(BROKER_TIMEOUT_MS)
+        .with_topic_partitions(Some(vec![
+            TopicPartitions::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![partition]),
+        ]));
+    loop {
+        let response: ElectLeadersResponse = connection.request(key, version, &request).await?;
+        check(api_name(key), response.error_code, None)?;
+        let result = response
+            .replica_election_results
+            .iter()
+            .filter(|t| t.topic.0.as_str() == topic)
+            .flat_map(|t| t.partition_result.iter())
+            .find(|p| p.partition_id == partition)
+            .ok_or_else(|| missing(connection, key, topic))?;
+        match result.error_code {
+            0 | ELECTION_NOT_NEEDED => return Ok(()),
+            PREFERRED_LEADER_NOT_AVAILABLE
+                if tokio::time::Instant::now() + METADATA_POLL < deadline =>
+            {
+                debug!(
+                    topic,
+                    partition, "preferred replica not in sync yet; electing again"
+                );
+                tokio::time::sleep(METADATA_POLL).await;
+            }
+            code => return check(api_name(key), code, result.error_message.as_ref()),
+        }
     }
 }
 

@@ -232,8 +232,10 @@ fn ack_outcome(
     for (node, response, sent) in responses {
         match response {
             Err(e) => {
-                // The epoch is unknown now; a new connection starts a new session.
+                // The epoch is unknown now; a new connection starts a new session. The broker
+                // may have stopped, so find the leaders again.
                 out.effects.push((node, SessionEffect::Drop));
+                out.stale = true;
                 for tp in sent {
                     results.insert(tp, Err(not_sent(&format!("ShareAcknowledge failed: {e}"))));
                 }
@@ -266,8 +268,15 @@ fn ack_outcome(
                     for p in topic.partitions {
                         let tp = TopicPartition::new(Arc::clone(name), p.partition_index);
                         if pending.remove(&tp) {
-                            if matches!(p.error_code, NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH)
-                            {
+                            // A broker that lost the leadership answers NOT_LEADER_OR_FOLLOWER,
+                            // or UNKNOWN_TOPIC_OR_PARTITION once it dropped the share-partition.
+                            if matches!(
+                                p.error_code,
+                                NOT_LEADER_OR_FOLLOWER
+                                    | FENCED_LEADER_EPOCH
+                                    | UNKNOWN_TOPIC_OR_PARTITION
+                                    | UNKNOWN_TOPIC_ID
+                            ) {
                                 out.stale = true;
                             }
                             results.insert(tp, ack_error(p.error_code, p.error_message));
@@ -646,6 +655,9 @@ impl KafkaShareConsumer {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(node, error = %e, "no fetch connection");
+                    // The leader may be gone (a stopped broker whose partitions moved): ask
+                    // the cluster again, as Java does when a connection fails.
+                    self.cluster.stale = true;
                     for (_, tp, _) in node_acks {
                         results.insert(tp, Err(not_sent("the partition leader is unreachable")));
                     }
@@ -777,6 +789,8 @@ impl KafkaShareConsumer {
                     errors = true;
                     session.reset();
                     self.fetchers.remove(&node);
+                    // A broken connection may mean the broker stopped: find the leaders again.
+                    self.cluster.stale = true;
                     for tp in sent {
                         results.insert(tp, Err(not_sent("the fetch failed")));
                     }
@@ -983,6 +997,10 @@ impl KafkaShareConsumer {
             let node_acks = by_node.remove(&node).unwrap_or_default();
             let epoch = self.sessions.get(&node).map_or(0, |s| s.epoch);
             let conn = self.fetchers.get(&node).filter(|c| !c.is_closed()).cloned();
+            if conn.is_none() && self.fetchers.contains_key(&node) {
+                // The broker closed the connection: it may have stopped and its partitions moved.
+                self.cluster.stale = true;
+            }
             let (Some(conn), true) = (conn, epoch > 0) else {
                 for (_, tp, _) in node_acks {
                     results.insert(
