@@ -588,8 +588,10 @@ node_pid() {
 # cluster_node_ids: the ids of the nodes that have a state directory, in order.
 cluster_node_ids() {
   local d
+  # An `if`, not `[[ ]] &&`: with no cluster the loop must still end with status 0, or
+  # pipefail fails the caller.
   for d in "$CLUSTER_DIR"/node-*; do
-    [[ -d "$d" ]] && printf '%s\n' "${d##*/node-}"
+    if [[ -d "$d" ]]; then printf '%s\n' "${d##*/node-}"; fi
   done | sort -n
 }
 
