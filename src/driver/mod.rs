@@ -309,7 +309,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .context
             .as_ref()
             .is_some_and(SinkTaskContext::take_commit_request);
-        let waiting = self.acknowledged_since_commit > 0 || self.is_awaiting_flush();
+        let waiting = self.acknowledged_since_commit > 0 || self.awaiting_flush() > 0;
         let due = waiting
             && self
                 .config
@@ -326,10 +326,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     fn implicit(&self) -> bool {
         self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit
-    }
-
-    fn is_awaiting_flush(&self) -> bool {
-        self.config.ack_policy == AckPolicy::AfterFlush && !self.delivered.is_empty()
     }
 
     fn lock_duration(&self) -> Duration {
@@ -589,10 +585,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let id = record.original_id();
             self.held.remove(id);
             if limit.is_some_and(|max| record.delivery_count() >= max) {
-                let raw = self.raw.get(i).cloned().unwrap_or_else(|| {
-                    ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
-                });
-                poison.push(raw);
+                poison.push(self.polled_record(i));
                 continue;
             }
             self.consumer.acknowledge_offset(
@@ -629,13 +622,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .batch
                 .iter()
                 .enumerate()
-                .map(|(i, record)| {
-                    let id = record.original_id();
-                    let raw = self.raw.get(i).cloned().unwrap_or_else(|| {
-                        ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
-                    });
-                    (raw, failure.clone())
-                })
+                .map(|(i, _)| (self.polled_record(i), failure.clone()))
                 .collect();
             for record in &self.batch {
                 self.held.remove(record.original_id());
@@ -655,6 +642,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             stage: TaskStage::Put,
             source: error,
         }
+    }
+
+    /// The polled record behind `batch[i]`: the original, kept when a dead-letter queue needs
+    /// its bytes, or else a record with its coordinates only, enough to acknowledge it.
+    fn polled_record(&self, i: usize) -> ConsumerRecord {
+        self.raw.get(i).cloned().unwrap_or_else(|| {
+            let id = self.batch[i].original_id();
+            ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
+        })
     }
 
     /// Whether the polled records are kept beside the batch for the dead-letter queue.
