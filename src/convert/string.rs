@@ -149,13 +149,7 @@ impl HeaderConverter for StringConverter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::plugins::configs::configs;
 
     #[test]
     fn utf8_encodings_are_accepted_others_rejected() {

@@ -78,16 +78,18 @@ pub(crate) fn non_empty_list(
     Ok(list)
 }
 
+/// Plugin settings from `(key, value)` pairs, for the unit tests of plugins.
+#[cfg(test)]
+pub(crate) fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
 
     #[test]
     fn booleans_parse_like_config_def() {
