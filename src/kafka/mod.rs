@@ -1,16 +1,24 @@
 //! The native Kafka client: a share consumer speaking KIP-932 over `kafka-protocol` and tokio,
 //! and the admin calls tests and users need.
+//!
+//! The folders are the layers, each depending only on those above it in this list:
+//!
+//! - [`codec`]: wire codecs of our own (ShareFetch/ShareAcknowledge v1–v2, v2 record batches),
+//!   and [`errors`], Kafka's error codes as this crate's errors. No I/O.
+//! - [`net`]: one TCP connection to one broker with pipelined requests, and the bootstrap list.
+//! - [`session`]: the share-session bookkeeping as a plain state machine (epochs per leader,
+//!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
+//!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
+//! - `engine`: the background task that drives the session core against the connections.
+//! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
+//! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).
 
 pub(crate) mod admin;
-mod bootstrap;
-mod config;
-pub(crate) mod connection;
+pub(crate) mod codec;
 mod consumer;
 pub(crate) mod errors;
-mod membership;
-pub(crate) mod record_batch;
-mod records;
-pub(crate) mod share_v2;
+pub(crate) mod net;
+mod session;
 
-pub use self::config::KafkaShareConsumerConfig;
 pub use self::consumer::KafkaShareConsumer;
+pub use self::consumer::config::KafkaShareConsumerConfig;

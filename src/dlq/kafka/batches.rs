@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::dlq::DeadLetterRecord;
 use crate::dlq::partitioner::partition_for_key;
-use crate::kafka::record_batch::{EncodeOptions, NewRecord, encode_batch};
+use crate::kafka::codec::record_batch::{EncodeOptions, NewRecord, encode_batch};
 
 /// Most estimated bytes of records in one batch: below the broker's default
 /// `message.max.bytes` (1 MiB plus a little), and Java's default `max.request.size`
@@ -106,7 +106,7 @@ fn estimated_size(record: &NewRecord) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::record_batch::decode_batches;
+    use crate::kafka::codec::record_batch::decode_batches;
     use crate::record::{ConsumerRecord, Headers, TimestampType};
 
     fn record(key: Option<&'static [u8]>, value: Vec<u8>) -> DeadLetterRecord {

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::KafkaAdmin;
-use crate::kafka::connection::{Connection, ConnectionConfig};
 use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

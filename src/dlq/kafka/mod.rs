@@ -20,8 +20,8 @@ use self::cluster::{Cluster, LEADER_NOT_AVAILABLE, Layout};
 pub use self::config::KafkaDeadLetterQueueConfig;
 use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
-use crate::kafka::connection::ConnectionConfig;
 use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::net::connection::ConnectionConfig;
 
 /// `acks=all`: the leader answers once every in-sync replica has the records.
 const ACKS_ALL: i16 = -1;

@@ -3,8 +3,8 @@
 
 use std::sync::Mutex;
 
-use super::connection::{Connection, ConnectionConfig};
 use crate::consumer::ConsumerError;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// A lazily reopened connection to any bootstrap broker. Shared by the consumer and its
 /// heartbeat task.

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::record_batch;
+use crate::kafka::codec::record_batch;
 use crate::record::{ConsumerRecord, Headers, TimestampType};
 use bytes::Bytes;
 

@@ -1,5 +1,8 @@
 //! [`KafkaShareConsumer`]: the [`ShareConsumer`] that talks to a real Kafka cluster.
 
+pub(crate) mod config;
+mod membership;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,18 +16,18 @@ use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::bootstrap::Bootstrap;
-use super::config::KafkaShareConsumerConfig;
-use super::connection::{Connection, ConnectionConfig};
-use super::errors::broker_error;
-use super::membership::Membership;
-use super::records::{AcquiredRange, extract};
-use super::share_v2;
+use self::config::KafkaShareConsumerConfig;
+use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
     PendingCommit, ShareConsumer,
 };
+use crate::kafka::codec::share_v2;
+use crate::kafka::errors::broker_error;
+use crate::kafka::net::bootstrap::Bootstrap;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::session::acquired::{AcquiredRange, extract};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 
 const GAP: i8 = 0;
@@ -1376,7 +1379,7 @@ mod broker_tests {
 
     use super::*;
     use crate::kafka::admin::KafkaAdmin;
-    use crate::kafka::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
+    use crate::kafka::codec::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
 
     fn bootstrap(test: &str) -> Option<String> {
         match std::env::var("KAFKA_BOOTSTRAP") {

@@ -26,8 +26,8 @@ use tokio::sync::Mutex;
 use tracing::debug;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::connection::{Connection, ConnectionConfig};
 use crate::kafka::errors::{api_name, check};
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

@@ -18,10 +18,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::bootstrap::Bootstrap;
-use super::connection::{Connection, ConnectionConfig};
-use super::errors::broker_error;
 use crate::consumer::ConsumerError;
+use crate::kafka::errors::broker_error;
+use crate::kafka::net::bootstrap::Bootstrap;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 const NOT_COORDINATOR: i16 = 16;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
