@@ -9,16 +9,17 @@
 //! - [`session`]: the share-session bookkeeping as a plain state machine (epochs per leader,
 //!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
 //!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
-//! - `engine`: the background task that drives the session core against the connections.
+//! - [`engine`]: the background task that drives the session core against the connections.
 //! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
 //! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).
 
 pub(crate) mod admin;
 pub(crate) mod codec;
 mod consumer;
+pub(crate) mod engine;
 pub(crate) mod errors;
 pub(crate) mod net;
-mod session;
+pub(crate) mod session;
 
 pub use self::consumer::KafkaShareConsumer;
 pub use self::consumer::config::KafkaShareConsumerConfig;

@@ -26,6 +26,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
+    pub(crate) prefetch_records: usize,
 }
 
 impl KafkaShareConsumerConfig {
@@ -43,6 +44,7 @@ impl KafkaShareConsumerConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             acknowledgement_mode: AcknowledgementMode::Explicit,
+            prefetch_records: 0,
         }
     }
 
@@ -69,7 +71,11 @@ impl KafkaShareConsumerConfig {
         self
     }
 
-    /// `fetch.max.bytes` (default 52428800).
+    /// `fetch.max.bytes` (default 52428800): the most a ShareFetch answer may carry, and
+    /// the budget for what the records of one answer may decompress to. Batches beyond the
+    /// budget are not decompressed: their acquired records are released (delivered again,
+    /// to this or another member) instead of read. So one poll holds at most the answer's
+    /// frame (at most 100 MiB) plus this budget of decompressed records.
     pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
         self.fetch_max_bytes = bytes.max(1);
         self
@@ -91,6 +97,19 @@ impl KafkaShareConsumerConfig {
     /// How long a TCP connect may take (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// How many records the consumer may fetch ahead of the application (default 0).
+    ///
+    /// Acquisition locks start ticking when the broker answers, so records fetched ahead
+    /// spend their lock while they wait. With 0, a fetch is in flight only while a poll waits,
+    /// or after a poll gave up before its answer came (that answer is then handed to the next
+    /// poll): at most one answer is ever held. Above 0, the consumer keeps fetching in the
+    /// background while fewer records than this wait to be polled, which overlaps the next
+    /// fetch with the application's processing.
+    pub fn prefetch_records(mut self, records: usize) -> Self {
+        self.prefetch_records = records;
         self
     }
 

@@ -105,7 +105,41 @@ fn base64_url(bytes: &[u8]) -> String {
     out
 }
 
+/// What the fetch engine reads of the membership: the assignment and its changes.
+#[derive(Debug, Clone)]
+pub(crate) struct MembershipView {
+    shared: Arc<Shared>,
+}
+
+impl MembershipView {
+    /// The current assignment and its version.
+    pub(crate) fn assignment(&self) -> (u64, Vec<(Uuid, Vec<i32>)>) {
+        let state = self.shared.lock();
+        (state.assignment_version, state.assignment.clone())
+    }
+
+    /// Waits until the assignment differs from `seen`, or the heartbeat loop announces a
+    /// change (a fatal error, say). Cancel safe.
+    pub(crate) async fn changed(&self, seen: u64) {
+        let notified = self.shared.changed.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Register before checking, so a change between the check and the wait wakes us.
+        notified.as_mut().enable();
+        if self.shared.lock().assignment_version != seen {
+            return;
+        }
+        notified.await;
+    }
+}
+
 impl Membership {
+    /// The engine's view of this membership.
+    pub(crate) fn view(&self) -> MembershipView {
+        MembershipView {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     pub(crate) fn new(group_id: &str, bootstrap: Arc<Bootstrap>) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -144,12 +178,6 @@ impl Membership {
         }
     }
 
-    /// The current assignment and its version.
-    pub(crate) fn assignment(&self) -> (u64, Vec<(Uuid, Vec<i32>)>) {
-        let state = self.shared.lock();
-        (state.assignment_version, state.assignment.clone())
-    }
-
     /// A fatal error of the loop, or a transient one not yet reported.
     pub(crate) fn take_error(&self) -> Option<ConsumerError> {
         let mut state = self.shared.lock();
@@ -158,22 +186,6 @@ impl Membership {
             None => state.transient.take(),
         };
         reported.map(|f| heartbeat_error(f.code, f.message))
-    }
-
-    /// Waits until the assignment differs from `seen` (a version from
-    /// [`assignment`](Self::assignment)), a fatal error is set, or `timeout` passes.
-    pub(crate) async fn changed(&self, seen: u64, timeout: Duration) {
-        let notified = self.shared.changed.notified();
-        let mut notified = std::pin::pin!(notified);
-        // Register before checking, so a change between the check and the wait wakes us.
-        notified.as_mut().enable();
-        {
-            let state = self.shared.lock();
-            if state.assignment_version != seen || state.fatal.is_some() {
-                return;
-            }
-        }
-        let _ = tokio::time::timeout(timeout, notified).await;
     }
 
     /// Stops the loop and sends the leave heartbeat (epoch -1).

@@ -1,0 +1,152 @@
+//! What the engine knows of the cluster: brokers, topic ids and partition leaders, refreshed
+//! with Metadata.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::{Message, StrBytes};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::consumer::ConsumerError;
+use crate::kafka::net::connection::Connection;
+use crate::kafka::session::book::{NodeId, SessionPartition};
+use crate::record::TopicPartition;
+
+/// Java's `metadata.max.age.ms`.
+pub(crate) const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone)]
+pub(crate) struct TopicMeta {
+    pub(crate) name: Arc<str>,
+    pub(crate) leaders: HashMap<i32, NodeId>,
+}
+
+/// Brokers, topic ids and leaders of the subscribed topics.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Cluster {
+    pub(crate) brokers: HashMap<NodeId, String>,
+    pub(crate) by_id: HashMap<Uuid, TopicMeta>,
+    pub(crate) by_name: HashMap<Arc<str>, Uuid>,
+    /// Something suggested the leaders moved: refresh before the next fetch.
+    pub(crate) stale: bool,
+    pub(crate) refreshed: Option<Instant>,
+}
+
+impl Cluster {
+    /// The topic id and leader of a partition, if known.
+    pub(crate) fn leader(&self, tp: &TopicPartition) -> Option<(Uuid, NodeId)> {
+        let id = *self.by_name.get(tp.topic())?;
+        let leader = *self.by_id.get(&id)?.leaders.get(&tp.partition())?;
+        Some((id, leader))
+    }
+
+    /// True when Metadata should be asked again before fetching `assignment`.
+    pub(crate) fn needs_refresh(&self, assignment: &[(Uuid, Vec<i32>)], now: Instant) -> bool {
+        self.stale
+            || self
+                .refreshed
+                .is_none_or(|at| now.saturating_duration_since(at) >= METADATA_MAX_AGE)
+            || assignment
+                .iter()
+                .any(|(id, _)| !self.by_id.contains_key(id))
+    }
+
+    /// The assigned partitions by their leader. A partition without a known leader marks the
+    /// metadata stale and is left out until it has one.
+    pub(crate) fn targets(
+        &mut self,
+        assignment: &[(Uuid, Vec<i32>)],
+    ) -> HashMap<NodeId, BTreeSet<SessionPartition>> {
+        let mut targets: HashMap<NodeId, BTreeSet<SessionPartition>> = HashMap::new();
+        for (id, partitions) in assignment {
+            let Some(meta) = self.by_id.get(id) else {
+                continue;
+            };
+            for p in partitions {
+                match meta.leaders.get(p) {
+                    Some(node) => {
+                        targets.entry(*node).or_default().insert((*id, *p));
+                    }
+                    None => self.stale = true,
+                }
+            }
+        }
+        targets
+    }
+
+    /// Merges a fresh answer in. A topic that errored this time (a leader election, say)
+    /// keeps what was known of it: records may still arrive for it on an open session.
+    pub(crate) fn update(&mut self, fresh: Cluster) {
+        let old = std::mem::replace(self, fresh);
+        for (id, meta) in old.by_id {
+            if !self.by_id.contains_key(&id) && !self.by_name.contains_key(&meta.name) {
+                self.stale = true;
+                self.by_name.insert(Arc::clone(&meta.name), id);
+                self.by_id.insert(id, meta);
+            }
+        }
+        for (node, addr) in old.brokers {
+            self.brokers.entry(node).or_insert(addr);
+        }
+    }
+}
+
+/// Asks `conn` for the leaders of `topics`.
+pub(crate) async fn fetch_metadata(
+    conn: Connection,
+    topics: Vec<String>,
+) -> Result<Cluster, ConsumerError> {
+    let version = conn.negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
+    if version < 10 {
+        return Err(ConsumerError::Unsupported {
+            broker: conn.broker().to_owned(),
+            api: "Metadata",
+            wanted: "v10 or later (topic ids)".to_owned(),
+        });
+    }
+    let request = MetadataRequest::default()
+        .with_topics(Some(
+            topics
+                .into_iter()
+                .map(|t| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t))))
+                })
+                .collect(),
+        ))
+        .with_allow_auto_topic_creation(false);
+    let response: MetadataResponse = conn.request(ApiKey::Metadata, version, &request).await?;
+    let mut cluster = Cluster {
+        refreshed: Some(Instant::now()),
+        ..Cluster::default()
+    };
+    for broker in response.brokers {
+        cluster
+            .brokers
+            .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
+    }
+    for topic in response.topics {
+        let Some(name) = topic.name else { continue };
+        if topic.error_code != 0 {
+            tracing::debug!(topic = %name.0, code = topic.error_code, "metadata error for topic");
+            continue;
+        }
+        let name: Arc<str> = Arc::from(name.0.as_str());
+        // A partition without a leader (-1) is left out: asking again finds it.
+        let leaders = topic
+            .partitions
+            .iter()
+            .filter(|p| p.leader_id.0 >= 0)
+            .map(|p| (p.partition_index, p.leader_id.0))
+            .collect();
+        cluster.by_name.insert(Arc::clone(&name), topic.topic_id);
+        cluster
+            .by_id
+            .insert(topic.topic_id, TopicMeta { name, leaders });
+    }
+    Ok(cluster)
+}

@@ -1,0 +1,598 @@
+//! The fetch engine: a tokio task that drives the [`SessionBook`] against the connections.
+//!
+//! The consumer talks to it through commands on an unbounded channel (sent without an
+//! `.await`, so a caller's future can be dropped at any point without losing what it handed
+//! over) and through the [`Mailbox`], where the engine leaves the records it fetched. The
+//! engine owns everything a request needs to outlive the call that caused it: the share
+//! sessions and their epochs, the acknowledgements pending and in flight, the connections to
+//! the partition leaders, and the cluster metadata. A `poll` is then only a wait, bounded by
+//! its deadline, for what the engine fetched.
+//!
+//! # Prefetch
+//!
+//! Acquisition locks start ticking when the broker answers, so the engine fetches only while
+//! a poll waits for records, or while fewer than
+//! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
+//! taken (0 by default: no fetch runs ahead of the application). An answer that arrives after
+//! its poll gave up waits in the mailbox for the next poll; its records are not lost and not
+//! released.
+
+pub(crate) mod cluster;
+pub(crate) mod mailbox;
+mod responses;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use kafka_protocol::messages::ApiKey;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use self::cluster::{Cluster, fetch_metadata};
+use self::mailbox::Mailbox;
+use crate::consumer::{CommitResults, ConsumerError};
+use crate::kafka::codec::share_v2;
+use crate::kafka::consumer::membership::MembershipView;
+use crate::kafka::net::bootstrap::Bootstrap;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::session::acks::AckRange;
+use crate::kafka::session::book::{FetchSettings, NodeId, PlanInput, Planned, SessionBook, Ticket};
+use crate::record::TopicPartition;
+use crate::time::deadline_after;
+
+/// Java's `retry.backoff.ms`: the pause after a request failed or met errors.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The engine's settings, from the consumer's config.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineConfig {
+    pub(crate) group_id: String,
+    pub(crate) member_id: String,
+    pub(crate) max_poll_records: i32,
+    pub(crate) fetch_min_bytes: i32,
+    pub(crate) fetch_max_bytes: i32,
+    pub(crate) fetch_max_wait: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) prefetch_records: usize,
+}
+
+/// What the consumer asks of its engine.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// The topics to find leaders for.
+    Subscribe(Vec<String>),
+    /// Acknowledgements to send with the next request to each partition's leader.
+    Acknowledge(Vec<(TopicPartition, Vec<AckRange>)>),
+    /// Send every pending acknowledgement now; answer with the outcomes gathered since the
+    /// last commit once those queued before this command are settled. If the receiver is
+    /// gone by then, the outcomes wait for the next commit.
+    Commit(oneshot::Sender<CommitResults>),
+    /// Finish what is in flight, send what is pending with epoch -1 (which releases
+    /// everything else), answer with the outcomes, and stop.
+    Close(oneshot::Sender<CommitResults>),
+}
+
+/// The consumer's side of a running engine. Dropping it stops the engine (after a close
+/// already asked for has finished), which closes its connections.
+#[derive(Debug)]
+pub(crate) struct EngineHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    pub(crate) mailbox: Arc<Mailbox>,
+}
+
+impl EngineHandle {
+    /// Starts the engine task. Needs a tokio runtime.
+    pub(crate) fn spawn(
+        config: EngineConfig,
+        bootstrap: Arc<Bootstrap>,
+        membership: MembershipView,
+    ) -> Self {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let mailbox = Arc::new(Mailbox::new());
+        let connection_config = bootstrap.config().clone();
+        let engine = Engine {
+            book: SessionBook::new(&config.group_id, &config.member_id),
+            config,
+            connection_config,
+            bootstrap,
+            membership,
+            mailbox: Arc::clone(&mailbox),
+            commands: receiver,
+            cluster: Cluster::default(),
+            subscription: Vec::new(),
+            connections: HashMap::new(),
+            connecting: BTreeSet::new(),
+            metadata_in_flight: false,
+            metadata_retry_at: None,
+            fetch_retry_at: None,
+            commits: Vec::new(),
+            closing: None,
+            close_sent: false,
+            polled: false,
+            seen_assignment: 0,
+            work: FuturesUnordered::new(),
+        };
+        tokio::spawn(engine.run());
+        Self { commands, mailbox }
+    }
+
+    /// Hands a command to the engine; never waits. Fails when the engine has stopped.
+    pub(crate) fn send(&self, command: Command) -> Result<(), ConsumerError> {
+        self.commands
+            .send(command)
+            .map_err(|_| ConsumerError::Closed)
+    }
+}
+
+/// What a finished piece of I/O brought back.
+enum Event {
+    Connected {
+        node: NodeId,
+        result: Result<Connection, ConsumerError>,
+    },
+    Metadata(Result<Cluster, ConsumerError>),
+    Fetched {
+        ticket: Ticket,
+        node: NodeId,
+        result: Result<share_v2::ShareFetchResponse, ConsumerError>,
+    },
+    Acknowledged {
+        ticket: Ticket,
+        node: NodeId,
+        result: Result<share_v2::ShareAcknowledgeResponse, ConsumerError>,
+    },
+}
+
+struct Engine {
+    config: EngineConfig,
+    connection_config: ConnectionConfig,
+    bootstrap: Arc<Bootstrap>,
+    membership: MembershipView,
+    mailbox: Arc<Mailbox>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    book: SessionBook,
+    cluster: Cluster,
+    subscription: Vec<String>,
+    connections: HashMap<NodeId, Connection>,
+    connecting: BTreeSet<NodeId>,
+    metadata_in_flight: bool,
+    metadata_retry_at: Option<Instant>,
+    /// No fetch before then (backoff after errors).
+    fetch_retry_at: Option<Instant>,
+    /// Commits waiting for the acknowledgements queued up to their sequence number.
+    commits: Vec<(u64, oneshot::Sender<CommitResults>)>,
+    closing: Option<oneshot::Sender<CommitResults>>,
+    close_sent: bool,
+    /// A poll has been made, so prefetch may start.
+    polled: bool,
+    seen_assignment: u64,
+    work: FuturesUnordered<BoxFuture<'static, Event>>,
+}
+
+/// Errors no retry can fix: a poll reports them.
+fn is_fatal(error: &ConsumerError) -> bool {
+    matches!(
+        error,
+        ConsumerError::Unsupported { .. } | ConsumerError::Config { .. }
+    )
+}
+
+impl Engine {
+    async fn run(mut self) {
+        let mut consumer_gone = false;
+        loop {
+            let now = Instant::now();
+            self.step(now);
+            if self.close_sent && !self.book.in_flight() {
+                self.finish_close();
+                break;
+            }
+            if consumer_gone && self.closing.is_none() {
+                break;
+            }
+            let timer = self.next_timer(now);
+            let seen = self.seen_assignment;
+            tokio::select! {
+                command = self.commands.recv(), if !consumer_gone => match command {
+                    Some(command) => self.apply(command),
+                    None => consumer_gone = true,
+                },
+                Some(event) = self.work.next(), if !self.work.is_empty() => self.handle(event),
+                () = self.mailbox.wake.notified() => self.polled = true,
+                () = self.membership.changed(seen) => self.mailbox.announce(),
+                () = sleep_until_opt(timer) => {}
+            }
+        }
+        let mut slots = self.mailbox.lock();
+        slots.stopped = true;
+        drop(slots);
+        self.mailbox.announce();
+    }
+
+    /// The next moment something becomes due; times already past are done with.
+    fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let poll_deadline = self.mailbox.lock().poll_deadline;
+        [self.fetch_retry_at, self.metadata_retry_at, poll_deadline]
+            .into_iter()
+            .flatten()
+            .filter(|at| *at > now)
+            .min()
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Subscribe(topics) => {
+                self.subscription = topics;
+                self.cluster.stale = true;
+            }
+            Command::Acknowledge(acks) => {
+                for (tp, ranges) in acks {
+                    self.book.acknowledge(tp, ranges);
+                }
+            }
+            Command::Commit(reply) => {
+                let seq = self.book.seq();
+                self.commits.push((seq, reply));
+            }
+            Command::Close(reply) => {
+                self.closing = Some(reply);
+            }
+        }
+    }
+
+    /// Looks at everything and starts what is due: metadata, connections, requests.
+    fn step(&mut self, now: Instant) {
+        let dead: Vec<NodeId> = self
+            .connections
+            .iter()
+            .filter(|(_, c)| c.is_closed())
+            .map(|(n, _)| *n)
+            .collect();
+        for node in dead {
+            // The broker closed it (it may have stopped): its session went with it.
+            self.connections.remove(&node);
+            self.book.connection_reset(node);
+            self.cluster.stale = true;
+        }
+        let (version, assignment) = self.membership.assignment();
+        self.seen_assignment = version;
+        let closing = self.closing.is_some();
+
+        let unknown_ack_partition = self
+            .book
+            .pending_partitions()
+            .any(|tp| self.cluster.leader(tp).is_none());
+        if !self.subscription.is_empty()
+            && !self.metadata_in_flight
+            && self.metadata_retry_at.is_none_or(|at| now >= at)
+            && (self.cluster.needs_refresh(&assignment, now) || unknown_ack_partition)
+        {
+            self.start_metadata();
+        }
+
+        let targets = if closing {
+            HashMap::new()
+        } else {
+            self.cluster.targets(&assignment)
+        };
+        let leaders: HashMap<TopicPartition, (uuid::Uuid, NodeId)> = self
+            .book
+            .pending_partitions()
+            .filter_map(|tp| self.cluster.leader(tp).map(|l| (tp.clone(), l)))
+            .collect();
+        if !closing {
+            let mut wanted: BTreeSet<NodeId> = targets.keys().copied().collect();
+            wanted.extend(leaders.values().map(|(_, n)| *n));
+            for node in wanted {
+                self.ensure_connection(node);
+            }
+        }
+        let connected: BTreeSet<NodeId> = self.connections.keys().copied().collect();
+
+        let (fetch, flush) = if closing {
+            (None, true)
+        } else {
+            (self.fetch_settings(now), !self.commits.is_empty())
+        };
+        let input = PlanInput {
+            targets: &targets,
+            leaders: &leaders,
+            connected: &connected,
+            fetch,
+            flush,
+        };
+        let planned = if closing {
+            if self.book.in_flight() || self.close_sent {
+                Vec::new()
+            } else {
+                self.close_sent = true;
+                self.book.plan_close(&input)
+            }
+        } else {
+            self.book.plan(&input)
+        };
+        for request in planned {
+            self.send(request, fetch);
+        }
+        self.answer_commits();
+    }
+
+    /// The fetch settings if a fetch is wanted now: a poll waits, or prefetch wants more.
+    fn fetch_settings(&self, now: Instant) -> Option<FetchSettings> {
+        if self.fetch_retry_at.is_some_and(|at| now < at) {
+            return None;
+        }
+        let slots = self.mailbox.lock();
+        let buffered = slots.records.len();
+        let wanted = slots.wanted && buffered == 0;
+        let poll_wait = slots
+            .poll_deadline
+            .filter(|d| *d > now && wanted)
+            .map(|d| d.saturating_duration_since(now));
+        let prefetch = self.polled && buffered < self.config.prefetch_records;
+        drop(slots);
+        if !wanted && !prefetch {
+            return None;
+        }
+        // While a poll waits, the broker may hold the fetch only until the poll's deadline;
+        // an answer after it waits for the next poll.
+        let wait = poll_wait.map_or(self.config.fetch_max_wait, |left| {
+            left.min(self.config.fetch_max_wait)
+                .max(Duration::from_millis(1))
+        });
+        Some(FetchSettings {
+            max_wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+            min_bytes: self.config.fetch_min_bytes,
+            max_bytes: self.config.fetch_max_bytes,
+            max_records: self.config.max_poll_records,
+        })
+    }
+
+    fn start_metadata(&mut self) {
+        self.metadata_in_flight = true;
+        let bootstrap = Arc::clone(&self.bootstrap);
+        let topics = self.subscription.clone();
+        self.work.push(Box::pin(async move {
+            let result = match bootstrap.get().await {
+                Ok(conn) => fetch_metadata(conn, topics).await,
+                Err(e) => Err(e),
+            };
+            Event::Metadata(result)
+        }));
+    }
+
+    fn ensure_connection(&mut self, node: NodeId) {
+        if self.connections.contains_key(&node) || self.connecting.contains(&node) {
+            return;
+        }
+        let Some(addr) = self.cluster.brokers.get(&node).cloned() else {
+            self.cluster.stale = true;
+            return;
+        };
+        self.connecting.insert(node);
+        let config = self.connection_config.clone();
+        self.work.push(Box::pin(async move {
+            let result = Connection::connect(&addr, &config).await;
+            Event::Connected { node, result }
+        }));
+    }
+
+    fn send(&mut self, request: Planned, fetch: Option<FetchSettings>) {
+        let node = request.node();
+        let ticket = request.ticket();
+        let Some(conn) = self.connections.get(&node).cloned() else {
+            self.book
+                .on_lost(ticket, "the connection to the partition leader closed");
+            return;
+        };
+        let wait = fetch.map_or(Duration::ZERO, |f| {
+            Duration::from_millis(u64::try_from(f.max_wait_ms).unwrap_or(0))
+        });
+        let timeout = self.config.request_timeout.saturating_add(wait);
+        match request {
+            Planned::Fetch { request, .. } => {
+                self.work.push(Box::pin(async move {
+                    let result = match conn.negotiate(ApiKey::ShareFetch, share_v2::VERSIONS) {
+                        Ok(version) => {
+                            conn.request_with_timeout(
+                                ApiKey::ShareFetch,
+                                version,
+                                &request,
+                                timeout,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    Event::Fetched {
+                        ticket,
+                        node,
+                        result,
+                    }
+                }));
+            }
+            Planned::Acknowledge { request, .. } => {
+                let timeout = self.config.request_timeout;
+                self.work.push(Box::pin(async move {
+                    let result = match conn.negotiate(ApiKey::ShareAcknowledge, share_v2::VERSIONS)
+                    {
+                        Ok(version) => {
+                            conn.request_with_timeout(
+                                ApiKey::ShareAcknowledge,
+                                version,
+                                &request,
+                                timeout,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    Event::Acknowledged {
+                        ticket,
+                        node,
+                        result,
+                    }
+                }));
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        let now = Instant::now();
+        match event {
+            Event::Connected { node, result } => {
+                self.connecting.remove(&node);
+                match result {
+                    Ok(conn) => {
+                        self.book.connection_reset(node);
+                        self.connections.insert(node, conn);
+                    }
+                    Err(e) => {
+                        tracing::debug!(node, error = %e, "no fetch connection");
+                        // The leader may be gone (a stopped broker whose partitions moved):
+                        // ask the cluster again, as Java does when a connection fails.
+                        self.cluster.stale = true;
+                        self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+                        self.report_if_fatal(e);
+                    }
+                }
+            }
+            Event::Metadata(result) => {
+                self.metadata_in_flight = false;
+                match result {
+                    Ok(fresh) => {
+                        self.cluster.update(fresh);
+                        self.metadata_retry_at = None;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "metadata refresh failed");
+                        self.metadata_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+                        self.report_if_fatal(e);
+                    }
+                }
+            }
+            Event::Fetched {
+                ticket,
+                node,
+                result,
+            } => match result {
+                Ok(response) => self.on_fetched(ticket, node, response, now),
+                Err(e) => self.on_lost(ticket, node, &format!("the fetch failed: {e}"), e, now),
+            },
+            Event::Acknowledged {
+                ticket,
+                node,
+                result,
+            } => match result {
+                Ok(response) => {
+                    let (answer, stale) = responses::acknowledge_answer(&self.cluster, response);
+                    self.cluster.stale |= stale;
+                    self.book.on_acknowledge(ticket, answer);
+                }
+                Err(e) => self.on_lost(
+                    ticket,
+                    node,
+                    &format!("ShareAcknowledge failed: {e}"),
+                    e,
+                    now,
+                ),
+            },
+        }
+    }
+
+    /// A request whose fate is unknown: its acknowledgements fail, the connection goes (the
+    /// broker then ends the session and releases what it held), and the leaders are looked
+    /// up again in case the broker stopped.
+    fn on_lost(
+        &mut self,
+        ticket: Ticket,
+        node: NodeId,
+        why: &str,
+        error: ConsumerError,
+        now: Instant,
+    ) {
+        tracing::debug!(node, error = %error, "request failed; reconnecting");
+        self.book.on_lost(ticket, why);
+        self.connections.remove(&node);
+        self.cluster.stale = true;
+        self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+        self.report_if_fatal(error);
+    }
+
+    fn on_fetched(
+        &mut self,
+        ticket: Ticket,
+        node: NodeId,
+        response: share_v2::ShareFetchResponse,
+        now: Instant,
+    ) {
+        let fetched =
+            responses::fetch_answer(&self.cluster, node, response, self.config.fetch_max_bytes);
+        self.cluster.stale |= fetched.stale;
+        for (tp, ranges) in fetched.internal_acks {
+            self.book.acknowledge(tp, ranges);
+        }
+        self.book.on_fetch(ticket, fetched.answer);
+        if fetched.errors && fetched.records.is_empty() {
+            self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+        }
+        if let Some(e) = fetched.fatal {
+            self.report_if_fatal(e);
+        }
+        let mut slots = self.mailbox.lock();
+        if let Some(lock) = fetched.lock_timeout {
+            slots.lock_timeout = Some(lock);
+        }
+        if !fetched.records.is_empty() {
+            slots.wanted = false;
+            slots.records.extend(fetched.records);
+            drop(slots);
+            self.mailbox.announce();
+        }
+    }
+
+    fn report_if_fatal(&mut self, error: ConsumerError) {
+        if is_fatal(&error) {
+            self.mailbox.lock().error.get_or_insert(error);
+            self.mailbox.announce();
+        }
+    }
+
+    fn answer_commits(&mut self) {
+        let mut i = 0;
+        while i < self.commits.len() {
+            if self.book.settled_through(self.commits[i].0) {
+                let (_, reply) = self.commits.swap_remove(i);
+                let results = self.book.take_results();
+                if let Err(results) = reply.send(results) {
+                    // The caller went away (a commit timed out or was dropped): the next
+                    // commit reports these.
+                    self.book.restore_results(results);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn finish_close(&mut self) {
+        let results = self.book.take_results();
+        for (_, reply) in self.commits.drain(..) {
+            let _ = reply.send(CommitResults::new());
+        }
+        if let Some(reply) = self.closing.take() {
+            let _ = reply.send(results);
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,196 @@
+//! Reading ShareFetch and ShareAcknowledge answers: the records acquired, the acknowledgements
+//! the consumer makes itself, and what the session book needs to know.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cluster::Cluster;
+use crate::consumer::ConsumerError;
+use crate::kafka::codec::share_v2;
+use crate::kafka::errors::broker_error;
+use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
+use crate::kafka::session::acquired::{AcquiredRange, extract};
+use crate::kafka::session::book::{Answer, NodeId, PartitionAnswer};
+use crate::record::{ConsumerRecord, TopicPartition};
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const UNKNOWN_TOPIC_ID: i16 = 100;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
+
+/// A partition error that means its leader moved or it vanished: ask for metadata again.
+fn moved(code: i16) -> bool {
+    matches!(
+        code,
+        NOT_LEADER_OR_FOLLOWER
+            | FENCED_LEADER_EPOCH
+            | UNKNOWN_TOPIC_OR_PARTITION
+            | UNKNOWN_TOPIC_ID
+    )
+}
+
+/// What one ShareFetch answer brought.
+#[derive(Debug, Default)]
+pub(crate) struct Fetched {
+    /// For the session book.
+    pub(crate) answer: Answer,
+    /// The records acquired, partition by partition in offset order.
+    pub(crate) records: Vec<ConsumerRecord>,
+    /// GAP, REJECT and RELEASE acknowledgements the consumer makes itself.
+    pub(crate) internal_acks: Vec<(TopicPartition, Vec<AckRange>)>,
+    /// Leaders moved, or a topic id is unknown: refresh metadata.
+    pub(crate) stale: bool,
+    /// Some error came back (the engine backs off if no records came either).
+    pub(crate) errors: bool,
+    /// An error retrying cannot fix, for the next poll.
+    pub(crate) fatal: Option<ConsumerError>,
+    /// The acquisition lock duration the broker reported.
+    pub(crate) lock_timeout: Option<Duration>,
+}
+
+/// Contiguous offsets of one type become one range.
+fn ranges_of(offsets: &[i64], code: i8, out: &mut Vec<AckRange>) {
+    for &offset in offsets {
+        match out.last_mut() {
+            Some(last) if last.code == code && last.last.checked_add(1) == Some(offset) => {
+                last.last = offset;
+            }
+            _ => out.push(AckRange::one(offset, code)),
+        }
+    }
+}
+
+/// Reads a ShareFetch answer from `node`.
+pub(crate) fn fetch_answer(
+    cluster: &Cluster,
+    node: NodeId,
+    response: share_v2::ShareFetchResponse,
+    _decode_budget: i32,
+) -> Fetched {
+    let mut out = Fetched {
+        answer: Answer {
+            error_code: response.error_code,
+            error_message: response.error_message.as_ref().map(|m| m.to_string()),
+            partitions: Vec::new(),
+        },
+        ..Fetched::default()
+    };
+    if response.acquisition_lock_timeout_ms > 0 {
+        out.lock_timeout = Some(Duration::from_millis(u64::from(
+            response.acquisition_lock_timeout_ms.unsigned_abs(),
+        )));
+    }
+    if response.error_code != 0 {
+        out.errors = true;
+        match response.error_code {
+            SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH | SHARE_SESSION_LIMIT_REACHED => {
+                tracing::debug!(
+                    node,
+                    code = response.error_code,
+                    "share session lost; reopening"
+                );
+            }
+            code => {
+                if let Some(e) = broker_error(
+                    "ShareFetch",
+                    code,
+                    response.error_message.map(|m| m.to_string()),
+                ) {
+                    if !e.is_retriable() {
+                        out.fatal = Some(e);
+                    }
+                }
+            }
+        }
+        return out;
+    }
+    for topic in response.responses {
+        let Some(meta) = cluster.by_id.get(&topic.topic_id) else {
+            // Not for a topic this session fetched; its acquired records (if any) stay locked
+            // until they expire.
+            tracing::warn!(topic_id = %topic.topic_id, "answer for an unknown topic id");
+            out.stale = true;
+            continue;
+        };
+        let name = Arc::clone(&meta.name);
+        for p in topic.partitions {
+            let tp = TopicPartition::new(Arc::clone(&name), p.partition_index);
+            out.answer.partitions.push(PartitionAnswer {
+                partition: tp.clone(),
+                ack_code: p.acknowledge_error_code,
+                ack_message: p.acknowledge_error_message.map(|m| m.to_string()),
+            });
+            match p.error_code {
+                0 => {}
+                code if moved(code) => {
+                    tracing::debug!(%tp, code, "partition moved or vanished; refreshing metadata");
+                    out.stale = true;
+                    out.errors = true;
+                    continue;
+                }
+                code => {
+                    tracing::warn!(%tp, code, message = ?p.error_message, "fetch error for partition");
+                    out.errors = true;
+                    continue;
+                }
+            }
+            if p.acquired_records.is_empty() {
+                continue;
+            }
+            let ranges: Vec<AcquiredRange> = p
+                .acquired_records
+                .iter()
+                .map(|a| AcquiredRange {
+                    first: a.first_offset,
+                    last: a.last_offset,
+                    delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
+                })
+                .collect();
+            let extracted = extract(&name, p.partition_index, p.records, &ranges);
+            for error in &extracted.errors {
+                tracing::error!(%tp, error, "rejecting records of a corrupt batch");
+            }
+            let mut acks = Vec::new();
+            ranges_of(&extracted.gaps, GAP, &mut acks);
+            ranges_of(&extracted.corrupt, REJECT, &mut acks);
+            ranges_of(&extracted.cut, RELEASE, &mut acks);
+            if !acks.is_empty() {
+                out.internal_acks.push((tp, acks));
+            }
+            out.records.extend(extracted.records);
+        }
+    }
+    out
+}
+
+/// Reads a ShareAcknowledge answer: the book's view, and whether leaders moved.
+pub(crate) fn acknowledge_answer(
+    cluster: &Cluster,
+    response: share_v2::ShareAcknowledgeResponse,
+) -> (Answer, bool) {
+    let mut stale = false;
+    let mut answer = Answer {
+        error_code: response.error_code,
+        error_message: response.error_message.map(|m| m.to_string()),
+        partitions: Vec::new(),
+    };
+    for topic in response.responses {
+        let Some(meta) = cluster.by_id.get(&topic.topic_id) else {
+            continue;
+        };
+        for p in topic.partitions {
+            // A broker that lost the leadership answers NOT_LEADER_OR_FOLLOWER, or
+            // UNKNOWN_TOPIC_OR_PARTITION once it dropped the share-partition.
+            stale |= moved(p.error_code);
+            answer.partitions.push(PartitionAnswer {
+                partition: TopicPartition::new(Arc::clone(&meta.name), p.partition_index),
+                ack_code: p.error_code,
+                ack_message: p.error_message.map(|m| m.to_string()),
+            });
+        }
+    }
+    (answer, stale)
+}
