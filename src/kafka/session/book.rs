@@ -61,7 +61,7 @@ struct NodeSession {
 
 impl NodeSession {
     fn advance(&mut self) {
-        self.epoch = if self.epoch >= i32::MAX || self.epoch < 0 {
+        self.epoch = if self.epoch == i32::MAX || self.epoch < 0 {
             1
         } else {
             self.epoch + 1
