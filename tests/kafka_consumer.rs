@@ -663,3 +663,96 @@ async fn commit_async_reports_per_partition_and_keeps_session_epochs_in_order() 
     );
     c.close(Duration::from_secs(10)).await.unwrap();
 }
+
+/// Polls cut short by a caller's timeout (as a `select!` with a shutdown signal would) must
+/// not cost deliveries: what the consumer acquired for them goes to a later poll, with the
+/// delivery count it had. Before the fetch engine, each cancelled poll lost the records its
+/// answer carried until their lock expired, and three cancelled polls left a record at
+/// delivery count 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_polls_cost_no_delivery() {
+    let Some(f) = fixture("cancelled_polls", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..3).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let mut got = Vec::new();
+    let mut cancelled = 0;
+    // Three lock durations of polls cut short after 20 ms.
+    let until = tokio::time::Instant::now() + Duration::from_millis(3 * LOCK_MS);
+    while tokio::time::Instant::now() < until {
+        match tokio::time::timeout(Duration::from_millis(20), c.poll(Duration::from_secs(5))).await
+        {
+            Err(_) => cancelled += 1,
+            Ok(records) => {
+                let records = records.expect("poll");
+                for r in &records {
+                    c.acknowledge(r, AcknowledgeType::Accept).unwrap();
+                }
+                got.extend(records);
+            }
+        }
+    }
+    assert!(cancelled >= 10, "the polls were cut short ({cancelled})");
+    let results = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert!(results.is_success(), "{results:?}");
+    assert_eq!(ids(&got), vec![(0, 0), (0, 1), (0, 2)], "each record once");
+    let counts: Vec<u16> = got.iter().map(ConsumerRecord::delivery_count).collect();
+    assert_eq!(
+        counts,
+        vec![1, 1, 1],
+        "no delivery was spent on a cancelled poll"
+    );
+    c.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// Acknowledgements handed to a poll that is then dropped are sent all the same, and the next
+/// commit reports them. Before, they were marked sent and lost: the commit returned no
+/// results and the records came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_poll_loses_no_acknowledgement() {
+    let Some(f) = fixture("dropped_poll_acks", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..3).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let first = drain(&mut c, 3, Duration::from_secs(30), AcknowledgeType::Accept).await;
+    assert_eq!(first.len(), 3);
+    // The poll carries the three ACCEPTs and is dropped at once.
+    let dropped = tokio::time::timeout(Duration::from_millis(1), c.poll(Duration::from_secs(5)));
+    assert!(dropped.await.is_err(), "the poll was cut short");
+    let results = c
+        .commit_async()
+        .expect("commit_async")
+        .await
+        .expect("commit");
+    let tp = kafka_share_sink::TopicPartition::new(f.topic.as_str(), 0);
+    assert_eq!(results.get(&tp), Some(&Ok(())), "{results:?}");
+    c.close(Duration::from_secs(10)).await.expect("close");
+    // Accepted, so never delivered again, not even after the lock duration.
+    let mut other = consumer(&f, AcknowledgementMode::Explicit).await;
+    let again = drain(
+        &mut other,
+        1,
+        Duration::from_millis(2 * LOCK_MS + 2_000),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    assert!(again.is_empty(), "came back: {:?}", ids(&again));
+    other.close(Duration::from_secs(10)).await.expect("close");
+}
