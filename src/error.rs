@@ -67,6 +67,9 @@ impl TaskError {
 
     /// Asks the driver to wait this long before its next poll (Connect's
     /// `SinkTaskContext.timeout`), so a struggling downstream system gets a breather.
+    ///
+    /// A pause too long to add to the clock (e.g. [`Duration::MAX`]) is taken as about 30
+    /// years: the driver waits, in practice, until it is closed.
     pub fn with_backoff(mut self, backoff: Duration) -> Self {
         self.backoff = Some(backoff);
         self

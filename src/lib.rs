@@ -28,6 +28,7 @@ pub mod plugins;
 mod record;
 mod stage;
 mod task;
+mod time;
 pub mod transform;
 
 pub use crate::config::{ConfigError, ConnectorConfig, Properties};

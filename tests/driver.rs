@@ -24,6 +24,8 @@ const LOCK: Duration = Duration::from_secs(30);
 enum Outcome {
     Ok,
     Retriable,
+    /// A retriable error that asks for this pause (`TaskError::with_backoff`).
+    RetriableWithBackoff(Duration),
     Fatal,
     /// Write the records, then never return: the process dies before acknowledging.
     WriteThenHang,
@@ -98,6 +100,9 @@ impl SinkTask for ScriptedSink {
                 Ok(())
             }
             Outcome::Retriable => Err(TaskError::retriable("downstream busy")),
+            Outcome::RetriableWithBackoff(backoff) => {
+                Err(TaskError::retriable("downstream busy").with_backoff(backoff))
+            }
             Outcome::Fatal => Err(TaskError::fatal("schema mismatch")),
             Outcome::WriteThenHang => {
                 self.log.lock().unwrap().written.extend(batch);
@@ -597,4 +602,59 @@ async fn two_drivers_share_a_partition_without_losing_records() {
         total, 200,
         "only released records were handed out twice, and they were not written"
     );
+}
+
+/// Whether the driver's next iteration is still waiting after an hour: a saturated backoff
+/// is a wait that never ends in practice.
+async fn still_backing_off_after_an_hour(d: &mut ShareSinkTask<EmbeddedShareConsumer>) -> bool {
+    tokio::time::timeout(Duration::from_secs(3600), d.iteration())
+        .await
+        .is_err()
+}
+
+#[tokio::test(start_paused = true)]
+async fn retriable_backoff_of_duration_max_waits_instead_of_panicking() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
+    let consumer = b.share_consumer(GROUP);
+    let config = config().retriable_backoff(Duration::MAX);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.released), (3, 3));
+    assert!(still_backing_off_after_an_hour(&mut d).await);
+    assert_eq!(
+        log.lock().unwrap().batches.len(),
+        1,
+        "no put while backing off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_backoff_of_duration_max_waits_instead_of_panicking() {
+    for mode in [AcknowledgementMode::Explicit, AcknowledgementMode::Implicit] {
+        let b = broker(2, 1);
+        let (sink, log) =
+            ScriptedSink::new(&[Outcome::RetriableWithBackoff(Duration::MAX), Outcome::Ok]);
+        let mut d = driver(&b, sink, ConsumerOptions::new().acknowledgement_mode(mode));
+        d.initialize().await.unwrap();
+        let report = d.iteration().await.unwrap();
+        assert_eq!(report.records, 2, "{mode:?}");
+        assert_eq!(report.released + report.retained, 2, "{mode:?}");
+        assert!(still_backing_off_after_an_hour(&mut d).await, "{mode:?}");
+        assert_eq!(log.lock().unwrap().batches.len(), 1, "{mode:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_timeout_of_duration_max_returns_the_records_there_are() {
+    let b = broker(4, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let config = config().poll_timeout(Duration::MAX);
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (4, 4));
+    assert!(all_acknowledged(&b, 4));
+    assert_eq!(log.lock().unwrap().written.len(), 4);
 }
