@@ -1131,6 +1131,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn timeouts_of_duration_max_mean_no_timeout() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            for _ in 0..2 {
+                let request = read_request(&mut stream).await.expect("request");
+                stream
+                    .write_all(&echo_metadata(&request))
+                    .await
+                    .expect("write");
+            }
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let config = ConnectionConfig {
+            connect_timeout: Duration::MAX,
+            request_timeout: Duration::MAX,
+            ..ConnectionConfig::default()
+        };
+        let connection = Connection::connect(&addr, &config).await.expect("connect");
+        // The connection's own request timeout, then an explicit one.
+        let response = metadata(&connection, "default").await.expect("response");
+        assert_eq!(topic_of(&response), "default");
+        let request = MetadataRequest::default();
+        let response = connection
+            .request_with_timeout::<_, MetadataResponse>(
+                ApiKey::Metadata,
+                12,
+                &request,
+                Duration::MAX,
+            )
+            .await
+            .expect("response");
+        assert!(response.topics.is_empty());
+        assert!(!connection.is_closed());
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
     async fn dropped_request_is_still_sent_whole() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             let first = read_request(&mut stream).await.expect("request");
