@@ -795,6 +795,98 @@ fn every_ms_key_must_be_a_number_wherever_it_is() {
     }
 }
 
+#[test]
+fn ms_values_beyond_the_kafka_type_of_their_key_are_refused_naming_the_key() {
+    // Kafka types these `INT`: a value over 2147483647 is refused, as Kafka refuses it.
+    for (worker, connector, key) in [
+        (
+            vec![("consumer.fetch.max.wait.ms", "2147483648")],
+            vec![],
+            "consumer.fetch.max.wait.ms",
+        ),
+        (
+            vec![],
+            vec![(
+                "consumer.override.request.timeout.ms",
+                "9223372036854775807",
+            )],
+            "consumer.override.request.timeout.ms",
+        ),
+    ] {
+        let err = error(&worker, &connector);
+        assert_names_key(&err, key);
+        assert!(err.to_string().contains("from 0 to 2147483647"), "{err}");
+    }
+    let worker = [("bootstrap.servers", "k:9092")];
+    let config = resolve(
+        &worker,
+        &[("consumer.override.request.timeout.ms", "2147483647")],
+    );
+    config
+        .kafka_consumer_config()
+        .expect("the largest INT is accepted");
+    // The dead-letter producer's `delivery.timeout.ms`, also an `INT`.
+    let dlq = [("errors.deadletterqueue.topic.name", "dlq")];
+    let too_long = [
+        dlq[0],
+        ("producer.override.delivery.timeout.ms", "2147483648"),
+    ];
+    let err = resolve(&worker, &too_long)
+        .dead_letter_queue_config()
+        .unwrap_err();
+    assert_names_key(&err, "delivery.timeout.ms");
+    let longest = [
+        dlq[0],
+        ("producer.override.delivery.timeout.ms", "2147483647"),
+    ];
+    assert!(
+        resolve(&worker, &longest)
+            .dead_letter_queue_config()
+            .is_ok()
+    );
+    // Beyond any number Kafka reads: refused by name too.
+    let err = error(&[], &[("offset.flush.interval.ms", "9223372036854775808")]);
+    assert_names_key(&err, "offset.flush.interval.ms");
+}
+
+#[test]
+fn ms_values_at_the_largest_long_are_accepted_and_mean_forever() {
+    // Kafka types these `LONG` (Connect itself writes `max.block.ms=9223372036854775807`):
+    // the largest is accepted, and every deadline built from it saturates.
+    const LONGEST: &str = "9223372036854775807";
+    let longest = Duration::from_millis(i64::MAX.unsigned_abs());
+    let config = resolve(
+        &[
+            ("bootstrap.servers", "k:9092"),
+            ("consumer.socket.connection.setup.timeout.ms", LONGEST),
+        ],
+        &[
+            ("offset.flush.interval.ms", LONGEST),
+            ("offset.flush.timeout.ms", LONGEST),
+            ("errors.retry.timeout", LONGEST),
+            ("errors.retry.delay.max.ms", LONGEST),
+        ],
+    );
+    assert_eq!(config.commit_interval(), Some(longest));
+    assert_eq!(config.commit_timeout(), longest);
+    let errors = config.error_handling();
+    assert_eq!(errors.retry_timeout_value(), Some(longest));
+    assert_eq!(errors.retry_delay_max_value(), longest);
+    config.kafka_consumer_config().expect("a consumer config");
+
+    // The builder writes a duration too long for a `LONG` as the largest one.
+    let built = ConnectorConfig::builder("orders-sink")
+        .topics(["orders"])
+        .commit_interval(Duration::MAX)
+        .commit_timeout(Duration::MAX)
+        .errors_retry_timeout(Some(Duration::MAX))
+        .errors_retry_delay_max(Duration::MAX)
+        .build()
+        .expect("Duration::MAX is a valid setting");
+    assert_eq!(built.commit_interval(), Some(longest));
+    assert_eq!(built.error_handling().retry_timeout_value(), Some(longest));
+}
+
 // ---------------------------------------------------------------------------------------
 // Converters
 // ---------------------------------------------------------------------------------------

@@ -151,10 +151,10 @@ impl Clients {
                 })
                 .transpose()
         };
-        let ms = |setting: &str| -> Result<Option<Duration>, ConfigError> {
+        let ms = |setting: &str, max: i64| -> Result<Option<Duration>, ConfigError> {
             merged
                 .get(setting)
-                .map(|raw| value::millis(&written(setting), raw, 0))
+                .map(|raw| value::millis(&written(setting), raw, 0, max))
                 .transpose()
         };
         let consumer_settings = ConsumerSettings {
@@ -162,9 +162,9 @@ impl Clients {
             max_poll_records: int("max.poll.records", 1)?,
             fetch_min_bytes: int("fetch.min.bytes", 0)?,
             fetch_max_bytes: int("fetch.max.bytes", 0)?,
-            fetch_max_wait: ms("fetch.max.wait.ms")?,
-            request_timeout: ms("request.timeout.ms")?,
-            connect_timeout: ms("socket.connection.setup.timeout.ms")?,
+            fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
+            request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
+            connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
         };
 
         // Connect's own defaults first, then the merged settings over them.

@@ -184,10 +184,10 @@ impl ConnectorConfig {
             .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
         let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
         let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
-            .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0))
+            .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0, value::LONG_MAX))
             .transpose()?;
         let commit_timeout = flush_setting(OFFSET_FLUSH_TIMEOUT_MS)
-            .map(|raw| value::millis(OFFSET_FLUSH_TIMEOUT_MS, raw, 1))
+            .map(|raw| value::millis(OFFSET_FLUSH_TIMEOUT_MS, raw, 1, value::LONG_MAX))
             .transpose()?
             .unwrap_or(DEFAULT_COMMIT_TIMEOUT);
 
@@ -558,7 +558,8 @@ impl ConnectorConfig {
             .replication_factor(settings.replication_factor())
             .connector(self.name.clone(), task_id);
         if let Some(raw) = settings.producer_properties().get("delivery.timeout.ms") {
-            config = config.delivery_timeout(value::millis("delivery.timeout.ms", raw, 1)?);
+            let timeout = value::millis("delivery.timeout.ms", raw, 1, value::INT_MAX)?;
+            config = config.delivery_timeout(timeout);
         }
         Ok(Some(config))
     }
@@ -730,7 +731,8 @@ fn error_handling(connector: &Properties) -> Result<ErrorHandling, ConfigError> 
         errors = errors.retry_timeout(u64::try_from(ms).ok().map(Duration::from_millis));
     }
     if let Some(raw) = connector.get(ERRORS_RETRY_DELAY_MAX_MS) {
-        errors = errors.retry_delay_max(value::millis(ERRORS_RETRY_DELAY_MAX_MS, raw, 0)?);
+        let max = value::millis(ERRORS_RETRY_DELAY_MAX_MS, raw, 0, value::LONG_MAX)?;
+        errors = errors.retry_delay_max(max);
     }
     Ok(errors.log(
         flag(connector, ERRORS_LOG_ENABLE)?,
