@@ -53,6 +53,14 @@ const DEFAULT_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 ///     `partition.assignment.strategy`, `interceptor.classes`, `session.timeout.ms`,
 ///     `heartbeat.interval.ms`, `group.remote.assignor`) are errors that say what to use
 ///     instead, wherever they would reach the consumer.
+/// - **TLS and SASL are not supported yet.** `security.protocol` other than `PLAINTEXT` (any
+///   case), and every `ssl.*` and `sasl.*` setting, are refused with
+///   [`ConfigError::TlsSaslUnsupported`] wherever they would reach a Kafka client: the
+///   worker's `consumer.*`, `producer.*` and `admin.*` settings, the connector's
+///   `consumer.override.*`, `producer.override.*` and `admin.override.*` ones, and the
+///   worker's top-level `security.protocol` and `sasl.*`. The worker's top-level `ssl.*`
+///   keys are left alone: Connect's REST server may use them, and Kafka clients ignore
+///   them under `PLAINTEXT`.
 /// - **Dead-letter queue clients.** See [`DeadLetterQueueSettings`].
 /// - **Override policy.** The worker's `connector.client.config.override.policy` (see
 ///   [`ClientOverridePolicy`]) is checked for every `consumer.override.*`,
