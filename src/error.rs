@@ -196,7 +196,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// True when the driver can go on: calling `iteration()` again may succeed.
+    /// True when the driver can go on: calling `iteration()` again may succeed. That is the
+    /// case for consumer errors that retrying may fix ([`ConsumerError::is_retriable`]: a
+    /// timeout, a lost connection, a garbled response, a retriable broker error code) and
+    /// for dead-letter errors likewise; as in Connect, such an error does not stop the task.
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Consumer(e) => e.is_retriable(),
