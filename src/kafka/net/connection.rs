@@ -227,7 +227,7 @@ impl Shared {
     /// The error of a request on this connection once it is closed.
     fn closed_error(&self) -> ConsumerError {
         // A request on a connection poisoned earlier fails with a Connection error, so that the
-        // caller reconnects; only the requests waiting at the time see the Protocol error.
+        // caller reconnects; only the requests waiting at the time see the Garbled error.
         let reason = match self.lock().closed.clone() {
             Some(CloseReason::Garbled(reason)) => format!("the connection was closed: {reason}"),
             Some(CloseReason::Io { message, .. }) => {
