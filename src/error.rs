@@ -67,6 +67,9 @@ impl TaskError {
 
     /// Asks the driver to wait this long before its next poll (Connect's
     /// `SinkTaskContext.timeout`), so a struggling downstream system gets a breather.
+    ///
+    /// A pause too long to add to the clock (e.g. [`Duration::MAX`]) is taken as about 30
+    /// years: the driver waits, in practice, until it is closed.
     pub fn with_backoff(mut self, backoff: Duration) -> Self {
         self.backoff = Some(backoff);
         self
@@ -193,7 +196,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// True when the driver can go on: calling `iteration()` again may succeed.
+    /// True when the driver can go on: calling `iteration()` again may succeed. That is the
+    /// case for consumer errors that retrying may fix ([`ConsumerError::is_retriable`]: a
+    /// timeout, a lost connection, a garbled response, a retriable broker error code) and
+    /// for dead-letter errors likewise; as in Connect, such an error does not stop the task.
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Consumer(e) => e.is_retriable(),

@@ -309,6 +309,152 @@ fn unsupported_settings_outside_the_consumer_are_not_refused() {
 }
 
 // ---------------------------------------------------------------------------------------
+// TLS and SASL: refused until the native client speaks them
+// ---------------------------------------------------------------------------------------
+
+const TLS_SASL: &str = "TLS/SASL is not supported yet; only security.protocol=PLAINTEXT works";
+
+/// Asserts that `err` refuses the TLS or SASL setting `key`, with the message users need.
+#[track_caller]
+fn assert_tls_sasl_refused(err: &ConfigError, key: &str) {
+    assert_names_key(err, key);
+    assert!(
+        matches!(err, ConfigError::TlsSaslUnsupported { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(TLS_SASL), "{err}");
+}
+
+#[test]
+fn tls_and_sasl_settings_are_refused_for_every_client_from_worker_and_connector() {
+    let settings = [
+        ("security.protocol", "SASL_SSL"),
+        ("security.protocol", "SSL"),
+        ("security.protocol", "sasl_plaintext"),
+        ("ssl.truststore.location", "/etc/kafka/ca.pem"),
+        ("ssl.endpoint.identification.algorithm", "https"),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
+    ];
+    for (setting, value) in settings {
+        // The worker's client prefixes: consumer, dead-letter producer, admin.
+        for prefix in ["consumer.", "producer.", "admin."] {
+            let key = format!("{prefix}{setting}");
+            let err = error(&[(key.as_str(), value)], &[]);
+            assert_tls_sasl_refused(&err, &key);
+        }
+        // The connector's overrides.
+        for prefix in [
+            "consumer.override.",
+            "producer.override.",
+            "admin.override.",
+        ] {
+            let key = format!("{prefix}{setting}");
+            let err = error(&[], &[(key.as_str(), value)]);
+            assert_tls_sasl_refused(&err, &key);
+        }
+    }
+}
+
+#[test]
+fn tls_and_sasl_settings_for_the_dead_letter_queue_producer_are_refused() {
+    let dlq = ("errors.deadletterqueue.topic.name", "orders-dlq");
+    let err = error(
+        &[("bootstrap.servers", "k:9092")],
+        &[dlq, ("producer.override.security.protocol", "SASL_SSL")],
+    );
+    assert_tls_sasl_refused(&err, "producer.override.security.protocol");
+    let err = error(
+        &[("producer.ssl.keystore.location", "/etc/kafka/client.pem")],
+        &[dlq],
+    );
+    assert_tls_sasl_refused(&err, "producer.ssl.keystore.location");
+}
+
+#[test]
+fn the_workers_own_security_protocol_and_sasl_settings_are_refused() {
+    let err = error(&[("security.protocol", "SASL_SSL")], &[]);
+    assert_tls_sasl_refused(&err, "security.protocol");
+    let err = error(&[("sasl.mechanism", "PLAIN")], &[]);
+    assert_tls_sasl_refused(&err, "sasl.mechanism");
+    // Top-level ssl.* may be Connect's REST server's; under PLAINTEXT no Kafka client uses
+    // them.
+    let config = resolve(
+        &[
+            ("security.protocol", "PLAINTEXT"),
+            ("ssl.keystore.location", "/etc/connect/rest.pem"),
+        ],
+        &[],
+    );
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
+}
+
+#[test]
+fn security_protocol_plaintext_is_accepted_in_any_case_everywhere() {
+    let config = resolve(
+        &[
+            ("bootstrap.servers", "k:9092"),
+            ("security.protocol", "PLAINTEXT"),
+            ("consumer.security.protocol", "plaintext"),
+            ("producer.security.protocol", "PlainText"),
+            ("admin.security.protocol", "PLAINTEXT"),
+        ],
+        &[
+            ("consumer.override.security.protocol", " PLAINTEXT "),
+            ("producer.override.security.protocol", "plaintext"),
+            ("admin.override.security.protocol", "Plaintext"),
+            ("errors.deadletterqueue.topic.name", "dlq"),
+        ],
+    );
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
+    assert_eq!(
+        config.consumer_properties().get("security.protocol"),
+        Some(" PLAINTEXT ")
+    );
+    config
+        .kafka_consumer_config()
+        .expect("a plaintext consumer");
+    config
+        .dead_letter_queue_config()
+        .expect("a plaintext producer");
+}
+
+#[test]
+fn refused_tls_and_sasl_secrets_are_never_shown() {
+    let jaas = format!("org.example.Login required password=\"{SECRET}\";");
+    for (key, value) in [
+        ("consumer.override.sasl.jaas.config", jaas.as_str()),
+        ("producer.override.ssl.key.password", SECRET),
+        ("admin.override.ssl.keystore.key", SECRET),
+    ] {
+        let err = error(&[], &[(key, value)]);
+        assert_tls_sasl_refused(&err, key);
+        assert!(!all_text(&err).contains(SECRET), "{err:?}");
+        assert!(err.to_string().contains("[redacted]"), "{err}");
+    }
+    let err = error(&[("sasl.jaas.config", &jaas)], &[]);
+    assert!(!all_text(&err).contains(SECRET), "{err:?}");
+}
+
+#[test]
+fn the_builder_refuses_tls_and_sasl_overrides_too() {
+    let err = ConnectorConfig::builder("orders-sink")
+        .topics(["orders"])
+        .consumer_override("security.protocol", "SSL")
+        .build()
+        .unwrap_err();
+    assert_tls_sasl_refused(&err, "consumer.override.security.protocol");
+}
+
+// ---------------------------------------------------------------------------------------
 // Resolution order
 // ---------------------------------------------------------------------------------------
 
@@ -460,7 +606,7 @@ fn client_id_default_names_connector_and_task() {
 fn dead_letter_queue_producer_and_admin_resolved_like_connect() {
     let worker = [
         ("bootstrap.servers", "w:9092"),
-        ("security.protocol", "SASL_SSL"),
+        ("security.protocol", "PLAINTEXT"),
         ("group.id", "connect-cluster"),
         ("producer.linger.ms", "5"),
         ("producer.acks", "1"),
@@ -498,7 +644,7 @@ fn dead_letter_queue_producer_and_admin_resolved_like_connect() {
 
     let a = dlq.admin_properties();
     assert_eq!(a.get("request.timeout.ms"), Some("2000"));
-    assert_eq!(a.get("security.protocol"), Some("SASL_SSL"));
+    assert_eq!(a.get("security.protocol"), Some("PLAINTEXT"));
     assert_eq!(a.get("bootstrap.servers"), Some("w:9092"));
     assert_eq!(a.get("client.id"), Some("connector-dlq-adminclient-"));
     assert!(a.get("linger.ms").is_none());
@@ -581,15 +727,20 @@ fn policy_principal_allows_only_the_principal_settings() {
     let config = resolve(
         &worker,
         &[
-            ("consumer.override.sasl.jaas.config", "x required;"),
-            ("consumer.override.sasl.mechanism", "PLAIN"),
-            ("producer.override.security.protocol", "SASL_SSL"),
+            ("consumer.override.security.protocol", "PLAINTEXT"),
+            ("producer.override.security.protocol", "plaintext"),
         ],
     );
     assert_eq!(config.override_policy().name(), "Principal");
     let err = error(&worker, &[("consumer.override.client.rack", "r1")]);
     assert_names_key(&err, "consumer.override.client.rack");
     assert!(err.to_string().contains("'Principal' policy"), "{err}");
+    // The policy would allow the SASL settings, but the client cannot use them yet.
+    let err = error(&worker, &[("consumer.override.sasl.mechanism", "PLAIN")]);
+    assert!(
+        matches!(err, ConfigError::TlsSaslUnsupported { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -793,6 +944,98 @@ fn every_ms_key_must_be_a_number_wherever_it_is() {
         assert_names_key(&err, key);
         assert!(err.to_string().contains("milliseconds"), "{err}");
     }
+}
+
+#[test]
+fn ms_values_beyond_the_kafka_type_of_their_key_are_refused_naming_the_key() {
+    // Kafka types these `INT`: a value over 2147483647 is refused, as Kafka refuses it.
+    for (worker, connector, key) in [
+        (
+            vec![("consumer.fetch.max.wait.ms", "2147483648")],
+            vec![],
+            "consumer.fetch.max.wait.ms",
+        ),
+        (
+            vec![],
+            vec![(
+                "consumer.override.request.timeout.ms",
+                "9223372036854775807",
+            )],
+            "consumer.override.request.timeout.ms",
+        ),
+    ] {
+        let err = error(&worker, &connector);
+        assert_names_key(&err, key);
+        assert!(err.to_string().contains("from 0 to 2147483647"), "{err}");
+    }
+    let worker = [("bootstrap.servers", "k:9092")];
+    let config = resolve(
+        &worker,
+        &[("consumer.override.request.timeout.ms", "2147483647")],
+    );
+    config
+        .kafka_consumer_config()
+        .expect("the largest INT is accepted");
+    // The dead-letter producer's `delivery.timeout.ms`, also an `INT`.
+    let dlq = [("errors.deadletterqueue.topic.name", "dlq")];
+    let too_long = [
+        dlq[0],
+        ("producer.override.delivery.timeout.ms", "2147483648"),
+    ];
+    let err = resolve(&worker, &too_long)
+        .dead_letter_queue_config()
+        .unwrap_err();
+    assert_names_key(&err, "delivery.timeout.ms");
+    let longest = [
+        dlq[0],
+        ("producer.override.delivery.timeout.ms", "2147483647"),
+    ];
+    assert!(
+        resolve(&worker, &longest)
+            .dead_letter_queue_config()
+            .is_ok()
+    );
+    // Beyond any number Kafka reads: refused by name too.
+    let err = error(&[], &[("offset.flush.interval.ms", "9223372036854775808")]);
+    assert_names_key(&err, "offset.flush.interval.ms");
+}
+
+#[test]
+fn ms_values_at_the_largest_long_are_accepted_and_mean_forever() {
+    // Kafka types these `LONG` (Connect itself writes `max.block.ms=9223372036854775807`):
+    // the largest is accepted, and every deadline built from it saturates.
+    const LONGEST: &str = "9223372036854775807";
+    let longest = Duration::from_millis(i64::MAX.unsigned_abs());
+    let config = resolve(
+        &[
+            ("bootstrap.servers", "k:9092"),
+            ("consumer.socket.connection.setup.timeout.ms", LONGEST),
+        ],
+        &[
+            ("offset.flush.interval.ms", LONGEST),
+            ("offset.flush.timeout.ms", LONGEST),
+            ("errors.retry.timeout", LONGEST),
+            ("errors.retry.delay.max.ms", LONGEST),
+        ],
+    );
+    assert_eq!(config.commit_interval(), Some(longest));
+    assert_eq!(config.commit_timeout(), longest);
+    let errors = config.error_handling();
+    assert_eq!(errors.retry_timeout_value(), Some(longest));
+    assert_eq!(errors.retry_delay_max_value(), longest);
+    config.kafka_consumer_config().expect("a consumer config");
+
+    // The builder writes a duration too long for a `LONG` as the largest one.
+    let built = ConnectorConfig::builder("orders-sink")
+        .topics(["orders"])
+        .commit_interval(Duration::MAX)
+        .commit_timeout(Duration::MAX)
+        .errors_retry_timeout(Some(Duration::MAX))
+        .errors_retry_delay_max(Duration::MAX)
+        .build()
+        .expect("Duration::MAX is a valid setting");
+    assert_eq!(built.commit_interval(), Some(longest));
+    assert_eq!(built.error_handling().retry_timeout_value(), Some(longest));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1070,15 +1313,15 @@ fn secrets_never_appear_in_debug() {
     let jaas = format!("org.example.Login required password=\"{SECRET}\";");
     let worker = props(&[
         ("bootstrap.servers", "k:9092"),
-        ("sasl.jaas.config", &jaas),
-        ("consumer.ssl.key.password", SECRET),
-        ("producer.sasl.jaas.config", &jaas),
+        ("listeners.https.ssl.key.password", SECRET),
+        ("consumer.bearer.auth.token", SECRET),
+        ("producer.basic.auth.user.info", &jaas),
         ("value.converter", "Avro"),
         ("value.converter.basic.auth.user.info", SECRET),
     ]);
     let connector = connector(&[
-        ("consumer.override.sasl.jaas.config", &jaas),
-        ("admin.override.ssl.truststore.password", SECRET),
+        ("consumer.override.bearer.auth.token", &jaas),
+        ("admin.override.vault.password", SECRET),
         ("errors.deadletterqueue.topic.name", "dlq"),
         ("connection.password", SECRET),
         ("oauth.client.secret", SECRET),
@@ -1134,11 +1377,14 @@ fn secrets_never_appear_in_errors() {
     let (config, logs) = captured(|| {
         ConnectorConfig::resolve(
             &Properties::new(),
-            &connector(&[("consumer.override.sasl.jaas.confg", SECRET)]),
+            &connector(&[("consumer.override.bearer.auth.tokn", SECRET)]),
         )
         .unwrap()
     });
-    assert_eq!(config.unknown_keys(), ["consumer.override.sasl.jaas.confg"]);
+    assert_eq!(
+        config.unknown_keys(),
+        ["consumer.override.bearer.auth.tokn"]
+    );
     assert!(!logs.join("\n").contains(SECRET));
 }
 

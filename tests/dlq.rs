@@ -9,7 +9,8 @@ use kafka_share_sink::dlq::headers;
 use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, EmbeddedError, GroupConfig};
 use kafka_share_sink::{
     AcknowledgeType, ConsumerRecord, DeadLetterError, DeadLetterQueue, DeadLetterRecord,
-    ErrorContext, Headers, ShareConsumer, Stage, TaskError, TimestampType,
+    ErrorContext, Headers, KafkaDeadLetterQueue, KafkaDeadLetterQueueConfig, ShareConsumer, Stage,
+    TaskError, TimestampType,
 };
 
 /// A converter error with a cause, as a plugin would return it.
@@ -347,4 +348,21 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap())
         .unwrap()
+}
+
+#[tokio::test]
+async fn a_delivery_timeout_of_duration_max_fails_to_connect_without_panicking() {
+    // A loopback port nobody listens on: connecting fails at once, with a retriable error.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let config = KafkaDeadLetterQueueConfig::new(addr, "dlq").delivery_timeout(Duration::MAX);
+    let error = KafkaDeadLetterQueue::connect(config)
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        matches!(error, DeadLetterError::Kafka { .. }),
+        "the connection error, not a timeout: {error:?}"
+    );
+    assert!(error.is_retriable(), "{error:?}");
 }

@@ -24,6 +24,8 @@ const LOCK: Duration = Duration::from_secs(30);
 enum Outcome {
     Ok,
     Retriable,
+    /// A retriable error that asks for this pause (`TaskError::with_backoff`).
+    RetriableWithBackoff(Duration),
     Fatal,
     /// Write the records, then never return: the process dies before acknowledging.
     WriteThenHang,
@@ -98,6 +100,9 @@ impl SinkTask for ScriptedSink {
                 Ok(())
             }
             Outcome::Retriable => Err(TaskError::retriable("downstream busy")),
+            Outcome::RetriableWithBackoff(backoff) => {
+                Err(TaskError::retriable("downstream busy").with_backoff(backoff))
+            }
             Outcome::Fatal => Err(TaskError::fatal("schema mismatch")),
             Outcome::WriteThenHang => {
                 self.log.lock().unwrap().written.extend(batch);
@@ -597,4 +602,234 @@ async fn two_drivers_share_a_partition_without_losing_records() {
         total, 200,
         "only released records were handed out twice, and they were not written"
     );
+}
+
+/// Whether the driver's next iteration is still waiting after an hour: a saturated backoff
+/// is a wait that never ends in practice.
+async fn still_backing_off_after_an_hour(d: &mut ShareSinkTask<EmbeddedShareConsumer>) -> bool {
+    tokio::time::timeout(Duration::from_secs(3600), d.iteration())
+        .await
+        .is_err()
+}
+
+#[tokio::test(start_paused = true)]
+async fn retriable_backoff_of_duration_max_waits_instead_of_panicking() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
+    let consumer = b.share_consumer(GROUP);
+    let config = config().retriable_backoff(Duration::MAX);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.released), (3, 3));
+    assert!(still_backing_off_after_an_hour(&mut d).await);
+    assert_eq!(
+        log.lock().unwrap().batches.len(),
+        1,
+        "no put while backing off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_backoff_of_duration_max_waits_instead_of_panicking() {
+    for mode in [AcknowledgementMode::Explicit, AcknowledgementMode::Implicit] {
+        let b = broker(2, 1);
+        let (sink, log) =
+            ScriptedSink::new(&[Outcome::RetriableWithBackoff(Duration::MAX), Outcome::Ok]);
+        let mut d = driver(&b, sink, ConsumerOptions::new().acknowledgement_mode(mode));
+        d.initialize().await.unwrap();
+        let report = d.iteration().await.unwrap();
+        assert_eq!(report.records, 2, "{mode:?}");
+        assert_eq!(report.released + report.retained, 2, "{mode:?}");
+        assert!(still_backing_off_after_an_hour(&mut d).await, "{mode:?}");
+        assert_eq!(log.lock().unwrap().batches.len(), 1, "{mode:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_timeout_of_duration_max_returns_the_records_there_are() {
+    let b = broker(4, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let config = config().poll_timeout(Duration::MAX);
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (4, 4));
+    assert!(all_acknowledged(&b, 4));
+    assert_eq!(log.lock().unwrap().written.len(), 4);
+}
+
+/// A consumer whose first polls and commits fail as if a broker's response had been garbled
+/// (the native consumer drops that connection and raises `ConsumerError::Garbled`).
+struct GarblingConsumer {
+    inner: EmbeddedShareConsumer,
+    poll_failures: usize,
+    commit_failures: usize,
+    polls: Arc<Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl GarblingConsumer {
+    fn new(inner: EmbeddedShareConsumer, poll_failures: usize, commit_failures: usize) -> Self {
+        Self {
+            inner,
+            poll_failures,
+            commit_failures,
+            polls: Arc::default(),
+        }
+    }
+}
+
+fn garbled(api: &'static str) -> ConsumerError {
+    ConsumerError::Garbled {
+        broker: "127.0.0.1:9092".to_owned(),
+        api,
+        source: "cannot decode the ShareFetch v1 response: unexpected end of buffer".into(),
+    }
+}
+
+#[async_trait]
+impl ShareConsumer for GarblingConsumer {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.inner.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.inner.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.polls.lock().unwrap().push(tokio::time::Instant::now());
+        if self.poll_failures > 0 {
+            self.poll_failures -= 1;
+            return Err(garbled("ShareFetch"));
+        }
+        self.inner.poll(timeout).await
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.inner.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.inner.hold_offset(topic, partition, offset)
+    }
+    fn supports_renew(&self) -> bool {
+        self.inner.supports_renew()
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        if self.commit_failures > 0 {
+            self.commit_failures -= 1;
+            return Err(garbled("ShareAcknowledge"));
+        }
+        self.inner.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.inner.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.inner.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.inner.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.inner.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.inner.acknowledgement_mode()
+    }
+}
+
+/// The distinct records the sink wrote, and whether any was written twice.
+fn distinct_written(log: &Mutex<Log>) -> (usize, bool) {
+    let mut ids = written_ids(log);
+    let total = ids.len();
+    ids.sort();
+    ids.dedup();
+    (ids.len(), ids.len() != total)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_garbled_response_to_a_poll_is_retriable_and_the_next_iteration_delivers() {
+    let b = broker(10, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let consumer = GarblingConsumer::new(b.share_consumer(GROUP), 1, 0);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    let err = d.iteration().await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Consumer(ConsumerError::Garbled {
+                api: "ShareFetch",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_retriable(), "{err:?}");
+    let report = d.iteration().await.expect("the driver is still running");
+    assert_eq!((report.records, report.accepted), (10, 10));
+    assert!(all_acknowledged(&b, 10));
+    assert_eq!(distinct_written(&log), (10, false));
+    d.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_garbled_response_to_a_commit_is_retriable_and_loses_no_acknowledgement() {
+    let b = broker(6, 1);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let consumer = GarblingConsumer::new(b.share_consumer(GROUP), 0, 1);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    let err = d.iteration().await.unwrap_err();
+    assert!(err.is_retriable(), "{err:?}");
+    assert!(!all_acknowledged(&b, 6), "the commit did not happen");
+    // The acknowledgements were kept: the next poll carries them and the commit follows.
+    let report = d.iteration().await.expect("the driver is still running");
+    assert!(report.committed);
+    assert!(all_acknowledged(&b, 6));
+    assert_eq!(
+        distinct_written(&log),
+        (6, false),
+        "nothing delivered twice"
+    );
+    d.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_keeps_running_through_garbled_responses_and_backs_off_between_them() {
+    let b = broker(20, 2);
+    let (sink, log) = ScriptedSink::new(&[]);
+    let consumer = GarblingConsumer::new(b.share_consumer(GROUP), 3, 0);
+    let polls = Arc::clone(&consumer.polls);
+    let config = config().retriable_backoff(Duration::from_millis(250));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    let watcher = b.clone();
+    let shutdown = async move {
+        while !all_acknowledged(&watcher, 20) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    d.run(shutdown)
+        .await
+        .expect("garbled responses do not stop the task");
+    assert_eq!(distinct_written(&log), (20, false));
+    assert!(log.lock().unwrap().stopped);
+    let polls = polls.lock().unwrap();
+    // Each of the three failed polls is followed by the retriable backoff, not a hot loop.
+    for pair in polls.windows(2).take(3) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(250),
+            "polls at {polls:?}"
+        );
+    }
+    assert!(polls.len() <= 6, "{} polls", polls.len());
 }

@@ -249,6 +249,22 @@ async fn retriable_conversion_failures_are_retried_until_errors_retry_timeout() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_errors_retry_timeout_of_duration_max_retries_conversions_like_forever() {
+    let b = broker("t", &[ProduceRecord::new().value("v")]);
+    let (mut d, seen) = driver(&b, "t", |c| {
+        c.converters(Converters::byte_array().with_value(Arc::new(Flaky(AtomicUsize::new(2)))))
+            .errors(ErrorHandling::new().retry_timeout(Some(Duration::MAX)))
+    });
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 1);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(start.elapsed() >= Duration::from_millis(300 + 600));
+    assert_eq!(d.metrics().retries, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn transforms_and_predicates_filter_and_change_records_in_order() {
     let b = broker(
         "orders",

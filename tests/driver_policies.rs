@@ -469,3 +469,53 @@ async fn connect_metric_names_are_reported() {
     assert_eq!(get("deadletterqueue-produce-requests"), Some(0.0));
     produce(&b, 2..3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_with_a_retry_timeout_of_duration_max_retries_like_forever() {
+    let b = broker(3);
+    let (mut d, puts) = flaky(&b, 2, Duration::ZERO, retry_in_place(Duration::MAX));
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    assert_eq!(d.iteration().await.unwrap().retained, 3);
+    assert_eq!(d.iteration().await.unwrap().retained, 3);
+    let third = d.iteration().await.unwrap();
+    assert_eq!((third.records, third.accepted), (3, 3));
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "Connect's backoff, 300 ms then 600 ms: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(puts.lock().unwrap().len(), 3);
+    assert_eq!(b.state_counts(GROUP).acknowledged, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_of_duration_max_is_held_and_renewed_without_overflow() {
+    // The consumer reports the group's lock duration; a huge one (a garbage value from a
+    // broker, or a test's "never expire") must not overflow the renewal deadlines.
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(Duration::MAX),
+    )
+    .unwrap();
+    produce(&b, 0..5);
+    let (mut d, store) = buffering(&b, 6, CommitPolicy::every_iteration());
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.awaiting_flush), (5, 5));
+    // A day passes: the records stay acquired by this member and are not delivered again.
+    tokio::time::advance(Duration::from_secs(86_400)).await;
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.awaiting_flush), (0, 5));
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 1));
+    produce(&b, 5..6);
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (1, 6));
+    assert_eq!(b.state_counts(GROUP).acknowledged, 6);
+    assert_eq!(store.lock().unwrap().durable.len(), 6);
+    d.close().await.unwrap();
+}

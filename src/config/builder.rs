@@ -22,6 +22,10 @@ use super::properties::Properties;
 /// key), and [`build`](Self::build) runs [`ConnectorConfig::resolve`] on them, so a built
 /// config equals one resolved from the same keys.
 ///
+/// Durations are written in whole milliseconds, at most `i64::MAX` (Kafka's largest `LONG`,
+/// what those keys take): a longer one, such as [`Duration::MAX`], is written as that and
+/// means "forever" in practice.
+///
 /// ```
 /// use kafka_share_sink::{AckPolicy, ConnectorConfig, ErrorTolerance};
 ///
@@ -280,6 +284,8 @@ where
         .join(",")
 }
 
+/// Whole milliseconds, at most Kafka's largest `LONG` (what the keys written with it take):
+/// a longer duration, such as [`Duration::MAX`], means the same, forever in practice.
 fn millis(d: Duration) -> String {
-    d.as_millis().to_string()
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).to_string()
 }

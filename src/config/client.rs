@@ -10,7 +10,8 @@ use super::error::ConfigError;
 use super::keys::{
     ACKNOWLEDGEMENT_MODE, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX, BOOTSTRAP_SERVERS, CLIENT_ID,
     CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX, GROUP_ID, GROUP_PROTOCOL, PRODUCER_OVERRIDE_PREFIX,
-    PRODUCER_PREFIX, SHARE_GROUP_ID, is_known_consumer_key, share_unsupported,
+    PRODUCER_PREFIX, SHARE_GROUP_ID, asks_for_tls_or_sasl, is_known_consumer_key,
+    share_unsupported,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::properties::Properties;
@@ -80,6 +81,7 @@ impl Clients {
                         instead: instead.to_owned(),
                     });
                 }
+                refuse_tls_or_sasl(&written, setting, raw)?;
                 if is_override {
                     policy.check(&written, setting)?;
                 }
@@ -151,10 +153,10 @@ impl Clients {
                 })
                 .transpose()
         };
-        let ms = |setting: &str| -> Result<Option<Duration>, ConfigError> {
+        let ms = |setting: &str, max: i64| -> Result<Option<Duration>, ConfigError> {
             merged
                 .get(setting)
-                .map(|raw| value::millis(&written(setting), raw, 0))
+                .map(|raw| value::millis(&written(setting), raw, 0, max))
                 .transpose()
         };
         let consumer_settings = ConsumerSettings {
@@ -162,9 +164,9 @@ impl Clients {
             max_poll_records: int("max.poll.records", 1)?,
             fetch_min_bytes: int("fetch.min.bytes", 0)?,
             fetch_max_bytes: int("fetch.max.bytes", 0)?,
-            fetch_max_wait: ms("fetch.max.wait.ms")?,
-            request_timeout: ms("request.timeout.ms")?,
-            connect_timeout: ms("socket.connection.setup.timeout.ms")?,
+            fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
+            request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
+            connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
         };
 
         // Connect's own defaults first, then the merged settings over them.
@@ -209,11 +211,19 @@ impl Clients {
             admin.insert(BOOTSTRAP_SERVERS, servers);
         }
         admin.insert(CLIENT_ID, "connector-dlq-adminclient-");
-        admin.extend(worker.iter().filter(|(k, _)| {
+        for (key, raw) in worker.iter().filter(|(k, _)| {
             !k.starts_with(ADMIN_PREFIX)
                 && !k.starts_with(PRODUCER_PREFIX)
                 && !k.starts_with(CONSUMER_PREFIX)
-        }));
+        }) {
+            // Top-level `ssl.*` keys may configure Connect's REST server, which is not ours,
+            // and Kafka clients ignore them under PLAINTEXT: only the keys that make the
+            // worker's clients use TLS or SASL are refused.
+            if !key.starts_with("ssl.") {
+                refuse_tls_or_sasl(key, key, raw)?;
+            }
+            admin.insert(key, raw);
+        }
         layer(&mut admin, worker, ADMIN_PREFIX, None)?;
         layer(&mut admin, connector, ADMIN_OVERRIDE_PREFIX, Some(policy))?;
 
@@ -238,12 +248,23 @@ fn layer(
     policy: Option<&ClientOverridePolicy>,
 ) -> Result<(), ConfigError> {
     for (setting, raw) in props.with_prefix(prefix) {
+        let written = format!("{prefix}{setting}");
+        refuse_tls_or_sasl(&written, setting, raw)?;
         if let Some(policy) = policy {
-            policy.check(&format!("{prefix}{setting}"), setting)?;
+            policy.check(&written, setting)?;
         }
         if !setting.is_empty() {
             into.insert(setting, raw);
         }
+    }
+    Ok(())
+}
+
+/// Refuses a client setting that asks for TLS or SASL (see [`asks_for_tls_or_sasl`]);
+/// `written` is the key as written, `setting` the client setting it is.
+fn refuse_tls_or_sasl(written: &str, setting: &str, raw: &str) -> Result<(), ConfigError> {
+    if asks_for_tls_or_sasl(setting, raw) {
+        return Err(ConfigError::tls_sasl_unsupported(written, raw));
     }
     Ok(())
 }

@@ -53,6 +53,14 @@ const DEFAULT_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 ///     `partition.assignment.strategy`, `interceptor.classes`, `session.timeout.ms`,
 ///     `heartbeat.interval.ms`, `group.remote.assignor`) are errors that say what to use
 ///     instead, wherever they would reach the consumer.
+/// - **TLS and SASL are not supported yet.** `security.protocol` other than `PLAINTEXT` (any
+///   case), and every `ssl.*` and `sasl.*` setting, are refused with
+///   [`ConfigError::TlsSaslUnsupported`] wherever they would reach a Kafka client: the
+///   worker's `consumer.*`, `producer.*` and `admin.*` settings, the connector's
+///   `consumer.override.*`, `producer.override.*` and `admin.override.*` ones, and the
+///   worker's top-level `security.protocol` and `sasl.*`. The worker's top-level `ssl.*`
+///   keys are left alone: Connect's REST server may use them, and Kafka clients ignore
+///   them under `PLAINTEXT`.
 /// - **Dead-letter queue clients.** See [`DeadLetterQueueSettings`].
 /// - **Override policy.** The worker's `connector.client.config.override.policy` (see
 ///   [`ClientOverridePolicy`]) is checked for every `consumer.override.*`,
@@ -184,10 +192,10 @@ impl ConnectorConfig {
             .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
         let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
         let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
-            .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0))
+            .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0, value::LONG_MAX))
             .transpose()?;
         let commit_timeout = flush_setting(OFFSET_FLUSH_TIMEOUT_MS)
-            .map(|raw| value::millis(OFFSET_FLUSH_TIMEOUT_MS, raw, 1))
+            .map(|raw| value::millis(OFFSET_FLUSH_TIMEOUT_MS, raw, 1, value::LONG_MAX))
             .transpose()?
             .unwrap_or(DEFAULT_COMMIT_TIMEOUT);
 
@@ -558,7 +566,8 @@ impl ConnectorConfig {
             .replication_factor(settings.replication_factor())
             .connector(self.name.clone(), task_id);
         if let Some(raw) = settings.producer_properties().get("delivery.timeout.ms") {
-            config = config.delivery_timeout(value::millis("delivery.timeout.ms", raw, 1)?);
+            let timeout = value::millis("delivery.timeout.ms", raw, 1, value::INT_MAX)?;
+            config = config.delivery_timeout(timeout);
         }
         Ok(Some(config))
     }
@@ -730,7 +739,8 @@ fn error_handling(connector: &Properties) -> Result<ErrorHandling, ConfigError> 
         errors = errors.retry_timeout(u64::try_from(ms).ok().map(Duration::from_millis));
     }
     if let Some(raw) = connector.get(ERRORS_RETRY_DELAY_MAX_MS) {
-        errors = errors.retry_delay_max(value::millis(ERRORS_RETRY_DELAY_MAX_MS, raw, 0)?);
+        let max = value::millis(ERRORS_RETRY_DELAY_MAX_MS, raw, 0, value::LONG_MAX)?;
+        errors = errors.retry_delay_max(max);
     }
     Ok(errors.log(
         flag(connector, ERRORS_LOG_ENABLE)?,

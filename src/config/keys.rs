@@ -1,5 +1,5 @@
-//! The names of settings: Connect's, ours, the Java consumer's, and the consumer settings a
-//! share group refuses.
+//! The names of settings: Connect's, ours, the Java consumer's, the consumer settings a
+//! share group refuses, and the security settings refused until TLS/SASL exist.
 
 // Connector settings (Connect's `ConnectorConfig` and `SinkConnectorConfig`).
 pub(crate) const NAME: &str = "name";
@@ -48,6 +48,7 @@ pub(crate) const GROUP_PROTOCOL: &str = "group.protocol";
 pub(crate) const GROUP_ID: &str = "group.id";
 pub(crate) const CLIENT_ID: &str = "client.id";
 pub(crate) const ACKNOWLEDGEMENT_MODE: &str = "share.acknowledgement.mode";
+pub(crate) const SECURITY_PROTOCOL: &str = "security.protocol";
 
 /// Every top-level key of a connector config this crate knows (besides the prefixes
 /// `consumer.override.`, `producer.override.`, `admin.override.`, the converters' and the
@@ -84,10 +85,10 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     MAX_DELIVERY_ATTEMPTS,
 ];
 
-/// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig`,
-/// common client, security and SASL settings). A consumer key outside this list, the
-/// prefixes below and [`share_unsupported`] is reported as unknown, so that a typo is
-/// caught.
+/// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and
+/// the common client settings). A consumer key outside this list, the prefixes below,
+/// [`share_unsupported`] and [`asks_for_tls_or_sasl`] is reported as unknown, so that a typo
+/// is caught.
 const CONSUMER_KEYS: &[&str] = &[
     BOOTSTRAP_SERVERS,
     GROUP_ID,
@@ -126,39 +127,22 @@ const CONSUMER_KEYS: &[&str] = &[
     "metrics.sample.window.ms",
     "metrics.recording.level",
     "enable.metrics.push",
-    "security.protocol",
+    SECURITY_PROTOCOL,
     "security.providers",
-    "sasl.mechanism",
-    "sasl.jaas.config",
-    "sasl.client.callback.handler.class",
-    "sasl.kerberos.service.name",
-    "sasl.kerberos.kinit.cmd",
-    "sasl.kerberos.ticket.renew.window.factor",
-    "sasl.kerberos.ticket.renew.jitter",
-    "sasl.kerberos.min.time.before.relogin",
-    "ssl.protocol",
-    "ssl.provider",
-    "ssl.cipher.suites",
-    "ssl.enabled.protocols",
-    "ssl.keystore.type",
-    "ssl.keystore.location",
-    "ssl.keystore.password",
-    "ssl.keystore.key",
-    "ssl.keystore.certificate.chain",
-    "ssl.key.password",
-    "ssl.truststore.type",
-    "ssl.truststore.location",
-    "ssl.truststore.password",
-    "ssl.truststore.certificates",
-    "ssl.keymanager.algorithm",
-    "ssl.trustmanager.algorithm",
-    "ssl.endpoint.identification.algorithm",
-    "ssl.secure.random.implementation",
-    "ssl.engine.factory.class",
 ];
 
 /// Families of consumer settings too large to list one by one.
-const CONSUMER_PREFIXES: &[&str] = &["sasl.login.", "sasl.oauthbearer.", "metrics.context."];
+const CONSUMER_PREFIXES: &[&str] = &["metrics.context."];
+
+/// True for a Kafka client setting (without prefix) that asks for TLS or SASL, which the
+/// native client does not speak yet: `security.protocol` other than `PLAINTEXT` (any case,
+/// surrounding whitespace ignored), and every `ssl.*` and `sasl.*` setting.
+pub(crate) fn asks_for_tls_or_sasl(name: &str, raw: &str) -> bool {
+    if name == SECURITY_PROTOCOL {
+        return !raw.trim().eq_ignore_ascii_case("PLAINTEXT");
+    }
+    name.starts_with("ssl.") || name.starts_with("sasl.")
+}
 
 /// True if `name` (without prefix) is a consumer setting a share consumer knows.
 pub(crate) fn is_known_consumer_key(name: &str) -> bool {
@@ -227,7 +211,31 @@ mod tests {
             assert!(!is_known_consumer_key(key), "{key}");
         }
         assert!(share_unsupported("max.poll.records").is_none());
-        assert!(is_known_consumer_key("sasl.oauthbearer.token.endpoint.url"));
         assert!(!is_known_consumer_key("max.pol.records"));
+    }
+
+    #[test]
+    fn tls_and_sasl_settings_are_refused_but_plaintext() {
+        for (name, raw) in [
+            ("security.protocol", "SASL_SSL"),
+            ("security.protocol", "SSL"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("security.protocol", ""),
+            ("ssl.truststore.location", "/etc/ca.pem"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.oauthbearer.token.endpoint.url", "https://idp"),
+        ] {
+            assert!(asks_for_tls_or_sasl(name, raw), "{name}={raw}");
+        }
+        for (name, raw) in [
+            ("security.protocol", "PLAINTEXT"),
+            ("security.protocol", " plaintext "),
+            ("security.providers", "x"),
+            ("max.poll.records", "5"),
+            ("sslx.thing", "1"),
+        ] {
+            assert!(!asks_for_tls_or_sasl(name, raw), "{name}={raw}");
+        }
+        assert!(is_known_consumer_key(SECURITY_PROTOCOL));
     }
 }

@@ -41,7 +41,8 @@ pub enum ClientOverridePolicy {
     /// `None`: no overrides.
     None,
     /// `Principal`: only `sasl.jaas.config`, `sasl.mechanism` and `security.protocol`
-    /// (deprecated in Kafka 4.2, to be removed in 5.0).
+    /// (deprecated in Kafka 4.2, to be removed in 5.0). Until TLS/SASL exist, only
+    /// `security.protocol=PLAINTEXT` passes: the other two are refused in any case.
     Principal,
     /// `All` (the default): every override.
     #[default]

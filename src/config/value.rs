@@ -36,15 +36,23 @@ pub(crate) fn whole(
     }
 }
 
-/// A whole number of milliseconds, at least `min` (which is 0 or more).
-pub(crate) fn millis(key: &str, raw: &str, min: u64) -> Result<Duration, ConfigError> {
-    let expected = if min == 0 {
-        "a whole number of milliseconds, 0 or more".to_owned()
-    } else {
-        format!("a whole number of milliseconds, at least {min}")
+/// The largest value of a Kafka `INT` setting, such as `request.timeout.ms`.
+pub(crate) const INT_MAX: i64 = i32::MAX as i64;
+
+/// The largest value of a Kafka `LONG` setting, such as `offset.flush.interval.ms`.
+pub(crate) const LONG_MAX: i64 = i64::MAX;
+
+/// A whole number of milliseconds from `min` (0 or more) to `max`: [`INT_MAX`] for a key
+/// Kafka types `INT`, [`LONG_MAX`] for a `LONG` one, as Kafka refuses what its type cannot
+/// hold. Durations this long are safe: deadlines built from them saturate.
+pub(crate) fn millis(key: &str, raw: &str, min: u64, max: i64) -> Result<Duration, ConfigError> {
+    let expected = match (min, max) {
+        (0, LONG_MAX) => "a whole number of milliseconds, 0 or more".to_owned(),
+        (min, LONG_MAX) => format!("a whole number of milliseconds, at least {min}"),
+        (min, max) => format!("a whole number of milliseconds from {min} to {max}"),
     };
     let min = i64::try_from(min).unwrap_or(i64::MAX);
-    let ms = whole(key, raw, min, i64::MAX, &expected)?;
+    let ms = whole(key, raw, min, max, &expected)?;
     Ok(Duration::from_millis(ms.unsigned_abs()))
 }
 
@@ -103,9 +111,23 @@ mod tests {
         assert!(whole("k", "11", 1, 10, "x").is_err());
         let err = whole("k", "seven", 1, 10, "x").unwrap_err();
         assert!(std::error::Error::source(&err).is_some());
-        assert_eq!(millis("k", "1500", 0).unwrap(), Duration::from_millis(1500));
-        assert!(millis("k", "-1", 0).is_err());
-        assert!(millis("k", "0", 1).is_err());
+        assert_eq!(
+            millis("k", "1500", 0, LONG_MAX).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert!(millis("k", "-1", 0, LONG_MAX).is_err());
+        assert!(millis("k", "0", 1, LONG_MAX).is_err());
+        assert_eq!(
+            millis("k", "9223372036854775807", 0, LONG_MAX).unwrap(),
+            Duration::from_millis(i64::MAX.unsigned_abs())
+        );
+        assert!(millis("k", "2147483647", 0, INT_MAX).is_ok());
+        let err = millis("request.timeout.ms", "2147483648", 0, INT_MAX).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`request.timeout.ms` = `2147483648` is invalid: expected a whole number of \
+             milliseconds from 0 to 2147483647"
+        );
         assert!(check_ms_key("fetch.max.wait.ms", "5s").is_err());
         assert!(check_ms_key("fetch.max.wait.ms", " -5 ").is_ok());
         assert!(check_ms_key("not.millis", "5s").is_ok());

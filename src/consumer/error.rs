@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::error::BoxError;
 use crate::record::RecordId;
 
 /// Errors of a [`ShareConsumer`](crate::ShareConsumer) call.
@@ -89,13 +90,30 @@ pub enum ConsumerError {
         /// Whether Kafka classes the code as retriable.
         retriable: bool,
     },
-    /// A broker sent something that could not be decoded or makes no sense.
+    /// A broker sent something that makes no sense, or a request could not be encoded.
+    /// Not retriable: the same exchange would fail the same way.
     #[error("malformed answer from broker {broker}: {reason}")]
     Protocol {
         /// The broker address.
         broker: String,
         /// What was wrong.
         reason: String,
+    },
+    /// A broker's response could not be decoded (its frame, header or body), so the bytes
+    /// on its connection can no longer be trusted to line up: that connection was closed,
+    /// failing the requests waiting on it. Retriable: the next call connects again, as after
+    /// a dropped connection.
+    #[error(
+        "broker {broker} sent a {api} response that could not be decoded; the connection was closed"
+    )]
+    Garbled {
+        /// The broker address.
+        broker: String,
+        /// The request the response answered, e.g. `ShareFetch`.
+        api: &'static str,
+        /// What could not be decoded, and why.
+        #[source]
+        source: BoxError,
     },
     /// The broker lacks an API the share consumer needs.
     #[error(
@@ -113,10 +131,12 @@ pub enum ConsumerError {
 }
 
 impl ConsumerError {
-    /// True when the same call may succeed later without any change by the caller.
+    /// True when the same call may succeed later without any change by the caller: a
+    /// timeout, a lost connection, a garbled response, or a broker error code Kafka classes
+    /// as retriable (a coordinator or leader that moved, for one).
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::Timeout(_) | Self::Connection { .. } => true,
+            Self::Timeout(_) | Self::Connection { .. } | Self::Garbled { .. } => true,
             Self::Broker { retriable, .. } => *retriable,
             _ => false,
         }
@@ -154,5 +174,32 @@ impl AckError {
     /// True when the acknowledgement failed because the record's acquisition lock was lost.
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, Self::InvalidRecordState { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_garbled_response_is_retriable_and_keeps_its_cause() {
+        let error = ConsumerError::Garbled {
+            broker: "k1:9092".to_owned(),
+            api: "ShareFetch",
+            source: "cannot decode the ShareFetch v1 response: unexpected end".into(),
+        };
+        assert!(error.is_retriable());
+        assert_eq!(
+            error.to_string(),
+            "broker k1:9092 sent a ShareFetch response that could not be decoded; the \
+             connection was closed"
+        );
+        let cause = std::error::Error::source(&error).expect("the decode error");
+        assert!(cause.to_string().contains("unexpected end"), "{cause}");
+        let malformed = ConsumerError::Protocol {
+            broker: "k1:9092".to_owned(),
+            reason: "cannot encode".to_owned(),
+        };
+        assert!(!malformed.is_retriable());
     }
 }

@@ -33,7 +33,8 @@ impl CommitPolicy {
         Self::default()
     }
 
-    /// Commit once this much time has passed since the last commit.
+    /// Commit once this much time has passed since the last commit ([`Duration::MAX`]:
+    /// never because of time).
     pub fn interval(interval: Duration) -> Self {
         Self {
             interval: Some(interval),
@@ -149,6 +150,9 @@ impl DriverConfig {
 
     /// How long one poll waits for records (default 500 ms). It also bounds how long
     /// [`run`](super::ShareSinkTask::run) takes to notice shutdown while idle.
+    ///
+    /// A timeout too long to add to the clock (e.g. [`Duration::MAX`]) is taken as about 30
+    /// years: a poll that waits until records come.
     pub fn poll_timeout(mut self, timeout: Duration) -> Self {
         self.poll_timeout = timeout;
         self
@@ -173,7 +177,11 @@ impl DriverConfig {
     }
 
     /// The pause before the next poll after a retriable `put` error, unless the error asks
-    /// for its own (default 500 ms).
+    /// for its own (default 500 ms); [`run`](super::ShareSinkTask::run) also waits this long
+    /// after an iteration that failed with a retriable error.
+    ///
+    /// A pause too long to add to the clock (e.g. [`Duration::MAX`]) is taken as about 30
+    /// years: after such an error the driver waits, in practice, until it is closed.
     pub fn retriable_backoff(mut self, backoff: Duration) -> Self {
         self.retriable_backoff = backoff;
         self

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::record::RecordId;
+use crate::time::deadline_after;
 
 /// Held records and the instant each one's acquisition lock (re)started.
 #[derive(Debug, Default)]
@@ -46,15 +47,20 @@ impl HeldRecords {
     }
 
     /// When the first held record reaches half of `lock`, the point at which it is renewed.
+    /// A lock too long for the clock (the consumer reports what the broker sent) comes due at
+    /// a far deadline, never in practice.
     pub(crate) fn next_due(&self, lock: Duration) -> Option<Instant> {
-        self.since.values().min().map(|since| *since + lock / 2)
+        self.since
+            .values()
+            .min()
+            .map(|since| deadline_after(*since, lock / 2))
     }
 
     /// The held records that reached half of `lock` by `now`.
     pub(crate) fn due(&self, now: Instant, lock: Duration) -> Vec<RecordId> {
         self.since
             .iter()
-            .filter(|(_, since)| **since + lock / 2 <= now)
+            .filter(|(_, since)| deadline_after(**since, lock / 2) <= now)
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -129,5 +135,18 @@ mod tests {
         assert_eq!(held.next_due(lock), Some(t0 + Duration::from_secs(25)));
         assert!(held.remove(&RecordId::new("t", 0, 2)));
         assert_eq!(held.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_too_long_for_the_clock_comes_due_far_away() {
+        let mut held = HeldRecords::default();
+        let t0 = Instant::now();
+        held.insert(RecordId::new("t", 0, 1), t0);
+        let due = held.next_due(Duration::MAX).expect("one held record");
+        assert!(due > t0 + Duration::from_secs(10 * 365 * 86_400));
+        assert!(
+            held.due(t0 + Duration::from_secs(86_400), Duration::MAX)
+                .is_empty()
+        );
     }
 }

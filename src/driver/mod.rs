@@ -46,6 +46,7 @@ use crate::dlq::{DeadLetterRecord, ErrorContext};
 use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
+use crate::time::deadline_after;
 
 /// The lock duration assumed until the consumer reports one: the smallest a group may set.
 const DEFAULT_LOCK: Duration = Duration::from_secs(15);
@@ -428,7 +429,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } = self;
         let mut put = pin!(task.put(batch));
         let outcome = loop {
-            let batch_due = (!batch.is_empty()).then(|| *batch_acquired + lock / 2);
+            let batch_due = (!batch.is_empty()).then(|| deadline_after(*batch_acquired, lock / 2));
             let due = match (batch_due, held.next_due(lock)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -529,8 +530,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let n = self.batch.len();
         if self.implicit() {
             tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, will put the batch again");
-            self.backoff_until =
-                Some(Instant::now() + error.backoff().unwrap_or(self.config.retriable_backoff));
+            let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
+            self.backoff_until = Some(deadline_after(Instant::now(), backoff));
             self.retained = true;
             report.retained = n;
             return Ok(());
@@ -547,15 +548,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .config
                 .errors
                 .retry_timeout
-                .map(|t| retry.first_failure + t);
+                .map(|t| deadline_after(retry.first_failure, t));
             if deadline.is_none_or(|d| now < d) {
                 let mut delay = error.backoff().unwrap_or_else(|| {
                     retry_backoff(retry.attempts, self.config.errors.retry_delay_max)
                 });
                 if let Some(d) = deadline {
-                    delay = delay.min(d - now);
+                    delay = delay.min(d.saturating_duration_since(now));
                 }
-                retry.next_attempt = now + delay;
+                retry.next_attempt = deadline_after(now, delay);
                 tracing::warn!(records = n, attempt = retry.attempts, ?delay, error = %ErrorChain(&error), "put failed, retrying in place");
                 for record in &self.batch {
                     let id = record.original_id();
@@ -577,7 +578,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } else {
             tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, releasing the batch");
         }
-        self.backoff_until = Some(now + error.backoff().unwrap_or(self.config.retriable_backoff));
+        let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
+        self.backoff_until = Some(deadline_after(now, backoff));
         let limit = self.config.max_delivery_attempts;
         let mut poison = Vec::new();
         let mut released = 0;

@@ -16,6 +16,7 @@ use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
 use crate::error::{Error, Result};
 use crate::record::{ConsumerRecord, SinkRecord};
+use crate::time::deadline_after;
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Polls and builds the batch for `put`.
@@ -93,7 +94,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         record: &ConsumerRecord,
     ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
         let started = Instant::now();
-        let deadline = self.config.errors.retry_timeout.map(|t| started + t);
+        let deadline = self
+            .config
+            .errors
+            .retry_timeout
+            .map(|t| deadline_after(started, t));
         let mut attempt = 0;
         loop {
             let result = self
@@ -114,7 +119,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.metrics.retries += 1;
             let mut delay = retry_backoff(attempt, self.config.errors.retry_delay_max);
             if let Some(d) = deadline {
-                delay = delay.min(d - now);
+                delay = delay.min(d.saturating_duration_since(now));
             }
             tracing::debug!(stage = %failure.stage(), attempt, ?delay, "retriable failure, retrying");
             tokio::time::sleep(delay).await;

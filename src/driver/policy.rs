@@ -178,13 +178,16 @@ impl ErrorHandling {
     }
 
     /// `errors.retry.timeout`: how long a retriable failure is retried; `None` is forever
-    /// (`-1`).
+    /// (`-1`). A timeout too long to add to the clock (e.g. [`Duration::MAX`]) is taken as
+    /// about 30 years, which is forever in practice too.
     pub fn retry_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.retry_timeout = timeout;
         self
     }
 
     /// `errors.retry.delay.max.ms`: the cap of the exponential backoff between retries.
+    /// The backoff starts at 300 ms and doubles per attempt, so a cap above about 87 hours
+    /// (300 ms × 2²⁰, where the doubling stops) is never reached; any value is safe.
     pub fn retry_delay_max(mut self, max: Duration) -> Self {
         self.retry_delay_max = max;
         self

@@ -83,7 +83,9 @@ impl GroupConfig {
 
     /// `share.record.lock.duration.ms`: how long an acquired record stays with its consumer.
     /// The embedded broker takes any positive duration (Kafka bounds group values to
-    /// 15–60 s by default), so tests can use short locks.
+    /// 15–60 s by default), so tests can use short locks. A duration too long to add to the
+    /// clock (e.g. [`Duration::MAX`]) is taken as about 30 years: locks that never expire in
+    /// practice.
     pub fn record_lock_duration(mut self, duration: Duration) -> Self {
         self.record_lock_duration = duration;
         self

@@ -15,6 +15,7 @@ use crate::consumer::{
     PendingCommit, ShareConsumer,
 };
 use crate::record::ConsumerRecord;
+use crate::time::deadline_after;
 
 /// A member of a share group of an [`EmbeddedBroker`](super::EmbeddedBroker).
 ///
@@ -139,7 +140,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         let mut renewed = self.batch.renewed();
         self.batch.clear_unheld();
 
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         loop {
             let mut changed = pin!(self.shared.changed.notified());
             changed.as_mut().enable();

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::GroupConfig;
 use crate::consumer::{AckError, AcknowledgeType};
+use crate::time::deadline_after;
 
 /// Member numbers inside the embedded broker.
 pub(crate) type MemberKey = u64;
@@ -226,7 +227,7 @@ impl SharePartition {
         out: &mut Vec<Acquired>,
     ) {
         self.expire(now, config);
-        let deadline = now + config.record_lock_duration;
+        let deadline = deadline_after(now, config.record_lock_duration);
         let mut taken = 0;
         for i in 0..self.slots.len() {
             if taken == max {
@@ -302,7 +303,7 @@ impl SharePartition {
                 });
             }
         }
-        let deadline = now + config.record_lock_duration;
+        let deadline = deadline_after(now, config.record_lock_duration);
         for &(offset, ack) in acks {
             let Some(i) = self.index(offset) else {
                 continue;

@@ -75,7 +75,8 @@ impl KafkaDeadLetterQueueConfig {
     /// How long connecting, and then each [`send`](crate::DeadLetterQueue::send), may take
     /// in all, retries included (Java's `delivery.timeout.ms`, default 120 s). Connect sets
     /// no bound for its dead-letter producer; a bound lets the driver release the records
-    /// and go on.
+    /// and go on. A timeout too long to add to the clock (e.g. [`Duration::MAX`]) is taken
+    /// as about 30 years: no bound in practice, as in Connect.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = timeout;
         self

@@ -22,6 +22,7 @@ use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::connection::ConnectionConfig;
+use crate::time::deadline_after;
 
 /// `acks=all`: the leader answers once every in-sync replica has the records.
 const ACKS_ALL: i16 = -1;
@@ -102,7 +103,7 @@ impl KafkaDeadLetterQueue {
     pub async fn connect(config: KafkaDeadLetterQueueConfig) -> Result<Self, DeadLetterError> {
         config.validate()?;
         let timeout = config.delivery_timeout_value();
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         let mut last = None;
         match tokio::time::timeout_at(deadline, Self::setup(&config, &mut last)).await {
             Ok(result) => result,
@@ -409,7 +410,7 @@ impl DeadLetterQueue for KafkaDeadLetterQueue {
         if records.is_empty() {
             return Ok(());
         }
-        let deadline = Instant::now() + self.delivery_timeout;
+        let deadline = deadline_after(Instant::now(), self.delivery_timeout);
         let mut last = None;
         match tokio::time::timeout_at(deadline, self.deliver(records, &mut last)).await {
             Ok(result) => result,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::time::FAR_FUTURE;
 
 /// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
 ///
@@ -88,15 +89,18 @@ impl KafkaShareConsumerConfig {
         self
     }
 
-    /// `request.timeout.ms` (default 30 s).
+    /// `request.timeout.ms` (default 30 s). A timeout over about 30 years (e.g.
+    /// [`Duration::MAX`]) is capped there: no timeout in practice, and a value the consumer
+    /// can still add a poll's wait to.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.request_timeout = timeout.min(FAR_FUTURE);
         self
     }
 
-    /// How long a TCP connect may take (default 10 s).
+    /// How long a TCP connect may take (default 10 s). Capped at about 30 years, like
+    /// [`request_timeout`](Self::request_timeout).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.min(FAR_FUTURE);
         self
     }
 
@@ -117,5 +121,27 @@ impl KafkaShareConsumerConfig {
     pub fn acknowledgement_mode(mut self, mode: AcknowledgementMode) -> Self {
         self.acknowledgement_mode = mode;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_too_long_for_the_clock_are_capped() {
+        let config = KafkaShareConsumerConfig::new("k:9092", "g")
+            .request_timeout(Duration::MAX)
+            .connect_timeout(Duration::MAX);
+        // The consumer bounds a fetch by the request timeout plus the poll's wait (at most
+        // about a year): that sum must fit, and so must a deadline that far ahead.
+        let a_year = Duration::from_secs(365 * 86_400);
+        for timeout in [config.request_timeout, config.connect_timeout] {
+            assert_eq!(timeout, FAR_FUTURE);
+            let longest = timeout.checked_add(a_year).expect("fits a Duration");
+            assert!(tokio::time::Instant::now().checked_add(longest).is_some());
+        }
+        let config = config.request_timeout(Duration::from_secs(7));
+        assert_eq!(config.request_timeout, Duration::from_secs(7));
     }
 }

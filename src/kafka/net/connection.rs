@@ -7,13 +7,14 @@
 //!   bounded channel, so any number of tasks may send through one `&Connection` at once.
 //! - A **reader task** owns the read half. It reads each response frame, looks its correlation
 //!   id up among the waiting requests and hands the raw frame over a oneshot channel. The
-//!   requester then decodes the response header and body, so a body that fails to decode only
-//!   fails its own request.
+//!   requester then decodes the response header and body.
 //! - The connection is **poisoned** (closed for good, every waiting request failed) when the
 //!   broker sends a frame that is negative or larger than [`ConnectionConfig::max_frame_bytes`],
-//!   a response nobody waits for ([`ConsumerError::Protocol`]), or on EOF or an I/O error
-//!   ([`ConsumerError::Connection`]). Later requests fail at once with
-//!   [`ConsumerError::Connection`]: build a new connection.
+//!   a response nobody waits for, or a response whose header or body cannot be decoded: the
+//!   byte stream may be out of step, or the broker misbehaving, so nothing more read from it
+//!   is trusted. The waiting requests fail with [`ConsumerError::Garbled`]; on EOF or an I/O
+//!   error, with [`ConsumerError::Connection`]. Both are retriable. Later requests fail at
+//!   once with [`ConsumerError::Connection`]: build a new connection.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
 //!
 //! # Cancel safety
@@ -177,8 +178,8 @@ enum CloseReason {
         /// What happened.
         message: String,
     },
-    /// The broker broke the protocol: [`ConsumerError::Protocol`].
-    Protocol(String),
+    /// The broker sent bytes that cannot be decoded: [`ConsumerError::Garbled`].
+    Garbled(String),
     /// The last handle was dropped.
     Dropped,
 }
@@ -197,16 +198,17 @@ impl CloseReason {
         }
     }
 
-    /// The error a request on a connection closed for this reason gets.
-    fn error(&self, broker: &str) -> ConsumerError {
+    /// The error a request of `api` waiting on a connection closed for this reason gets.
+    fn error(&self, broker: &str, api: ApiKey) -> ConsumerError {
         match self {
             Self::Io { kind, message } => ConsumerError::Connection {
                 broker: broker.to_owned(),
                 source: io::Error::new(*kind, message.clone()),
             },
-            Self::Protocol(reason) => ConsumerError::Protocol {
+            Self::Garbled(reason) => ConsumerError::Garbled {
                 broker: broker.to_owned(),
-                reason: format!("connection closed: {reason}"),
+                api: api_name(api),
+                source: reason.clone().into(),
             },
             Self::Dropped => ConsumerError::Connection {
                 broker: broker.to_owned(),
@@ -225,9 +227,9 @@ impl Shared {
     /// The error of a request on this connection once it is closed.
     fn closed_error(&self) -> ConsumerError {
         // A request on a connection poisoned earlier fails with a Connection error, so that the
-        // caller reconnects; only the requests waiting at the time see the Protocol error.
+        // caller reconnects; only the requests waiting at the time see the Garbled error.
         let reason = match self.lock().closed.clone() {
-            Some(CloseReason::Protocol(reason)) => format!("the connection was closed: {reason}"),
+            Some(CloseReason::Garbled(reason)) => format!("the connection was closed: {reason}"),
             Some(CloseReason::Io { message, .. }) => {
                 format!("the connection was closed: {message}")
             }
@@ -285,13 +287,15 @@ impl Shared {
             CloseReason::Io { message, .. } => {
                 warn!(broker = %self.broker, waiting = waiters.len(), "connection closed: {message}");
             }
-            CloseReason::Protocol(reason) => {
+            CloseReason::Garbled(reason) => {
                 warn!(broker = %self.broker, waiting = waiters.len(), "connection poisoned: {reason}");
             }
         }
         for waiter in waiters.into_values() {
             // A waiter that gave up (timeout, cancellation) has no receiver any more.
-            let _ = waiter.reply.send(Err(reason.error(&self.broker)));
+            let _ = waiter
+                .reply
+                .send(Err(reason.error(&self.broker, waiter.api)));
         }
     }
 }
@@ -518,9 +522,11 @@ impl Connection {
     ///
     /// `req` is encoded when this is called, so the returned future does not borrow it.
     /// Errors: [`ConsumerError::Timeout`] (the connection stays usable),
-    /// [`ConsumerError::Protocol`] for an encoding or decoding failure (the connection stays
-    /// usable) or for a poisoned connection, [`ConsumerError::Connection`] when the connection
-    /// is or becomes closed. Broker error codes inside the response are the caller's to check.
+    /// [`ConsumerError::Protocol`] when the request cannot be encoded (the connection stays
+    /// usable), [`ConsumerError::Garbled`] when its response, or the bytes read before it,
+    /// cannot be decoded (the connection is closed), [`ConsumerError::Connection`] when the
+    /// connection is or becomes closed. Broker error codes inside the response are the
+    /// caller's to check.
     pub(crate) fn request_with_timeout<'c, Req, Resp>(
         &'c self,
         key: ApiKey,
@@ -543,6 +549,20 @@ impl Connection {
     /// True once the connection is closed; every later request fails at once.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shared.lock().closed.is_some()
+    }
+
+    /// Closes the connection because a response of `key` could not be decoded, and returns
+    /// the [`ConsumerError::Garbled`] for its request (the other waiting requests get theirs
+    /// from the close).
+    fn garbled(&self, key: ApiKey, reason: String) -> ConsumerError {
+        self.inner
+            .shared
+            .close(CloseReason::Garbled(reason.clone()));
+        ConsumerError::Garbled {
+            broker: self.broker().to_owned(),
+            api: api_name(key),
+            source: reason.into(),
+        }
     }
 
     /// A [`ConsumerError::Protocol`] about this broker.
@@ -664,7 +684,8 @@ impl Connection {
         Ok(head.freeze())
     }
 
-    /// Decodes the response header of a frame; the body that follows it.
+    /// Decodes the response header of a frame; the body that follows it. A header that
+    /// cannot be decoded closes the connection.
     fn strip_header(
         &self,
         key: ApiKey,
@@ -673,15 +694,18 @@ impl Connection {
         mut frame: Bytes,
     ) -> Result<Bytes, ConsumerError> {
         ResponseHeader::decode(&mut frame, header_version).map_err(|error| {
-            self.protocol_error(format!(
-                "cannot decode the {} v{version} response header: {error:#}",
-                api_name(key)
-            ))
+            self.garbled(
+                key,
+                format!(
+                    "cannot decode the {} v{version} response header: {error:#}",
+                    api_name(key)
+                ),
+            )
         })?;
         Ok(frame)
     }
 
-    /// Decodes a response body.
+    /// Decodes a response body. A body that cannot be decoded closes the connection.
     fn decode_body<Resp: Decodable>(
         &self,
         key: ApiKey,
@@ -689,10 +713,13 @@ impl Connection {
         mut body: Bytes,
     ) -> Result<Resp, ConsumerError> {
         let response = Resp::decode(&mut body, version).map_err(|error| {
-            self.protocol_error(format!(
-                "cannot decode the {} v{version} response: {error:#}",
-                api_name(key)
-            ))
+            self.garbled(
+                key,
+                format!(
+                    "cannot decode the {} v{version} response: {error:#}",
+                    api_name(key)
+                ),
+            )
         })?;
         if !body.is_empty() {
             debug!(
@@ -731,17 +758,17 @@ async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usiz
             Err(error) => return CloseReason::io("waiting for a response", &error),
         };
         let Ok(len) = usize::try_from(len) else {
-            return CloseReason::Protocol(format!(
+            return CloseReason::Garbled(format!(
                 "the broker sent a negative frame length ({len})"
             ));
         };
         if len > max_frame_bytes {
-            return CloseReason::Protocol(format!(
+            return CloseReason::Garbled(format!(
                 "the broker sent a frame of {len} bytes, over the limit of {max_frame_bytes} bytes"
             ));
         }
         if len < 4 {
-            return CloseReason::Protocol(format!(
+            return CloseReason::Garbled(format!(
                 "the broker sent a frame of {len} bytes, too short for a correlation id"
             ));
         }
@@ -752,7 +779,7 @@ async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usiz
         let frame = frame.freeze();
         let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
         let Some(waiter) = shared.take(correlation_id) else {
-            return CloseReason::Protocol(format!(
+            return CloseReason::Garbled(format!(
                 "the broker sent a response with correlation id {correlation_id}, which no request is waiting for"
             ));
         };
@@ -1013,9 +1040,10 @@ mod tests {
             .await
             .expect_err("oversize frame");
         assert!(
-            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("4096") && reason.contains("1024")),
+            matches!(&error, ConsumerError::Garbled { api: "Metadata", source, .. } if source.to_string().contains("4096") && source.to_string().contains("1024")),
             "{error:?}"
         );
+        assert!(error.is_retriable());
         assert!(connection.is_closed());
         let error = metadata(&connection, "t").await.expect_err("closed");
         assert!(
@@ -1040,7 +1068,7 @@ mod tests {
             .await
             .expect_err("negative frame");
         assert!(
-            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("negative")),
+            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("negative")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1062,7 +1090,7 @@ mod tests {
         let connection = connect(&addr).await;
         let error = metadata(&connection, "t").await.expect_err("unknown id");
         assert!(
-            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("no request is waiting")),
+            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("no request is waiting")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1131,6 +1159,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn timeouts_of_duration_max_mean_no_timeout() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            for _ in 0..2 {
+                let request = read_request(&mut stream).await.expect("request");
+                stream
+                    .write_all(&echo_metadata(&request))
+                    .await
+                    .expect("write");
+            }
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let config = ConnectionConfig {
+            connect_timeout: Duration::MAX,
+            request_timeout: Duration::MAX,
+            ..ConnectionConfig::default()
+        };
+        let connection = Connection::connect(&addr, &config).await.expect("connect");
+        // The connection's own request timeout, then an explicit one.
+        let response = metadata(&connection, "default").await.expect("response");
+        assert_eq!(topic_of(&response), "default");
+        let request = MetadataRequest::default();
+        let response = connection
+            .request_with_timeout::<_, MetadataResponse>(
+                ApiKey::Metadata,
+                12,
+                &request,
+                Duration::MAX,
+            )
+            .await
+            .expect("response");
+        assert!(response.topics.is_empty());
+        assert!(!connection.is_closed());
+        drop(connection);
+        broker.await.expect("broker");
+    }
+
+    #[tokio::test]
     async fn dropped_request_is_still_sent_whole() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             let first = read_request(&mut stream).await.expect("request");
@@ -1156,33 +1222,92 @@ mod tests {
         broker.await.expect("broker");
     }
 
+    /// A response frame to `request` whose header or body cannot be decoded.
+    fn garbled_frame(request: &Received, bad_header: bool) -> Vec<u8> {
+        // Metadata v12 answers with a flexible header: a tag count, then the body.
+        let rest: &[u8] = if bad_header {
+            &[0x80] // a tag count whose varint never ends
+        } else {
+            &[0, 7] // an empty tag section, then a truncated body
+        };
+        let len = i32::try_from(4 + rest.len()).expect("length");
+        let mut frame = len.to_be_bytes().to_vec();
+        frame.extend_from_slice(&request.header.correlation_id.to_be_bytes());
+        frame.extend_from_slice(rest);
+        frame
+    }
+
     #[tokio::test]
-    async fn undecodable_body_fails_only_its_request() {
+    async fn undecodable_body_poisons_the_connection_with_a_retriable_error() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             let first = read_request(&mut stream).await.expect("request");
-            let mut frame = 6_i32.to_be_bytes().to_vec();
-            frame.extend_from_slice(&first.header.correlation_id.to_be_bytes());
-            frame.extend_from_slice(&[0, 7]); // a header tag count, then a truncated body
-            stream.write_all(&frame).await.expect("write");
-            let second = read_request(&mut stream).await.expect("request");
             stream
-                .write_all(&echo_metadata(&second))
+                .write_all(&garbled_frame(&first, false))
                 .await
                 .expect("write");
+            // The client hangs up: nothing more is read from a stream out of step.
             assert!(read_request(&mut stream).await.is_none());
         })
         .await;
         let connection = connect(&addr).await;
         let error = metadata(&connection, "bad").await.expect_err("undecodable");
         assert!(
-            matches!(&error, ConsumerError::Protocol { reason, .. } if reason.contains("cannot decode the Metadata v12")),
+            matches!(&error, ConsumerError::Garbled { api: "Metadata", source, .. } if source.to_string().contains("cannot decode the Metadata v12 response")),
             "{error:?}"
         );
-        assert!(!connection.is_closed());
-        let response = metadata(&connection, "good").await.expect("response");
-        assert_eq!(topic_of(&response), "good");
+        assert!(error.is_retriable());
+        assert!(connection.is_closed());
+        let error = metadata(&connection, "next").await.expect_err("closed");
+        assert!(
+            matches!(error, ConsumerError::Connection { .. }),
+            "a new connection is needed: {error:?}"
+        );
+        assert!(error.is_retriable());
         drop(connection);
-        broker.await.expect("broker");
+        tokio::time::timeout(Duration::from_secs(5), broker)
+            .await
+            .expect("the client closed the socket")
+            .expect("broker");
+    }
+
+    #[tokio::test]
+    async fn undecodable_header_fails_every_waiting_request_retriably() {
+        let (addr, broker) = fake_broker(|mut stream| async move {
+            let first = read_request(&mut stream).await.expect("request");
+            let _second = read_request(&mut stream).await.expect("request");
+            stream
+                .write_all(&garbled_frame(&first, true))
+                .await
+                .expect("write");
+            assert!(read_request(&mut stream).await.is_none());
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let bad = tokio::spawn(metadata(&connection, "bad"));
+        let waiting = tokio::spawn(metadata(&connection, "waiting"));
+        let error = bad.await.expect("task").expect_err("undecodable header");
+        assert!(
+            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("cannot decode the Metadata v12 response header")),
+            "{error:?}"
+        );
+        let error = waiting.await.expect("task").expect_err("poisoned");
+        assert!(
+            matches!(
+                &error,
+                ConsumerError::Garbled {
+                    api: "Metadata",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_retriable());
+        assert!(connection.is_closed());
+        drop(connection);
+        tokio::time::timeout(Duration::from_secs(5), broker)
+            .await
+            .expect("the client closed the socket")
+            .expect("broker");
     }
 
     #[tokio::test]
