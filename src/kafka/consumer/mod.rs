@@ -894,9 +894,16 @@ impl KafkaShareConsumer {
                         tracing::error!(%tp, error, "rejecting records of a corrupt batch");
                     }
                     let internal = self.internal.entry(tp).or_default();
-                    internal.extend(extracted.gaps.iter().map(|o| (*o, GAP)));
-                    internal.extend(extracted.corrupt.iter().map(|o| (*o, REJECT)));
-                    internal.extend(extracted.cut.iter().map(|o| (*o, RELEASE)));
+                    // STOP-GAP until the fetch path acknowledges these ranges as acknowledgement
+                    // batches: expanded offset by offset as before, so a huge range still costs
+                    // one entry per offset here.
+                    for (ranges, code) in [
+                        (&extracted.gaps, GAP),
+                        (&extracted.corrupt, REJECT),
+                        (&extracted.cut, RELEASE),
+                    ] {
+                        internal.extend(ranges.iter().flat_map(|r| r.offsets()).map(|o| (o, code)));
+                    }
                     records.extend(extracted.records);
                 }
             }
