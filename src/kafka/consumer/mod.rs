@@ -27,7 +27,7 @@ use crate::kafka::codec::share_v2;
 use crate::kafka::errors::broker_error;
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
-use crate::kafka::session::acquired::{AcquiredRange, extract};
+use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 
 const GAP: i8 = 0;
@@ -841,6 +841,9 @@ impl KafkaShareConsumer {
                 ));
             }
             let mut acked: BTreeSet<TopicPartition> = sent.into_iter().collect();
+            // Decompressed bytes this whole answer may produce, for all its partitions.
+            let mut budget =
+                DecodeBudget::new(usize::try_from(self.config.fetch_max_bytes).unwrap_or(0));
             for topic in response.responses {
                 let Some(meta) = self.cluster.by_id.get(&topic.topic_id) else {
                     // Cannot happen for a topic this session fetched (its metadata is kept);
@@ -889,7 +892,8 @@ impl KafkaShareConsumer {
                     if ranges.is_empty() {
                         continue;
                     }
-                    let extracted = extract(&name, p.partition_index, p.records, &ranges);
+                    let extracted =
+                        extract(&name, p.partition_index, p.records, &ranges, &mut budget);
                     for error in &extracted.errors {
                         tracing::error!(%tp, error, "rejecting records of a corrupt batch");
                     }

@@ -9,9 +9,10 @@
 //!   between complete batches (control records, compacted away), as in the Java client;
 //! - REJECT ([`Extracted::corrupt`]): acquired offsets of a batch that cannot be decoded, as the
 //!   Java client does, since no retry can make a corrupt batch readable;
-//! - RELEASE ([`Extracted::cut`]): acquired offsets past the data the response carried or in a
-//!   batch it cut short, so they come back at once instead of waiting for their lock.
-//!   Acknowledging a GAP there could archive records nobody has seen.
+//! - RELEASE ([`Extracted::cut`]): acquired offsets past the data the response carried, in a batch
+//!   it cut short, or in a batch left compressed because the [`DecodeBudget`] ran out, so they
+//!   come back at once instead of waiting for their lock. Acknowledging a GAP there could archive
+//!   records nobody has seen.
 //!
 //! Batches are decoded by our own [`record_batch`] codec, which keeps repeated header keys
 //! (kafka-protocol's merges them) and bounds its allocations by the input.
@@ -48,7 +49,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::kafka::codec::record_batch::{self, Compression, MAX_DECOMPRESSED_BATCH, RawBatch};
+use crate::kafka::codec::record_batch::{
+    self, BatchErrorKind, Compression, MAX_DECOMPRESSED_BATCH, RawBatch,
+};
 use crate::kafka::session::ranges::{OffsetRange, push_coalesced};
 use crate::record::{ConsumerRecord, Headers, TimestampType};
 
@@ -58,6 +61,103 @@ pub(crate) struct AcquiredRange {
     pub(crate) first: i64,
     pub(crate) last: i64,
     pub(crate) delivery_count: u16,
+}
+
+/// How many bytes of decompressed records one ShareFetch answer may still produce: create one
+/// per answer (with the consumer's `fetch.max.bytes`, say) and pass it to [`extract`] for every
+/// partition of that answer.
+///
+/// # The rule
+///
+/// Only a compressed batch holding acquired offsets is decompressed (never one holding none, nor
+/// a control batch, whose acquired offsets are gaps whatever it holds), and only while the budget
+/// lasts: the first one of the answer always may use its own cap ([`MAX_DECOMPRESSED_BATCH`],
+/// 64 MiB), so every answer makes progress; each later one at most what is left. A batch that
+/// would decompress to more than that is not decoded: its acquired offsets are released
+/// ([`Extracted::cut`]), not rejected, since nothing is wrong with it, and it spends what was
+/// left, so every later compressed batch of the answer is released too.
+///
+/// Released records come back to the group, and every acquisition counts as a delivery: a
+/// record released for the budget in several answers running reaches the group's delivery
+/// limit (`group.share.delivery.count.limit`, 5 by default) and is archived undelivered.
+/// Released records are the lowest offsets available again, so they tend to come early in the
+/// next answer. But the budget counts decompressed bytes where `fetch.max.bytes` counts
+/// compressed ones: an answer filled up to `fetch.max.bytes` with well-compressed data (large
+/// records, or many per fetch) decompresses to several times that, so a budget of
+/// `fetch.max.bytes` releases part of every such answer, and a partition always answered after
+/// others that spend the budget could be released again and again. Size the budget with that
+/// in mind.
+///
+/// Uncompressed batches are not counted: their records slice the answer's bytes, which are in
+/// memory anyway, so decoding them allocates only the per-record structs below.
+///
+/// # The memory bound
+///
+/// What one answer holds at its peak is then about
+///
+/// - the answer's bytes (the frame), which uncompressed records slice;
+/// - at most the larger of the budget and [`MAX_DECOMPRESSED_BATCH`] of decompressed buffers,
+///   counted by their capacity: a failed decompression is charged what it allocated too, so
+///   this also bounds the decompression work of the answer. A buffer stays allocated as long as
+///   any record slicing it does, so this is what an answer allocates, not when it is freed;
+/// - the structs of the decoded records, not counted by the budget: one batch's records while it
+///   is decoded, and the [`ConsumerRecord`]s of the acquired ones, whose keys, values and header
+///   values slice the buffers above. They grow linearly with the records' bytes, but not by a
+///   small factor when the records are empty: a record struct is over 100 bytes for at least 7
+///   on the wire, a header 56 for at least 2, so a batch of empty records or empty headers
+///   makes structs some 15 to 30 times its decompressed size (up to twice that while vectors
+///   grow).
+#[derive(Debug)]
+pub(crate) struct DecodeBudget {
+    /// Bytes of decompressed output left.
+    left: usize,
+    /// Compressed batches decompressed (or tried) under this budget.
+    batches: usize,
+}
+
+impl DecodeBudget {
+    /// A budget of `bytes` of decompressed output for one answer.
+    pub(crate) const fn new(bytes: usize) -> Self {
+        Self {
+            left: bytes,
+            batches: 0,
+        }
+    }
+
+    /// Bytes of decompressed output left.
+    #[cfg_attr(not(test), allow(dead_code, reason = "for the fetch path's logs"))]
+    pub(crate) const fn left(&self) -> usize {
+        self.left
+    }
+
+    /// How many compressed batches were decompressed (or tried) under this budget so far.
+    #[cfg_attr(not(test), allow(dead_code, reason = "for the fetch path's logs"))]
+    pub(crate) const fn batches_decompressed(&self) -> usize {
+        self.batches
+    }
+
+    /// The most the next compressed batch may decompress to, or `None` when nothing is left.
+    fn allowance(&self) -> Option<usize> {
+        if self.batches == 0 {
+            // The first batch of an answer: progress whatever the budget.
+            Some(MAX_DECOMPRESSED_BATCH)
+        } else if self.left == 0 {
+            None
+        } else {
+            Some(self.left.min(MAX_DECOMPRESSED_BATCH))
+        }
+    }
+
+    /// Counts one decompression that allocated `bytes`.
+    fn charge(&mut self, bytes: usize) {
+        self.batches = self.batches.saturating_add(1);
+        self.left = self.left.saturating_sub(bytes);
+    }
+
+    /// A batch did not fit in what was left: nothing is left for later batches.
+    fn exhaust(&mut self) {
+        self.left = 0;
+    }
 }
 
 /// What one partition of a ShareFetch response yields. The offset lists are sorted, disjoint
@@ -71,14 +171,17 @@ pub(crate) struct Extracted {
     pub(crate) gaps: Vec<OffsetRange>,
     /// Acquired offsets in batches that could not be decoded: acknowledge as REJECT.
     pub(crate) corrupt: Vec<OffsetRange>,
-    /// Acquired offsets from a batch the response cut short, or past the data it carried:
-    /// acknowledge as RELEASE, so they come back at once instead of waiting for their lock.
+    /// Acquired offsets from a batch the response cut short, past the data it carried, or in a
+    /// batch the [`DecodeBudget`] could not pay for: acknowledge as RELEASE, so they come back
+    /// at once instead of waiting for their lock.
     pub(crate) cut: Vec<OffsetRange>,
     /// Why batches holding acquired offsets could not be decoded, for the log.
     pub(crate) errors: Vec<String>,
-    /// Compressed batches of this partition decompressed (or tried): only those holding
-    /// acquired offsets are.
+    /// Compressed batches of this partition decompressed (or tried).
     pub(crate) decompressed_batches: usize,
+    /// Compressed batches of this partition whose acquired offsets were released because the
+    /// [`DecodeBudget`] ran out: worth a log line, they are not errors.
+    pub(crate) over_budget_batches: usize,
 }
 
 fn convert(
@@ -219,13 +322,15 @@ fn span_of(batch: &Result<RawBatch, record_batch::BatchError>) -> (i64, i64) {
     }
 }
 
-/// Extracts the acquired records of one partition, decompressing only the batches that hold
-/// acquired offsets. Never fails: what cannot be decoded is reported in `corrupt` and `errors`.
+/// Extracts the acquired records of one partition, decompressing within `budget` (shared by the
+/// partitions of one answer; see [`DecodeBudget`]). Never fails: what cannot be decoded is
+/// reported in `corrupt` and `errors`, what cannot be decoded now in `cut`.
 pub(crate) fn extract(
     topic: &Arc<str>,
     partition: i32,
     data: Option<Bytes>,
     acquired: &[AcquiredRange],
+    budget: &mut DecodeBudget,
 ) -> Extracted {
     let mut out = Extracted::default();
     let acquired = normalize(acquired);
@@ -280,7 +385,15 @@ pub(crate) fn extract(
             Ok(raw) if raw.control => acquired.each_within(share, &mut out.gaps),
             Ok(raw) => {
                 if acquired.any_within(share) {
-                    decode_share(topic, partition, raw, share, &mut acquired, &mut out);
+                    decode_share(
+                        topic,
+                        partition,
+                        raw,
+                        share,
+                        &mut acquired,
+                        budget,
+                        &mut out,
+                    );
                 }
             }
         }
@@ -314,21 +427,46 @@ fn classify_hole(
     }
 }
 
-/// Decodes a batch holding acquired offsets in `share` and sorts those offsets into records,
-/// gaps or corrupt.
+/// Decodes a batch holding acquired offsets in `share`, within the budget, and sorts those
+/// offsets into records, gaps, corrupt or cut.
 fn decode_share(
     topic: &Arc<str>,
     partition: i32,
     raw: RawBatch,
     share: OffsetRange,
     acquired: &mut Acquired<'_>,
+    budget: &mut DecodeBudget,
     out: &mut Extracted,
 ) {
-    if raw.compression != Compression::None {
+    let compressed = raw.compression != Compression::None;
+    let limit = if compressed {
+        let Some(limit) = budget.allowance() else {
+            out.over_budget_batches += 1;
+            acquired.each_within(share, &mut out.cut);
+            return;
+        };
+        limit
+    } else {
+        // Nothing to decompress: the records slice the input.
+        MAX_DECOMPRESSED_BATCH
+    };
+    let decoded = raw.decode_within(limit);
+    if compressed {
+        budget.charge(decoded.decompressed);
         out.decompressed_batches += 1;
     }
-    let batch = match raw.decode_within(MAX_DECOMPRESSED_BATCH).batch {
+    let batch = match decoded.batch {
         Ok(batch) => batch,
+        Err(error)
+            if limit < MAX_DECOMPRESSED_BATCH
+                && matches!(error.kind, BatchErrorKind::DecompressedTooLarge { .. }) =>
+        {
+            // Beyond the budget, not its cap: nothing wrong with it, it comes back later.
+            budget.exhaust();
+            out.over_budget_batches += 1;
+            acquired.each_within(share, &mut out.cut);
+            return;
+        }
         Err(error) => {
             out.errors.push(undecodable(topic, partition, &error));
             acquired.each_within(share, &mut out.corrupt);
@@ -385,6 +523,8 @@ mod tests {
     const LAST_OFFSET_DELTA_AT: usize = 23;
     /// Offset of `recordsCount` in a v2 batch header.
     const RECORDS_COUNT_AT: usize = 57;
+    /// The consumer's default `fetch.max.bytes`.
+    const FETCH_MAX_BYTES: usize = 52_428_800;
 
     fn record(offset: i64, value: &str) -> Record {
         Record {
@@ -464,10 +604,11 @@ mod tests {
         OffsetRange::new(first, last).unwrap()
     }
 
-    /// `extract` of partition 0 of topic "t".
+    /// `extract` of partition 0 of topic "t", with a budget of its own.
     fn extract_alone(data: Option<Bytes>, acquired: &[AcquiredRange]) -> Extracted {
         let topic: Arc<str> = "t".into();
-        extract(&topic, 0, data, acquired)
+        let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
+        extract(&topic, 0, data, acquired, &mut budget)
     }
 
     fn offsets(got: &Extracted) -> Vec<i64> {
@@ -481,7 +622,14 @@ mod tests {
             &(0..6).map(|o| record(o, "v")).collect::<Vec<_>>(),
             Compression::None,
         );
-        let got = extract(&topic, 2, Some(data), &[range(4, 5, 3), range(1, 2, 1)]);
+        let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
+        let got = extract(
+            &topic,
+            2,
+            Some(data),
+            &[range(4, 5, 3), range(1, 2, 1)],
+            &mut budget,
+        );
         let seen: Vec<(i64, u16)> = got
             .records
             .iter()
@@ -707,15 +855,104 @@ mod tests {
     /// Regression: every batch of an answer was decompressed, acquired or not: 1.5 GB for one
     /// acquired record.
     #[test]
-    fn only_batches_holding_acquired_offsets_are_decompressed() {
-        let got = extract_alone(Some(zstd_bombs()), &[range(17, 17, 1)]);
+    fn only_batches_holding_acquired_offsets_are_decompressed_within_the_budget() {
+        let topic: Arc<str> = "t".into();
+        let data = zstd_bombs();
+        let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
+        let got = extract(
+            &topic,
+            0,
+            Some(data.clone()),
+            &[range(17, 17, 1)],
+            &mut budget,
+        );
         assert_eq!(offsets(&got), vec![17]);
         assert_eq!(
             got.records[0].value().map(Bytes::len),
             Some(MAX_DECOMPRESSED_BATCH - 64)
         );
         assert_eq!(got.decompressed_batches, 1);
+        assert_eq!(budget.batches_decompressed(), 1);
         assert!(got.cut.is_empty() && got.gaps.is_empty() && got.corrupt.is_empty());
+        assert_eq!(budget.left(), 0, "64 MiB spent the 50 MiB budget");
+
+        // All 24 acquired: the first batch always decodes, the rest come back later.
+        let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
+        let got = extract(
+            &topic,
+            0,
+            Some(data.clone()),
+            &[range(0, 23, 1)],
+            &mut budget,
+        );
+        assert_eq!(offsets(&got), vec![0]);
+        assert_eq!(got.cut, vec![r(1, 23)], "released, not rejected");
+        assert!(got.corrupt.is_empty() && got.errors.is_empty());
+        assert_eq!((got.decompressed_batches, got.over_budget_batches), (1, 23));
+        // The budget is the answer's: the next partition gets nothing decompressed.
+        let got = extract(&topic, 1, Some(data), &[range(3, 3, 1)], &mut budget);
+        assert_eq!(got.cut, vec![r(3, 3)]);
+        assert_eq!((got.decompressed_batches, got.over_budget_batches), (0, 1));
+        assert_eq!(budget.batches_decompressed(), 1);
+    }
+
+    #[test]
+    fn a_batch_beyond_the_budget_is_released_and_spends_it() {
+        use record_batch::Compression::{Gzip, None as Plain};
+        // Each gzip batch decompresses to some 600 bytes.
+        let big = |base: i64, compression| {
+            let records = [NewRecord {
+                value: Some(Bytes::from(vec![b'x'; 580])),
+                ..NewRecord::default()
+            }];
+            let options = EncodeOptions {
+                base_offset: base,
+                compression,
+                ..EncodeOptions::default()
+            };
+            encode_batch(&records, &options)
+        };
+        let data: Bytes = [big(0, Gzip), big(1, Gzip), big(2, Plain), big(3, Gzip)]
+            .concat()
+            .into();
+        let topic: Arc<str> = "t".into();
+        let mut budget = DecodeBudget::new(1_000);
+        let got = extract(&topic, 0, Some(data), &[range(0, 3, 1)], &mut budget);
+        // 0 fits; 1 does not fit in what is left and spends it; 2 is uncompressed and costs
+        // nothing; 3 finds nothing left.
+        assert_eq!(offsets(&got), vec![0, 2]);
+        assert_eq!(got.cut, vec![r(1, 1), r(3, 3)]);
+        assert!(got.corrupt.is_empty() && got.gaps.is_empty());
+        assert_eq!((got.decompressed_batches, got.over_budget_batches), (2, 2));
+        assert_eq!(budget.left(), 0);
+    }
+
+    #[test]
+    fn the_first_batch_of_an_answer_decodes_even_without_budget_and_a_bomb_is_rejected() {
+        let topic: Arc<str> = "t".into();
+        let data = batch(0, 3, record_batch::Compression::Lz4);
+        let got = extract(
+            &topic,
+            0,
+            Some(data),
+            &[range(0, 2, 1)],
+            &mut DecodeBudget::new(0),
+        );
+        assert_eq!(offsets(&got), vec![0, 1, 2]);
+        // A batch beyond its own 64 MiB cap is corrupt, whatever the budget.
+        let bomb = zstd::bulk::compress(&vec![0u8; MAX_DECOMPRESSED_BATCH + 1], 1).unwrap();
+        let template = batch(5, 1, record_batch::Compression::Zstd);
+        let mut bad = template[..61].to_vec();
+        bad.extend_from_slice(&bomb);
+        let length = i32::try_from(bad.len() - 12).unwrap();
+        bad[8..12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&bad[ATTRIBUTES_AT..]);
+        bad[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        let mut budget = DecodeBudget::new(usize::MAX);
+        let got = extract(&topic, 0, Some(bad.into()), &[range(5, 5, 1)], &mut budget);
+        assert_eq!(got.corrupt, vec![r(5, 5)]);
+        assert_eq!(got.errors.len(), 1);
+        assert!(budget.left() < usize::MAX, "what it allocated was charged");
     }
 
     #[test]
@@ -1005,7 +1242,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// Any acquired ranges (huge, overlapping, negative, empty) against any batches
-        /// (overlapping, out of order, corrupt, at the end of the offset space, cut short).
+        /// (overlapping, out of order, corrupt, at the end of the offset space, cut short),
+        /// within any budget.
         #[test]
         fn every_acquired_offset_ends_in_exactly_one_place(
             acquired in arb_acquired(),
@@ -1017,27 +1255,32 @@ mod tests {
                 0..6,
             ),
             cut in proptest::option::weighted(0.2, any::<proptest::sample::Index>()),
+            budget in prop_oneof![Just(usize::MAX), 0..3_000usize],
         ) {
             let mut data: Vec<u8> = specs.iter().flat_map(encode_spec).collect();
             if let Some(cut) = cut {
                 data.truncate(cut.index(data.len() + 1));
             }
-            let got = extract_alone(Some(data.into()), &acquired);
+            let topic: Arc<str> = "t".into();
+            let mut budget = DecodeBudget::new(budget);
+            let got = extract(&topic, 0, Some(data.into()), &acquired, &mut budget);
             check_partition(&acquired, &got)?;
         }
 
-        /// Honest batches (in order, apart, whole, sound): each acquired offset is exactly
-        /// where the Java client would put it.
+        /// Honest batches (in order, apart, whole, sound) and an unlimited budget: each
+        /// acquired offset is exactly where the Java client would put it.
         #[test]
         fn honest_batches_are_classified_exactly(
             acquired in arb_acquired(),
             specs in proptest::collection::vec(arb_batch(0..6i64), 0..6),
+            limited in proptest::option::of(0..3_000usize),
         ) {
             // Lay the batches out one after another, 0 to 5 offsets apart.
             let mut next = 0i64;
             let mut data = Vec::new();
             // Offset -> Some(true) record, Some(false) gap, up to the last batch.
             let mut expected: Vec<bool> = Vec::new();
+            let mut uncompressed: Vec<i64> = Vec::new();
             for spec in &specs {
                 let mut spec = spec.clone();
                 spec.base += next;
@@ -1048,6 +1291,9 @@ mod tests {
                 for &d in &spec.deltas {
                     let offset = spec.base + i64::from(d);
                     expected[usize::try_from(offset).unwrap()] = !spec.control;
+                    if spec.codec == 0 && !spec.control {
+                        uncompressed.push(offset);
+                    }
                 }
                 next = last + 1;
             }
@@ -1070,12 +1316,30 @@ mod tests {
                 .filter_map(|a| a.intersection(tail))
                 .collect();
 
-            let got = extract_alone(Some(data.into()), &acquired);
+            let topic: Arc<str> = "t".into();
+            let mut budget = DecodeBudget::new(limited.unwrap_or(usize::MAX));
+            let got = extract(&topic, 0, Some(data.into()), &acquired, &mut budget);
             check_partition(&acquired, &got)?;
             prop_assert!(got.corrupt.is_empty() && got.errors.is_empty(), "{:?}", got.errors);
-            prop_assert_eq!(offsets(&got), records);
-            prop_assert_eq!(&got.gaps, &gaps);
-            prop_assert_eq!(&got.cut, &cut);
+            if limited.is_none() {
+                prop_assert_eq!(offsets(&got), records);
+                prop_assert_eq!(&got.gaps, &gaps);
+                prop_assert_eq!(&got.cut, &cut);
+                prop_assert_eq!(got.over_budget_batches, 0);
+            } else {
+                // Within a budget, compressed batches may be released instead (their records
+                // and gaps alike), and nothing else changes.
+                let got_records = offsets(&got);
+                for offset in uncompressed.iter().filter(|o| acquired_at(**o)) {
+                    prop_assert!(got_records.contains(offset), "{} not delivered", offset);
+                }
+                prop_assert!(got_records.iter().all(|o| records.contains(o)));
+                let within = |part: &OffsetRange, of: &[OffsetRange]| {
+                    of.iter().any(|r| r.first() <= part.first() && part.last() <= r.last())
+                };
+                prop_assert!(got.gaps.iter().all(|g| within(g, &gaps)), "{:?}", got.gaps);
+                prop_assert!(cut.iter().all(|c| within(c, &got.cut)), "{:?}", got.cut);
+            }
         }
     }
 }
