@@ -502,7 +502,8 @@ impl RawBatch {
     /// Decompresses (to at most `limit` bytes, and never more than [`MAX_DECOMPRESSED_BATCH`])
     /// and parses the records. A batch that would decompress to more fails with
     /// [`BatchErrorKind::DecompressedTooLarge`] naming the limit applied; every other error
-    /// is what [`decode_batches`] would report for the batch.
+    /// is what [`decode_batches`] would report for the batch. An uncompressed batch is not
+    /// decompressed, so no limit applies to it: its records slice the input.
     pub(crate) fn decode_within(self, limit: usize) -> Decoded {
         self.decode_capped(MAX_DECOMPRESSED_BATCH, limit)
     }
