@@ -7,6 +7,12 @@
 //! was given: capacities are capped by what the remaining input could hold, and one batch may
 //! decompress to at most [`MAX_DECOMPRESSED_BATCH`] bytes.
 //!
+//! Decoding has two steps, so a caller can skip batches it does not need before paying for them:
+//! [`scan_batches`] frames the batches and checks each header and checksum, and
+//! [`RawBatch::decode_within`] decompresses and parses the records of one batch, within a limit
+//! the caller chooses, reporting what the decompression allocated. [`decode_batches`] does both
+//! for every batch.
+//!
 //! A v2 batch, big-endian, at byte offsets from its start:
 //!
 //! ```text
@@ -269,6 +275,46 @@ pub(crate) struct DecodedBatches {
     pub(crate) cut_from: Option<i64>,
 }
 
+/// A complete batch whose framing, v2 header, checksum and codec [`scan_batches`] checked; its
+/// records are still as on the wire (compressed, perhaps), a slice of the input.
+/// [`decode_within`](Self::decode_within) decompresses and parses them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawBatch {
+    /// `baseOffset` of the batch (not covered by the checksum).
+    pub(crate) base_offset: i64,
+    /// `baseOffset + lastOffsetDelta`, saturating at `i64::MAX`; as in
+    /// [`RecordBatch::last_offset`], records may have been compacted away up to it.
+    pub(crate) last_offset: i64,
+    /// Codec of the records.
+    pub(crate) compression: Compression,
+    /// Holds control records (attributes bit 5), not application data.
+    pub(crate) control: bool,
+    /// The whole batch, length prefix included.
+    bytes: Bytes,
+}
+
+/// What [`scan_batches`] found in a `Records` field: [`DecodedBatches`] before the records are
+/// decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ScannedBatches {
+    /// Every complete batch, in order: checked, or why not.
+    pub(crate) batches: Vec<Result<RawBatch, BatchError>>,
+    /// As [`DecodedBatches::cut_from`].
+    pub(crate) cut_from: Option<i64>,
+}
+
+/// What [`RawBatch::decode_within`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    /// The batch, or why it could not be decoded.
+    pub(crate) batch: Result<RecordBatch, BatchError>,
+    /// Bytes the decompression allocated: the capacity of the buffer the records slice (which
+    /// stays allocated as long as any of them is alive), or of the buffer dropped when
+    /// decompression failed. Never more than the limit it was given. 0 for an uncompressed
+    /// batch, whose records slice the input.
+    pub(crate) decompressed: usize,
+}
+
 /// A record to encode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct NewRecord {
@@ -351,8 +397,24 @@ pub(crate) fn decode_batches(buf: Bytes) -> DecodedBatches {
 }
 
 /// [`decode_batches`] with another decompressed size limit per batch.
-fn decode_batches_with_limit(mut buf: Bytes, limit: usize) -> DecodedBatches {
-    let mut out = DecodedBatches::default();
+fn decode_batches_with_limit(buf: Bytes, limit: usize) -> DecodedBatches {
+    let scanned = scan_batches(buf);
+    DecodedBatches {
+        batches: scanned
+            .batches
+            .into_iter()
+            .map(|batch| batch.and_then(|raw| raw.decode_capped(limit, limit).batch))
+            .collect(),
+        cut_from: scanned.cut_from,
+    }
+}
+
+/// Frames every batch of a `Records` field and checks its header, checksum and codec, without
+/// decompressing or parsing any record: the work is one checksum pass over the input, and the
+/// list holds one entry per complete batch (at least 12 bytes each). Never panics; as in
+/// [`decode_batches`], a batch with a negative length ends the list.
+pub(crate) fn scan_batches(mut buf: Bytes) -> ScannedBatches {
+    let mut out = ScannedBatches::default();
     // One past the last offset of the last complete batch.
     let mut next_offset: Option<i64> = None;
     while !buf.is_empty() {
@@ -378,13 +440,13 @@ fn decode_batches_with_limit(mut buf: Bytes, limit: usize) -> DecodedBatches {
             out.cut_from = Some(base_offset);
             break;
         }
-        let decoded = decode_batch(buf.split_to(LENGTH_PREFIX + length), limit);
-        let last_offset = match &decoded {
+        let checked = check_batch(buf.split_to(LENGTH_PREFIX + length));
+        let last_offset = match &checked {
             Ok(batch) => batch.last_offset,
             Err(error) => error.last_offset,
         };
         next_offset = Some(last_offset.saturating_add(1));
-        out.batches.push(decoded);
+        out.batches.push(checked);
     }
     out
 }
@@ -399,8 +461,8 @@ fn last_offset_of(batch: &[u8], base_offset: i64) -> i64 {
     }
 }
 
-/// Decodes one complete batch, length prefix included.
-fn decode_batch(batch: Bytes, limit: usize) -> Result<RecordBatch, BatchError> {
+/// Checks the framing, header, checksum and codec of one complete batch, length prefix included.
+fn check_batch(batch: Bytes) -> Result<RawBatch, BatchError> {
     let base_offset = be_i64(&batch, 0);
     let last_offset = last_offset_of(&batch, base_offset);
     let fail = |kind| BatchError {
@@ -427,49 +489,95 @@ fn decode_batch(batch: Bytes, limit: usize) -> Result<RecordBatch, BatchError> {
     let codec = attributes & COMPRESSION_MASK;
     let compression = Compression::from_id(codec)
         .ok_or_else(|| fail(BatchErrorKind::UnknownCompression(codec)))?;
-    let timestamp_type = if attributes & LOG_APPEND_TIME_FLAG != 0 {
-        TimestampType::LogAppendTime
-    } else {
-        TimestampType::CreateTime
-    };
-    let base_timestamp = be_i64(&batch, BASE_TIMESTAMP_AT);
-    let max_timestamp = be_i64(&batch, MAX_TIMESTAMP_AT);
-    let count = be_i32(&batch, RECORDS_COUNT_AT);
-    let payload = batch.slice(BATCH_HEADER..);
-    // Refuse a count no payload within the limit could hold before decompressing anything.
-    if compression != Compression::None && !count_fits(count, limit) {
-        return Err(fail(BatchErrorKind::ImplausibleRecordCount {
-            count,
-            bytes: limit,
-        }));
-    }
-    let data = decompress(compression, payload, limit).map_err(fail)?;
-    let records = decode_records(
-        &data,
-        count,
-        RecordBase {
-            offset: base_offset,
-            timestamp: base_timestamp,
-            log_append_time: (timestamp_type == TimestampType::LogAppendTime)
-                .then_some(max_timestamp),
-        },
-    )
-    .map_err(fail)?;
-    Ok(RecordBatch {
+    Ok(RawBatch {
         base_offset,
         last_offset,
-        partition_leader_epoch: be_i32(&batch, PARTITION_LEADER_EPOCH_AT),
         compression,
-        timestamp_type,
-        transactional: attributes & TRANSACTIONAL_FLAG != 0,
         control: attributes & CONTROL_FLAG != 0,
-        base_timestamp,
-        max_timestamp,
-        producer_id: be_i64(&batch, PRODUCER_ID_AT),
-        producer_epoch: be_i16(&batch, PRODUCER_EPOCH_AT),
-        base_sequence: be_i32(&batch, BASE_SEQUENCE_AT),
-        records,
+        bytes: batch,
     })
+}
+
+impl RawBatch {
+    /// Decompresses (to at most `limit` bytes, and never more than [`MAX_DECOMPRESSED_BATCH`])
+    /// and parses the records. A batch that would decompress to more fails with
+    /// [`BatchErrorKind::DecompressedTooLarge`] naming the limit applied; every other error
+    /// is what [`decode_batches`] would report for the batch. An uncompressed batch is not
+    /// decompressed, so no limit applies to it: its records slice the input.
+    pub(crate) fn decode_within(self, limit: usize) -> Decoded {
+        self.decode_capped(MAX_DECOMPRESSED_BATCH, limit)
+    }
+
+    /// Decodes the records: `cap` is the most any batch may hold (a record count it could not
+    /// hold is corrupt), `limit` the most this decompression may produce.
+    fn decode_capped(self, cap: usize, limit: usize) -> Decoded {
+        let Self {
+            base_offset,
+            last_offset,
+            compression,
+            control,
+            bytes: batch,
+        } = self;
+        let fail = |kind| BatchError {
+            base_offset,
+            last_offset,
+            kind,
+        };
+        let attributes = be_i16(&batch, ATTRIBUTES_AT);
+        let timestamp_type = if attributes & LOG_APPEND_TIME_FLAG != 0 {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        };
+        let base_timestamp = be_i64(&batch, BASE_TIMESTAMP_AT);
+        let max_timestamp = be_i64(&batch, MAX_TIMESTAMP_AT);
+        let count = be_i32(&batch, RECORDS_COUNT_AT);
+        let payload = batch.slice(BATCH_HEADER..);
+        // Refuse a count no payload within the cap could hold before decompressing anything.
+        if compression != Compression::None && !count_fits(count, cap) {
+            return Decoded {
+                batch: Err(fail(BatchErrorKind::ImplausibleRecordCount {
+                    count,
+                    bytes: cap,
+                })),
+                decompressed: 0,
+            };
+        }
+        let (data, decompressed) = decompress(compression, payload, limit.min(cap));
+        let batch = data
+            .and_then(|data| {
+                decode_records(
+                    &data,
+                    count,
+                    RecordBase {
+                        offset: base_offset,
+                        timestamp: base_timestamp,
+                        log_append_time: (timestamp_type == TimestampType::LogAppendTime)
+                            .then_some(max_timestamp),
+                    },
+                )
+            })
+            .map_err(fail)
+            .map(|records| RecordBatch {
+                base_offset,
+                last_offset,
+                partition_leader_epoch: be_i32(&batch, PARTITION_LEADER_EPOCH_AT),
+                compression,
+                timestamp_type,
+                transactional: attributes & TRANSACTIONAL_FLAG != 0,
+                control,
+                base_timestamp,
+                max_timestamp,
+                producer_id: be_i64(&batch, PRODUCER_ID_AT),
+                producer_epoch: be_i16(&batch, PRODUCER_EPOCH_AT),
+                base_sequence: be_i32(&batch, BASE_SEQUENCE_AT),
+                records,
+            });
+        Decoded {
+            batch,
+            decompressed,
+        }
+    }
 }
 
 /// Whether `count` records of at least [`MIN_RECORD_SIZE`] bytes fit in `bytes`.
@@ -668,47 +776,54 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The records of a batch, decompressed; an uncompressed payload is returned as is.
+/// The records of a batch, decompressed, with the capacity of the buffer decompression
+/// allocated (whether it succeeded or not; at most `limit`); an uncompressed payload is returned
+/// as is, allocating nothing.
 fn decompress(
     compression: Compression,
     payload: Bytes,
     limit: usize,
-) -> Result<Bytes, BatchErrorKind> {
+) -> (Result<Bytes, BatchErrorKind>, usize) {
     let failed = |reason: String| BatchErrorKind::Decompression {
         compression,
         reason,
     };
-    let too_large = BatchErrorKind::DecompressedTooLarge { compression, limit };
-    let out = match compression {
-        Compression::None => return Ok(payload),
+    let bounded = |e| match e {
+        Bounded::TooLarge => BatchErrorKind::DecompressedTooLarge { compression, limit },
+        Bounded::Io(e) => failed(e.to_string()),
+    };
+    let mut out: Vec<u8> = Vec::new();
+    let result = match compression {
+        Compression::None => return (Ok(payload), 0),
         Compression::Gzip => {
             // Multi-member, as Java's GZIPInputStream reads.
-            read_bounded(flate2::read::MultiGzDecoder::new(&payload[..]), limit)
+            read_bounded(
+                flate2::read::MultiGzDecoder::new(&payload[..]),
+                limit,
+                &mut out,
+            )
+            .map_err(bounded)
         }
-        Compression::Snappy => return snappy_decompress(&payload, limit, failed).map(Bytes::from),
-        Compression::Lz4 => {
-            let mut decoder = lz4::Decoder::new(&payload[..]).map_err(|e| failed(e.to_string()))?;
-            let out = read_bounded(&mut decoder, limit);
-            if out.is_ok() {
-                // The decoder ends quietly at the end of its input, frame complete or not.
-                decoder
-                    .finish()
-                    .1
-                    .map_err(|_| failed("the LZ4 frame is truncated".to_owned()))?;
-            }
-            out
-        }
-        Compression::Zstd => {
-            let decoder = zstd::stream::read::Decoder::with_buffer(&payload[..])
-                .map_err(|e| failed(e.to_string()))?;
-            read_bounded(decoder, limit)
-        }
+        Compression::Snappy => snappy_decompress(&payload, limit, &mut out, failed),
+        Compression::Lz4 => match lz4::Decoder::new(&payload[..]) {
+            Err(e) => Err(failed(e.to_string())),
+            Ok(mut decoder) => read_bounded(&mut decoder, limit, &mut out)
+                .map_err(bounded)
+                .and_then(|()| {
+                    // The decoder ends quietly at the end of its input, frame complete or not.
+                    decoder
+                        .finish()
+                        .1
+                        .map_err(|_| failed("the LZ4 frame is truncated".to_owned()))
+                }),
+        },
+        Compression::Zstd => match zstd::stream::read::Decoder::with_buffer(&payload[..]) {
+            Err(e) => Err(failed(e.to_string())),
+            Ok(decoder) => read_bounded(decoder, limit, &mut out).map_err(bounded),
+        },
     };
-    match out {
-        Ok(out) => Ok(Bytes::from(out)),
-        Err(Bounded::TooLarge) => Err(too_large),
-        Err(Bounded::Io(e)) => Err(failed(e.to_string())),
-    }
+    let allocated = out.capacity();
+    (result.map(|()| Bytes::from(out)), allocated)
 }
 
 /// Why [`read_bounded`] stopped.
@@ -718,14 +833,13 @@ enum Bounded {
     Io(io::Error),
 }
 
-/// Reads `reader` to its end, refusing more than `limit` bytes. The buffer grows by doubling but
-/// never beyond `limit`, so it holds at most twice what was really read.
-fn read_bounded(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, Bounded> {
-    let mut out: Vec<u8> = Vec::new();
+/// Reads `reader` to its end into `out`, refusing more than `limit` bytes. The buffer grows by
+/// doubling but never beyond `limit`, so it holds at most twice what was really read.
+fn read_bounded(mut reader: impl Read, limit: usize, out: &mut Vec<u8>) -> Result<(), Bounded> {
     let mut chunk = [0u8; 16 * 1024];
     loop {
         let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(out),
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Bounded::Io(e)),
@@ -749,16 +863,15 @@ fn read_bounded(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, Bounded>
 fn snappy_decompress(
     input: &[u8],
     limit: usize,
+    out: &mut Vec<u8>,
     failed: impl Fn(String) -> BatchErrorKind,
-) -> Result<Vec<u8>, BatchErrorKind> {
-    let mut out = Vec::new();
+) -> Result<(), BatchErrorKind> {
     if input.is_empty() {
         // Nothing compressed; snappy-java reads it as an empty stream.
-        return Ok(out);
+        return Ok(());
     }
     if !input.starts_with(XERIAL_MAGIC) {
-        raw_snappy_into(input, &mut out, limit, &failed)?;
-        return Ok(out);
+        return raw_snappy_into(input, out, limit, &failed);
     }
     let mut rest = input;
     while !rest.is_empty() {
@@ -782,10 +895,10 @@ fn snappy_decompress(
                     rest.len() - 4
                 ))
             })?;
-        raw_snappy_into(block, &mut out, limit, &failed)?;
+        raw_snappy_into(block, out, limit, &failed)?;
         rest = &rest[4 + block.len()..];
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends one raw snappy stream to `out`, refusing to grow it beyond `limit`, and refusing a
@@ -810,7 +923,12 @@ fn raw_snappy_into(
         )));
     }
     let start = out.len();
-    out.resize(start + length, 0);
+    let needed = start + length; // <= limit, checked above
+    if out.capacity() < needed {
+        // Doubling as `resize` would, but capped at the limit, so the buffer never holds more.
+        out.reserve_exact(needed.max(out.capacity().saturating_mul(2)).min(limit) - start);
+    }
+    out.resize(needed, 0);
     let written = snap::raw::Decoder::new()
         .decompress(input, &mut out[start..])
         .map_err(|e| failed(e.to_string()))?;
@@ -1673,6 +1791,102 @@ mod tests {
                 limit: MAX_DECOMPRESSED_BATCH
             }
         );
+    }
+
+    #[test]
+    fn scanning_checks_headers_without_decompressing() {
+        let bomb = zstd::bulk::compress(&vec![0u8; MAX_DECOMPRESSED_BATCH + 1], 1).unwrap();
+        let template = encode_batch(
+            &[NewRecord::default()],
+            &EncodeOptions {
+                base_offset: 9,
+                compression: Compression::Zstd,
+                control: true,
+                ..EncodeOptions::default()
+            },
+        );
+        let bomb = rebuild(&template, &bomb, |_| {});
+        let mut corrupt = template.to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        let scanned = scan_batches([&bomb[..], &corrupt, &template[..20]].concat().into());
+        assert_eq!(scanned.batches.len(), 2);
+        assert_eq!(scanned.cut_from, Some(9));
+        let raw = scanned.batches[0].as_ref().unwrap();
+        assert_eq!(
+            (
+                raw.base_offset,
+                raw.last_offset,
+                raw.compression,
+                raw.control
+            ),
+            (9, 9, Compression::Zstd, true)
+        );
+        assert!(matches!(
+            scanned.batches[1].as_ref().unwrap_err().kind,
+            BatchErrorKind::CrcMismatch { .. }
+        ));
+        // Only decoding decompresses, within the limit asked for.
+        let decoded = raw.clone().decode_within(1000);
+        assert_eq!(
+            decoded.batch.unwrap_err().kind,
+            BatchErrorKind::DecompressedTooLarge {
+                compression: Compression::Zstd,
+                limit: 1000
+            }
+        );
+        assert!(decoded.decompressed <= 1000, "{}", decoded.decompressed);
+        // A limit above the cap is the cap.
+        let decoded = raw.clone().decode_within(usize::MAX);
+        assert_eq!(
+            decoded.batch.unwrap_err().kind,
+            BatchErrorKind::DecompressedTooLarge {
+                compression: Compression::Zstd,
+                limit: MAX_DECOMPRESSED_BATCH
+            }
+        );
+        assert!(decoded.decompressed <= MAX_DECOMPRESSED_BATCH);
+    }
+
+    #[test]
+    fn decoding_reports_what_decompression_allocated_and_stays_within_the_limit() {
+        let records = [NewRecord {
+            value: Some(big_value()),
+            ..NewRecord::default()
+        }];
+        for compression in CODECS {
+            let batch = encode_batch(
+                &records,
+                &EncodeOptions {
+                    compression,
+                    ..EncodeOptions::default()
+                },
+            );
+            let raw = || scan_batches(batch.clone()).batches.remove(0).unwrap();
+            let fits = raw().decode_within(usize::MAX);
+            let size = fits.batch.unwrap().records[0].value.as_ref().unwrap().len();
+            assert_eq!(size, 200_000);
+            if compression == Compression::None {
+                assert_eq!(fits.decompressed, 0, "the records slice the input");
+                continue;
+            }
+            assert!(fits.decompressed > size, "{compression:?}");
+            // Just enough: the buffer never grows past the limit (snappy's blocks included).
+            let limit = fits.decompressed.min(MAX_DECOMPRESSED_BATCH) - 1;
+            for limit in [limit, 250_001] {
+                let decoded = raw().decode_within(limit);
+                assert!(decoded.decompressed <= limit, "{compression:?} {limit}");
+                if let Err(e) = decoded.batch {
+                    assert!(
+                        matches!(e.kind, BatchErrorKind::DecompressedTooLarge { limit: l, .. } if l == limit),
+                        "{compression:?} {limit}: {e}"
+                    );
+                }
+            }
+            let short = raw().decode_within(150_000);
+            assert!(short.decompressed <= 150_000, "{compression:?}");
+            assert!(short.batch.is_err(), "{compression:?}");
+        }
     }
 
     #[test]

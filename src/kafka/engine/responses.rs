@@ -9,8 +9,9 @@ use crate::consumer::ConsumerError;
 use crate::kafka::codec::share_v2;
 use crate::kafka::errors::broker_error;
 use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
-use crate::kafka::session::acquired::{AcquiredRange, extract};
+use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
 use crate::kafka::session::book::{Answer, NodeId, PartitionAnswer};
+use crate::kafka::session::ranges::OffsetRange;
 use crate::record::{ConsumerRecord, TopicPartition};
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
@@ -51,16 +52,25 @@ pub(crate) struct Fetched {
     pub(crate) lock_timeout: Option<Duration>,
 }
 
-/// Contiguous offsets of one type become one range.
-fn ranges_of(offsets: &[i64], code: i8, out: &mut Vec<AckRange>) {
-    for &offset in offsets {
-        match out.last_mut() {
-            Some(last) if last.code == code && last.last.checked_add(1) == Some(offset) => {
-                last.last = offset;
-            }
-            _ => out.push(AckRange::one(offset, code)),
-        }
-    }
+/// How many times `fetch.max.bytes` the records of one answer may decompress to. A broker
+/// answers at most `fetch.max.bytes` of (compressed) batches; compressed data commonly
+/// inflates a few times, and what does not fit is released, which costs a delivery. So the
+/// budget leaves room for ordinary compression ratios while still bounding a hostile one.
+const DECODE_BUDGET_FACTOR: usize = 4;
+
+/// The decompression budget of one answer for a consumer with this `fetch.max.bytes`.
+pub(crate) fn decode_budget(fetch_max_bytes: i32) -> DecodeBudget {
+    let per_answer = usize::try_from(fetch_max_bytes.max(1)).unwrap_or(usize::MAX);
+    DecodeBudget::new(per_answer.saturating_mul(DECODE_BUDGET_FACTOR))
+}
+
+/// Offset ranges acknowledged with one type.
+fn ranges_of(offsets: &[OffsetRange], code: i8, out: &mut Vec<AckRange>) {
+    out.extend(offsets.iter().map(|r| AckRange {
+        first: r.first(),
+        last: r.last(),
+        code,
+    }));
 }
 
 /// Reads a ShareFetch answer from `node`.
@@ -68,8 +78,9 @@ pub(crate) fn fetch_answer(
     cluster: &Cluster,
     node: NodeId,
     response: share_v2::ShareFetchResponse,
-    _decode_budget: i32,
+    fetch_max_bytes: i32,
 ) -> Fetched {
+    let mut budget = decode_budget(fetch_max_bytes);
     let mut out = Fetched {
         answer: Answer {
             error_code: response.error_code,
@@ -149,9 +160,16 @@ pub(crate) fn fetch_answer(
                     delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
                 })
                 .collect();
-            let extracted = extract(&name, p.partition_index, p.records, &ranges);
+            let extracted = extract(&name, p.partition_index, p.records, &ranges, &mut budget);
             for error in &extracted.errors {
                 tracing::error!(%tp, error, "rejecting records of a corrupt batch");
+            }
+            if extracted.over_budget_batches > 0 {
+                tracing::warn!(
+                    %tp,
+                    batches = extracted.over_budget_batches,
+                    "releasing records whose batches exceed this answer's decompression budget (4 x fetch.max.bytes)"
+                );
             }
             let mut acks = Vec::new();
             ranges_of(&extracted.gaps, GAP, &mut acks);
