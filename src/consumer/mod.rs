@@ -241,8 +241,13 @@ impl Future for PendingCommit {
 ///
 /// # Cancel safety
 ///
-/// Dropping a `poll` future loses no data: records it may have acquired stay locked to this
-/// consumer until they expire or [`close`](Self::close) releases them.
+/// Dropping a `poll` or commit future loses no data: at worst, records this consumer acquired
+/// stay locked to it until they expire or [`close`](Self::close) releases them, and are then
+/// delivered again. Both implementations of this crate do better, and document it per method:
+/// acknowledgements handed to a dropped call are still sent and reported by the next commit,
+/// and a dropped `poll` spends no delivery (the embedded group acquires records only in the
+/// step that returns them; the Kafka consumer hands what it fetched for a dropped poll to the
+/// next one).
 #[async_trait]
 pub trait ShareConsumer: Send {
     /// Subscribes to these topics, replacing any earlier subscription.

@@ -205,6 +205,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Fails with [`Error::Config`] when `ack.policy=after.flush` or
     /// `put.retriable.policy=retry.in.place` meets a consumer in implicit acknowledgement
     /// mode, which cannot hold records back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the subscription and before the task started, the driver
+    /// stays uninitialized with a subscribed consumer; call [`close`](Self::close).
     pub async fn initialize(&mut self) -> Result<()> {
         match self.state {
             State::Created => {}
@@ -260,6 +265,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// retained) and is not returned. A fatal error is returned once; every later call
     /// returns [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the
     /// driver usable.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe while it waits in the poll (the consumers' `poll` is: nothing is lost and,
+    /// with [`KafkaShareConsumer`](crate::KafkaShareConsumer), no delivery is spent). Not cancel
+    /// safe once the poll returned records: dropped during the conversion, the `put` or the
+    /// acknowledgements, the batch stays unacknowledged, its records are delivered again
+    /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
+    /// the next iteration fails with the consumer's `UnacknowledgedRecords`. To stop on a
+    /// signal, use [`run`](Self::run), which never cuts an iteration short.
     pub async fn iteration(&mut self) -> Result<IterationReport> {
         match self.state {
             State::Running => {}
@@ -826,6 +841,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// `stop`, and the consumer's `close`, which releases every record not acknowledged
     /// (held ones included). Every step is attempted; the first error is returned. Closing
     /// twice is a no-op.
+    ///
+    /// # Cancel safety
+    ///
+    /// The driver is closed once this is called. Dropped before the end, the remaining steps
+    /// do not run: what was not committed is delivered again once its locks expire (with
+    /// [`KafkaShareConsumer`](crate::KafkaShareConsumer), a dropped consumer close still sends
+    /// the final acknowledgements in the background).
     pub async fn close(&mut self) -> Result<()> {
         let previous = self.state;
         if previous == State::Closed {
@@ -868,6 +890,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Shutdown is checked between iterations, so it takes effect within one poll timeout
     /// plus one `put`; a `put` is never cut short. Retriable errors are logged and the loop
     /// goes on after the retriable backoff.
+    ///
+    /// # Cancel safety
+    ///
+    /// Pass the shutdown signal as `shutdown` instead of dropping this future: dropped, it
+    /// cuts the current iteration short (see [`iteration`](Self::iteration)) and skips the
+    /// close.
     pub async fn run(&mut self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let mut shutdown = pin!(shutdown);
         let result = async {
