@@ -514,7 +514,10 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // kafka-share-sink patch (PATCHED.md): record_count comes from the wire; reserve only
+        // what the bytes left can back. (The header decoder already refused a negative count.)
+        let announced = usize::try_from(batch_decode_info.record_count).unwrap_or(0);
+        records.reserve(types::bounded_capacity::<Record, _>(buf, announced));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -893,7 +896,11 @@ impl Record {
         }
         let num_headers = num_headers as usize;
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        // kafka-share-sink patch (PATCHED.md): the header count comes from the wire.
+        let mut headers = IndexMap::with_capacity(types::bounded_capacity::<
+            (StrBytes, Option<Bytes>),
+            _,
+        >(buf, num_headers));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;

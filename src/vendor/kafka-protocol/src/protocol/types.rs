@@ -5,10 +5,28 @@
 //!
 //! It is unnecessary to interact directly with these types for most use cases.
 use super::{Decodable, Decoder, Encodable, Encoder, NewType, StrBytes};
-use crate::protocol::buf::{ByteBuf, ByteBufMut};
+use crate::protocol::buf::{ByteBuf, ByteBufMut, NotEnoughBytesError};
 use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
+
+// kafka-share-sink patch (PATCHED.md): the lengths and counts the decoders below read come from
+// the peer. A few bytes may announce gigabytes; allocate only what the input can back.
+
+/// How many `T`s to make room for up front when the input announces `count` of them: never
+/// more than the bytes left in `buf` would fill, so a hostile count cannot make the allocation
+/// larger than the input. Elements that really are there get room as they are decoded.
+pub(crate) fn bounded_capacity<T, B: ByteBuf>(buf: &B, count: usize) -> usize {
+    count.min(buf.remaining() / std::mem::size_of::<T>().max(1))
+}
+
+/// Fails, as the read itself would, unless `buf` has at least `len` bytes left.
+fn ensure_remaining<B: ByteBuf>(buf: &B, len: usize) -> Result<()> {
+    if buf.remaining() < len {
+        return Err(NotEnoughBytesError.into());
+    }
+    Ok(())
+}
 
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
@@ -359,6 +377,7 @@ impl Decoder<Option<StdString>> for String {
         match Int16.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                ensure_remaining(buf, n as usize)?;
                 let mut strbuf = vec![0; n as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
@@ -511,6 +530,7 @@ impl Decoder<Option<StdString>> for CompactString {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                ensure_remaining(buf, (n - 1) as usize)?;
                 let mut strbuf = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
@@ -655,6 +675,7 @@ impl Decoder<Option<Vec<u8>>> for Bytes {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                ensure_remaining(buf, n as usize)?;
                 let mut data = vec![0; n as usize];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
@@ -804,6 +825,7 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                ensure_remaining(buf, (n - 1) as usize)?;
                 let mut data = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
@@ -985,7 +1007,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut result = Vec::with_capacity(n as usize);
+                let mut result = Vec::with_capacity(bounded_capacity::<T, _>(buf, n as usize));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1093,7 +1115,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut result = Vec::with_capacity((n - 1) as usize);
+                let mut result =
+                    Vec::with_capacity(bounded_capacity::<T, _>(buf, (n - 1) as usize));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
