@@ -14,6 +14,18 @@ use kafka_share_sink::{
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// An error and its sources, one after the other.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 fn config(broker: &FakeBroker) -> KafkaShareConsumerConfig {
     KafkaShareConsumerConfig::new(broker.addr(), "fake-group")
         .fetch_max_wait(Duration::from_millis(50))
@@ -123,8 +135,8 @@ async fn once_goes_first_then_on_then_the_default_after_reset() {
     );
     let second = admin.topic_ids(&["t"]).await.expect_err("garbled");
     assert!(
-        second.to_string().contains("cannot decode the Metadata"),
-        "{second}"
+        chain(&second).contains("cannot decode the Metadata"),
+        "{second:?}"
     );
     broker.reset(ApiKey::Metadata);
     admin.topic_ids(&["t"]).await.expect("default again");

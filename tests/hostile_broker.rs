@@ -21,7 +21,8 @@ use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::RecordBatchDecoder;
 use kafka_share_sink::{
-    ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
+    AdminError, ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
+    ShareConsumer,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -57,6 +58,20 @@ fn assert_undecodable(error: &ConsumerError, api: &str) {
     );
 }
 
+/// Asserts `error` is the admin's error for an undecodable `api` response during `call`: a
+/// failed connect for the handshake, a Protocol error otherwise, the cause as its source.
+#[track_caller]
+fn assert_admin_undecodable(error: &AdminError, call: &str, api: &str) {
+    let source = match error {
+        AdminError::Connect { source, .. } if api == "ApiVersions" => source,
+        AdminError::Protocol { source, .. } => source,
+        other => panic!("a Protocol error expected: {other:?}"),
+    };
+    assert_eq!(error.call(), call, "{error}");
+    assert_undecodable(source, api);
+    assert!(!error.is_retriable());
+}
+
 /// Asserts the process allocated less than [`ALLOCATION_LIMIT`] since `region` began.
 #[track_caller]
 fn assert_small(region: &Region<'_, System>) {
@@ -88,7 +103,7 @@ async fn api_versions_during_connect() {
     let error = KafkaAdmin::connect(&broker.addr())
         .await
         .expect_err("an undecodable handshake");
-    assert_undecodable(&error, "ApiVersions");
+    assert_admin_undecodable(&error, "connect", "ApiVersions");
     assert_small(&region);
 }
 
@@ -103,7 +118,7 @@ async fn metadata_of_the_admin_client() {
     let error = KafkaAdmin::connect(&broker.addr())
         .await
         .expect_err("undecodable metadata");
-    assert_undecodable(&error, "Metadata");
+    assert_admin_undecodable(&error, "connect", "Metadata");
     assert_small(&region);
 }
 
@@ -237,7 +252,7 @@ async fn create_topics_of_the_admin_client() {
         .create_topic("orders", 1, 1)
         .await
         .expect_err("undecodable");
-    assert_undecodable(&error, "CreateTopics");
+    assert_admin_undecodable(&error, "create_topic", "CreateTopics");
     assert_small(&region);
 }
 
@@ -254,7 +269,7 @@ async fn incremental_alter_configs_of_the_admin_client() {
         .set_share_group_config("group", &[("share.auto.offset.reset", "earliest")])
         .await
         .expect_err("undecodable");
-    assert_undecodable(&error, "IncrementalAlterConfigs");
+    assert_admin_undecodable(&error, "set_share_group_config", "IncrementalAlterConfigs");
     assert_small(&region);
 }
 
@@ -269,7 +284,7 @@ async fn delete_topics_of_the_admin_client() {
     });
     let region = Region::new(GLOBAL);
     let error = admin.delete_topic("orders").await.expect_err("undecodable");
-    assert_undecodable(&error, "DeleteTopics");
+    assert_admin_undecodable(&error, "delete_topic", "DeleteTopics");
     assert_small(&region);
 }
 

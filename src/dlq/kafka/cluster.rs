@@ -9,7 +9,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
@@ -58,8 +58,11 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
+        let admin = KafkaAdmin::open(bootstrap, ConnectionConfig::default())
+            .await
+            .map_err(Failure::into_consumer)?;
         Ok(Self {
-            admin: KafkaAdmin::connect(bootstrap).await?,
+            admin,
             config,
             state: Mutex::new(State::default()),
         })
@@ -141,8 +144,9 @@ impl Cluster {
     ) -> Result<(), ConsumerError> {
         match self
             .admin
-            .create_topic(topic, partitions, replication_factor)
+            .try_create_topic(topic, partitions, replication_factor)
             .await
+            .map_err(Failure::into_consumer)
         {
             Ok(()) => {
                 debug!(
