@@ -53,12 +53,13 @@ struct State {
 }
 
 impl Cluster {
-    /// Connects to the first bootstrap server that answers.
+    /// Connects to the first bootstrap server that answers. The admin client gets the same
+    /// settings as the leader connections: the producer's client id and timeouts.
     pub(super) async fn connect(
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
-        let admin = KafkaAdmin::open(bootstrap, ConnectionConfig::default())
+        let admin = KafkaAdmin::open(bootstrap, config.clone())
             .await
             .map_err(Failure::into_consumer)?;
         Ok(Self {
