@@ -271,3 +271,121 @@ impl Failure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+
+    use super::*;
+
+    fn connection_error() -> ConsumerError {
+        ConsumerError::Connection {
+            broker: "b:9092".to_owned(),
+            source: io::Error::new(io::ErrorKind::ConnectionReset, "reset by peer"),
+        }
+    }
+
+    #[test]
+    fn every_error_names_its_call() {
+        let timeout = Failure::Timeout {
+            api: "CreateTopics",
+            timeout: Duration::from_secs(3),
+        }
+        .into_admin("create_topic");
+        let message = timeout.to_string();
+        assert!(
+            message.starts_with("KafkaAdmin::create_topic: ")
+                && message.contains("CreateTopics")
+                && message.contains("3s")
+                && message.contains("request_timeout"),
+            "{message}"
+        );
+        assert_eq!(timeout.call(), "create_topic");
+        assert!(timeout.is_retriable());
+
+        let broker = Failure::Client(ConsumerError::Broker {
+            api: "CreateTopics",
+            code: 36,
+            name: "TOPIC_ALREADY_EXISTS",
+            message: Some("Topic 'orders' already exists.".to_owned()),
+            retriable: false,
+        })
+        .into_admin("create_topic");
+        assert_eq!(
+            broker.to_string(),
+            "KafkaAdmin::create_topic: the broker answered CreateTopics with error 36 \
+             (TOPIC_ALREADY_EXISTS): Topic 'orders' already exists."
+        );
+        assert!(!broker.is_retriable());
+    }
+
+    #[test]
+    fn connection_errors_are_the_source() {
+        let error = Failure::from(connection_error()).into_admin("delete_topic");
+        assert!(
+            matches!(
+                &error,
+                AdminError::Connection {
+                    call: "delete_topic",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_retriable());
+        let source = error.source().expect("a source");
+        assert_eq!(source.to_string(), "connection to broker b:9092 failed");
+        assert_eq!(
+            source.source().expect("the I/O error").to_string(),
+            "reset by peer"
+        );
+
+        let connect = Failure::Connect {
+            bootstrap: "a:9092,b:9092".to_owned(),
+            source: connection_error(),
+        }
+        .into_admin("topic_ids");
+        assert!(
+            connect.to_string().starts_with(
+                "KafkaAdmin::topic_ids: could not connect to any broker of `a:9092,b:9092`"
+            ),
+            "{connect}"
+        );
+        assert!(connect.is_retriable());
+    }
+
+    #[test]
+    fn an_empty_bootstrap_list_is_an_invalid_argument() {
+        let error = Failure::Connect {
+            bootstrap: " ".to_owned(),
+            source: ConsumerError::Config {
+                key: "bootstrap.servers".to_owned(),
+                reason: "no broker address".to_owned(),
+            },
+        }
+        .into_admin("connect");
+        assert!(
+            matches!(&error, AdminError::InvalidArgument { call: "connect", reason } if reason == "no broker address"),
+            "{error:?}"
+        );
+        assert!(!error.is_retriable());
+    }
+
+    #[test]
+    fn the_dead_letter_queue_sees_timeouts_as_before() {
+        let waited = Duration::from_secs(30);
+        assert!(matches!(
+            Failure::NotSettled {
+                what: "topic".to_owned(),
+                waited
+            }
+            .into_consumer(),
+            ConsumerError::Timeout(t) if t == waited
+        ));
+        assert!(matches!(
+            Failure::from(connection_error()).into_consumer(),
+            ConsumerError::Connection { .. }
+        ));
+    }
+}
