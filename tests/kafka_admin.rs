@@ -1,10 +1,18 @@
-//! `KafkaAdmin` against a real broker (skipped without `KAFKA_BOOTSTRAP`).
+//! `KafkaAdmin` against a real broker (skipped without `KAFKA_BOOTSTRAP`), and its timeouts and
+//! settings against the fake broker of `support/fake_broker.rs`.
 
 // `support` is shared with other test targets; its `pub` items are reachable only here.
 #[allow(unreachable_pub)]
 mod support;
 
-use kafka_share_sink::{ConsumerError, KafkaAdmin};
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
+use std::time::Duration;
+
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest};
+use kafka_share_sink::{AdminError, ConsumerError, KafkaAdmin};
 
 /// The admin client of the test broker, or `None` to skip.
 async fn admin(test: &str) -> Option<KafkaAdmin> {
@@ -35,7 +43,8 @@ async fn create_topic_then_duplicate_fails() {
     assert!(
         matches!(
             &error,
-            ConsumerError::Broker {
+            AdminError::Broker {
+                call: "create_topic",
                 api: "CreateTopics",
                 code: 36,
                 name: "TOPIC_ALREADY_EXISTS",
@@ -55,7 +64,8 @@ async fn create_topic_then_duplicate_fails() {
     assert!(
         matches!(
             &error,
-            ConsumerError::Broker {
+            AdminError::Broker {
+                call: "topic_ids",
                 name: "UNKNOWN_TOPIC_OR_PARTITION",
                 ..
             }
@@ -76,7 +86,7 @@ async fn invalid_topic_settings_are_broker_errors() {
     assert!(
         matches!(
             &error,
-            ConsumerError::Broker {
+            AdminError::Broker {
                 name: "INVALID_REPLICATION_FACTOR",
                 ..
             }
@@ -106,7 +116,7 @@ async fn topic_ids_of_several_topics() {
         .await
         .expect_err("unknown topic");
     assert!(
-        matches!(&error, ConsumerError::Broker { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. } if m.contains(&missing)),
+        matches!(&error, AdminError::Broker { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. } if m.contains(&missing)),
         "{error:?}"
     );
     admin.delete_topic(&a).await.expect("delete a");
@@ -135,7 +145,8 @@ async fn share_group_config() {
         .set_share_group_config(&group, &[("share.auto.offset.reset", "sometimes")])
         .await
         .expect_err("invalid value");
-    let ConsumerError::Broker {
+    let AdminError::Broker {
+        call,
         api,
         name,
         message,
@@ -146,8 +157,13 @@ async fn share_group_config() {
         panic!("expected a broker error, got {error:?}");
     };
     assert_eq!(
-        (*api, *name, *retriable),
-        ("IncrementalAlterConfigs", "INVALID_CONFIG", false)
+        (*call, *api, *name, *retriable),
+        (
+            "set_share_group_config",
+            "IncrementalAlterConfigs",
+            "INVALID_CONFIG",
+            false
+        )
     );
     let message = message.as_deref().unwrap_or_default();
     assert!(
@@ -165,8 +181,139 @@ async fn connect_to_a_closed_port_is_a_connection_error() {
     drop(listener);
     let error = KafkaAdmin::connect(&addr).await.expect_err("closed port");
     assert!(
-        matches!(&error, ConsumerError::Connection { broker, .. } if *broker == addr),
+        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Connection { broker, .. }, .. } if *broker == addr),
         "{error:?}"
     );
     assert!(error.is_retriable());
+}
+
+// Settings and timeouts, against the fake broker.
+
+#[tokio::test]
+async fn a_hung_call_fails_with_the_admins_own_timeout_naming_the_call() {
+    let broker = FakeBroker::start().await;
+    let timeout = Duration::from_millis(300);
+    let admin = KafkaAdmin::builder(broker.addr())
+        .request_timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    broker.on(ApiKey::CreateTopics, |_| Reply::Never);
+    let started = tokio::time::Instant::now();
+    let error = admin
+        .create_topic("orders", 1, 1)
+        .await
+        .expect_err("no answer");
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            &error,
+            AdminError::Timeout { call: "create_topic", api: "CreateTopics", timeout: t } if *t == timeout
+        ),
+        "{error:?}"
+    );
+    assert!(
+        took >= timeout && took < Duration::from_secs(5),
+        "the configured {timeout:?}, not the default 30 s: took {took:?}"
+    );
+    assert!(error.is_retriable());
+    let message = error.to_string();
+    assert!(
+        message.contains("KafkaAdmin::create_topic")
+            && message.contains("CreateTopics")
+            && message.contains("request_timeout"),
+        "{message}"
+    );
+
+    // The hung connection is left behind: the next call is answered on a new one.
+    broker.reset(ApiKey::CreateTopics);
+    let connections = broker.connections();
+    admin.create_topic("orders", 1, 1).await.expect("answered");
+    assert_eq!(broker.connections(), connections + 1);
+}
+
+#[tokio::test]
+async fn a_broker_that_never_completes_the_handshake_fails_the_connect_in_time() {
+    let broker = FakeBroker::start().await;
+    broker.on(ApiKey::ApiVersions, |_| Reply::Never);
+    let timeout = Duration::from_millis(200);
+    let started = tokio::time::Instant::now();
+    let error = KafkaAdmin::builder(broker.addr())
+        .connect_timeout(timeout)
+        .connect()
+        .await
+        .expect_err("no handshake");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Timeout(t), .. } if *t == timeout),
+        "{error:?}"
+    );
+    assert!(error.is_retriable());
+}
+
+#[tokio::test]
+async fn the_broker_gets_five_sixths_of_the_request_timeout_and_the_client_id() {
+    let broker = FakeBroker::start().await;
+    let admin = KafkaAdmin::builder(broker.addr())
+        .request_timeout(Duration::from_millis(6_000))
+        .client_id("orders-setup")
+        .connect()
+        .await
+        .expect("connect");
+    admin.create_topic("orders", 2, 1).await.expect("create");
+    let [create] = broker
+        .requests_of(ApiKey::CreateTopics)
+        .try_into()
+        .expect("one CreateTopics");
+    let request: CreateTopicsRequest = create.decode().expect("decodes");
+    assert_eq!(request.timeout_ms, 5_000);
+    assert!(
+        broker
+            .requests()
+            .iter()
+            .all(|r| r.header.client_id.as_deref() == Some("orders-setup")),
+        "every request carries the client id"
+    );
+}
+
+#[tokio::test]
+async fn timeouts_of_duration_max_saturate() {
+    let broker = FakeBroker::start().await;
+    let admin = KafkaAdmin::builder(broker.addr())
+        .connect_timeout(Duration::MAX)
+        .request_timeout(Duration::MAX)
+        .connect()
+        .await
+        .expect("connect");
+    admin.create_topic("orders", 1, 1).await.expect("create");
+    admin.delete_topic("orders").await.expect("delete");
+    let create: CreateTopicsRequest = broker.requests_of(ApiKey::CreateTopics)[0]
+        .decode()
+        .expect("decodes");
+    assert_eq!(create.timeout_ms, i32::MAX);
+}
+
+#[tokio::test]
+async fn invalid_settings_are_refused_before_connecting() {
+    let error = KafkaAdmin::builder("127.0.0.1:9")
+        .client_id("x".repeat(40_000))
+        .connect()
+        .await
+        .expect_err("client id too long");
+    assert!(
+        matches!(&error, AdminError::InvalidArgument { call: "connect", reason } if reason.contains("client id")),
+        "{error:?}"
+    );
+    let error = KafkaAdmin::connect(" , ").await.expect_err("no address");
+    assert!(
+        matches!(
+            &error,
+            AdminError::InvalidArgument {
+                call: "connect",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_retriable());
 }

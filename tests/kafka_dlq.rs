@@ -9,6 +9,9 @@
 #[allow(unreachable_pub)]
 mod support;
 
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -560,5 +563,40 @@ async fn invalid_settings_fail_before_connecting() {
             }
         ),
         "{error:?}"
+    );
+}
+
+/// Metadata and CreateTopics of the queue go out with its client id, and the broker is asked to
+/// create the topic within the queue's request timeout (the delivery timeout here), not the
+/// admin client's default.
+#[tokio::test]
+async fn the_topic_is_created_with_the_queues_client_id_and_timeout() {
+    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest};
+
+    let broker = fake_broker::FakeBroker::start().await;
+    let _dlq = KafkaDeadLetterQueue::connect(
+        KafkaDeadLetterQueueConfig::new(broker.addr(), "dlq")
+            .client_id("orders-dlq")
+            .delivery_timeout(Duration::from_secs(6)),
+    )
+    .await
+    .expect("connect to the fake broker");
+    let [create] = broker
+        .requests_of(ApiKey::CreateTopics)
+        .try_into()
+        .expect("one CreateTopics");
+    let request: CreateTopicsRequest = create.decode().expect("decodes");
+    assert_eq!(request.topics[0].name.0.as_str(), "dlq");
+    assert_eq!(request.timeout_ms, 5_000, "5/6 of the 6 s request timeout");
+    let requests = broker.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header.client_id.as_deref() == Some("orders-dlq")),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| (r.api_key(), r.header.client_id.clone()))
+            .collect::<Vec<_>>()
     );
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_share_sink::{
-    AcknowledgeType, CommitResults, ConsumerError, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
+    AcknowledgeType, AdminError, CommitResults, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, ShareConsumer, TopicPartition,
 };
 use rskafka::client::ClientBuilder;
@@ -454,7 +454,8 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
     assert!(
         matches!(
             &error,
-            ConsumerError::Broker {
+            AdminError::Broker {
+                call: "move_leader",
                 api: "AlterPartitionReassignments",
                 ..
             }
@@ -469,7 +470,8 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
     assert!(
         matches!(
             &error,
-            ConsumerError::Broker {
+            AdminError::Broker {
+                call: "move_leader",
                 name: "UNKNOWN_TOPIC_OR_PARTITION",
                 ..
             }

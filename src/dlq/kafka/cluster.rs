@@ -9,7 +9,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
@@ -53,13 +53,17 @@ struct State {
 }
 
 impl Cluster {
-    /// Connects to the first bootstrap server that answers.
+    /// Connects to the first bootstrap server that answers. The admin client gets the same
+    /// settings as the leader connections: the producer's client id and timeouts.
     pub(super) async fn connect(
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
+        let admin = KafkaAdmin::open(bootstrap, config.clone())
+            .await
+            .map_err(Failure::into_consumer)?;
         Ok(Self {
-            admin: KafkaAdmin::connect(bootstrap).await?,
+            admin,
             config,
             state: Mutex::new(State::default()),
         })
@@ -141,8 +145,9 @@ impl Cluster {
     ) -> Result<(), ConsumerError> {
         match self
             .admin
-            .create_topic(topic, partitions, replication_factor)
+            .try_create_topic(topic, partitions, replication_factor)
             .await
+            .map_err(Failure::into_consumer)
         {
             Ok(()) => {
                 debug!(

@@ -1,0 +1,255 @@
+//! Creating and deleting topics, and resolving topic ids.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, MetadataRequest,
+};
+use kafka_protocol::protocol::{Message, VersionRange};
+
+use super::{
+    AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name, with_topic,
+};
+use crate::kafka::errors::{api_name, check};
+
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// How long [`KafkaAdmin::create_topic`] and [`KafkaAdmin::delete_topic`] wait for the metadata
+/// to show the change.
+const METADATA_WAIT: Duration = Duration::from_secs(30);
+
+/// The Metadata versions with topic ids.
+const METADATA_WITH_TOPIC_IDS: VersionRange = VersionRange {
+    min: 10,
+    max: MetadataRequest::VERSIONS.max,
+};
+
+impl KafkaAdmin {
+    /// Creates a topic and waits (up to 30 s) until the metadata shows all its partitions
+    /// with a leader.
+    ///
+    /// # Errors
+    ///
+    /// An [`AdminError::Broker`] for the topic's error code, e.g. `TOPIC_ALREADY_EXISTS`,
+    /// `INVALID_REPLICATION_FACTOR` or `INVALID_PARTITIONS`; [`AdminError::NotSettled`] when
+    /// the partitions have no leaders in time; [`AdminError::Timeout`] and the other errors of
+    /// the connection and the requests.
+    ///
+    /// # Cancel safety
+    ///
+    /// The admin stays usable, but once CreateTopics was sent the topic may be created
+    /// whether or not the future is dropped. [`Self::topic_ids`] tells; creating it again
+    /// fails with `TOPIC_ALREADY_EXISTS`.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> Result<(), AdminError> {
+        self.call(
+            "create_topic",
+            self.try_create_topic(name, partitions, replication_factor),
+        )
+        .await
+    }
+
+    /// [`Self::create_topic`] for crate code that reports
+    /// [`ConsumerError`](crate::ConsumerError)s (the dead-letter queue), before the failure
+    /// is named.
+    pub(crate) async fn try_create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> Result<(), Failure> {
+        let topic = CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor);
+        self.run(self.create(name, topic, partitions)).await
+    }
+
+    /// Creates a topic whose partition `i` lives on the brokers `replicas[i]`, the first of
+    /// them its (preferred) leader, and waits (up to 30 s) until the metadata shows every
+    /// partition with a leader.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::create_topic`]; `INVALID_REPLICA_ASSIGNMENT` for an unknown broker id or a
+    /// broker named twice; [`AdminError::InvalidArgument`] for an empty list.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::create_topic`].
+    pub async fn create_topic_with_replicas(
+        &self,
+        name: &str,
+        replicas: &[Vec<i32>],
+    ) -> Result<(), AdminError> {
+        self.call("create_topic_with_replicas", async {
+            if replicas.is_empty() || replicas.iter().any(Vec::is_empty) {
+                return Err(Failure::InvalidArgument(
+                    "give one or more partitions, each with one or more broker ids".to_owned(),
+                ));
+            }
+            let partitions = i32::try_from(replicas.len()).map_err(|_| {
+                Failure::InvalidArgument(format!(
+                    "{} partitions are more than a topic can have",
+                    replicas.len()
+                ))
+            })?;
+            let assignments = (0..partitions)
+                .zip(replicas)
+                .map(|(partition, brokers)| {
+                    CreatableReplicaAssignment::default()
+                        .with_partition_index(partition)
+                        .with_broker_ids(brokers.iter().copied().map(BrokerId).collect())
+                })
+                .collect();
+            // With an explicit assignment the count and the factor must be -1.
+            let topic = CreatableTopic::default()
+                .with_name(topic_name(name))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(assignments);
+            self.create(name, topic, partitions).await
+        })
+        .await
+    }
+
+    /// Sends CreateTopics for `topic` and waits for its `partitions` partitions to have leaders.
+    async fn create(
+        &self,
+        name: &str,
+        topic: CreatableTopic,
+        partitions: i32,
+    ) -> Result<(), Failure> {
+        let connection = self.connection().await?;
+        let key = ApiKey::CreateTopics;
+        let version = negotiate(&connection, key, CreateTopicsRequest::VERSIONS)?;
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![topic])
+            .with_timeout_ms(self.broker_timeout_ms);
+        let response: CreateTopicsResponse = send(&connection, key, version, &request).await?;
+        let result = response
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == name)
+            .ok_or_else(|| missing(&connection, key, name))?;
+        check(
+            api_name(key),
+            result.error_code,
+            result.error_message.as_ref(),
+        )?;
+        let expected = usize::try_from(partitions).ok();
+        metadata::wait_for(
+            &connection,
+            name,
+            METADATA_WAIT,
+            || format!("topic `{name}` with {partitions} partition(s), each with a leader,"),
+            |topic| {
+                // Not yet known to this broker, or some partition has no leader yet: keep
+                // waiting.
+                topic.is_some_and(|topic| {
+                    topic.error_code == 0
+                        && Some(topic.partitions.len()) == expected
+                        && topic
+                            .partitions
+                            .iter()
+                            .all(|p| p.error_code == 0 && p.leader_id.0 >= 0)
+                })
+            },
+        )
+        .await
+    }
+
+    /// Deletes a topic and waits (up to 30 s) until the metadata no longer shows it.
+    ///
+    /// # Errors
+    ///
+    /// An [`AdminError::Broker`] for the topic's error code, e.g.
+    /// `UNKNOWN_TOPIC_OR_PARTITION`; [`AdminError::NotSettled`] when the topic still shows
+    /// after 30 s; [`AdminError::Timeout`] and the other errors of the connection and the
+    /// requests.
+    ///
+    /// # Cancel safety
+    ///
+    /// The admin stays usable, but once DeleteTopics was sent the topic may be deleted
+    /// whether or not the future is dropped; deleting it again then fails with
+    /// `UNKNOWN_TOPIC_OR_PARTITION`.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
+        self.call("delete_topic", async {
+            let connection = self.connection().await?;
+            let key = ApiKey::DeleteTopics;
+            let version = negotiate(&connection, key, DeleteTopicsRequest::VERSIONS)?;
+            let request = if version >= 6 {
+                DeleteTopicsRequest::default().with_topics(vec![
+                    DeleteTopicState::default().with_name(Some(topic_name(name))),
+                ])
+            } else {
+                DeleteTopicsRequest::default().with_topic_names(vec![topic_name(name)])
+            }
+            .with_timeout_ms(self.broker_timeout_ms);
+            let response: DeleteTopicsResponse = send(&connection, key, version, &request).await?;
+            let result = response
+                .responses
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+                .ok_or_else(|| missing(&connection, key, name))?;
+            check(
+                api_name(key),
+                result.error_code,
+                result.error_message.as_ref(),
+            )?;
+            metadata::wait_for(
+                &connection,
+                name,
+                METADATA_WAIT,
+                || format!("the deletion of topic `{name}`"),
+                |topic| topic.is_none_or(|topic| topic.error_code == UNKNOWN_TOPIC_OR_PARTITION),
+            )
+            .await
+        })
+        .await
+    }
+
+    /// The topic ids (16 bytes, as on the wire) of `topics`, from Metadata v10 or later.
+    ///
+    /// # Errors
+    ///
+    /// An [`AdminError::Broker`] naming the first topic that cannot be resolved, e.g.
+    /// `UNKNOWN_TOPIC_OR_PARTITION`; [`AdminError::Unsupported`] for a broker without
+    /// Metadata v10; errors of the connection and of the Metadata call.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn topic_ids(
+        &self,
+        topics: &[&str],
+    ) -> Result<HashMap<String, [u8; 16]>, AdminError> {
+        self.call("topic_ids", async {
+            let connection = self.connection().await?;
+            let response =
+                metadata::request(&connection, Some(topics), METADATA_WITH_TOPIC_IDS).await?;
+            let mut ids = HashMap::with_capacity(topics.len());
+            for name in topics {
+                let topic = response
+                    .topics
+                    .iter()
+                    .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == *name))
+                    .ok_or_else(|| missing(&connection, ApiKey::Metadata, name))?;
+                check(api_name(ApiKey::Metadata), topic.error_code, None)
+                    .map_err(|error| with_topic(error, name))?;
+                ids.insert((*name).to_owned(), topic.topic_id.into_bytes());
+            }
+            Ok(ids)
+        })
+        .await
+    }
+}

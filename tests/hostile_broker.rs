@@ -1,0 +1,356 @@
+//! A broker (or anything between it and us) that announces more than it sends must not stop the
+//! process: every response decoder is bounded by its input (the kafka-protocol patch of
+//! `src/vendor/kafka-protocol/PATCHED.md`).
+//!
+//! Each network test answers one call of the crate's clients with a body whose array count is
+//! `u32::MAX` (a compact-array varint; `i32::MAX` for a version without compact arrays) and
+//! nothing after it, and checks the call fails with a typed error. Against the published
+//! kafka-protocol 0.18.0 each of them aborts the whole test binary ("memory allocation of
+//! ... bytes failed"). The decode tests at the end cover the record-batch decoder and the
+//! size of what an announced count may make a decoder allocate.
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
+use std::alloc::System;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::{ApiKey, MetadataResponse};
+use kafka_protocol::protocol::Decodable;
+use kafka_protocol::records::RecordBatchDecoder;
+use kafka_share_sink::{
+    AdminError, ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
+    ShareConsumer,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// Counts the bytes the process allocates (no unsafe code of ours: the crate forbids it).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// More than any call below allocates with bounded decoders (a few MiB), tests running
+/// alongside included; far less than an announced count makes an unbounded decoder ask for.
+const ALLOCATION_LIMIT: usize = 64 << 20;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// `zeros` zero bytes (the fields before the array: throttle time, error code), then an array
+/// count of `u32::MAX` as a compact array's unsigned varint, or `i32::MAX` as a plain array's
+/// int32 for a version that is not flexible. Nothing follows.
+fn huge_array(zeros: usize, flexible: bool) -> Bytes {
+    let mut body = BytesMut::zeroed(zeros);
+    if flexible {
+        body.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    } else {
+        body.put_i32(i32::MAX);
+    }
+    body.freeze()
+}
+
+/// Asserts `error` is the Protocol error of an undecodable `api` response.
+#[track_caller]
+fn assert_undecodable(error: &ConsumerError, api: &str) {
+    assert!(
+        matches!(error, ConsumerError::Protocol { reason, .. } if reason.contains(&format!("cannot decode the {api} "))),
+        "{error:?}"
+    );
+}
+
+/// Asserts `error` is the admin's error for an undecodable `api` response during `call`: a
+/// failed connect for the handshake, a Protocol error otherwise, the cause as its source.
+#[track_caller]
+fn assert_admin_undecodable(error: &AdminError, call: &str, api: &str) {
+    let source = match error {
+        AdminError::Connect { source, .. } if api == "ApiVersions" => source,
+        AdminError::Protocol { source, .. } => source,
+        other => panic!("a Protocol error expected: {other:?}"),
+    };
+    assert_eq!(error.call(), call, "{error}");
+    assert_undecodable(source, api);
+    assert!(!error.is_retriable());
+}
+
+/// Asserts the process allocated less than [`ALLOCATION_LIMIT`] since `region` began.
+#[track_caller]
+fn assert_small(region: &Region<'_, System>) {
+    let allocated = region.change().bytes_allocated;
+    assert!(
+        allocated < ALLOCATION_LIMIT,
+        "{allocated} bytes allocated, limit {ALLOCATION_LIMIT}"
+    );
+}
+
+fn consumer_config(broker: &FakeBroker) -> KafkaShareConsumerConfig {
+    KafkaShareConsumerConfig::new(broker.addr(), "hostile-group")
+        .fetch_max_wait(Duration::from_millis(50))
+        .request_timeout(Duration::from_secs(5))
+}
+
+#[tokio::test]
+async fn api_versions_during_connect() {
+    let broker = FakeBroker::start().await;
+    broker.on(ApiKey::ApiVersions, |request| {
+        // Error code, then ApiKeys: with the 4-byte length and the correlation id, 15 bytes.
+        Reply::Body(huge_array(2, request.version() >= 3))
+    });
+    let region = Region::new(GLOBAL);
+    let error = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect_err("an undecodable handshake");
+    assert_undecodable(&error, "ApiVersions");
+    let error = KafkaAdmin::connect(&broker.addr())
+        .await
+        .expect_err("an undecodable handshake");
+    assert_admin_undecodable(&error, "connect", "ApiVersions");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn metadata_of_the_admin_client() {
+    let broker = FakeBroker::start().await;
+    // ThrottleTimeMs, then Brokers.
+    broker.on(ApiKey::Metadata, |request| {
+        Reply::Body(huge_array(4, request.version() >= 9))
+    });
+    let region = Region::new(GLOBAL);
+    let error = KafkaAdmin::connect(&broker.addr())
+        .await
+        .expect_err("undecodable metadata");
+    assert_admin_undecodable(&error, "connect", "Metadata");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn metadata_of_the_share_consumer() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.on(ApiKey::Metadata, |request| {
+        Reply::Body(huge_array(4, request.version() >= 9))
+    });
+    let region = Region::new(GLOBAL);
+    let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe");
+    // The assignment arrives, the consumer looks up its leaders: it may report the error or
+    // try again, but the process goes on.
+    poll_until(&mut consumer, &broker, ApiKey::Metadata, 2, "Metadata").await;
+    let _ = consumer.close(WAIT).await;
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn find_coordinator_of_the_background_heartbeat() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    // ThrottleTimeMs, then Coordinators (v4+; older versions have no array).
+    broker.on(ApiKey::FindCoordinator, |request| {
+        assert!(request.version() >= 4, "v{}", request.version());
+        Reply::Body(huge_array(4, true))
+    });
+    let region = Region::new(GLOBAL);
+    let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe");
+    // Two lookups: the heartbeat task got the first answer and carried on.
+    poll_until(
+        &mut consumer,
+        &broker,
+        ApiKey::FindCoordinator,
+        2,
+        "FindCoordinator",
+    )
+    .await;
+    let _ = consumer.close(WAIT).await;
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn share_group_heartbeat_after_subscribe_returned() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.on(ApiKey::ShareGroupHeartbeat, |_| {
+        let mut body = BytesMut::new();
+        body.put_i32(0); // ThrottleTimeMs
+        body.put_i16(0); // ErrorCode
+        body.put_u8(0); // ErrorMessage: null
+        body.put_u8(0); // MemberId: null
+        body.put_i32(1); // MemberEpoch
+        body.put_i32(1_000); // HeartbeatIntervalMs
+        body.put_i8(1); // Assignment: present
+        body.put_slice(&huge_array(0, true)); // Assignment.TopicPartitions
+        Reply::Body(body.freeze())
+    });
+    let region = Region::new(GLOBAL);
+    let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe returns before the first heartbeat is answered");
+    poll_until(
+        &mut consumer,
+        &broker,
+        ApiKey::ShareGroupHeartbeat,
+        2,
+        "ShareGroupHeartbeat",
+    )
+    .await;
+    // The leave heartbeat gets the same answer: close reports it, or not, but returns.
+    let _ = consumer.close(WAIT).await;
+    assert_small(&region);
+}
+
+/// Polls until `n` requests of `api` arrived. Each poll may return nothing or the typed error
+/// of the undecodable `name` response; nothing else.
+async fn poll_until(
+    consumer: &mut KafkaShareConsumer,
+    broker: &FakeBroker,
+    api: ApiKey,
+    n: usize,
+    name: &str,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while broker.count(api) < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} {api:?} request(s) in {WAIT:?}, {n} expected",
+            broker.count(api)
+        );
+        match consumer.poll(Duration::from_millis(200)).await {
+            Ok(records) => assert!(records.is_empty()),
+            Err(error) => assert_undecodable(&error, name),
+        }
+    }
+}
+
+/// An admin client of `broker`, with the default answers to connect.
+async fn admin(broker: &FakeBroker) -> KafkaAdmin {
+    KafkaAdmin::connect(&broker.addr()).await.expect("connect")
+}
+
+#[tokio::test]
+async fn create_topics_of_the_admin_client() {
+    let broker = FakeBroker::start().await;
+    let admin = admin(&broker).await;
+    // ThrottleTimeMs, then Topics.
+    broker.on(ApiKey::CreateTopics, |request| {
+        Reply::Body(huge_array(4, request.version() >= 5))
+    });
+    let region = Region::new(GLOBAL);
+    let error = admin
+        .create_topic("orders", 1, 1)
+        .await
+        .expect_err("undecodable");
+    assert_admin_undecodable(&error, "create_topic", "CreateTopics");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn incremental_alter_configs_of_the_admin_client() {
+    let broker = FakeBroker::start().await;
+    let admin = admin(&broker).await;
+    // ThrottleTimeMs, then Responses.
+    broker.on(ApiKey::IncrementalAlterConfigs, |request| {
+        Reply::Body(huge_array(4, request.version() >= 1))
+    });
+    let region = Region::new(GLOBAL);
+    let error = admin
+        .set_share_group_config("group", &[("share.auto.offset.reset", "earliest")])
+        .await
+        .expect_err("undecodable");
+    assert_admin_undecodable(&error, "set_share_group_config", "IncrementalAlterConfigs");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn delete_topics_of_the_admin_client() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    let admin = admin(&broker).await;
+    // ThrottleTimeMs, then Responses.
+    broker.on(ApiKey::DeleteTopics, |request| {
+        Reply::Body(huge_array(4, request.version() >= 4))
+    });
+    let region = Region::new(GLOBAL);
+    let error = admin.delete_topic("orders").await.expect_err("undecodable");
+    assert_admin_undecodable(&error, "delete_topic", "DeleteTopics");
+    assert_small(&region);
+}
+
+// The decoders themselves, without a network.
+
+#[test]
+fn an_announced_count_allocates_no_more_than_the_input() {
+    // Metadata v12: ThrottleTimeMs, then Brokers announcing four million entries, then 4 MiB
+    // of zeros, which fail to decode as the first broker. Room for four million brokers up
+    // front would be hundreds of MiB: a bound in elements (`count.min(bytes left)`) is not
+    // enough when an element is larger in memory than on the wire.
+    let mut body = BytesMut::new();
+    body.put_i32(0);
+    body.put_slice(&[0x81, 0x92, 0xf4, 0x01]); // unsigned varint 4_000_001: 4_000_000 entries
+    body.put_bytes(0, 4 << 20);
+    let mut body = body.freeze();
+    let region = Region::new(GLOBAL);
+    let result = MetadataResponse::decode(&mut body, 12);
+    assert!(result.is_err(), "zeros are no broker entry");
+    let allocated = region.change().bytes_allocated;
+    assert!(
+        allocated <= 8 << 20,
+        "{allocated} bytes allocated to decode 4 MiB"
+    );
+}
+
+/// A v2 record batch without compression: `records_count` announced, `records` after the
+/// header. The CRC is right, so decoding gets to the records.
+fn record_batch(records_count: i32, records: &[u8]) -> Bytes {
+    let mut after_crc = BytesMut::new();
+    after_crc.put_i16(0); // attributes: no compression
+    after_crc.put_i32(0); // lastOffsetDelta
+    after_crc.put_i64(0); // baseTimestamp
+    after_crc.put_i64(0); // maxTimestamp
+    after_crc.put_i64(-1); // producerId
+    after_crc.put_i16(-1); // producerEpoch
+    after_crc.put_i32(-1); // baseSequence
+    after_crc.put_i32(records_count);
+    after_crc.put_slice(records);
+    let mut batch = BytesMut::new();
+    batch.put_i64(0); // baseOffset
+    batch.put_i32(i32::try_from(4 + 1 + 4 + after_crc.len()).expect("small")); // batchLength
+    batch.put_i32(0); // partitionLeaderEpoch
+    batch.put_i8(2); // magic
+    batch.put_u32(crc32c::crc32c(&after_crc));
+    batch.put_slice(&after_crc);
+    batch.freeze()
+}
+
+#[test]
+fn a_record_count_larger_than_the_batch_fails_the_batch() {
+    let region = Region::new(GLOBAL);
+    let result = RecordBatchDecoder::decode(&mut record_batch(i32::MAX, &[]));
+    assert!(result.is_err(), "no record follows");
+    assert_small(&region);
+}
+
+#[test]
+fn a_header_count_larger_than_the_record_fails_the_batch() {
+    // One record: size 10, attributes, timestamp delta 0, offset delta 0, null key, null
+    // value, then a header count of i32::MAX (zigzag varint) and no header.
+    let record = [
+        0x14, 0x00, 0x00, 0x00, 0x01, 0x01, 0xfe, 0xff, 0xff, 0xff, 0x0f,
+    ];
+    let region = Region::new(GLOBAL);
+    let result = RecordBatchDecoder::decode(&mut record_batch(1, &record));
+    assert!(result.is_err(), "no header follows");
+    assert_small(&region);
+}
