@@ -1,0 +1,133 @@
+//! `KafkaShareConsumer::poll` keeps its deadline, whatever the broker does, and a broker that
+//! misbehaves for a while costs retries, not the consumer: against the scriptable fake broker.
+//!
+//! Before the fetch engine, `poll(500 ms)` could block for the request timeout plus the poll
+//! timeout (30.5 s with the defaults) behind a silent ShareFetch, a silent Metadata made every
+//! `poll(1 s)` take 3 s, and an answer that could not be decoded surfaced as a non-retriable
+//! error. The bound checked here is the poll's timeout plus [`SLACK`]: scheduling on a loaded
+//! machine, far below the seconds the old behaviour overran by.
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
+use std::time::Duration;
+
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::ApiKey;
+use kafka_share_sink::{KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer};
+use tokio::time::Instant;
+
+/// What a poll may take beyond its timeout here: task scheduling on a busy CI machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+const POLL: Duration = Duration::from_millis(500);
+
+/// A broker with one topic and a consumer subscribed to it (defaults: 30 s request timeout).
+async fn setup() -> (FakeBroker, KafkaShareConsumer) {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 2);
+    let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
+    let mut consumer = KafkaShareConsumer::connect(config)
+        .await
+        .expect("connects");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    (broker, consumer)
+}
+
+/// Polls `n` times, each within its timeout plus the slack; returns how many errors came.
+async fn polls_keep_their_deadline(consumer: &mut KafkaShareConsumer, n: usize) -> usize {
+    let mut errors = 0;
+    for i in 0..n {
+        let start = Instant::now();
+        let result = consumer.poll(POLL).await;
+        let took = start.elapsed();
+        assert!(
+            took <= POLL + SLACK,
+            "poll {i} took {took:?}, more than {POLL:?} + {SLACK:?}"
+        );
+        match result {
+            Ok(records) => assert!(records.is_empty(), "the fake broker has no records"),
+            Err(_) => errors += 1,
+        }
+    }
+    errors
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_fetch_never_answered_does_not_hold_up_poll() {
+    let (broker, mut consumer) = setup().await;
+    broker.on(ApiKey::ShareFetch, |_| Reply::Never);
+    // Wait for the fetch to go out, so later polls wait behind it.
+    let _ = consumer.poll(POLL).await;
+    broker.wait_for(ApiKey::ShareFetch, 1, Duration::from_secs(10)).await;
+    assert_eq!(polls_keep_their_deadline(&mut consumer, 4).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_metadata_does_not_hold_up_poll() {
+    let (broker, mut consumer) = setup().await;
+    broker.on(ApiKey::Metadata, |_| Reply::Never);
+    assert_eq!(polls_keep_their_deadline(&mut consumer, 4).await, 0);
+    assert_eq!(broker.count(ApiKey::ShareFetch), 0, "no leader known yet");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_heartbeat_does_not_hold_up_poll() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.on(ApiKey::ShareGroupHeartbeat, |_| Reply::Never);
+    let mut consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(broker.addr(), "g"))
+        .await
+        .expect("connects");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    assert_eq!(polls_keep_their_deadline(&mut consumer, 3).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_do_not_hold_up_poll() {
+    let (broker, mut consumer) = setup().await;
+    broker.on(ApiKey::ShareFetch, |_| Reply::late(Duration::from_secs(3)));
+    assert_eq!(polls_keep_their_deadline(&mut consumer, 6).await, 0);
+}
+
+/// A garbled answer, a closed connection: the consumer reconnects and fetches again, with a
+/// backoff, and the poll reports no error (nothing a retry cannot fix happened).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbled_answers_and_closed_connections_are_retried_not_reported() {
+    let (broker, mut consumer) = setup().await;
+    let replies: [fn() -> Reply; 2] = [|| Reply::Garbled, || Reply::Close];
+    for reply in replies {
+        broker.on(ApiKey::ShareFetch, move |_| reply());
+        let before = broker.count(ApiKey::ShareFetch);
+        let errors = polls_keep_their_deadline(&mut consumer, 4).await;
+        assert_eq!(errors, 0, "a transient failure is not the application's to handle");
+        let fetches = broker.count(ApiKey::ShareFetch) - before;
+        assert!(fetches >= 2, "the consumer kept fetching ({fetches})");
+        // 2 s of polls with a 100 ms backoff after each failure: no hot loop.
+        assert!(fetches <= 40, "{fetches} fetches in 2 s: no backoff");
+    }
+    // Once the broker behaves again, fetches are answered again and polls still keep time.
+    broker.reset(ApiKey::ShareFetch);
+    assert_eq!(polls_keep_their_deadline(&mut consumer, 2).await, 0);
+    consumer
+        .close(Duration::from_secs(5))
+        .await
+        .expect("closes");
+}
+
+/// `poll(timeout)` with a timeout that cannot be added to the clock waits (it does not panic);
+/// a caller's own timeout ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_timeout_of_duration_max_does_not_panic() {
+    let (_broker, mut consumer) = setup().await;
+    let cut = tokio::time::timeout(Duration::from_millis(300), consumer.poll(Duration::MAX)).await;
+    assert!(cut.is_err(), "still waiting for records");
+    // The consumer is still usable after its poll was dropped.
+    assert!(consumer.poll(Duration::from_millis(50)).await.is_ok());
+}
