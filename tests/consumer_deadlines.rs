@@ -27,9 +27,7 @@ async fn setup() -> (FakeBroker, KafkaShareConsumer) {
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 2);
     let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
-    let mut consumer = KafkaShareConsumer::connect(config)
-        .await
-        .expect("connects");
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
     consumer
         .subscribe(vec!["orders".to_owned()])
         .await
@@ -62,7 +60,9 @@ async fn a_share_fetch_never_answered_does_not_hold_up_poll() {
     broker.on(ApiKey::ShareFetch, |_| Reply::Never);
     // Wait for the fetch to go out, so later polls wait behind it.
     let _ = consumer.poll(POLL).await;
-    broker.wait_for(ApiKey::ShareFetch, 1, Duration::from_secs(10)).await;
+    broker
+        .wait_for(ApiKey::ShareFetch, 1, Duration::from_secs(10))
+        .await;
     assert_eq!(polls_keep_their_deadline(&mut consumer, 4).await, 0);
 }
 
@@ -79,9 +79,10 @@ async fn a_silent_heartbeat_does_not_hold_up_poll() {
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     broker.on(ApiKey::ShareGroupHeartbeat, |_| Reply::Never);
-    let mut consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(broker.addr(), "g"))
-        .await
-        .expect("connects");
+    let mut consumer =
+        KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(broker.addr(), "g"))
+            .await
+            .expect("connects");
     consumer
         .subscribe(vec!["orders".to_owned()])
         .await
@@ -106,7 +107,10 @@ async fn garbled_answers_and_closed_connections_are_retried_not_reported() {
         broker.on(ApiKey::ShareFetch, move |_| reply());
         let before = broker.count(ApiKey::ShareFetch);
         let errors = polls_keep_their_deadline(&mut consumer, 4).await;
-        assert_eq!(errors, 0, "a transient failure is not the application's to handle");
+        assert_eq!(
+            errors, 0,
+            "a transient failure is not the application's to handle"
+        );
         let fetches = broker.count(ApiKey::ShareFetch) - before;
         assert!(fetches >= 2, "the consumer kept fetching ({fetches})");
         // 2 s of polls with a 100 ms backoff after each failure: no hot loop.

@@ -313,8 +313,30 @@ pub(crate) async fn find_coordinator(
     Connection::connect(&format!("{host}:{port}"), config).await
 }
 
+/// Consecutive failures of the heartbeat (or the coordinator lookup) before one is logged as a
+/// warning: a few are routine (a coordinator moving, a broker restarting), a run of them means
+/// the member cannot reach its group and will get no records.
+const FAILURES_BEFORE_WARNING: u32 = 5;
+
+/// Logs a failure of the membership loop: at debug level while it is routine, as a warning at
+/// the fifth in a row and every sixtieth after (about once a minute at the 1 s backoff).
+fn log_failure(failures: u32, doing: &str, error: &ConsumerError) {
+    if failures == FAILURES_BEFORE_WARNING
+        || (failures > FAILURES_BEFORE_WARNING && failures % 60 == 0)
+    {
+        tracing::warn!(
+            failures,
+            error = %error,
+            "{doing} keeps failing; this member gets no records until it succeeds (retrying)"
+        );
+    } else {
+        tracing::debug!(failures, error = %error, "{doing} failed, retrying");
+    }
+}
+
 async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
     let mut backoff = Duration::from_millis(100);
+    let mut failures: u32 = 0;
     loop {
         let coordinator = {
             let existing = shared.lock().coordinator.clone();
@@ -345,7 +367,8 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
                             return;
                         }
                         Err(e) => {
-                            tracing::debug!(error = %e, "coordinator lookup failed, retrying");
+                            failures = failures.saturating_add(1);
+                            log_failure(failures, "the group coordinator lookup", &e);
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(Duration::from_secs(1));
                             continue;
@@ -389,7 +412,8 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
                 return;
             }
             Err(e) => {
-                tracing::debug!(error = %e, "heartbeat failed, retrying");
+                failures = failures.saturating_add(1);
+                log_failure(failures, "the share-group heartbeat", &e);
                 {
                     let mut state = shared.lock();
                     state.coordinator = None;
@@ -407,6 +431,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
             let message = response.error_message.map(|m| m.to_string());
             match response.error_code {
                 0 => {
+                    failures = 0;
                     backoff = Duration::from_millis(100);
                     state.epoch = response.member_epoch;
                     if response.heartbeat_interval_ms > 0 {

@@ -1,0 +1,62 @@
+//! A member that cannot reach its group says so: a run of failed heartbeats is logged as a
+//! warning, where a few (a coordinator moving) stay at debug level. Before, a heartbeat whose
+//! answers never decoded retried for ever at debug level while every poll returned nothing.
+//!
+//! Alone in its test binary: tracing caches whether a callsite is enabled when it is first hit,
+//! and another test thread hitting it with no subscriber could turn it off for the capture.
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+mod support;
+
+use std::time::Duration;
+
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::ApiKey;
+use kafka_share_sink::{KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer};
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_of_failed_heartbeats_is_a_warning() {
+    // The capture sees the heartbeat task: on a current-thread runtime it runs on this thread.
+    let capture = support::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.on(ApiKey::ShareGroupHeartbeat, |_| Reply::Garbled);
+    let mut consumer =
+        KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(broker.addr(), "g"))
+            .await
+            .expect("connects");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    let warned = |lines: &[String]| {
+        lines
+            .iter()
+            .any(|l| l.starts_with("WARN") && l.contains("share-group heartbeat keeps failing"))
+    };
+    // Backoffs of 0.1, 0.2, 0.4, 0.8 s: the fifth failure comes after about 1.5 s.
+    let _ = consumer.poll(Duration::from_millis(500)).await;
+    assert!(
+        broker.count(ApiKey::ShareGroupHeartbeat) >= 1 && !warned(&capture.lines()),
+        "a failure or two is routine, not a warning"
+    );
+    for _ in 0..10 {
+        if warned(&capture.lines()) {
+            break;
+        }
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .expect("a garbled heartbeat is retried, not an error");
+        assert!(records.is_empty());
+    }
+    let lines = capture.lines();
+    assert!(
+        warned(&lines),
+        "no warning after {} heartbeats: {lines:#?}",
+        broker.count(ApiKey::ShareGroupHeartbeat)
+    );
+    consumer.close(Duration::from_secs(2)).await.ok();
+}
