@@ -24,8 +24,14 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// A broker with one topic and a consumer subscribed to it (defaults: 30 s request timeout).
 async fn setup() -> (FakeBroker, KafkaShareConsumer) {
+    setup_scripted(|_| {}).await
+}
+
+/// The same, with `script` applied to the broker before the consumer subscribes.
+async fn setup_scripted(script: impl FnOnce(&FakeBroker)) -> (FakeBroker, KafkaShareConsumer) {
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 2);
+    script(&broker);
     let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
     let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
     consumer
@@ -68,8 +74,9 @@ async fn a_share_fetch_never_answered_does_not_hold_up_poll() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_metadata_does_not_hold_up_poll() {
-    let (broker, mut consumer) = setup().await;
-    broker.on(ApiKey::Metadata, |_| Reply::Never);
+    // Silent from the first Metadata on, so no leader is ever known.
+    let (broker, mut consumer) =
+        setup_scripted(|broker| broker.on(ApiKey::Metadata, |_| Reply::Never)).await;
     assert_eq!(polls_keep_their_deadline(&mut consumer, 4).await, 0);
     assert_eq!(broker.count(ApiKey::ShareFetch), 0, "no leader known yet");
 }
