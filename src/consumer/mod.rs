@@ -88,6 +88,32 @@ impl fmt::Display for AcknowledgementMode {
     }
 }
 
+/// Kafka's default delivery-count limit (`group.share.delivery.count.limit`): a record is
+/// archived once it has been delivered this many times without being accepted or rejected.
+pub const DEFAULT_DELIVERY_COUNT_LIMIT: u16 = 5;
+
+/// Whether the share group has a dead-letter queue of the broker's own (KIP-1191, Kafka 4.4
+/// with `share.version` 2): the topic where the broker writes a record it archives at the
+/// delivery-count limit, instead of dropping it without a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum BrokerDeadLetterQueue {
+    /// Not known: the consumer could not read the group's configuration (an older cluster, no
+    /// permission, not asked yet).
+    #[default]
+    Unknown,
+    /// The group has none: records archived at the delivery-count limit are gone.
+    None,
+    /// Archived records are written to this topic.
+    Topic {
+        /// `errors.deadletterqueue.topic.name`.
+        name: String,
+        /// `errors.deadletterqueue.copy.record.enable`: the record's key, value and headers are
+        /// copied, not only its coordinates.
+        copy_record: bool,
+    },
+}
+
 /// Who this consumer is in its share group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMetadata {
@@ -331,6 +357,21 @@ pub trait ShareConsumer: Send {
     /// The acquisition lock duration reported for the last records fetched, if known.
     fn acquisition_lock_timeout(&self) -> Option<Duration>;
 
+    /// The group's effective delivery-count limit, if known: its `share.delivery.count.limit`
+    /// (Kafka 4.3+), else the broker's `group.share.delivery.count.limit`, else Kafka's
+    /// default ([`DEFAULT_DELIVERY_COUNT_LIMIT`]). A record delivered this many times is
+    /// archived by the group when this delivery ends without ACCEPT or REJECT (a RELEASE, a
+    /// lock that expires, a consumer that dies). The default implementation does not know.
+    fn delivery_count_limit(&self) -> Option<u16> {
+        None
+    }
+
+    /// The group's broker-side dead-letter queue (KIP-1191), as far as known. The default
+    /// implementation does not know.
+    fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
+        BrokerDeadLetterQueue::Unknown
+    }
+
     /// The group and member identity.
     fn group_metadata(&self) -> GroupMetadata;
 
@@ -397,6 +438,14 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
         (**self).acquisition_lock_timeout()
+    }
+
+    fn delivery_count_limit(&self) -> Option<u16> {
+        (**self).delivery_count_limit()
+    }
+
+    fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
+        (**self).broker_dead_letter_queue()
     }
 
     fn group_metadata(&self) -> GroupMetadata {
