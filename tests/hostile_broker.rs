@@ -36,6 +36,10 @@ const ALLOCATION_LIMIT: usize = 64 << 20;
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// The allocation counter counts the whole process: tests take turns, so one test's
+/// allocations are not counted against another running beside it.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `zeros` zero bytes (the fields before the array: throttle time, error code), then an array
 /// count of `u32::MAX` as a compact array's unsigned varint, or `i32::MAX` as a plain array's
 /// int32 for a version that is not flexible. Nothing follows.
@@ -49,27 +53,35 @@ fn huge_array(zeros: usize, flexible: bool) -> Bytes {
     body.freeze()
 }
 
-/// Asserts `error` is the Protocol error of an undecodable `api` response.
+/// Asserts `error` is the retriable Garbled error of an undecodable `api` response (its
+/// connection was closed), with the decoder's reason as its source.
 #[track_caller]
 fn assert_undecodable(error: &ConsumerError, api: &str) {
     assert!(
-        matches!(error, ConsumerError::Protocol { reason, .. } if reason.contains(&format!("cannot decode the {api} "))),
+        matches!(error, ConsumerError::Garbled { api: a, source, .. }
+            if *a == api && source.to_string().contains(&format!("cannot decode the {api} "))),
         "{error:?}"
+    );
+    assert!(
+        error.is_retriable(),
+        "the next call connects again: {error:?}"
     );
 }
 
 /// Asserts `error` is the admin's error for an undecodable `api` response during `call`: a
-/// failed connect for the handshake, a Protocol error otherwise, the cause as its source.
+/// failed connect for the handshake, a broken connection otherwise (the answer could not be
+/// decoded, so its connection was closed), the cause as its source; retriable, since the next
+/// call connects again.
 #[track_caller]
 fn assert_admin_undecodable(error: &AdminError, call: &str, api: &str) {
     let source = match error {
         AdminError::Connect { source, .. } if api == "ApiVersions" => source,
-        AdminError::Protocol { source, .. } => source,
-        other => panic!("a Protocol error expected: {other:?}"),
+        AdminError::Connection { source, .. } => source,
+        other => panic!("a Connection error expected: {other:?}"),
     };
     assert_eq!(error.call(), call, "{error}");
     assert_undecodable(source, api);
-    assert!(!error.is_retriable());
+    assert!(error.is_retriable());
 }
 
 /// Asserts the process allocated less than [`ALLOCATION_LIMIT`] since `region` began.
@@ -90,6 +102,7 @@ fn consumer_config(broker: &FakeBroker) -> KafkaShareConsumerConfig {
 
 #[tokio::test]
 async fn api_versions_during_connect() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     broker.on(ApiKey::ApiVersions, |request| {
         // Error code, then ApiKeys: with the 4-byte length and the correlation id, 15 bytes.
@@ -109,6 +122,7 @@ async fn api_versions_during_connect() {
 
 #[tokio::test]
 async fn metadata_of_the_admin_client() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     // ThrottleTimeMs, then Brokers.
     broker.on(ApiKey::Metadata, |request| {
@@ -124,6 +138,7 @@ async fn metadata_of_the_admin_client() {
 
 #[tokio::test]
 async fn metadata_of_the_share_consumer() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     broker.on(ApiKey::Metadata, |request| {
@@ -146,6 +161,7 @@ async fn metadata_of_the_share_consumer() {
 
 #[tokio::test]
 async fn find_coordinator_of_the_background_heartbeat() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     // ThrottleTimeMs, then Coordinators (v4+; older versions have no array).
@@ -176,6 +192,7 @@ async fn find_coordinator_of_the_background_heartbeat() {
 
 #[tokio::test]
 async fn share_group_heartbeat_after_subscribe_returned() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     broker.on(ApiKey::ShareGroupHeartbeat, |_| {
@@ -241,6 +258,7 @@ async fn admin(broker: &FakeBroker) -> KafkaAdmin {
 
 #[tokio::test]
 async fn create_topics_of_the_admin_client() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     let admin = admin(&broker).await;
     // ThrottleTimeMs, then Topics.
@@ -258,6 +276,7 @@ async fn create_topics_of_the_admin_client() {
 
 #[tokio::test]
 async fn incremental_alter_configs_of_the_admin_client() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     let admin = admin(&broker).await;
     // ThrottleTimeMs, then Responses.
@@ -275,6 +294,7 @@ async fn incremental_alter_configs_of_the_admin_client() {
 
 #[tokio::test]
 async fn delete_topics_of_the_admin_client() {
+    let _turn = SERIAL.lock().await;
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     let admin = admin(&broker).await;
@@ -292,6 +312,7 @@ async fn delete_topics_of_the_admin_client() {
 
 #[test]
 fn an_announced_count_allocates_no_more_than_the_input() {
+    let _turn = SERIAL.blocking_lock();
     // Metadata v12: ThrottleTimeMs, then Brokers announcing four million entries, then 4 MiB
     // of zeros, which fail to decode as the first broker. Room for four million brokers up
     // front would be hundreds of MiB: a bound in elements (`count.min(bytes left)`) is not
@@ -336,6 +357,7 @@ fn record_batch(records_count: i32, records: &[u8]) -> Bytes {
 
 #[test]
 fn a_record_count_larger_than_the_batch_fails_the_batch() {
+    let _turn = SERIAL.blocking_lock();
     let region = Region::new(GLOBAL);
     let result = RecordBatchDecoder::decode(&mut record_batch(i32::MAX, &[]));
     assert!(result.is_err(), "no record follows");
@@ -344,6 +366,7 @@ fn a_record_count_larger_than_the_batch_fails_the_batch() {
 
 #[test]
 fn a_header_count_larger_than_the_record_fails_the_batch() {
+    let _turn = SERIAL.blocking_lock();
     // One record: size 10, attributes, timestamp delta 0, offset delta 0, null key, null
     // value, then a header count of i32::MAX (zigzag varint) and no header.
     let record = [

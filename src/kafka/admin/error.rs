@@ -249,7 +249,8 @@ impl Failure {
                 ConsumerError::Config { reason, .. } => {
                     AdminError::InvalidArgument { call, reason }
                 }
-                source @ ConsumerError::Connection { .. } => {
+                // A garbled answer closed its connection, like a broken one.
+                source @ (ConsumerError::Connection { .. } | ConsumerError::Garbled { .. }) => {
                     AdminError::Connection { call, source }
                 }
                 source => AdminError::Protocol { call, source },
