@@ -278,7 +278,11 @@ async fn without_a_dead_letter_queue_a_release_at_the_limit_is_counted() {
             .any(|(n, v)| *n == "share-records-released-at-limit-total" && *v == 1.0)
     );
     d.close().await.unwrap();
-    assert_eq!(state(&b, 0), (RecordState::Archived, 5), "released at the limit");
+    assert_eq!(
+        state(&b, 0),
+        (RecordState::Archived, 5),
+        "released at the limit"
+    );
 }
 
 #[tokio::test(start_paused = true)]
