@@ -1629,10 +1629,17 @@ fn the_flush_bounds_are_read_and_unset_by_default() {
     assert_eq!(config.max_awaiting_flush(), (None, None));
     let config = resolve(
         &[],
-        &[("ack.flush.max.records", "500"), ("ack.flush.max.bytes", "0")],
+        &[
+            ("ack.flush.max.records", "500"),
+            ("ack.flush.max.bytes", "0"),
+        ],
     );
     assert_eq!(config.max_awaiting_flush(), (Some(500), Some(0)));
-    assert!(config.unknown_keys().is_empty(), "{:?}", config.unknown_keys());
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
     let built = ConnectorConfig::builder("s")
         .topics(["t"])
         .max_awaiting_flush(7, 1024)
