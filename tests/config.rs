@@ -891,6 +891,9 @@ fn malformed_values_name_the_key_the_value_and_the_form() {
         ("put.retriable.policy", "retry", "retry.in.place"),
         ("max.delivery.attempts", "0", "from 1 to 10"),
         ("max.delivery.attempts", "11", "from 1 to 10"),
+        ("ack.flush.max.records", "-1", "from 0"),
+        ("ack.flush.max.records", "3000000000", "2147483647"),
+        ("ack.flush.max.bytes", "many", "whole number"),
         ("offset.flush.interval.ms", "-5", "milliseconds"),
         ("offset.flush.timeout.ms", "0", "at least 1"),
         ("tasks.max", "0", "from 1"),
@@ -1618,4 +1621,29 @@ fn chain_stages_hand_transforms_and_their_predicates_to_the_plugin_registry() {
     kafka_share_sink::Plugins::new()
         .build_chain(stages)
         .expect("Connect's built-in Filter and RecordIsTombstone");
+}
+
+#[test]
+fn the_flush_bounds_are_read_and_unset_by_default() {
+    let config = resolve(&[], &[]);
+    assert_eq!(config.max_awaiting_flush(), (None, None));
+    let config = resolve(
+        &[],
+        &[
+            ("ack.flush.max.records", "500"),
+            ("ack.flush.max.bytes", "0"),
+        ],
+    );
+    assert_eq!(config.max_awaiting_flush(), (Some(500), Some(0)));
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
+    let built = ConnectorConfig::builder("s")
+        .topics(["t"])
+        .max_awaiting_flush(7, 1024)
+        .build()
+        .unwrap();
+    assert_eq!(built.max_awaiting_flush(), (Some(7), Some(1024)));
 }

@@ -8,12 +8,13 @@ use crate::driver::{AckPolicy, ErrorTolerance, PutRetriablePolicy};
 use super::connector::ConnectorConfig;
 use super::error::ConfigError;
 use super::keys::{
-    ACK_POLICY, ACKNOWLEDGEMENT_MODE, ADMIN_OVERRIDE_PREFIX, BOOTSTRAP_SERVERS,
-    CONSUMER_OVERRIDE_PREFIX, DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR, DLQ_TOPIC,
-    ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS,
-    ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS,
-    NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS, PREDICATES, PRODUCER_OVERRIDE_PREFIX,
-    PUT_RETRIABLE_POLICY, SHARE_GROUP_ID, TASK_ID, TASKS_MAX, TRANSFORMS, VALUE_CONVERTER,
+    ACK_FLUSH_MAX_BYTES, ACK_FLUSH_MAX_RECORDS, ACK_POLICY, ACKNOWLEDGEMENT_MODE,
+    ADMIN_OVERRIDE_PREFIX, BOOTSTRAP_SERVERS, CONSUMER_OVERRIDE_PREFIX, DLQ_CONTEXT_HEADERS,
+    DLQ_REPLICATION_FACTOR, DLQ_TOPIC, ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES,
+    ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER,
+    KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS,
+    PREDICATES, PRODUCER_OVERRIDE_PREFIX, PUT_RETRIABLE_POLICY, SHARE_GROUP_ID, TASK_ID, TASKS_MAX,
+    TRANSFORMS, VALUE_CONVERTER,
 };
 use super::properties::Properties;
 
@@ -115,6 +116,13 @@ impl ConnectorConfigBuilder {
     /// [`ConnectorConfig::max_delivery_attempts`].
     pub fn max_delivery_attempts(self, attempts: u16) -> Self {
         self.set(MAX_DELIVERY_ATTEMPTS, attempts.to_string())
+    }
+
+    /// `ack.flush.max.records` and `ack.flush.max.bytes` (0: no bound); see
+    /// [`ConnectorConfig::max_awaiting_flush`].
+    pub fn max_awaiting_flush(self, records: u32, bytes: u64) -> Self {
+        self.set(ACK_FLUSH_MAX_RECORDS, records.to_string())
+            .set(ACK_FLUSH_MAX_BYTES, bytes.to_string())
     }
 
     /// `tasks.max`.

@@ -16,13 +16,13 @@ use super::client::{Clients, ConsumerSettings};
 use super::dead_letter_queue::DeadLetterQueueSettings;
 use super::error::ConfigError;
 use super::keys::{
-    ACK_POLICY, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX, BOOTSTRAP_SERVERS, CONNECTOR_KEYS,
-    CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX, DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR,
-    DLQ_TOPIC, ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS,
-    ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS,
-    NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX,
-    PRODUCER_PREFIX, PUT_RETRIABLE_POLICY, TASK_ID, TASKS_MAX, TOPICS, TOPICS_REGEX,
-    VALUE_CONVERTER,
+    ACK_FLUSH_MAX_BYTES, ACK_FLUSH_MAX_RECORDS, ACK_POLICY, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX,
+    BOOTSTRAP_SERVERS, CONNECTOR_KEYS, CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX,
+    DLQ_CONTEXT_HEADERS, DLQ_REPLICATION_FACTOR, DLQ_TOPIC, ERRORS_LOG_ENABLE,
+    ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE,
+    HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS,
+    OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX, PRODUCER_PREFIX, PUT_RETRIABLE_POLICY,
+    TASK_ID, TASKS_MAX, TOPICS, TOPICS_REGEX, VALUE_CONVERTER,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::plugin::{self, Chain, PluginSpec, PredicateSpec, TransformSpec};
@@ -124,6 +124,8 @@ pub struct ConnectorConfig {
     ack_policy: AckPolicy,
     put_retriable_policy: PutRetriablePolicy,
     max_delivery_attempts: Option<u16>,
+    flush_max_records: Option<i64>,
+    flush_max_bytes: Option<i64>,
     error_handling: ErrorHandling,
     dead_letter_queue: Option<DeadLetterQueueSettings>,
     commit_interval: Option<Duration>,
@@ -190,6 +192,8 @@ impl ConnectorConfig {
         )?;
         let max_delivery_attempts = number(connector, MAX_DELIVERY_ATTEMPTS, 1, 10)?
             .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
+        let flush_max_records = number(connector, ACK_FLUSH_MAX_RECORDS, 0, value::INT_MAX)?;
+        let flush_max_bytes = number(connector, ACK_FLUSH_MAX_BYTES, 0, value::LONG_MAX)?;
         let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
         let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
             .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0, value::LONG_MAX))
@@ -234,6 +238,8 @@ impl ConnectorConfig {
             ack_policy,
             put_retriable_policy,
             max_delivery_attempts,
+            flush_max_records,
+            flush_max_bytes,
             error_handling,
             dead_letter_queue,
             commit_interval,
@@ -322,6 +328,18 @@ impl ConnectorConfig {
     /// dead-letter queue before the broker archives it. `None` leaves it to the broker.
     pub fn max_delivery_attempts(&self) -> Option<u16> {
         self.max_delivery_attempts
+    }
+
+    /// `ack.flush.max.records` and `ack.flush.max.bytes` (defaults 10,000 and 64 MiB; 0: no
+    /// bound): how much written data may wait for a flush under `ack.policy=after.flush`
+    /// before the driver stops polling and asks the task to flush; see
+    /// [`DriverConfig::max_awaiting_flush`].
+    pub fn max_awaiting_flush(&self) -> (Option<u64>, Option<u64>) {
+        let unsigned = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+        (
+            unsigned(self.flush_max_records),
+            unsigned(self.flush_max_bytes),
+        )
     }
 
     /// `errors.tolerance`, `errors.retry.timeout` (`-1` is forever), `errors.retry.delay.max.ms`,
@@ -457,6 +475,14 @@ impl ConnectorConfig {
                 self.name.clone(),
                 i32::try_from(self.task_id).unwrap_or(i32::MAX),
             );
+        let defaults = DriverConfig::new(Vec::<String>::new());
+        let (records, bytes) = self.max_awaiting_flush();
+        let config = config.max_awaiting_flush(
+            records.map_or(defaults.max_awaiting_flush_records, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            bytes.unwrap_or(defaults.max_awaiting_flush_bytes),
+        );
         match self.commit_interval {
             Some(interval) => config.commit_policy(CommitPolicy::interval(interval)),
             None => config,

@@ -34,6 +34,8 @@ pub(crate) const SHARE_GROUP_ID: &str = "share.group.id";
 pub(crate) const ACK_POLICY: &str = "ack.policy";
 pub(crate) const PUT_RETRIABLE_POLICY: &str = "put.retriable.policy";
 pub(crate) const MAX_DELIVERY_ATTEMPTS: &str = "max.delivery.attempts";
+pub(crate) const ACK_FLUSH_MAX_RECORDS: &str = "ack.flush.max.records";
+pub(crate) const ACK_FLUSH_MAX_BYTES: &str = "ack.flush.max.bytes";
 
 // Client prefixes.
 pub(crate) const CONSUMER_PREFIX: &str = "consumer.";
@@ -83,6 +85,8 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     ACK_POLICY,
     PUT_RETRIABLE_POLICY,
     MAX_DELIVERY_ATTEMPTS,
+    ACK_FLUSH_MAX_RECORDS,
+    ACK_FLUSH_MAX_BYTES,
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and

@@ -102,6 +102,9 @@ pub struct DriverConfig {
     pub(crate) transforms: TransformChain,
     pub(crate) dead_letter: Option<Arc<dyn DeadLetterQueue>>,
     pub(crate) dead_letter_context_headers: bool,
+    pub(crate) max_awaiting_flush_records: usize,
+    pub(crate) max_awaiting_flush_bytes: u64,
+    pub(crate) require_broker_dead_letter_queue: bool,
 }
 
 impl DriverConfig {
@@ -134,6 +137,9 @@ impl DriverConfig {
             transforms: TransformChain::new(),
             dead_letter: None,
             dead_letter_context_headers: false,
+            max_awaiting_flush_records: 10_000,
+            max_awaiting_flush_bytes: 64 << 20,
+            require_broker_dead_letter_queue: false,
         }
     }
 
@@ -248,6 +254,31 @@ impl DriverConfig {
     ) -> Self {
         self.dead_letter = Some(queue);
         self.dead_letter_context_headers = context_headers;
+        self
+    }
+
+    /// How much written but not yet durable data the driver lets wait for a flush under
+    /// `ack.policy=after.flush` (`ack.flush.max.records`, default 10,000, and
+    /// `ack.flush.max.bytes`, default 64 MiB of record keys, values and headers).
+    ///
+    /// Connect flushes on a clock (`offset.flush.interval.ms`), whatever piles up in between;
+    /// the records that wait are held, and a crash costs each of them a delivery. Past either
+    /// bound the driver asks the task to flush (`pre_commit`) before it polls again, and
+    /// polls nothing more, renewing the locks of what it holds, until the flush brings it back
+    /// under the bounds. Zero means no bound.
+    pub fn max_awaiting_flush(mut self, records: usize, bytes: u64) -> Self {
+        self.max_awaiting_flush_records = if records == 0 { usize::MAX } else { records };
+        self.max_awaiting_flush_bytes = if bytes == 0 { u64::MAX } else { bytes };
+        self
+    }
+
+    /// Refuse to start when the share group has no dead-letter queue of the broker's own
+    /// (KIP-1191, Kafka 4.4; `share.dead.letter.queue.required`, default false: a warning
+    /// only). Without one, a record whose deliveries all end without an acknowledgement
+    /// (crashes, lock expiries) is archived by the broker and gone; with one, the broker
+    /// writes it to that topic.
+    pub fn require_broker_dead_letter_queue(mut self, required: bool) -> Self {
+        self.require_broker_dead_letter_queue = required;
         self
     }
 

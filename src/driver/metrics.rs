@@ -63,6 +63,19 @@ pub struct DriverMetrics {
     pub dlq_produce_requests: u64,
     /// Dead-letter writes that failed, one per record (`deadletterqueue-produce-failures`).
     pub dlq_produce_failures: u64,
+    /// Records polled on their last allowed delivery: the group's delivery-count limit, or
+    /// `max.delivery.attempts` when lower (`share-records-last-delivery-total`).
+    pub records_last_delivery: u64,
+    /// Records on their last delivery that the driver released after a failed `put`, with no
+    /// dead-letter queue of its own to write them to: the group archives them, into its
+    /// broker dead-letter queue when it has one (`share-records-released-at-limit-total`).
+    pub records_released_at_limit: u64,
+    /// Held records on their last delivery that came back because their lock ran out: the
+    /// driver lost them (a stall), or a crash did before (`share-last-delivery-lock-losses-total`).
+    pub last_delivery_lock_losses: u64,
+    /// Times the driver stopped polling to wait for the task to flush
+    /// (`share-flush-waits-total`).
+    pub flush_waits: u64,
 }
 
 impl DriverMetrics {
@@ -125,6 +138,19 @@ impl DriverMetrics {
                 self.records_dead_lettered as f64,
             ),
             ("share-lock-losses-total", self.lock_losses as f64),
+            (
+                "share-records-last-delivery-total",
+                self.records_last_delivery as f64,
+            ),
+            (
+                "share-records-released-at-limit-total",
+                self.records_released_at_limit as f64,
+            ),
+            (
+                "share-last-delivery-lock-losses-total",
+                self.last_delivery_lock_losses as f64,
+            ),
+            ("share-flush-waits-total", self.flush_waits as f64),
         ]
     }
 }

@@ -41,7 +41,10 @@ pub use self::metrics::DriverMetrics;
 pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
-use crate::consumer::{AcknowledgeType, AcknowledgementMode, CommitResults, ShareConsumer};
+use crate::consumer::{
+    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults,
+    DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
+};
 use crate::dlq::{DeadLetterRecord, ErrorContext};
 use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
@@ -84,6 +87,13 @@ pub struct IterationReport {
     pub dead_lettered: usize,
     /// Whether the iteration ended with a commit.
     pub committed: bool,
+    /// Records polled on their last allowed delivery (see
+    /// [`DriverMetrics::records_last_delivery`]).
+    pub last_delivery: usize,
+    /// The iteration did not poll: more than
+    /// [`max_awaiting_flush`](DriverConfig::max_awaiting_flush) waited for a flush that
+    /// did not come.
+    pub waited_for_flush: bool,
 }
 
 /// A batch that failed with a retriable error and is put again in place.
@@ -149,6 +159,11 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
     delivered: Vec<RecordId>,
+    /// The size of each record of `delivered`, index for index (keys, values and headers as
+    /// polled), for `max_awaiting_flush`.
+    delivered_bytes: Vec<u64>,
+    /// The size of each record of `batch`, index for index.
+    batch_bytes: Vec<u64>,
     /// Records kept acquired across polls, with their lock start.
     held: HeldRecords,
     /// Records settled (put, filtered, acknowledged) since the last commit.
@@ -189,6 +204,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retained: false,
             retry: None,
             delivered: Vec::new(),
+            delivered_bytes: Vec::new(),
+            batch_bytes: Vec::new(),
             held: HeldRecords::default(),
             acknowledged_since_commit: 0,
             last_commit: now,
@@ -233,6 +250,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         self.consumer.subscribe(self.config.topics.clone()).await?;
+        self.check_broker_dead_letter_queue()?;
         let context = SinkTaskContext::new(
             self.consumer.group_metadata().group_id(),
             self.config.task_config.clone(),
@@ -309,6 +327,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.sleep_renewing(until).await;
             }
             self.renew_due_held()?;
+            if self.flush_bound_reached() && !self.wait_for_flush(&mut report).await? {
+                report.awaiting_flush = self.awaiting_flush();
+                return Ok(report);
+            }
             self.poll_batch(&mut report).await?;
         }
         report.records = self.batch.len();
@@ -316,7 +338,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
         let outcome = self.put_batch().await;
         match outcome {
-            Ok(()) => self.on_put_ok(&mut report)?,
+            Ok(()) => {
+                self.on_put_ok(&mut report)?;
+                self.settle_last_deliveries(&mut report).await?;
+            }
             Err(error) if error.is_retriable() => self.on_put_retriable(error, &mut report).await?,
             Err(error) => return Err(self.on_put_fatal(error).await),
         }
@@ -499,6 +524,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // The next poll or commit accepts the batch.
             self.delivered
                 .extend(self.batch.iter().map(|r| r.original_id().clone()));
+            self.delivered_bytes
+                .extend(sizes(&self.batch_bytes, self.batch.len()));
             report.accepted += n;
             return Ok(());
         }
@@ -534,6 +561,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.delivered
             .extend(self.batch.iter().map(|r| r.original_id().clone()));
+        self.delivered_bytes
+            .extend(sizes(&self.batch_bytes, self.batch.len()));
         Ok(())
     }
 
@@ -596,12 +625,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
         self.backoff_until = Some(deadline_after(now, backoff));
         let limit = self.config.max_delivery_attempts;
+        let group_limit = self.group_delivery_limit();
+        let dead_letter = self.config.dead_letter.is_some();
         let mut poison = Vec::new();
         let mut released = 0;
+        let mut at_limit = 0;
         for (i, record) in self.batch.iter().enumerate() {
             let id = record.original_id();
             self.held.remove(id);
-            if limit.is_some_and(|max| record.delivery_count() >= max) {
+            let count = record.delivery_count();
+            // At max.delivery.attempts the driver rejects; at the group's own limit it saves
+            // the record to its dead-letter queue first when it has one. Released there, the
+            // group would archive it: gone, unless the group has a broker dead-letter queue.
+            if limit.is_some_and(|max| count >= max) || (dead_letter && count >= group_limit) {
                 poison.push(self.polled_record(i));
                 continue;
             }
@@ -612,6 +648,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 AcknowledgeType::Release,
             )?;
             released += 1;
+            if count >= group_limit {
+                at_limit += 1;
+            }
+        }
+        if at_limit > 0 {
+            self.metrics.records_released_at_limit += at_limit;
+            tracing::warn!(
+                records = at_limit,
+                delivery_count_limit = group_limit,
+                broker_dead_letter_queue = ?self.consumer.broker_dead_letter_queue(),
+                "put failed on the records' last allowed delivery and no dead-letter queue is set: \
+                 released, the group archives them (into its broker dead-letter queue, if it has one)"
+            );
         }
         self.metrics.records_released += released as u64;
         report.released += released;
@@ -659,6 +708,145 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             stage: TaskStage::Put,
             source: error,
         }
+    }
+
+    /// The group's delivery-count limit as the consumer reports it, else Kafka's default.
+    fn group_delivery_limit(&self) -> u16 {
+        self.consumer
+            .delivery_count_limit()
+            .unwrap_or(DEFAULT_DELIVERY_COUNT_LIMIT)
+            .max(1)
+    }
+
+    /// The delivery that is a record's last: the group's limit, or `max.delivery.attempts`
+    /// when lower.
+    pub(super) fn last_delivery_limit(&self) -> u16 {
+        let group = self.group_delivery_limit();
+        self.config
+            .max_delivery_attempts
+            .map_or(group, |max| max.min(group))
+    }
+
+    /// True when more than `max_awaiting_flush` waits for a flush.
+    fn flush_bound_reached(&self) -> bool {
+        if self.config.ack_policy != AckPolicy::AfterFlush || self.implicit() {
+            return false;
+        }
+        self.delivered.len() >= self.config.max_awaiting_flush_records
+            || self
+                .delivered_bytes
+                .iter()
+                .fold(0u64, |sum, b| sum.saturating_add(*b))
+                >= self.config.max_awaiting_flush_bytes
+    }
+
+    /// Asks the task to flush because too much waits for one. Returns whether the driver may
+    /// poll again; if not, it waits one poll timeout, renewing what it holds.
+    async fn wait_for_flush(&mut self, report: &mut IterationReport) -> Result<bool> {
+        self.metrics.flush_waits += 1;
+        report.accepted += self.commit().await?;
+        report.committed = true;
+        if !self.flush_bound_reached() {
+            return Ok(true);
+        }
+        tracing::debug!(
+            awaiting = self.delivered.len(),
+            "waiting for the task to flush before polling more"
+        );
+        report.waited_for_flush = true;
+        let until = deadline_after(Instant::now(), self.config.poll_timeout);
+        self.sleep_renewing(until).await;
+        Ok(false)
+    }
+
+    /// The short path of records on their last allowed delivery under `ack.policy=after.flush`:
+    /// they are not left waiting for the next flush, where a crash would cost them their last
+    /// life and the group would archive them. The task is asked to flush at once; what that
+    /// makes durable is accepted. What it does not is written to the dead-letter queue and
+    /// rejected when one is set; otherwise it stays held, its lock renewed, until a flush.
+    async fn settle_last_deliveries(&mut self, report: &mut IterationReport) -> Result<()> {
+        if self.implicit() || self.config.ack_policy != AckPolicy::AfterFlush {
+            return Ok(());
+        }
+        let last = self.last_delivery_limit();
+        if !self.batch.iter().any(|r| r.delivery_count() >= last) {
+            return Ok(());
+        }
+        report.accepted += self.commit().await?;
+        report.committed = true;
+        let not_durable: Vec<usize> = self
+            .batch
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.delivery_count() >= last && self.delivered.contains(r.original_id()))
+            .map(|(i, _)| i)
+            .collect();
+        if not_durable.is_empty() {
+            return Ok(());
+        }
+        if self.config.dead_letter.is_none() {
+            tracing::warn!(
+                records = not_durable.len(),
+                "records on their last allowed delivery were written but the flush did not make \
+                 them durable: they stay held, their locks renewed, until a flush does; a crash \
+                 before that lets the group archive them"
+            );
+            return Ok(());
+        }
+        let error = TaskError::retriable(
+            "written on the record's last allowed delivery, but the flush that followed did not make it durable",
+        );
+        let failure = Failure::of_put(&error);
+        let mut records = Vec::with_capacity(not_durable.len());
+        for i in not_durable {
+            let id = self.batch[i].original_id().clone();
+            if let Some(at) = self.delivered.iter().position(|d| *d == id) {
+                self.delivered.remove(at);
+                if at < self.delivered_bytes.len() {
+                    self.delivered_bytes.remove(at);
+                }
+            }
+            self.held.remove(&id);
+            records.push((self.polled_record(i), failure.clone()));
+        }
+        self.dead_letter_then_reject(records, report).await?;
+        self.commit_acknowledgements().await
+    }
+
+    /// At `initialize`: what happens to a record whose deliveries all end without an
+    /// acknowledgement (crashes, lock expiries), and whether that is allowed.
+    fn check_broker_dead_letter_queue(&self) -> Result<()> {
+        let limit = self.group_delivery_limit();
+        let queue = self.consumer.broker_dead_letter_queue();
+        let problem = match &queue {
+            BrokerDeadLetterQueue::Topic { name, copy_record } => {
+                tracing::info!(
+                    topic = %name,
+                    copy_record,
+                    delivery_count_limit = limit,
+                    "records archived at the delivery-count limit go to the group's broker dead-letter queue"
+                );
+                return Ok(());
+            }
+            BrokerDeadLetterQueue::None => "the share group has no broker dead-letter queue",
+            _ => {
+                "whether the share group has a broker dead-letter queue is not known (its configuration could not be read)"
+            }
+        };
+        let consequence = format!(
+            "{problem}: a record delivered {limit} times without being acknowledged (the task \
+             crashed or stalled each time) is archived by the broker and lost without a trace; \
+             on Kafka 4.4 set the group's errors.deadletterqueue.topic.name \
+             (KafkaAdmin::set_share_group_dead_letter_queue)"
+        );
+        if self.config.require_broker_dead_letter_queue {
+            return Err(Error::Config {
+                key: "share.dead.letter.queue.required",
+                reason: consequence,
+            });
+        }
+        tracing::warn!(delivery_count_limit = limit, "{consequence}");
+        Ok(())
     }
 
     /// The polled record behind `batch[i]`: the original, kept when a dead-letter queue needs
@@ -747,12 +935,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     async fn commit(&mut self) -> Result<usize> {
         let after_flush = self.config.ack_policy == AckPolicy::AfterFlush && !self.implicit();
         let delivered = std::mem::take(&mut self.delivered);
+        let delivered_bytes = std::mem::take(&mut self.delivered_bytes);
         let durability = match self.task.pre_commit(&delivered).await {
             Ok(d) => d,
             Err(source) if source.is_retriable() => {
                 tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; trying again at the next commit");
                 if after_flush {
                     self.delivered = delivered;
+                    self.delivered_bytes = delivered_bytes;
                     self.metrics.commit_skips += 1;
                     self.last_commit = Instant::now();
                     return Ok(0);
@@ -762,6 +952,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             Err(source) => {
                 if after_flush {
                     self.delivered = delivered;
+                    self.delivered_bytes = delivered_bytes;
                 }
                 return Err(Error::Task {
                     stage: TaskStage::PreCommit,
@@ -772,9 +963,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut accepted = 0;
         if after_flush {
             let mut waiting = Vec::new();
-            for id in delivered {
+            let mut waiting_bytes = Vec::new();
+            for (i, id) in delivered.into_iter().enumerate() {
                 if !durability.covers(&id) {
                     waiting.push(id);
+                    waiting_bytes.push(delivered_bytes.get(i).copied().unwrap_or(0));
                 } else if self.held.remove(&id) {
                     self.consumer.acknowledge_offset(
                         id.topic(),
@@ -788,6 +981,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 // its lock and was put again): nothing to accept.
             }
             self.delivered = waiting;
+            self.delivered_bytes = waiting_bytes;
             if accepted == 0 && self.acknowledged_since_commit == 0 {
                 self.metrics.commit_skips += 1;
                 self.last_commit = Instant::now();
@@ -805,6 +999,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let mut delivered = delivered;
             delivered.clear();
             self.delivered = delivered;
+            let mut delivered_bytes = delivered_bytes;
+            delivered_bytes.clear();
+            self.delivered_bytes = delivered_bytes;
         }
         self.commit_acknowledgements().await?;
         Ok(accepted)
@@ -999,6 +1196,11 @@ fn renew<C: ShareConsumer>(
 
 /// Sends queued acknowledgements (renewals) at once; failures are logged, never returned:
 /// a record whose renewal failed comes back through the group.
+/// The first `n` record sizes of a batch (0 for any the batch lacks).
+fn sizes(batch_bytes: &[u64], n: usize) -> impl Iterator<Item = u64> + '_ {
+    (0..n).map(|i| batch_bytes.get(i).copied().unwrap_or(0))
+}
+
 async fn commit_renewals<C: ShareConsumer>(
     consumer: &mut C,
     timeout: Duration,

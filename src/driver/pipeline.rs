@@ -24,8 +24,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
         self.batch.clear();
+        self.batch_bytes.clear();
         self.raw.clear();
         self.batch.reserve(records.len());
+        let last_delivery = self.last_delivery_limit();
         self.batch_acquired = polled_at;
         self.metrics.records_read += records.len() as u64;
         let passthrough = self.config.converters.is_byte_array()
@@ -37,25 +39,36 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if record.delivery_count() > 1 {
                 self.metrics.records_redelivered += 1;
             }
+            let last = record.delivery_count() >= last_delivery;
+            if last {
+                self.metrics.records_last_delivery += 1;
+                report.last_delivery += 1;
+            }
             if !self.held.is_empty() {
                 let id = record.id();
                 if self.held.contains(&id) {
                     // Written already and waiting for a flush, but its lock ran out and the
                     // group handed it to us again: hold it anew instead of writing it twice.
                     self.metrics.lock_losses += 1;
+                    if last {
+                        self.metrics.last_delivery_lock_losses += 1;
+                    }
                     self.consumer
                         .hold_offset(id.topic(), id.partition(), id.offset())?;
                     self.held.touch(&id, polled_at);
                     continue;
                 }
             }
+            let size = record_size(&record);
             if passthrough {
                 self.batch.push(SinkRecord::from_consumer_record(record));
+                self.batch_bytes.push(size);
                 continue;
             }
             match self.process(&record).await {
                 Ok(Some(sink)) => {
                     self.batch.push(sink);
+                    self.batch_bytes.push(size);
                     if self.keeps_raw() {
                         self.raw.push(record);
                     }
@@ -226,4 +239,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_skipped += rejected as u64;
         Ok(())
     }
+}
+
+/// The bytes of a record's key, value and headers as polled.
+fn record_size(record: &ConsumerRecord) -> u64 {
+    let len = |b: Option<&bytes::Bytes>| b.map_or(0, |b| b.len() as u64);
+    let headers: u64 = record
+        .headers()
+        .iter()
+        .map(|h| (h.key().len() as u64).saturating_add(len(h.value())))
+        .fold(0, u64::saturating_add);
+    len(record.key())
+        .saturating_add(len(record.value()))
+        .saturating_add(headers)
 }

@@ -510,8 +510,7 @@ impl SessionBook {
                 })
                 .collect(),
         };
-        self.nodes.entry(node).or_default().busy = Some(ticket);
-        self.sent.insert(
+        self.register(
             ticket,
             Sent {
                 node,
@@ -566,8 +565,7 @@ impl SessionBook {
                 })
                 .collect(),
         };
-        self.nodes.entry(node).or_default().busy = Some(ticket);
-        self.sent.insert(
+        self.register(
             ticket,
             Sent {
                 node,
@@ -608,6 +606,12 @@ impl SessionBook {
             self.fail_pending(&tp, "the consumer closed before it could be sent");
         }
         planned
+    }
+
+    /// Keeps a planned request until its answer; its leader is busy until then.
+    fn register(&mut self, ticket: Ticket, sent: Sent) {
+        self.nodes.entry(sent.node).or_default().busy = Some(ticket);
+        self.sent.insert(ticket, sent);
     }
 
     /// Ends the request of `ticket`: frees its leader. `None` for an unknown ticket.
