@@ -5,6 +5,10 @@
 //! Before these were read, both getters answered "not known" (`None`, `Unknown`) whatever
 //! the group said: every test here that expects a value failed.
 
+// `support` is shared with other test targets; its `pub` items are reachable only here.
+#[allow(unreachable_pub)]
+mod support;
+
 #[path = "support/fake_broker.rs"]
 mod fake_broker;
 
@@ -15,7 +19,7 @@ use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_share_sink::{
-    BrokerDeadLetterQueue, DEFAULT_DELIVERY_COUNT_LIMIT, KafkaShareConsumer,
+    BrokerDeadLetterQueue, DEFAULT_DELIVERY_COUNT_LIMIT, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, ShareConsumer,
 };
 use tokio::time::Instant;
@@ -365,4 +369,90 @@ async fn an_operators_change_is_seen_and_a_failed_read_keeps_the_last_values() {
     let after_close = broker.count(ApiKey::DescribeConfigs);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(broker.count(ApiKey::DescribeConfigs), after_close);
+}
+
+// Against a real broker.
+
+/// A fresh group on the test broker, with `configs` set, or `None` to skip.
+async fn real(test: &str) -> Option<(String, KafkaAdmin, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    Some((bootstrap, admin, support::unique(test)))
+}
+
+#[tokio::test]
+async fn a_real_broker_tells_the_consumer_its_groups_limit_and_queue() {
+    let Some((bootstrap, admin, group)) =
+        real("a_real_broker_tells_the_consumer_its_groups_limit_and_queue").await
+    else {
+        return;
+    };
+    let connect = |group: &str| {
+        KafkaShareConsumer::connect(
+            KafkaShareConsumerConfig::new(&bootstrap, group)
+                .group_config_refresh(Duration::from_millis(300)),
+        )
+    };
+
+    // A group that sets nothing: the broker's limit (Kafka's default here), no queue.
+    let consumer = connect(&group).await.expect("connect");
+    assert_eq!(
+        consumer.delivery_count_limit(),
+        Some(DEFAULT_DELIVERY_COUNT_LIMIT)
+    );
+    assert_eq!(
+        consumer.broker_dead_letter_queue(),
+        BrokerDeadLetterQueue::None
+    );
+
+    let dlq = format!("dlq.{group}");
+    admin
+        .create_dead_letter_topic(&dlq, 1, 1)
+        .await
+        .expect("dead-letter topic");
+    admin
+        .set_share_group_config(&group, &[("share.delivery.count.limit", "3")])
+        .await
+        .expect("limit");
+    admin
+        .set_share_group_dead_letter_queue(&group, &dlq, true)
+        .await
+        .expect("queue");
+    // The running consumer sees the change.
+    eventually("the operator's change", || {
+        consumer.delivery_count_limit() == Some(3)
+            && consumer.broker_dead_letter_queue() == topic(&dlq, true)
+    })
+    .await;
+    // And a new one reads it at connect.
+    let fresh = connect(&group).await.expect("connect");
+    assert_eq!(fresh.delivery_count_limit(), Some(3));
+    assert_eq!(fresh.broker_dead_letter_queue(), topic(&dlq, true));
+
+    // A topic the broker would not write to: no prefix, no topic config.
+    let plain = format!("{group}-dlq");
+    admin.create_topic(&plain, 1, 1).await.expect("topic");
+    admin
+        .set_share_group_dead_letter_queue(&group, &plain, false)
+        .await
+        .expect("queue");
+    let misconfigured = connect(&group).await.expect("connect");
+    assert_eq!(
+        misconfigured.broker_dead_letter_queue(),
+        BrokerDeadLetterQueue::None
+    );
+
+    admin
+        .remove_share_group_dead_letter_queue(&group)
+        .await
+        .expect("removed");
+    let without = connect(&group).await.expect("connect");
+    assert_eq!(
+        without.broker_dead_letter_queue(),
+        BrokerDeadLetterQueue::None
+    );
+    assert_eq!(without.delivery_count_limit(), Some(3));
+    for topic in [&dlq, &plain] {
+        admin.delete_topic(topic).await.expect("delete");
+    }
 }

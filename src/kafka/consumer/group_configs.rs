@@ -52,6 +52,9 @@ pub(crate) const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs (and IncrementalAlterConfigs) resource type GROUP.
 pub(crate) const RESOURCE_GROUP: i8 = 32;
 
+/// DescribeConfigs config source GROUP_CONFIG: the value was set on the group itself.
+pub(crate) const SOURCE_GROUP_CONFIG: i8 = 8;
+
 /// The group's delivery-count limit (Kafka 4.3+, KIP-1240).
 pub(crate) const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
 /// The broker's delivery-count limit, the default of every group.
