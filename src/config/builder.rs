@@ -13,7 +13,8 @@ use super::keys::{
     ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS,
     ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS,
     NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS, PREDICATES, PRODUCER_OVERRIDE_PREFIX,
-    PUT_RETRIABLE_POLICY, SHARE_GROUP_ID, TASK_ID, TASKS_MAX, TRANSFORMS, VALUE_CONVERTER,
+    PUT_RETRIABLE_POLICY, SHARE_DLQ_REQUIRED, SHARE_GROUP_ID, TASK_ID, TASKS_MAX, TRANSFORMS,
+    VALUE_CONVERTER,
 };
 use super::properties::Properties;
 
@@ -115,6 +116,12 @@ impl ConnectorConfigBuilder {
     /// [`ConnectorConfig::max_delivery_attempts`].
     pub fn max_delivery_attempts(self, attempts: u16) -> Self {
         self.set(MAX_DELIVERY_ATTEMPTS, attempts.to_string())
+    }
+
+    /// `share.dead.letter.queue.required`; see
+    /// [`ConnectorConfig::require_broker_dead_letter_queue`].
+    pub fn require_broker_dead_letter_queue(self, required: bool) -> Self {
+        self.set(SHARE_DLQ_REQUIRED, required.to_string())
     }
 
     /// `tasks.max`.

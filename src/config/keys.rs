@@ -34,6 +34,7 @@ pub(crate) const SHARE_GROUP_ID: &str = "share.group.id";
 pub(crate) const ACK_POLICY: &str = "ack.policy";
 pub(crate) const PUT_RETRIABLE_POLICY: &str = "put.retriable.policy";
 pub(crate) const MAX_DELIVERY_ATTEMPTS: &str = "max.delivery.attempts";
+pub(crate) const SHARE_DLQ_REQUIRED: &str = "share.dead.letter.queue.required";
 
 // Client prefixes.
 pub(crate) const CONSUMER_PREFIX: &str = "consumer.";
@@ -83,6 +84,7 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     ACK_POLICY,
     PUT_RETRIABLE_POLICY,
     MAX_DELIVERY_ATTEMPTS,
+    SHARE_DLQ_REQUIRED,
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and

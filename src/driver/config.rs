@@ -102,6 +102,7 @@ pub struct DriverConfig {
     pub(crate) transforms: TransformChain,
     pub(crate) dead_letter: Option<Arc<dyn DeadLetterQueue>>,
     pub(crate) dead_letter_context_headers: bool,
+    pub(crate) require_broker_dead_letter_queue: bool,
 }
 
 impl DriverConfig {
@@ -134,6 +135,7 @@ impl DriverConfig {
             transforms: TransformChain::new(),
             dead_letter: None,
             dead_letter_context_headers: false,
+            require_broker_dead_letter_queue: false,
         }
     }
 
@@ -255,6 +257,22 @@ impl DriverConfig {
     pub fn connector(mut self, name: impl Into<String>, task_id: i32) -> Self {
         self.connector_name = name.into();
         self.task_id = task_id;
+        self
+    }
+
+    /// Whether the share group must have a dead-letter queue of the broker's own (KIP-1191,
+    /// Kafka 4.4; `share.dead.letter.queue.required`, default false), checked when the task
+    /// starts through
+    /// [`ShareConsumer::broker_dead_letter_queue`](crate::ShareConsumer::broker_dead_letter_queue).
+    ///
+    /// A record whose deliveries run out without ACCEPT or REJECT (the sink process dies
+    /// before it flushes, a lock expires) is archived by the broker, and without such a queue
+    /// nothing is left of it. With `true`, the task refuses to start unless the consumer
+    /// reports a queue ([`BrokerDeadLetterQueue::Topic`](crate::BrokerDeadLetterQueue::Topic));
+    /// with `false`, a group without one (or one the consumer cannot tell about) is logged
+    /// as a warning.
+    pub fn require_broker_dead_letter_queue(mut self, required: bool) -> Self {
+        self.require_broker_dead_letter_queue = required;
         self
     }
 }
