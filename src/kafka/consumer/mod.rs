@@ -121,9 +121,12 @@ pub struct KafkaShareConsumer {
 }
 
 impl KafkaShareConsumer {
-    /// Connects to the cluster and checks that it speaks the share-group protocol. The group
-    /// is joined on [`subscribe`](ShareConsumer::subscribe). Starts the fetch engine task,
-    /// so it needs a tokio runtime.
+    /// Connects to the cluster and checks that it speaks the share-group protocol, then reads
+    /// the group's delivery-count limit and dead-letter queue (see
+    /// [`delivery_count_limit`](ShareConsumer::delivery_count_limit)), which takes at most
+    /// the request timeout and never fails the call. The group is joined on
+    /// [`subscribe`](ShareConsumer::subscribe). Starts the fetch engine task and the task that
+    /// reads the group's configs again, so it needs a tokio runtime.
     ///
     /// # Cancel safety
     ///
