@@ -6,9 +6,9 @@
 //! them), delivery counts rise with each acquisition, RELEASE makes a record available again,
 //! REJECT archives it, RENEW extends its lock, a record that reaches the delivery-count limit
 //! is archived (through the group's dead-letter topic when it has one, as Kafka 4.4 does: see
-//! [`GroupConfig::dead_letter_queue`]), and the in-flight window per partition is bounded. `close` releases what a
-//! consumer still holds; dropping a consumer without closing it is a crash, and its locks
-//! simply expire.
+//! [`GroupConfig::dead_letter_queue`]), and the in-flight window per partition is bounded.
+//! `close` releases what a consumer still holds; dropping a consumer without closing it is a
+//! crash, and its locks simply expire.
 //!
 //! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
 //! broker.

@@ -350,7 +350,11 @@ pub(crate) async fn read(source: &Source) -> Reading {
     let connection = match Connection::connect_any(&source.servers, &source.config).await {
         Ok(connection) => connection,
         Err(error) => {
-            debug!(group = %source.group_id, %error, "cannot read the share group's configs: no connection");
+            debug!(
+                group = %source.group_id,
+                %error,
+                "cannot read the share group's configs: no connection"
+            );
             return Reading::default();
         }
     };
@@ -364,7 +368,11 @@ pub(crate) async fn read(source: &Source) -> Reading {
     {
         Ok(group) => group,
         Err(error) => {
-            debug!(group = %source.group_id, %error, "cannot read the share group's configs");
+            debug!(
+                group = %source.group_id,
+                %error,
+                "cannot read the share group's configs"
+            );
             return Reading::default();
         }
     };
@@ -383,7 +391,11 @@ pub(crate) async fn read(source: &Source) -> Reading {
         match broker_configs(&connection, &source.config).await {
             Ok(broker) => Some(broker),
             Err(error) => {
-                debug!(group = %source.group_id, %error, "cannot read the brokers' share-group configs");
+                debug!(
+                    group = %source.group_id,
+                    %error,
+                    "cannot read the brokers' share-group configs"
+                );
                 None
             }
         }
@@ -396,7 +408,11 @@ pub(crate) async fn read(source: &Source) -> Reading {
             .value(SHARE_DELIVERY_COUNT_LIMIT)
             .and_then(parse_limit);
         if limit.is_none() {
-            debug!(group = %source.group_id, value = ?group.value(SHARE_DELIVERY_COUNT_LIMIT), "unreadable share.delivery.count.limit");
+            debug!(
+                group = %source.group_id,
+                value = ?group.value(SHARE_DELIVERY_COUNT_LIMIT),
+                "unreadable share.delivery.count.limit"
+            );
         }
         limit
     } else {
@@ -610,7 +626,11 @@ async fn read_within(source: &Source, within: Duration) -> Reading {
     match tokio::time::timeout_at(deadline_after(Instant::now(), within), read(source)).await {
         Ok(reading) => reading,
         Err(_) => {
-            debug!(group = %source.group_id, ?within, "reading the share group's configs timed out");
+            debug!(
+                group = %source.group_id,
+                ?within,
+                "reading the share group's configs timed out"
+            );
             Reading::default()
         }
     }
