@@ -49,7 +49,9 @@ pub use crate::driver::{
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
-pub use crate::kafka::admin::{AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement};
+pub use crate::kafka::admin::{
+    AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement, ShareGroupConfigs,
+};
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

@@ -824,6 +824,7 @@ fn defaults() {
     assert_eq!(config.ack_policy(), AckPolicy::AfterPut);
     assert_eq!(config.put_retriable_policy(), PutRetriablePolicy::Release);
     assert_eq!(config.max_delivery_attempts(), None);
+    assert!(!config.require_broker_dead_letter_queue());
     assert_eq!(config.error_handling(), ErrorHandling::new());
     assert!(config.dead_letter_queue().is_none());
     assert!(config.transforms().is_empty());
@@ -840,6 +841,7 @@ fn typed_values_are_read() {
             ("ack.policy", "after.flush"),
             ("put.retriable.policy", "retry.in.place"),
             ("max.delivery.attempts", "4"),
+            ("share.dead.letter.queue.required", "True"),
             ("errors.tolerance", "all"),
             ("errors.retry.timeout", "-1"),
             ("errors.retry.delay.max.ms", "1000"),
@@ -855,6 +857,12 @@ fn typed_values_are_read() {
         PutRetriablePolicy::RetryInPlace
     );
     assert_eq!(config.max_delivery_attempts(), Some(4));
+    assert!(config.require_broker_dead_letter_queue());
+    assert!(
+        config.unknown_keys().is_empty(),
+        "a key of this crate: {:?}",
+        config.unknown_keys()
+    );
     let errors = config.error_handling();
     assert_eq!(errors.tolerance_value(), ErrorTolerance::All);
     assert_eq!(errors.retry_timeout_value(), None);
@@ -894,6 +902,11 @@ fn malformed_values_name_the_key_the_value_and_the_form() {
         ("ack.flush.max.records", "-1", "from 0"),
         ("ack.flush.max.records", "3000000000", "2147483647"),
         ("ack.flush.max.bytes", "many", "whole number"),
+        (
+            "share.dead.letter.queue.required",
+            "yes",
+            "`true` or `false`",
+        ),
         ("offset.flush.interval.ms", "-5", "milliseconds"),
         ("offset.flush.timeout.ms", "0", "at least 1"),
         ("tasks.max", "0", "from 1"),
@@ -1418,6 +1431,7 @@ fn builder_and_properties_give_equal_configs() {
         .ack_policy(AckPolicy::AfterFlush)
         .put_retriable_policy(PutRetriablePolicy::RetryInPlace)
         .max_delivery_attempts(4)
+        .require_broker_dead_letter_queue(true)
         .tasks_max(3)
         .task_id(1)
         .commit_interval(Duration::from_secs(5))
@@ -1463,6 +1477,7 @@ share.acknowledgement.mode=explicit
 ack.policy=after.flush
 put.retriable.policy=retry.in.place
 max.delivery.attempts=4
+share.dead.letter.queue.required=true
 tasks.max=3
 task.id=1
 offset.flush.interval.ms=5000

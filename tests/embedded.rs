@@ -674,3 +674,336 @@ async fn held_records_stay_across_polls_and_renew_can_be_turned_off() {
         Err(ConsumerError::Unsupported { .. })
     ));
 }
+
+// ---------------------------------------------------------------------------------------
+// The delivery-count limit and the group's dead-letter queue (KIP-1191)
+// ---------------------------------------------------------------------------------------
+
+const DLQ: &str = "dlq.t";
+
+/// The headers of a record, in order, as text.
+fn header_texts(record: &ConsumerRecord) -> Vec<(String, Option<String>)> {
+    record
+        .headers()
+        .iter()
+        .map(|h| {
+            (
+                h.key().to_owned(),
+                h.value().map(|v| String::from_utf8_lossy(v).into_owned()),
+            )
+        })
+        .collect()
+}
+
+/// What Kafka 4.4 writes in a dead letter's headers, in its order.
+fn dead_letter_headers(
+    partition: i32,
+    offset: i64,
+    delivery_count: u16,
+    message: &str,
+) -> Vec<(String, Option<String>)> {
+    [
+        ("__dlq.errors.topic", "t".to_owned()),
+        ("__dlq.errors.partition", partition.to_string()),
+        ("__dlq.errors.offset", offset.to_string()),
+        ("__dlq.errors.group", GROUP.to_owned()),
+        ("__dlq.errors.delivery.count", delivery_count.to_string()),
+        ("__dlq.errors.message", message.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), Some(v)))
+    .collect()
+}
+
+const EXCEEDED: &str = "Offset delivery count exceeded the threshold.";
+const REJECTED: &str = "Offset rejected by client.";
+
+#[tokio::test(start_paused = true)]
+async fn the_consumer_reports_its_groups_limit_and_dead_letter_queue() {
+    let b = broker(1, 0, earliest());
+    let c = consumer(&b, ConsumerOptions::new()).await;
+    assert_eq!(
+        c.delivery_count_limit(),
+        Some(kafka_share_sink::DEFAULT_DELIVERY_COUNT_LIMIT)
+    );
+    assert_eq!(
+        c.broker_dead_letter_queue(),
+        kafka_share_sink::BrokerDeadLetterQueue::None
+    );
+
+    // A change is seen at once; a topic that does not exist is no queue.
+    b.set_group_config(
+        GROUP,
+        earliest()
+            .delivery_count_limit(3)
+            .dead_letter_queue(DLQ, true),
+    )
+    .unwrap();
+    assert_eq!(c.delivery_count_limit(), Some(3));
+    assert_eq!(
+        c.broker_dead_letter_queue(),
+        kafka_share_sink::BrokerDeadLetterQueue::None
+    );
+    b.create_topic(DLQ, 1).unwrap();
+    let boxed: Box<dyn ShareConsumer> = Box::new(c);
+    assert_eq!(
+        boxed.broker_dead_letter_queue(),
+        kafka_share_sink::BrokerDeadLetterQueue::Topic {
+            name: DLQ.to_owned(),
+            copy_record: true
+        }
+    );
+    assert_eq!(boxed.delivery_count_limit(), Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_released_at_the_limit_goes_through_archiving_to_the_dead_letter_topic() {
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.create_topic(DLQ, 1).unwrap();
+    b.set_group_config(
+        GROUP,
+        earliest()
+            .delivery_count_limit(2)
+            .dead_letter_queue(DLQ, true),
+    )
+    .unwrap();
+    b.produce(
+        "t",
+        ProduceRecord::new()
+            .key("k")
+            .value("poison")
+            .header("source", "web")
+            .timestamp(7),
+    )
+    .unwrap();
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let first = poll(&mut c).await;
+    ack_all(&mut c, &first, AcknowledgeType::Release).await;
+    let second = poll(&mut c).await;
+    assert_eq!(second[0].delivery_count(), 2);
+
+    b.hold_dead_letter_writes(true);
+    ack_all(&mut c, &second, AcknowledgeType::Release).await;
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Archiving, 2));
+    assert!(poll(&mut c).await.is_empty(), "never delivered again");
+    assert_eq!(
+        b.share_partition_offsets(GROUP, "t", 0),
+        Some((0, 1)),
+        "ARCHIVING holds the start offset"
+    );
+    let counts = b.state_counts(GROUP);
+    assert_eq!((counts.archiving, counts.archived), (1, 0));
+    assert!(b.read_log(DLQ, 0).unwrap().is_empty(), "not written yet");
+
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    b.hold_dead_letter_writes(false);
+    assert_eq!(state(&b, 0), (RecordState::Archived, 2));
+    assert_eq!(b.share_partition_offsets(GROUP, "t", 0), Some((1, 1)));
+    let counts = b.state_counts(GROUP);
+    assert_eq!((counts.archiving, counts.archived), (0, 1));
+
+    let log = b.read_log(DLQ, 0).unwrap();
+    assert_eq!(log.len(), 1);
+    let letter = &log[0];
+    assert_eq!(letter.key().map(|k| &k[..]), Some(&b"k"[..]));
+    assert_eq!(letter.value().map(|v| &v[..]), Some(&b"poison"[..]));
+    assert_eq!(
+        header_texts(letter),
+        dead_letter_headers(0, 0, 2, EXCEEDED),
+        "Kafka's context headers, not the record's own"
+    );
+    assert_eq!(letter.timestamp_type(), TimestampType::CreateTime);
+    assert!(
+        u128::try_from(letter.timestamp()).unwrap() >= before,
+        "the time of the write, not the record's ({})",
+        letter.timestamp()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_expiring_or_a_member_leaving_at_the_limit_writes_a_dead_letter() {
+    let b = broker(
+        1,
+        2,
+        earliest()
+            .delivery_count_limit(2)
+            .dead_letter_queue(DLQ, false),
+    );
+    b.create_topic(DLQ, 1).unwrap();
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let first = poll(&mut c).await;
+    ack_all(&mut c, &first, AcknowledgeType::Release).await;
+    let second = poll(&mut c).await;
+    assert_eq!(offsets(&second), [0, 1]);
+    // Offset 0 is renewed and then left to time out; the consumer holding offset 1 closes.
+    c.acknowledge(&second[0], AcknowledgeType::Renew).unwrap();
+    c.acknowledge(&second[1], AcknowledgeType::Renew).unwrap();
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    tokio::time::advance(LOCK).await;
+    assert_eq!(state(&b, 0), (RecordState::Archived, 2));
+    assert_eq!(state(&b, 1), (RecordState::Archived, 2));
+    let log = b.read_log(DLQ, 0).unwrap();
+    assert_eq!(log.len(), 2);
+    for (letter, offset) in log.iter().zip([0, 1]) {
+        assert_eq!((letter.key(), letter.value()), (None, None), "no copy");
+        assert_eq!(
+            header_texts(letter),
+            dead_letter_headers(0, offset, 2, EXCEEDED)
+        );
+    }
+
+    // A member that closes while it holds a record on its last delivery.
+    b.produce("t", ProduceRecord::new().partition(0).value("v2"))
+        .unwrap();
+    let mut d = consumer(&b, ConsumerOptions::new()).await;
+    let got = poll(&mut d).await;
+    ack_all(&mut d, &got, AcknowledgeType::Release).await;
+    let got = poll(&mut d).await;
+    assert_eq!(
+        got.iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect::<Vec<_>>(),
+        [(2, 2)]
+    );
+    d.acknowledge(&got[0], AcknowledgeType::Renew).unwrap();
+    d.commit_sync(Duration::from_secs(1)).await.unwrap();
+    d.close(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 2), (RecordState::Archived, 2));
+    let log = b.read_log(DLQ, 0).unwrap();
+    assert_eq!(
+        header_texts(&log[2]),
+        dead_letter_headers(0, 2, 2, EXCEEDED)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_record_is_written_to_the_dead_letter_topic_partition_by_its_own() {
+    // Source partition p goes to dead-letter partition p % 2.
+    let b = broker(3, 3, earliest().dead_letter_queue(DLQ, true));
+    b.create_topic(DLQ, 2).unwrap();
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    assert_eq!(records.len(), 3);
+    ack_all(&mut c, &records, AcknowledgeType::Reject).await;
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    let zero = b.read_log(DLQ, 0).unwrap();
+    let one = b.read_log(DLQ, 1).unwrap();
+    let partitions = |log: &[ConsumerRecord]| {
+        log.iter()
+            .map(|r| {
+                r.headers()
+                    .last("__dlq.errors.partition")
+                    .and_then(|h| h.value().cloned())
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut on_zero = partitions(&zero);
+    on_zero.sort();
+    assert_eq!(on_zero, [Some(Bytes::from("0")), Some(Bytes::from("2"))]);
+    assert_eq!(partitions(&one), [Some(Bytes::from("1"))]);
+    let letter = &one[0];
+    assert_eq!(header_texts(letter), dead_letter_headers(1, 0, 1, REJECTED));
+    assert_eq!(letter.value().map(|v| &v[..]), Some(&b"v1"[..]));
+    for partition in 0..3 {
+        let view = b.record_state(GROUP, "t", partition, 0).unwrap();
+        assert_eq!(
+            (view.state(), view.delivery_count()),
+            (RecordState::Archived, 1)
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_its_topic_the_record_is_archived_without_a_dead_letter() {
+    let b = broker(
+        1,
+        1,
+        earliest()
+            .delivery_count_limit(2)
+            .dead_letter_queue(DLQ, true),
+    );
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    let records = poll(&mut c).await;
+    ack_all(&mut c, &records, AcknowledgeType::Reject).await;
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Archived, 1));
+    assert!(matches!(
+        b.read_log(DLQ, 0),
+        Err(EmbeddedError::UnknownTopic(_))
+    ));
+    // Without a queue, a rejected record never enters ARCHIVING either.
+    let b = broker(1, 1, earliest());
+    b.create_topic(DLQ, 1).unwrap();
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    b.hold_dead_letter_writes(true);
+    let records = poll(&mut c).await;
+    ack_all(&mut c, &records, AcknowledgeType::Reject).await;
+    c.commit_sync(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(state(&b, 0), (RecordState::Archived, 1));
+    assert!(b.read_log(DLQ, 0).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_consumer_of_the_dead_letter_topic_is_woken_by_a_dead_letter() {
+    let b = broker(
+        1,
+        1,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(Duration::from_millis(100))
+            .delivery_count_limit(2)
+            .dead_letter_queue(DLQ, true),
+    );
+    b.create_topic(DLQ, 1).unwrap();
+    b.set_group_config(
+        "readers",
+        GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest),
+    )
+    .unwrap();
+    let mut reader = b.share_consumer("readers");
+    reader.subscribe(vec![DLQ.into()]).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let got = reader.poll(Duration::from_secs(20)).await.unwrap();
+        (got, started.elapsed())
+    });
+    let mut c = consumer(&b, ConsumerOptions::new()).await;
+    // Two deliveries, each held and left to time out: no acknowledgement is sent, and the
+    // poll after the second finds the lock expired and writes the letter.
+    for _ in 0..2 {
+        assert_eq!(poll(&mut c).await.len(), 1);
+        c.hold_offset("t", 0, 0).unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(poll(&mut c).await.is_empty());
+    let (got, waited) = waiting.await.unwrap();
+    assert_eq!(got.len(), 1, "the dead letter");
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken, not timed out: {waited:?}"
+    );
+    assert_eq!(
+        header_texts(&got[0]),
+        dead_letter_headers(0, 0, 2, EXCEEDED)
+    );
+}
+
+#[test]
+fn a_dead_letter_topic_kafka_would_refuse_is_an_invalid_group_config() {
+    let b = EmbeddedBroker::new();
+    for topic in ["", "__consumer_offsets"] {
+        let err = b
+            .set_group_config(GROUP, GroupConfig::new().dead_letter_queue(topic, false))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("errors.deadletterqueue.topic.name"),
+            "{err}"
+        );
+    }
+}

@@ -13,8 +13,8 @@ use super::keys::{
     DLQ_REPLICATION_FACTOR, DLQ_TOPIC, ERRORS_LOG_ENABLE, ERRORS_LOG_INCLUDE_MESSAGES,
     ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE, HEADER_CONVERTER,
     KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS, OFFSET_FLUSH_TIMEOUT_MS,
-    PREDICATES, PRODUCER_OVERRIDE_PREFIX, PUT_RETRIABLE_POLICY, SHARE_GROUP_ID, TASK_ID, TASKS_MAX,
-    TRANSFORMS, VALUE_CONVERTER,
+    PREDICATES, PRODUCER_OVERRIDE_PREFIX, PUT_RETRIABLE_POLICY, SHARE_DLQ_REQUIRED, SHARE_GROUP_ID,
+    TASK_ID, TASKS_MAX, TRANSFORMS, VALUE_CONVERTER,
 };
 use super::properties::Properties;
 
@@ -123,6 +123,12 @@ impl ConnectorConfigBuilder {
     pub fn max_awaiting_flush(self, records: u32, bytes: u64) -> Self {
         self.set(ACK_FLUSH_MAX_RECORDS, records.to_string())
             .set(ACK_FLUSH_MAX_BYTES, bytes.to_string())
+    }
+
+    /// `share.dead.letter.queue.required`; see
+    /// [`ConnectorConfig::require_broker_dead_letter_queue`].
+    pub fn require_broker_dead_letter_queue(self, required: bool) -> Self {
+        self.set(SHARE_DLQ_REQUIRED, required.to_string())
     }
 
     /// `tasks.max`.

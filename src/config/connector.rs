@@ -22,7 +22,7 @@ use super::keys::{
     ERRORS_LOG_INCLUDE_MESSAGES, ERRORS_RETRY_DELAY_MAX_MS, ERRORS_RETRY_TIMEOUT, ERRORS_TOLERANCE,
     HEADER_CONVERTER, KEY_CONVERTER, MAX_DELIVERY_ATTEMPTS, NAME, OFFSET_FLUSH_INTERVAL_MS,
     OFFSET_FLUSH_TIMEOUT_MS, PRODUCER_OVERRIDE_PREFIX, PRODUCER_PREFIX, PUT_RETRIABLE_POLICY,
-    TASK_ID, TASKS_MAX, TOPICS, TOPICS_REGEX, VALUE_CONVERTER,
+    SHARE_DLQ_REQUIRED, TASK_ID, TASKS_MAX, TOPICS, TOPICS_REGEX, VALUE_CONVERTER,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::plugin::{self, Chain, PluginSpec, PredicateSpec, TransformSpec};
@@ -126,6 +126,7 @@ pub struct ConnectorConfig {
     max_delivery_attempts: Option<u16>,
     flush_max_records: Option<i64>,
     flush_max_bytes: Option<i64>,
+    require_broker_dead_letter_queue: bool,
     error_handling: ErrorHandling,
     dead_letter_queue: Option<DeadLetterQueueSettings>,
     commit_interval: Option<Duration>,
@@ -194,6 +195,7 @@ impl ConnectorConfig {
             .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
         let flush_max_records = number(connector, ACK_FLUSH_MAX_RECORDS, 0, value::INT_MAX)?;
         let flush_max_bytes = number(connector, ACK_FLUSH_MAX_BYTES, 0, value::LONG_MAX)?;
+        let require_broker_dead_letter_queue = flag(connector, SHARE_DLQ_REQUIRED)?;
         let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
         let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
             .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0, value::LONG_MAX))
@@ -240,6 +242,7 @@ impl ConnectorConfig {
             max_delivery_attempts,
             flush_max_records,
             flush_max_bytes,
+            require_broker_dead_letter_queue,
             error_handling,
             dead_letter_queue,
             commit_interval,
@@ -340,6 +343,22 @@ impl ConnectorConfig {
             unsigned(self.flush_max_records),
             unsigned(self.flush_max_bytes),
         )
+    }
+
+    /// `share.dead.letter.queue.required` (`true` or `false`, default false): whether the
+    /// share group must have a dead-letter queue of the broker's own (KIP-1191, Kafka 4.4:
+    /// the group config `errors.deadletterqueue.topic.name`, see
+    /// [`KafkaAdmin::set_share_group_dead_letter_queue`](crate::KafkaAdmin::set_share_group_dead_letter_queue)).
+    ///
+    /// Records whose deliveries run out without ACCEPT or REJECT (a sink process that dies,
+    /// a lock that expires) are archived by the broker: without a broker dead-letter queue
+    /// they are gone without a trace. With `true` the task refuses to start when the
+    /// consumer reports the group has no such queue
+    /// ([`BrokerDeadLetterQueue::None`](crate::BrokerDeadLetterQueue::None)) or cannot tell;
+    /// with `false` it logs a warning and runs. See
+    /// [`DriverConfig::require_broker_dead_letter_queue`].
+    pub fn require_broker_dead_letter_queue(&self) -> bool {
+        self.require_broker_dead_letter_queue
     }
 
     /// `errors.tolerance`, `errors.retry.timeout` (`-1` is forever), `errors.retry.delay.max.ms`,
@@ -455,8 +474,9 @@ impl ConnectorConfig {
 
     /// A driver config with everything this config decides: the topics, the task config,
     /// the commit interval (`offset.flush.interval.ms`, every iteration when unset) and
-    /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`, the
-    /// `errors.*` settings, and the connector name and task number.
+    /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`,
+    /// `share.dead.letter.queue.required`, the `errors.*` settings, and the connector name and
+    /// task number.
     ///
     /// The converters and transforms are plugin objects, built from
     /// [`key_converter`](Self::key_converter), [`value_converter`](Self::value_converter),
@@ -470,6 +490,7 @@ impl ConnectorConfig {
             .ack_policy(self.ack_policy)
             .put_retriable_policy(self.put_retriable_policy)
             .max_delivery_attempts(self.max_delivery_attempts)
+            .require_broker_dead_letter_queue(self.require_broker_dead_letter_queue)
             .errors(self.error_handling)
             .connector(
                 self.name.clone(),
@@ -865,11 +886,26 @@ mod tests {
             PutRetriablePolicy::RetryInPlace
         );
         assert_eq!(driver.max_delivery_attempts, Some(3));
+        assert!(!driver.require_broker_dead_letter_queue, "off by default");
         assert_eq!(driver.errors, config.error_handling());
         let driver = ConnectorConfig::from_properties(&props(&[("name", "n"), ("topics", "a")]))
             .unwrap()
             .driver_config();
         assert_eq!(driver.commit_policy, CommitPolicy::every_iteration());
         assert_eq!(driver.commit_timeout, DEFAULT_COMMIT_TIMEOUT);
+    }
+
+    #[test]
+    fn the_driver_config_carries_whether_a_broker_dead_letter_queue_is_required() {
+        let config = ConnectorConfig::from_properties(&props(&[
+            ("name", "n"),
+            ("topics", "a"),
+            ("share.dead.letter.queue.required", " TRUE "),
+        ]))
+        .unwrap();
+        assert!(config.require_broker_dead_letter_queue());
+        assert!(config.driver_config().require_broker_dead_letter_queue);
+        let built = config.build_driver_config(&crate::Plugins::new()).unwrap();
+        assert!(built.require_broker_dead_letter_queue);
     }
 }

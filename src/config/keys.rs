@@ -36,6 +36,7 @@ pub(crate) const PUT_RETRIABLE_POLICY: &str = "put.retriable.policy";
 pub(crate) const MAX_DELIVERY_ATTEMPTS: &str = "max.delivery.attempts";
 pub(crate) const ACK_FLUSH_MAX_RECORDS: &str = "ack.flush.max.records";
 pub(crate) const ACK_FLUSH_MAX_BYTES: &str = "ack.flush.max.bytes";
+pub(crate) const SHARE_DLQ_REQUIRED: &str = "share.dead.letter.queue.required";
 
 // Client prefixes.
 pub(crate) const CONSUMER_PREFIX: &str = "consumer.";
@@ -87,6 +88,7 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     MAX_DELIVERY_ATTEMPTS,
     ACK_FLUSH_MAX_RECORDS,
     ACK_FLUSH_MAX_BYTES,
+    SHARE_DLQ_REQUIRED,
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and

@@ -12,8 +12,8 @@
 //!
 //! Names, defaults and messages follow Kafka Connect where Connect has them; the keys of
 //! our own (`share.group.id`, `share.acknowledgement.mode`, `ack.policy`,
-//! `put.retriable.policy`, `max.delivery.attempts`, `task.id`) are documented on the
-//! accessors of [`ConnectorConfig`].
+//! `put.retriable.policy`, `max.delivery.attempts`, `share.dead.letter.queue.required`,
+//! `task.id`) are documented on the accessors of [`ConnectorConfig`].
 //!
 //! ```
 //! use kafka_share_sink::{ConfigError, ConnectorConfig, Properties};

@@ -95,6 +95,17 @@ pub const DEFAULT_DELIVERY_COUNT_LIMIT: u16 = 5;
 /// Whether the share group has a dead-letter queue of the broker's own (KIP-1191, Kafka 4.4
 /// with `share.version` 2): the topic where the broker writes a record it archives at the
 /// delivery-count limit, instead of dropping it without a trace.
+///
+/// A Kafka 4.4 broker writes there a record whose deliveries ran out (released, or its lock
+/// expired, or its consumer's session closed, on its last allowed delivery) **and** a record a
+/// consumer REJECTs. It first moves the record to the state ARCHIVING (it is not delivered
+/// again), writes it, and archives it whether or not the write succeeded. Each dead letter goes
+/// to partition `p % n` of the topic (`p` the record's partition, `n` the topic's partition
+/// count), timestamped with the time of the write, with these headers in this order:
+/// `__dlq.errors.topic`, `__dlq.errors.partition`, `__dlq.errors.offset`,
+/// `__dlq.errors.group`, `__dlq.errors.delivery.count` (decimal text) and
+/// `__dlq.errors.message` (`Offset delivery count exceeded the threshold.` or
+/// `Offset rejected by client.`). The record's own headers are never copied.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum BrokerDeadLetterQueue {
@@ -102,14 +113,15 @@ pub enum BrokerDeadLetterQueue {
     /// permission, not asked yet).
     #[default]
     Unknown,
-    /// The group has none: records archived at the delivery-count limit are gone.
+    /// The group has none, or names a topic the broker will not write to: records archived at
+    /// the delivery-count limit are gone.
     None,
     /// Archived records are written to this topic.
     Topic {
         /// `errors.deadletterqueue.topic.name`.
         name: String,
-        /// `errors.deadletterqueue.copy.record.enable`: the record's key, value and headers are
-        /// copied, not only its coordinates.
+        /// `errors.deadletterqueue.copy.record.enable`: the record's key and value are copied
+        /// (its headers are not); without it a dead letter has only the headers above.
         copy_record: bool,
     },
 }
@@ -368,6 +380,10 @@ pub trait ShareConsumer: Send {
 
     /// The group's broker-side dead-letter queue (KIP-1191), as far as known. The default
     /// implementation does not know.
+    ///
+    /// With a queue, the broker also writes every record a consumer REJECTs there: a record
+    /// the application writes to a dead-letter queue of its own and then REJECTs ends up in
+    /// both.
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
         BrokerDeadLetterQueue::Unknown
     }

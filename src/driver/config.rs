@@ -272,20 +272,26 @@ impl DriverConfig {
         self
     }
 
-    /// Refuse to start when the share group has no dead-letter queue of the broker's own
-    /// (KIP-1191, Kafka 4.4; `share.dead.letter.queue.required`, default false: a warning
-    /// only). Without one, a record whose deliveries all end without an acknowledgement
-    /// (crashes, lock expiries) is archived by the broker and gone; with one, the broker
-    /// writes it to that topic.
-    pub fn require_broker_dead_letter_queue(mut self, required: bool) -> Self {
-        self.require_broker_dead_letter_queue = required;
-        self
-    }
-
     /// The connector name and task number, written to logs and to dead-letter headers.
     pub fn connector(mut self, name: impl Into<String>, task_id: i32) -> Self {
         self.connector_name = name.into();
         self.task_id = task_id;
+        self
+    }
+
+    /// Whether the share group must have a dead-letter queue of the broker's own (KIP-1191,
+    /// Kafka 4.4; `share.dead.letter.queue.required`, default false), checked when the task
+    /// starts through
+    /// [`ShareConsumer::broker_dead_letter_queue`](crate::ShareConsumer::broker_dead_letter_queue).
+    ///
+    /// A record whose deliveries run out without ACCEPT or REJECT (the sink process dies
+    /// before it flushes, a lock expires) is archived by the broker, and without such a queue
+    /// nothing is left of it. With `true`, the task refuses to start unless the consumer
+    /// reports a queue ([`BrokerDeadLetterQueue::Topic`](crate::BrokerDeadLetterQueue::Topic));
+    /// with `false`, a group without one (or one the consumer cannot tell about) is logged
+    /// as a warning.
+    pub fn require_broker_dead_letter_queue(mut self, required: bool) -> Self {
+        self.require_broker_dead_letter_queue = required;
         self
     }
 }

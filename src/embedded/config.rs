@@ -43,7 +43,8 @@ impl FromStr for AutoOffsetReset {
 /// let config = GroupConfig::new()
 ///     .auto_offset_reset(AutoOffsetReset::Earliest)
 ///     .record_lock_duration(Duration::from_secs(15))
-///     .delivery_count_limit(3);
+///     .delivery_count_limit(3)
+///     .dead_letter_queue("dlq.orders", true);
 /// assert!(config.validate().is_ok());
 /// assert!(GroupConfig::new().delivery_count_limit(1).validate().is_err());
 /// ```
@@ -53,6 +54,15 @@ pub struct GroupConfig {
     pub(crate) record_lock_duration: Duration,
     pub(crate) delivery_count_limit: u16,
     pub(crate) partition_max_record_locks: usize,
+    pub(crate) dead_letter_queue: Option<DeadLetterTopic>,
+}
+
+/// A group's dead-letter topic (KIP-1191): `errors.deadletterqueue.topic.name` and
+/// `errors.deadletterqueue.copy.record.enable`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeadLetterTopic {
+    pub(crate) topic: String,
+    pub(crate) copy_record: bool,
 }
 
 impl Default for GroupConfig {
@@ -65,6 +75,8 @@ impl Default for GroupConfig {
             delivery_count_limit: 5,
             // group.share.partition.max.record.locks (4.1+)
             partition_max_record_locks: 2000,
+            // errors.deadletterqueue.topic.name is blank
+            dead_letter_queue: None,
         }
     }
 }
@@ -106,6 +118,39 @@ impl GroupConfig {
         self
     }
 
+    /// `errors.deadletterqueue.topic.name` and `errors.deadletterqueue.copy.record.enable`
+    /// (Kafka 4.4, KIP-1191): the group's dead-letter topic, none by default.
+    ///
+    /// A record the group would archive because its deliveries ran out (released, or its
+    /// lock expired, on its last allowed delivery, or held by a consumer that closed), or
+    /// because a consumer REJECTed it, goes through [`RecordState::Archiving`] and is written
+    /// to partition `p % n` of `topic` (`p` its partition, `n` the topic's partition count),
+    /// then archived. What is written is what a Kafka 4.4 broker writes:
+    ///
+    /// - headers, in this order: `__dlq.errors.topic`, `__dlq.errors.partition`,
+    ///   `__dlq.errors.offset`, `__dlq.errors.group`, `__dlq.errors.delivery.count` (decimal
+    ///   text), `__dlq.errors.message` (`Offset delivery count exceeded the threshold.` or
+    ///   `Offset rejected by client.`); the record's own headers are not copied;
+    /// - the record's key and value when `copy_record` is true, none otherwise;
+    /// - the time of the write as its timestamp (create time).
+    ///
+    /// Unlike a Kafka cluster, the embedded broker writes to any topic that exists, whatever
+    /// its name (a cluster requires the prefix `dlq.` by default, and the topic config
+    /// `errors.deadletterqueue.group.enable=true`), and never creates it: a record meant for a
+    /// topic that does not exist is archived without being written anywhere, as on a cluster
+    /// without `errors.deadletterqueue.auto.create.topics.enable`.
+    /// [`EmbeddedBroker::hold_dead_letter_writes`](super::EmbeddedBroker::hold_dead_letter_writes)
+    /// keeps records in ARCHIVING, as a slow write would.
+    ///
+    /// [`RecordState::Archiving`]: super::RecordState::Archiving
+    pub fn dead_letter_queue(mut self, topic: impl Into<String>, copy_record: bool) -> Self {
+        self.dead_letter_queue = Some(DeadLetterTopic {
+            topic: topic.into(),
+            copy_record,
+        });
+        self
+    }
+
     /// Checks every value, naming the config key that is wrong.
     pub fn validate(&self) -> Result<(), EmbeddedError> {
         if self.record_lock_duration.is_zero() {
@@ -128,6 +173,15 @@ impl GroupConfig {
                 value: "0".to_owned(),
                 expected: "at least 1",
             });
+        }
+        if let Some(queue) = &self.dead_letter_queue {
+            if queue.topic.is_empty() || queue.topic.starts_with("__") {
+                return Err(EmbeddedError::InvalidConfig {
+                    key: "errors.deadletterqueue.topic.name",
+                    value: queue.topic.clone(),
+                    expected: "a topic name that is not empty and does not start with `__`",
+                });
+            }
         }
         Ok(())
     }

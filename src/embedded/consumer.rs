@@ -11,8 +11,8 @@ use super::partition::MemberKey;
 use super::{ConsumerOptions, Shared};
 use crate::consumer::in_flight::InFlightBatch;
 use crate::consumer::{
-    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
-    PendingCommit, ShareConsumer,
+    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
+    GroupMetadata, PendingCommit, ShareConsumer,
 };
 use crate::record::ConsumerRecord;
 use crate::time::deadline_after;
@@ -154,6 +154,10 @@ impl ShareConsumer for EmbeddedShareConsumer {
                 now,
             );
             renewed.clear();
+            if fetched.wrote_dead_letters {
+                // Consumers of the dead-letter topic may be waiting.
+                self.shared.changed.notify_waiters();
+            }
             if !fetched.records.is_empty() {
                 self.lock_timeout = Some(fetched.lock_duration);
                 self.batch.reset(&fetched.records);
@@ -235,6 +239,23 @@ impl ShareConsumer for EmbeddedShareConsumer {
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
         self.lock_timeout
+    }
+
+    /// The group's `share.delivery.count.limit` ([`GroupConfig::delivery_count_limit`],
+    /// Kafka's 5 unless set), as the group is configured now: always known.
+    ///
+    /// [`GroupConfig::delivery_count_limit`]: super::GroupConfig::delivery_count_limit
+    fn delivery_count_limit(&self) -> Option<u16> {
+        Some(self.shared.lock().group_settings(&self.group_id).0)
+    }
+
+    /// The group's dead-letter topic ([`GroupConfig::dead_letter_queue`]) when it exists in
+    /// the embedded broker; [`BrokerDeadLetterQueue::None`] otherwise (no queue, or a topic
+    /// that does not exist, where nothing would be written).
+    ///
+    /// [`GroupConfig::dead_letter_queue`]: super::GroupConfig::dead_letter_queue
+    fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
+        self.shared.lock().group_settings(&self.group_id).1
     }
 
     fn group_metadata(&self) -> GroupMetadata {

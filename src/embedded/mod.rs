@@ -5,9 +5,10 @@
 //! locks that expire (on the tokio clock, so `#[tokio::test(start_paused = true)]` controls
 //! them), delivery counts rise with each acquisition, RELEASE makes a record available again,
 //! REJECT archives it, RENEW extends its lock, a record that reaches the delivery-count limit
-//! is archived, and the in-flight window per partition is bounded. `close` releases what a
-//! consumer still holds; dropping a consumer without closing it is a crash, and its locks
-//! simply expire.
+//! is archived (through the group's dead-letter topic when it has one, as Kafka 4.4 does: see
+//! [`GroupConfig::dead_letter_queue`]), and the in-flight window per partition is bounded.
+//! `close` releases what a consumer still holds; dropping a consumer without closing it is a
+//! crash, and its locks simply expire.
 //!
 //! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
 //! broker.
@@ -48,15 +49,17 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::warn;
 
+use self::config::DeadLetterTopic;
 pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig};
 pub use self::consumer::EmbeddedShareConsumer;
 pub use self::dlq::EmbeddedDeadLetterQueue;
 pub use self::error::EmbeddedError;
 pub use self::partition::RecordState;
-use self::partition::{Acquired, MemberKey, SharePartition};
+use self::partition::{Acquired, DeadLetter, MemberKey, SharePartition};
 use crate::consumer::in_flight::PartitionAcks;
-use crate::consumer::{AckError, CommitResults};
+use crate::consumer::{AckError, BrokerDeadLetterQueue, CommitResults};
 use crate::record::{
     ConsumerRecord, Headers, RecordId, RecordParts, TimestampType, TopicPartition,
 };
@@ -161,6 +164,9 @@ pub struct StateCounts {
     pub acquired: u64,
     /// Accepted.
     pub acknowledged: u64,
+    /// Rejected or over the delivery-count limit, on their way to the group's dead-letter
+    /// topic.
+    pub archiving: u64,
     /// Rejected or over the delivery-count limit.
     pub archived: u64,
 }
@@ -193,6 +199,8 @@ pub(crate) struct State {
     topics: HashMap<Arc<str>, Topic>,
     groups: HashMap<String, Group>,
     next_member: MemberKey,
+    /// Records that enter ARCHIVING stay there until this is false again.
+    dead_letter_writes_held: bool,
 }
 
 /// What a fetch returned, and when a lock of the group expires next.
@@ -200,11 +208,170 @@ pub(crate) struct Fetched {
     pub(crate) records: Vec<ConsumerRecord>,
     pub(crate) next_deadline: Option<Instant>,
     pub(crate) lock_duration: std::time::Duration,
+    /// Records were written to a dead-letter topic, which other consumers may wait for.
+    pub(crate) wrote_dead_letters: bool,
+}
+
+/// Writes the records of `share` (partition `partition` of `source`, read by `group_id`) that
+/// entered ARCHIVING to the group's dead-letter topic, then archives them, unless `held`.
+/// A record that cannot be written is archived all the same, with a warning, as Kafka does.
+/// Returns true if any record was written.
+fn settle(
+    topics: &mut HashMap<Arc<str>, Topic>,
+    group_id: &str,
+    config: &GroupConfig,
+    (source, partition): (&Arc<str>, i32),
+    share: &mut SharePartition,
+    held: bool,
+) -> bool {
+    if held {
+        return false;
+    }
+    let mut wrote = false;
+    for letter in share.take_dead_letters() {
+        // A queue removed while the record waited: archived without a write, as Kafka's
+        // check of the group's config then fails.
+        if let Some(queue) = &config.dead_letter_queue {
+            match write_dead_letter(topics, group_id, queue, (source, partition), letter) {
+                Ok(()) => wrote = true,
+                Err(why) => warn!(
+                    group = group_id,
+                    topic = %source,
+                    partition,
+                    offset = letter.offset,
+                    "record archived without a dead letter: {why}"
+                ),
+            }
+        }
+        share.archive(letter.offset);
+    }
+    wrote
+}
+
+/// Appends the dead letter of one record to partition `partition % n` of the group's
+/// dead-letter topic, with what a Kafka 4.4 broker writes (see
+/// [`GroupConfig::dead_letter_queue`]).
+fn write_dead_letter(
+    topics: &mut HashMap<Arc<str>, Topic>,
+    group_id: &str,
+    queue: &DeadLetterTopic,
+    (source, partition): (&Arc<str>, i32),
+    letter: DeadLetter,
+) -> Result<(), String> {
+    let (key, value) = if queue.copy_record {
+        topics
+            .get(source)
+            .and_then(|t| t.stored(partition, letter.offset))
+            .map_or((None, None), |r| (r.key.clone(), r.value.clone()))
+    } else {
+        (None, None)
+    };
+    let dlq = topics
+        .get_mut(queue.topic.as_str())
+        .ok_or_else(|| format!("the dead-letter topic `{}` does not exist", queue.topic))?;
+    let count = dlq.partitions.len().max(1);
+    let target = usize::try_from(partition).unwrap_or(0) % count;
+    let log = dlq
+        .partitions
+        .get_mut(target)
+        .ok_or_else(|| format!("the dead-letter topic `{}` has no partitions", queue.topic))?;
+    let text = |s: String| Some(Bytes::from(s));
+    let mut headers = Headers::new();
+    headers.push("__dlq.errors.topic", text(source.to_string()));
+    headers.push("__dlq.errors.partition", text(partition.to_string()));
+    headers.push("__dlq.errors.offset", text(letter.offset.to_string()));
+    headers.push("__dlq.errors.group", text(group_id.to_owned()));
+    headers.push(
+        "__dlq.errors.delivery.count",
+        text(letter.delivery_count.to_string()),
+    );
+    headers.push(
+        "__dlq.errors.message",
+        Some(Bytes::from_static(letter.cause.message().as_bytes())),
+    );
+    log.push(StoredRecord {
+        key,
+        value,
+        headers,
+        timestamp: now_millis(),
+    });
+    Ok(())
 }
 
 impl State {
     fn group(&mut self, group_id: &str) -> &mut Group {
         self.groups.entry(group_id.to_owned()).or_default()
+    }
+
+    /// The group's delivery-count limit and dead-letter queue (Kafka's defaults for a group
+    /// not configured). A dead-letter topic that does not exist is no queue: nothing is
+    /// written there.
+    pub(crate) fn group_settings(&self, group_id: &str) -> (u16, BrokerDeadLetterQueue) {
+        let default = GroupConfig::default();
+        let config = self.groups.get(group_id).map_or(&default, |g| &g.config);
+        let queue = match &config.dead_letter_queue {
+            Some(queue) if self.topics.contains_key(queue.topic.as_str()) => {
+                BrokerDeadLetterQueue::Topic {
+                    name: queue.topic.clone(),
+                    copy_record: queue.copy_record,
+                }
+            }
+            _ => BrokerDeadLetterQueue::None,
+        };
+        (config.delivery_count_limit, queue)
+    }
+
+    /// Expires the locks of every partition `group_id` has read, and writes the records that
+    /// entered ARCHIVING (unless held). Returns true if anything changed.
+    fn expire_group(&mut self, group_id: &str, now: Instant) -> bool {
+        let State {
+            topics,
+            groups,
+            dead_letter_writes_held,
+            ..
+        } = self;
+        let Some(group) = groups.get_mut(group_id) else {
+            return false;
+        };
+        let mut changed = false;
+        for ((topic, partition), share) in &mut group.partitions {
+            changed |= share.expire(now, &group.config);
+            changed |= settle(
+                topics,
+                group_id,
+                &group.config,
+                (topic, *partition),
+                share,
+                *dead_letter_writes_held,
+            );
+        }
+        changed
+    }
+
+    /// Writes the records of `group_id` that entered ARCHIVING (unless held). Returns true if
+    /// any was written.
+    fn settle_group(&mut self, group_id: &str) -> bool {
+        let State {
+            topics,
+            groups,
+            dead_letter_writes_held,
+            ..
+        } = self;
+        let Some(group) = groups.get_mut(group_id) else {
+            return false;
+        };
+        let mut wrote = false;
+        for ((topic, partition), share) in &mut group.partitions {
+            wrote |= settle(
+                topics,
+                group_id,
+                &group.config,
+                (topic, *partition),
+                share,
+                *dead_letter_writes_held,
+            );
+        }
+        wrote
     }
 
     pub(crate) fn join(&mut self, group_id: &str) -> (MemberKey, String) {
@@ -302,10 +469,14 @@ impl State {
             .values()
             .filter_map(SharePartition::next_deadline)
             .min();
+        let lock_duration = group.config.record_lock_duration;
+        // Locks expired by this fetch may have sent records to ARCHIVING.
+        let wrote_dead_letters = self.settle_group(group_id);
         Fetched {
             records,
             next_deadline,
-            lock_duration: group.config.record_lock_duration,
+            lock_duration,
+            wrote_dead_letters,
         }
     }
 
@@ -317,18 +488,22 @@ impl State {
         acks: &[PartitionAcks],
         now: Instant,
     ) -> CommitResults {
-        let group = self.group(group_id);
         let mut results = CommitResults::new();
-        for PartitionAcks { partition, acks } in acks {
-            let key = (Arc::clone(partition.topic_arc()), partition.partition());
-            let result = match group.partitions.get_mut(&key) {
-                Some(share) => share.acknowledge(member, acks, now, &group.config),
-                None => Err(AckError::InvalidRecordState {
-                    detail: "the group has never read this partition".to_owned(),
-                }),
-            };
-            results.insert(partition.clone(), result);
+        {
+            let group = self.group(group_id);
+            for PartitionAcks { partition, acks } in acks {
+                let key = (Arc::clone(partition.topic_arc()), partition.partition());
+                let result = match group.partitions.get_mut(&key) {
+                    Some(share) => share.acknowledge(member, acks, now, &group.config),
+                    None => Err(AckError::InvalidRecordState {
+                        detail: "the group has never read this partition".to_owned(),
+                    }),
+                };
+                results.insert(partition.clone(), result);
+            }
         }
+        // Rejected records, and records released at the limit, may be in ARCHIVING.
+        self.settle_group(group_id);
         results
     }
 
@@ -380,6 +555,7 @@ impl State {
             share.release_member(member, &group.config);
         }
         group.members.remove(&member);
+        self.settle_group(group_id);
     }
 }
 
@@ -391,9 +567,13 @@ impl Topic {
             .map_or(0, |log| log.len() as i64)
     }
 
-    fn record(&self, partition: i32, offset: i64, delivery_count: u16) -> Option<ConsumerRecord> {
+    fn stored(&self, partition: i32, offset: i64) -> Option<&StoredRecord> {
         let log = self.partitions.get(usize::try_from(partition).ok()?)?;
-        let stored = log.get(usize::try_from(offset).ok()?)?;
+        log.get(usize::try_from(offset).ok()?)
+    }
+
+    fn record(&self, partition: i32, offset: i64, delivery_count: u16) -> Option<ConsumerRecord> {
+        let stored = self.stored(partition, offset)?;
         // Built in place: the builder methods would move the whole record once per field.
         Some(ConsumerRecord::from_parts(RecordParts {
             topic: Arc::clone(&self.name),
@@ -517,6 +697,57 @@ impl EmbeddedBroker {
         Ok(EmbeddedDeadLetterQueue::new(self.clone(), topic))
     }
 
+    /// While `hold` is true, records that enter [`RecordState::Archiving`] stay there instead
+    /// of being written to their group's dead-letter topic at once, as they would while a
+    /// Kafka broker's write to the queue is slow or retried: they are not delivered again,
+    /// and the share-partition start offset does not pass them. `false` writes (and archives)
+    /// every record held so far. See [`GroupConfig::dead_letter_queue`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord, RecordState};
+    /// use kafka_share_sink::{AcknowledgeType, ShareConsumer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.create_topic("dlq.orders", 1)?;
+    /// broker.set_group_config(
+    ///     "sink",
+    ///     GroupConfig::new()
+    ///         .auto_offset_reset(AutoOffsetReset::Earliest)
+    ///         .dead_letter_queue("dlq.orders", true),
+    /// )?;
+    /// broker.produce("orders", ProduceRecord::new().value("poison"))?;
+    /// let mut consumer = broker.share_consumer("sink");
+    /// consumer.subscribe(vec!["orders".into()]).await?;
+    /// let records = consumer.poll(Duration::from_secs(1)).await?;
+    ///
+    /// broker.hold_dead_letter_writes(true);
+    /// consumer.acknowledge(&records[0], AcknowledgeType::Reject)?;
+    /// consumer.commit_sync(Duration::from_secs(1)).await?;
+    /// let state = |b: &EmbeddedBroker| b.record_state("sink", "orders", 0, 0).unwrap().state();
+    /// assert_eq!(state(&broker), RecordState::Archiving);
+    /// assert!(broker.read_log("dlq.orders", 0)?.is_empty());
+    ///
+    /// broker.hold_dead_letter_writes(false);
+    /// assert_eq!(state(&broker), RecordState::Archived);
+    /// assert_eq!(broker.read_log("dlq.orders", 0)?[0].value().unwrap(), "poison");
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_dead_letter_writes(&self, hold: bool) {
+        let mut state = self.shared.lock();
+        state.dead_letter_writes_held = hold;
+        if !hold {
+            let groups: Vec<String> = state.groups.keys().cloned().collect();
+            for group in groups {
+                state.settle_group(&group);
+            }
+        }
+        drop(state);
+        self.shared.changed.notify_waiters();
+    }
+
     /// Every record of a partition's log, in offset order, as written: key, value, headers
     /// (order, repeated keys and null values kept) and timestamp (create time). The delivery
     /// count is 1: the log itself knows of no deliveries.
@@ -603,13 +834,12 @@ impl EmbeddedBroker {
     ) -> Option<RecordView> {
         let now = Instant::now();
         let mut state = self.shared.lock();
-        let log_end = state.topics.get(topic)?.end_offset(partition);
-        let group = state.groups.get_mut(group_id)?;
-        let config = group.config.clone();
-        let share = group.partitions.get_mut(&(Arc::from(topic), partition))?;
-        if share.expire(now, &config) {
+        if state.expire_group(group_id, now) {
             self.shared.changed.notify_waiters();
         }
+        let log_end = state.topics.get(topic)?.end_offset(partition);
+        let group = state.groups.get_mut(group_id)?;
+        let share = group.partitions.get_mut(&(Arc::from(topic), partition))?;
         if offset < share.base_offset() || offset >= log_end {
             return None;
         }
@@ -639,10 +869,11 @@ impl EmbeddedBroker {
     ) -> Option<(i64, i64)> {
         let now = Instant::now();
         let mut state = self.shared.lock();
-        let group = state.groups.get_mut(group_id)?;
-        let config = group.config.clone();
-        let share = group.partitions.get_mut(&(Arc::from(topic), partition))?;
-        share.expire(now, &config);
+        if state.expire_group(group_id, now) {
+            self.shared.changed.notify_waiters();
+        }
+        let group = state.groups.get(group_id)?;
+        let share = group.partitions.get(&(Arc::from(topic), partition))?;
         Some((share.start_offset(), share.end_offset()))
     }
 
@@ -650,13 +881,15 @@ impl EmbeddedBroker {
     pub fn state_counts(&self, group_id: &str) -> StateCounts {
         let now = Instant::now();
         let mut guard = self.shared.lock();
-        let State { topics, groups, .. } = &mut *guard;
+        if guard.expire_group(group_id, now) {
+            self.shared.changed.notify_waiters();
+        }
+        let State { topics, groups, .. } = &*guard;
         let mut counts = StateCounts::default();
-        let Some(group) = groups.get_mut(group_id) else {
+        let Some(group) = groups.get(group_id) else {
             return counts;
         };
-        for ((topic, partition), share) in &mut group.partitions {
-            share.expire(now, &group.config);
+        for ((topic, partition), share) in &group.partitions {
             let log_end = topics.get(topic).map_or(0, |t| t.end_offset(*partition));
             for offset in share.base_offset()..share.end_offset() {
                 if let Some(slot) = share.slot(offset) {
@@ -664,6 +897,7 @@ impl EmbeddedBroker {
                         RecordState::Available => counts.available += 1,
                         RecordState::Acquired => counts.acquired += 1,
                         RecordState::Acknowledged => counts.acknowledged += 1,
+                        RecordState::Archiving => counts.archiving += 1,
                         RecordState::Archived => counts.archived += 1,
                     }
                 }

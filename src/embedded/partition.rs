@@ -18,7 +18,7 @@ use crate::time::deadline_after;
 /// Member numbers inside the embedded broker.
 pub(crate) type MemberKey = u64;
 
-/// The state of a record for a share group (KIP-932).
+/// The state of a record for a share group (KIP-932, with ARCHIVING from KIP-1191).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RecordState {
@@ -28,7 +28,14 @@ pub enum RecordState {
     Acquired,
     /// Accepted: done for this group.
     Acknowledged,
-    /// Rejected, or released or timed out at the delivery-count limit: never delivered again.
+    /// On its way to the group's dead-letter topic (KIP-1191): rejected, or released or timed
+    /// out at the delivery-count limit, in a group with a dead-letter queue
+    /// ([`GroupConfig::dead_letter_queue`](super::GroupConfig::dead_letter_queue)). Never
+    /// delivered again, and archived once written; not terminal until then, so the
+    /// share-partition start offset waits for it.
+    Archiving,
+    /// Rejected, or released or timed out at the delivery-count limit (and, in a group with a
+    /// dead-letter queue, written there): never delivered again.
     Archived,
 }
 
@@ -37,6 +44,34 @@ impl RecordState {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Acknowledged | Self::Archived)
     }
+}
+
+/// Why a record goes to the group's dead-letter topic, with the message Kafka 4.4 writes in
+/// its `__dlq.errors.message` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeadLetterCause {
+    /// Released, or its lock expired, at the delivery-count limit.
+    DeliveryCountExceeded,
+    /// A consumer REJECTed it.
+    Rejected,
+}
+
+impl DeadLetterCause {
+    /// Kafka's message (`ShareGroupDLQManager.DELIVERY_COUNT_EXCEEDED`, `CLIENT_REJECT`).
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            Self::DeliveryCountExceeded => "Offset delivery count exceeded the threshold.",
+            Self::Rejected => "Offset rejected by client.",
+        }
+    }
+}
+
+/// A record that entered ARCHIVING and waits to be written to the dead-letter topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeadLetter {
+    pub(crate) offset: i64,
+    pub(crate) delivery_count: u16,
+    pub(crate) cause: DeadLetterCause,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,16 +83,22 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// Ends a delivery attempt that was not accepted: available again, or archived once the
-    /// delivery count has reached the limit.
-    fn release(&mut self, limit: u16) {
-        self.state = if self.delivery_count >= limit {
+    /// Ends a delivery attempt that was not accepted: available again, or, once the delivery
+    /// count has reached the limit, archived (ARCHIVING first when the group has a
+    /// dead-letter queue). Returns true when it enters ARCHIVING.
+    fn release(&mut self, config: &GroupConfig) -> bool {
+        let exhausted = self.delivery_count >= config.delivery_count_limit;
+        let dead_letter = exhausted && config.dead_letter_queue.is_some();
+        self.state = if dead_letter {
+            RecordState::Archiving
+        } else if exhausted {
             RecordState::Archived
         } else {
             RecordState::Available
         };
         self.owner = None;
         self.deadline = None;
+        dead_letter
     }
 }
 
@@ -91,6 +132,8 @@ pub(crate) struct SharePartition {
     terminal: Vec<TerminalRun>,
     /// No lock expires before this instant.
     next_deadline: Option<Instant>,
+    /// Records that entered ARCHIVING and are not written to the dead-letter topic yet.
+    dead_letters: Vec<DeadLetter>,
 }
 
 impl SharePartition {
@@ -102,7 +145,40 @@ impl SharePartition {
             slots: VecDeque::new(),
             terminal: Vec::new(),
             next_deadline: None,
+            dead_letters: Vec::new(),
         }
+    }
+
+    /// Ends the attempt of the slot at `index` that was not accepted (see [`Slot::release`]),
+    /// queueing a dead letter when it enters ARCHIVING.
+    fn release_slot(&mut self, index: usize, config: &GroupConfig) {
+        let offset = self.start + index as i64;
+        let slot = &mut self.slots[index];
+        if slot.release(config) {
+            self.dead_letters.push(DeadLetter {
+                offset,
+                delivery_count: slot.delivery_count,
+                cause: DeadLetterCause::DeliveryCountExceeded,
+            });
+        }
+    }
+
+    /// Takes the records that entered ARCHIVING since the last call, to write them to the
+    /// dead-letter topic and then [`archive`](Self::archive) them.
+    pub(crate) fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
+    }
+
+    /// ARCHIVING → ARCHIVED once the record is written (or could not be: Kafka archives it
+    /// all the same).
+    pub(crate) fn archive(&mut self, offset: i64) {
+        if let Some(i) = self.index(offset) {
+            let slot = &mut self.slots[i];
+            if slot.state == RecordState::Archiving {
+                slot.state = RecordState::Archived;
+            }
+        }
+        self.advance_start();
     }
 
     pub(crate) fn start_offset(&self) -> i64 {
@@ -155,13 +231,14 @@ impl SharePartition {
         }
         let mut changed = false;
         let mut next: Option<Instant> = None;
-        for slot in &mut self.slots {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
             if slot.state != RecordState::Acquired {
                 continue;
             }
             match slot.deadline {
                 Some(d) if d <= now => {
-                    slot.release(config.delivery_count_limit);
+                    self.release_slot(i, config);
                     changed = true;
                 }
                 Some(d) => next = Some(next.map_or(d, |n: Instant| n.min(d))),
@@ -308,6 +385,10 @@ impl SharePartition {
             let Some(i) = self.index(offset) else {
                 continue;
             };
+            if ack == AcknowledgeType::Release {
+                self.release_slot(i, config);
+                continue;
+            }
             let slot = &mut self.slots[i];
             match ack {
                 AcknowledgeType::Accept => {
@@ -315,15 +396,25 @@ impl SharePartition {
                     slot.owner = None;
                     slot.deadline = None;
                 }
-                AcknowledgeType::Release => slot.release(config.delivery_count_limit),
                 AcknowledgeType::Reject => {
-                    slot.state = RecordState::Archived;
+                    // With a dead-letter queue a 4.4 broker writes rejected records there too.
+                    slot.state = if config.dead_letter_queue.is_some() {
+                        self.dead_letters.push(DeadLetter {
+                            offset,
+                            delivery_count: slot.delivery_count,
+                            cause: DeadLetterCause::Rejected,
+                        });
+                        RecordState::Archiving
+                    } else {
+                        RecordState::Archived
+                    };
                     slot.owner = None;
                     slot.deadline = None;
                 }
                 AcknowledgeType::Renew => {
                     slot.deadline = Some(deadline);
                 }
+                AcknowledgeType::Release => {} // released above
             }
         }
         self.advance_start();
@@ -333,9 +424,10 @@ impl SharePartition {
     /// Releases every record `member` holds (session close). Returns true if any did.
     pub(crate) fn release_member(&mut self, member: MemberKey, config: &GroupConfig) -> bool {
         let mut changed = false;
-        for slot in &mut self.slots {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
             if slot.state == RecordState::Acquired && slot.owner == Some(member) {
-                slot.release(config.delivery_count_limit);
+                self.release_slot(i, config);
                 changed = true;
             }
         }
@@ -453,5 +545,67 @@ mod tests {
         }
         assert_eq!(p.slot(0).unwrap().state, RecordState::Archived);
         assert!(acquire(&mut p, 1, now, 1, 1).is_empty());
+        assert!(p.take_dead_letters().is_empty(), "no dead-letter queue");
+    }
+
+    #[test]
+    fn with_a_dead_letter_queue_the_limit_and_reject_go_through_archiving() {
+        let config = config().dead_letter_queue("dlq.orders", false);
+        let mut now = Instant::now();
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        // Offset 0 times out on all three deliveries; offset 1 is rejected on its first.
+        p.acquire(1, now, 2, 2, &config, &mut out);
+        p.acknowledge(1, &[(1, AcknowledgeType::Reject)], now, &config)
+            .unwrap();
+        for _ in 0..3 {
+            now += Duration::from_secs(10);
+            p.expire(now, &config);
+            out.clear();
+            p.acquire(1, now, 2, 2, &config, &mut out);
+        }
+        assert!(out.is_empty(), "neither is delivered again");
+        let state = |p: &SharePartition, o| p.slot(o).map(|s| (s.state, s.delivery_count));
+        assert_eq!(state(&p, 0), Some((RecordState::Archiving, 3)));
+        assert_eq!(state(&p, 1), Some((RecordState::Archiving, 1)));
+        assert_eq!(p.start_offset(), 0, "ARCHIVING is not terminal");
+        let letters = p.take_dead_letters();
+        assert_eq!(
+            letters,
+            [
+                DeadLetter {
+                    offset: 1,
+                    delivery_count: 1,
+                    cause: DeadLetterCause::Rejected
+                },
+                DeadLetter {
+                    offset: 0,
+                    delivery_count: 3,
+                    cause: DeadLetterCause::DeliveryCountExceeded
+                },
+            ]
+        );
+        assert!(p.take_dead_letters().is_empty(), "taken once");
+        p.archive(0);
+        assert_eq!(state(&p, 0), Some((RecordState::Archived, 3)));
+        assert_eq!(p.start_offset(), 1);
+        p.archive(1);
+        assert_eq!(p.start_offset(), 2);
+        assert_eq!(state(&p, 1), Some((RecordState::Archived, 1)));
+    }
+
+    #[test]
+    fn a_member_leaving_at_the_limit_queues_a_dead_letter() {
+        let config = config().dead_letter_queue("dlq.orders", false);
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.clear();
+            p.acquire(7, now, 1, 1, &config, &mut out);
+            assert!(p.release_member(7, &config));
+        }
+        assert_eq!(p.slot(0).map(|s| s.state), Some(RecordState::Archiving));
+        assert_eq!(p.take_dead_letters().len(), 1);
     }
 }

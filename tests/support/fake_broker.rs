@@ -21,7 +21,13 @@
 //!   a leave (epoch -1) with epoch -1.
 //! - **CreateTopics**, **DeleteTopics**: change the topics (TOPIC_ALREADY_EXISTS,
 //!   UNKNOWN_TOPIC_OR_PARTITION as a broker would). **IncrementalAlterConfigs**: success for
-//!   each resource.
+//!   each resource, and its SET and DELETE operations change the configs of the resource.
+//! - **DescribeConfigs** (v1–v4, *not advertised by default*: call
+//!   [`FakeBroker::describe_configs`]): the configs of each resource, as IncrementalAlterConfigs
+//!   and [`FakeBroker::set_config`] left them (only the keys asked for, when the request names
+//!   keys), with source GROUP_CONFIG, TOPIC_CONFIG or STATIC_BROKER_CONFIG; an unknown topic is
+//!   UNKNOWN_TOPIC_OR_PARTITION and a broker other than this node INVALID_REQUEST, as a real
+//!   broker answers. A topic made by CreateTopics keeps the configs it was created with.
 //! - **ShareFetch**: holds the request for its `MaxWaitMs` (at most 5 s), then answers every
 //!   requested partition with no records and no error. **ShareAcknowledge**: no error for
 //!   every partition.
@@ -55,6 +61,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::metadata_response::{
@@ -63,9 +72,10 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
-    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, ShareAcknowledgeRequest,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, MetadataRequest,
+    MetadataResponse, RequestHeader, ResponseHeader, ShareAcknowledgeRequest,
     ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse, TopicName, share_acknowledge_response, share_fetch_response,
 };
@@ -94,6 +104,17 @@ pub(crate) const LOCK_TIMEOUT_MS: i32 = 30_000;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 const INVALID_PARTITIONS: i16 = 37;
+const INVALID_REQUEST: i16 = 42;
+
+/// Config resource types (DescribeConfigs, IncrementalAlterConfigs).
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
+pub(crate) const RESOURCE_BROKER: i8 = 4;
+pub(crate) const RESOURCE_GROUP: i8 = 32;
+
+/// DescribeConfigs config sources.
+const SOURCE_TOPIC_CONFIG: i8 = 1;
+const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
+const SOURCE_GROUP_CONFIG: i8 = 8;
 
 /// What the fake broker does with one request.
 pub(crate) enum Reply {
@@ -296,6 +317,8 @@ struct State {
     apis: BTreeMap<i16, (i16, i16)>,
     features: BTreeMap<String, i16>,
     topics: BTreeMap<String, Topic>,
+    /// Configs by (resource type, resource name).
+    configs: BTreeMap<(i8, String), BTreeMap<String, String>>,
     members: HashMap<String, Member>,
     heartbeat_interval: Duration,
     scripts: HashMap<i16, Script>,
@@ -380,6 +403,7 @@ impl FakeBroker {
                 apis,
                 features,
                 topics: BTreeMap::new(),
+                configs: BTreeMap::new(),
                 members: HashMap::new(),
                 heartbeat_interval: Duration::from_secs(1),
                 scripts: HashMap::new(),
@@ -417,6 +441,40 @@ impl FakeBroker {
     /// has a default answer or a handler).
     pub(crate) fn advertise(&self, api: ApiKey, min: i16, max: i16) {
         self.inner.lock().apis.insert(api as i16, (min, max));
+    }
+
+    /// Advertises and answers DescribeConfigs (v1–v4), which is off by default so that the
+    /// share consumer's reads of its group's configs leave the other tests' traffic alone.
+    pub(crate) fn describe_configs(&self) {
+        self.advertise(
+            ApiKey::DescribeConfigs,
+            DescribeConfigsRequest::VERSIONS.min,
+            DescribeConfigsRequest::VERSIONS.max,
+        );
+    }
+
+    /// Sets (`Some`) or removes (`None`) config `key` of a resource: `resource_type` is
+    /// [`RESOURCE_GROUP`], [`RESOURCE_TOPIC`] or [`RESOURCE_BROKER`] (name: the node id).
+    pub(crate) fn set_config(&self, resource_type: i8, name: &str, key: &str, value: Option<&str>) {
+        let mut state = self.inner.lock();
+        let configs = state
+            .configs
+            .entry((resource_type, name.to_owned()))
+            .or_default();
+        match value {
+            Some(value) => configs.insert(key.to_owned(), value.to_owned()),
+            None => configs.remove(key),
+        };
+    }
+
+    /// The configs of a resource, as set so far.
+    pub(crate) fn configs(&self, resource_type: i8, name: &str) -> BTreeMap<String, String> {
+        self.inner
+            .lock()
+            .configs
+            .get(&(resource_type, name.to_owned()))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Stops advertising `api`.
@@ -733,7 +791,13 @@ fn default_answer(inner: &Inner, request: &Request) -> anyhow::Result<Option<(By
             &delete_topics(inner, &request.decode()?, version),
             version,
         )),
-        ApiKey::IncrementalAlterConfigs => now(encode(&alter_configs(&request.decode()?), version)),
+        ApiKey::IncrementalAlterConfigs => {
+            now(encode(&alter_configs(inner, &request.decode()?), version))
+        }
+        ApiKey::DescribeConfigs => now(encode(
+            &describe_configs(inner, &request.decode()?),
+            version,
+        )),
         ApiKey::ShareFetch => {
             let body = request.share_fetch()?;
             let hold = Duration::from_millis(u64::try_from(body.request.max_wait_ms).unwrap_or(0))
@@ -955,6 +1019,14 @@ fn create_topics(inner: &Inner, request: &CreateTopicsRequest) -> CreateTopicsRe
             }
             let id = Uuid::new_v4();
             if !request.validate_only {
+                let configs = topic
+                    .configs
+                    .iter()
+                    .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+                    .collect();
+                state
+                    .configs
+                    .insert((RESOURCE_TOPIC, name.clone()), configs);
                 state.topics.insert(name, Topic { id, partitions });
             }
             result.with_topic_id(id)
@@ -982,6 +1054,7 @@ fn delete_topics(
         .into_iter()
         .map(|name| {
             let removed = state.topics.remove(name.0.as_str());
+            state.configs.remove(&(RESOURCE_TOPIC, name.0.to_string()));
             let result = DeletableTopicResult::default().with_name(Some(name));
             match removed {
                 Some(topic) if version >= 6 => result.with_topic_id(topic.id),
@@ -993,18 +1066,89 @@ fn delete_topics(
     DeleteTopicsResponse::default().with_responses(results)
 }
 
-fn alter_configs(request: &IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+fn alter_configs(
+    inner: &Inner,
+    request: &IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut state = inner.lock();
     IncrementalAlterConfigsResponse::default().with_responses(
         request
             .resources
             .iter()
             .map(|r| {
+                if !request.validate_only {
+                    let configs = state
+                        .configs
+                        .entry((r.resource_type, r.resource_name.to_string()))
+                        .or_default();
+                    for config in &r.configs {
+                        let name = config.name.to_string();
+                        // 0 SET, 1 DELETE (APPEND and SUBTRACT are for lists: left alone).
+                        match (config.config_operation, &config.value) {
+                            (0, Some(value)) => {
+                                configs.insert(name, value.to_string());
+                            }
+                            (1, _) => {
+                                configs.remove(&name);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
                 AlterConfigsResourceResponse::default()
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name.clone())
             })
             .collect(),
     )
+}
+
+fn describe_configs(inner: &Inner, request: &DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let state = inner.lock();
+    let results = request
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            let source = match r.resource_type {
+                RESOURCE_TOPIC if !state.topics.contains_key(&name) => {
+                    return result.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                }
+                RESOURCE_BROKER if name != NODE_ID.to_string() => {
+                    return result
+                        .with_error_code(INVALID_REQUEST)
+                        .with_error_message(Some(str_bytes(&format!(
+                            "Unexpected broker id, expected {NODE_ID} or empty string, but received {name}"
+                        ))));
+                }
+                RESOURCE_TOPIC => SOURCE_TOPIC_CONFIG,
+                RESOURCE_BROKER => SOURCE_STATIC_BROKER_CONFIG,
+                _ => SOURCE_GROUP_CONFIG,
+            };
+            let configs = state
+                .configs
+                .get(&(r.resource_type, name))
+                .into_iter()
+                .flatten()
+                .filter(|(key, _)| {
+                    r.configuration_keys
+                        .as_ref()
+                        .is_none_or(|keys| keys.iter().any(|k| k.as_str() == key.as_str()))
+                })
+                .map(|(key, value)| {
+                    DescribeConfigsResourceResult::default()
+                        .with_name(str_bytes(key))
+                        .with_value(Some(str_bytes(value)))
+                        .with_config_source(source)
+                })
+                .collect();
+            result.with_configs(configs)
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
 }
 
 fn share_fetch(inner: &Inner, request: &ShareFetchRequest) -> ShareFetchResponse {

@@ -4,7 +4,7 @@
 //! - `builder`: [`KafkaAdminBuilder`], the settings and the connect.
 //! - `error`: [`AdminError`], and the failure the parts of a call share before it is named.
 //! - `topics`: creating and deleting topics, topic ids.
-//! - `configs`: share-group configs.
+//! - `configs`: share-group configs, and a share group's dead-letter queue.
 //! - `metadata`: the Metadata request, partition placements, and waiting for a change to show.
 //! - `leaders`: moving a partition's leader.
 //!
@@ -29,6 +29,7 @@ use tokio::sync::Mutex;
 use tracing::debug;
 
 pub use self::builder::KafkaAdminBuilder;
+pub use self::configs::ShareGroupConfigs;
 pub use self::error::AdminError;
 pub(crate) use self::error::Failure;
 pub use self::metadata::PartitionPlacement;
@@ -36,8 +37,9 @@ use crate::consumer::ConsumerError;
 use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// An admin client for a Kafka cluster: create and delete topics, set share-group configs,
-/// resolve topic ids, see where partitions live and move a partition's leader.
+/// An admin client for a Kafka cluster: create and delete topics, set and read share-group
+/// configs, give a share group a dead-letter queue, resolve topic ids, see where partitions
+/// live and move a partition's leader.
 ///
 /// It keeps one connection to a bootstrap broker and sends everything there: in KRaft mode
 /// brokers forward CreateTopics, DeleteTopics, IncrementalAlterConfigs,

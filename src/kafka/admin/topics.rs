@@ -3,21 +3,27 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
     DeleteTopicsResponse, MetadataRequest,
 };
-use kafka_protocol::protocol::{Message, VersionRange};
+use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 
 use super::{
     AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name, with_topic,
 };
+use crate::kafka::consumer::group_configs::DLQ_GROUP_ENABLE;
 use crate::kafka::errors::{api_name, check};
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// The topic config of the timestamp a topic keeps.
+const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
 
 /// How long [`KafkaAdmin::create_topic`] and [`KafkaAdmin::delete_topic`] wait for the metadata
 /// to show the change.
@@ -72,6 +78,53 @@ impl KafkaAdmin {
             .with_num_partitions(partitions)
             .with_replication_factor(replication_factor);
         self.run(self.create(name, topic, partitions)).await
+    }
+
+    /// Creates a topic for a share group's dead-letter queue of the broker's own (KIP-1191,
+    /// Kafka 4.4), and waits (up to 30 s) until the metadata shows all its partitions with a
+    /// leader: a topic with the topic config `errors.deadletterqueue.group.enable=true`,
+    /// without which a broker refuses to write a share group's dead-letter records to it, and
+    /// `message.timestamp.type=CreateTime`, which keeps the time the broker gives each record
+    /// (when it wrote it to the queue), as on a topic the broker creates itself.
+    ///
+    /// Give `name` the cluster's `errors.deadletterqueue.topic.name.prefix` (default `dlq.`):
+    /// the broker writes to no dead-letter topic without it, though it creates the topic.
+    /// The broker writes a record whose source partition is `p` to partition
+    /// `p % partitions`. Then point a group at it with
+    /// [`Self::set_share_group_dead_letter_queue`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::create_topic`]; `INVALID_CONFIG` from a broker before 4.4, which does not
+    /// know the topic config.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::create_topic`].
+    pub async fn create_dead_letter_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> Result<(), AdminError> {
+        let config = |name: &str, value: &str| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(name.to_owned()))
+                .with_value(Some(StrBytes::from_string(value.to_owned())))
+        };
+        let topic = CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor)
+            .with_configs(vec![
+                config(DLQ_GROUP_ENABLE, "true"),
+                config(MESSAGE_TIMESTAMP_TYPE, "CreateTime"),
+            ]);
+        self.call(
+            "create_dead_letter_topic",
+            self.create(name, topic, partitions),
+        )
+        .await
     }
 
     /// Creates a topic whose partition `i` lives on the brokers `replicas[i]`, the first of

@@ -28,6 +28,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) prefetch_records: usize,
+    pub(crate) group_config_refresh: Duration,
 }
 
 impl KafkaShareConsumerConfig {
@@ -46,6 +47,7 @@ impl KafkaShareConsumerConfig {
             connect_timeout: Duration::from_secs(10),
             acknowledgement_mode: AcknowledgementMode::Explicit,
             prefetch_records: 0,
+            group_config_refresh: Duration::from_secs(300),
         }
     }
 
@@ -114,6 +116,16 @@ impl KafkaShareConsumerConfig {
     /// fetch with the application's processing.
     pub fn prefetch_records(mut self, records: usize) -> Self {
         self.prefetch_records = records;
+        self
+    }
+
+    /// How often the share group's delivery-count limit and dead-letter queue are read again
+    /// (default 5 minutes, Java's `metadata.max.age.ms`), so that a change an operator makes
+    /// is seen while the consumer runs; at least 100 ms. They are read first by
+    /// [`connect`](super::KafkaShareConsumer::connect) (see
+    /// [`ShareConsumer::delivery_count_limit`](crate::ShareConsumer::delivery_count_limit)).
+    pub fn group_config_refresh(mut self, interval: Duration) -> Self {
+        self.group_config_refresh = interval;
         self
     }
 

@@ -7,6 +7,7 @@
 //! partition leaders and every acknowledgement once handed over.
 
 pub(crate) mod config;
+pub(crate) mod group_configs;
 pub(crate) mod membership;
 
 use std::collections::BTreeSet;
@@ -20,11 +21,12 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use self::config::KafkaShareConsumerConfig;
+use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
-    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, GroupMetadata,
-    PendingCommit, ShareConsumer,
+    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
+    GroupMetadata, PendingCommit, ShareConsumer,
 };
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -98,6 +100,8 @@ pub struct KafkaShareConsumer {
     config: KafkaShareConsumerConfig,
     membership: Membership,
     engine: EngineHandle,
+    /// The group's delivery-count limit and dead-letter queue, read again in the background.
+    group_configs: GroupConfigWatch,
     news: watch::Receiver<u64>,
     subscription: Vec<String>,
     batch: InFlightBatch,
@@ -117,9 +121,12 @@ pub struct KafkaShareConsumer {
 }
 
 impl KafkaShareConsumer {
-    /// Connects to the cluster and checks that it speaks the share-group protocol. The group
-    /// is joined on [`subscribe`](ShareConsumer::subscribe). Starts the fetch engine task,
-    /// so it needs a tokio runtime.
+    /// Connects to the cluster and checks that it speaks the share-group protocol, then reads
+    /// the group's delivery-count limit and dead-letter queue (see
+    /// [`delivery_count_limit`](ShareConsumer::delivery_count_limit)), which takes at most
+    /// the request timeout and never fails the call. The group is joined on
+    /// [`subscribe`](ShareConsumer::subscribe). Starts the fetch engine task and the task that
+    /// reads the group's configs again, so it needs a tokio runtime.
     ///
     /// # Cancel safety
     ///
@@ -166,6 +173,17 @@ impl KafkaShareConsumer {
         let renew_supported = first
             .api_range(ApiKey::ShareAcknowledge)
             .is_some_and(|(_, max)| max >= 2);
+        // Bounded by the request timeout; what cannot be read stays unknown.
+        let group_configs = GroupConfigWatch::start(
+            Source {
+                servers: config.bootstrap.clone(),
+                config: connection_config,
+                group_id: config.group_id.clone(),
+            },
+            config.group_config_refresh,
+            config.request_timeout,
+        )
+        .await;
         let membership = Membership::new(&config.group_id, Arc::clone(&bootstrap));
         let engine = EngineHandle::spawn(
             EngineConfig {
@@ -186,6 +204,7 @@ impl KafkaShareConsumer {
             config,
             membership,
             engine,
+            group_configs,
             news,
             subscription: Vec::new(),
             batch: InFlightBatch::default(),
@@ -471,6 +490,7 @@ impl ShareConsumer for KafkaShareConsumer {
             return Ok(());
         }
         self.closed = true;
+        self.group_configs.stop();
         self.hand_over_acks(false)?;
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
@@ -491,6 +511,30 @@ impl ShareConsumer for KafkaShareConsumer {
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
         self.engine.mailbox.lock().lock_timeout
+    }
+
+    /// The group's `share.delivery.count.limit` (Kafka 4.3+; a 4.4 broker answers with its
+    /// own `group.share.delivery.count.limit` when the group sets none), else a broker's
+    /// `group.share.delivery.count.limit` (4.1, 4.2), else
+    /// [`DEFAULT_DELIVERY_COUNT_LIMIT`](crate::DEFAULT_DELIVERY_COUNT_LIMIT). Read with
+    /// DescribeConfigs at [`connect`](Self::connect) and again every
+    /// [`group_config_refresh`](KafkaShareConsumerConfig::group_config_refresh); `None` until
+    /// a read succeeds (no permission to describe the group, an older broker, a timeout). A
+    /// failed read later keeps the last value read.
+    fn delivery_count_limit(&self) -> Option<u16> {
+        self.group_configs.delivery_count_limit()
+    }
+
+    /// The group's `errors.deadletterqueue.topic.name` and
+    /// `errors.deadletterqueue.copy.record.enable` (Kafka 4.4), read like
+    /// [`delivery_count_limit`](ShareConsumer::delivery_count_limit).
+    /// [`BrokerDeadLetterQueue::None`] when the group names no topic, and also when it names
+    /// one the broker will not write to (`share.version` below 2, a topic without
+    /// `errors.deadletterqueue.group.enable=true`, a missing topic the cluster does not create,
+    /// a name without the cluster's `errors.deadletterqueue.topic.name.prefix`), which is
+    /// logged as a warning with the reason.
+    fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
+        self.group_configs.dead_letter_queue()
     }
 
     fn group_metadata(&self) -> GroupMetadata {
