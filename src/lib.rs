@@ -50,6 +50,10 @@ pub use crate::driver::{
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::{AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement};
+pub use crate::kafka::security::{
+    OAuthToken, ParseSecurityProtocolError, SaslSettings, Secret, Security, SecurityProtocol,
+    TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
+};
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
 
 /// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
@@ -28,6 +29,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) prefetch_records: usize,
+    pub(crate) security: Security,
 }
 
 impl KafkaShareConsumerConfig {
@@ -46,6 +48,7 @@ impl KafkaShareConsumerConfig {
             connect_timeout: Duration::from_secs(10),
             acknowledgement_mode: AcknowledgementMode::Explicit,
             prefetch_records: 0,
+            security: Security::plaintext(),
         }
     }
 
@@ -114,6 +117,24 @@ impl KafkaShareConsumerConfig {
     /// fetch with the application's processing.
     pub fn prefetch_records(mut self, records: usize) -> Self {
         self.prefetch_records = records;
+        self
+    }
+
+    /// `security.protocol` with its TLS and SASL settings (default `PLAINTEXT`), for every
+    /// connection of the consumer: bootstrap, group coordinator and partition leaders.
+    ///
+    /// ```
+    /// use kafka_share_sink::{KafkaShareConsumerConfig, SaslSettings, Security, TlsSettings};
+    /// let config = KafkaShareConsumerConfig::new("broker1:9096", "orders-sink").security(
+    ///     Security::sasl_ssl(
+    ///         SaslSettings::scram_sha512("alice", "alice-secret"),
+    ///         TlsSettings::ca_pem_file("/etc/kafka/ca.pem"),
+    ///     ),
+    /// );
+    /// assert!(!format!("{config:?}").contains("alice-secret"));
+    /// ```
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
         self
     }
 
