@@ -566,3 +566,208 @@ async fn a_token_provider_that_starts_failing_reaches_poll() {
     };
     assert_authentication(&error, &["OAUTHBEARER", "identity provider is down"]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Re-authentication (KIP-368) and secrets in logs
+// ---------------------------------------------------------------------------------------
+
+/// Unsecured tokens, remembering each one handed out.
+#[derive(Debug, Default)]
+struct RecordingTokens {
+    issued: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl TokenProvider for RecordingTokens {
+    async fn token(&self) -> Result<OAuthToken, BoxError> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+        let claims = format!(r#"{{"sub":"alice","iat":{now},"exp":{}}}"#, now + 60);
+        let token = format!(
+            "{}.{}.",
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#),
+            URL_SAFE_NO_PAD.encode(claims)
+        );
+        self.issued.lock().unwrap().push(token.clone());
+        Ok(OAuthToken::new(token))
+    }
+}
+
+/// Consumes from the REAUTH listener (5 s sessions) for about 16 s while records keep
+/// arriving, under a tracing subscriber that keeps every event at every level. Returns the
+/// captured log lines. Asserts that every record arrived exactly once, that every poll and
+/// commit succeeded, and that the connections authenticated again at least twice.
+fn consume_across_sessions(test: &str, sasl: SaslSettings) -> Option<Vec<String>> {
+    let addr = listener(test, "KAFKA_REAUTH_BOOTSTRAP")?;
+    let plaintext = support::bootstrap(test)?;
+    let test = test.to_owned();
+    let ((), lines) = support::captured(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let (topic, group) = topic_with_records(&test, 10).await;
+            let client = ClientBuilder::new(vec![plaintext])
+                .build()
+                .await
+                .expect("rskafka");
+            let partition = client
+                .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
+                .await
+                .expect("partition");
+            let mut consumer = KafkaShareConsumer::connect(
+                KafkaShareConsumerConfig::new(&addr, &group)
+                    .fetch_max_wait(Duration::from_millis(200))
+                    .security(Security::sasl_plaintext(sasl)),
+            )
+            .await
+            .expect("connect");
+            consumer.subscribe(vec![topic]).await.expect("subscribe");
+            let mut offsets = Vec::new();
+            let start = Instant::now();
+            let mut produced = 10;
+            while start.elapsed() < Duration::from_secs(16) {
+                if start.elapsed() > Duration::from_secs(2 * (produced / 10 - 1) as u64) {
+                    let batch = (0..10)
+                        .map(|i| Record {
+                            key: Some(format!("late-{produced}-{i}").into_bytes()),
+                            value: None,
+                            headers: BTreeMap::new(),
+                            timestamp: chrono::Utc::now(),
+                        })
+                        .collect();
+                    partition
+                        .produce(batch, Compression::NoCompression)
+                        .await
+                        .expect("produce");
+                    produced += 10;
+                }
+                let records = consumer
+                    .poll(Duration::from_millis(300))
+                    .await
+                    .expect("no poll fails across re-authentications");
+                for r in &records {
+                    consumer
+                        .acknowledge(r, AcknowledgeType::Accept)
+                        .expect("acknowledge");
+                    offsets.push(r.offset());
+                }
+                let results = consumer
+                    .commit_sync(Duration::from_secs(10))
+                    .await
+                    .expect("commit");
+                assert!(
+                    results.failures().next().is_none(),
+                    "an acknowledgement was lost: {results:?}"
+                );
+            }
+            // The rest, then nothing more: accepted records never come back.
+            offsets.extend(
+                drain(&mut consumer, produced - offsets.len())
+                    .await
+                    .iter()
+                    .map(|r| r.offset()),
+            );
+            let extra = consumer.poll(Duration::from_secs(1)).await.expect("poll");
+            assert!(extra.is_empty(), "delivered again: {extra:?}");
+            consumer
+                .close(Duration::from_secs(30))
+                .await
+                .expect("close");
+            offsets.sort_unstable();
+            let expected: Vec<i64> = (0..i64::try_from(produced).unwrap()).collect();
+            assert_eq!(offsets, expected, "every record exactly once");
+        });
+    });
+    let reauths = lines
+        .iter()
+        .filter(|l| l.contains("re-authenticated"))
+        .count();
+    assert!(
+        reauths >= 2,
+        "{reauths} re-authentications in {} lines",
+        lines.len()
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("connection closed")),
+        "a connection was lost: {:?}",
+        lines
+            .iter()
+            .filter(|l| l.contains("connection closed"))
+            .collect::<Vec<_>>()
+    );
+    Some(lines)
+}
+
+#[test]
+fn scram_sessions_are_renewed_without_losing_anything_or_logging_the_password() {
+    let Some(lines) = consume_across_sessions("reauth_scram", scram512()) else {
+        return;
+    };
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("TRACE") || l.starts_with("DEBUG"))
+    );
+    for line in &lines {
+        assert!(!line.contains(PASSWORD), "{line}");
+    }
+}
+
+#[test]
+fn oauth_sessions_are_renewed_with_fresh_tokens_that_are_never_logged() {
+    let tokens = Arc::new(RecordingTokens::default());
+    let Some(lines) =
+        consume_across_sessions("reauth_oauth", SaslSettings::oauthbearer(tokens.clone()))
+    else {
+        return;
+    };
+    let issued = tokens.issued.lock().unwrap().clone();
+    // Each connection's first token and one per re-authentication.
+    assert!(issued.len() >= 4, "{} tokens", issued.len());
+    for token in &issued {
+        let payload = token.split('.').nth(1).unwrap();
+        for line in &lines {
+            assert!(!line.contains(payload), "a token in the logs: {line}");
+        }
+    }
+}
+
+/// A failed login, with everything logged: neither the password nor the JAAS text shows in
+/// the logs, the error, or the settings' Debug.
+#[test]
+fn failed_logins_log_no_secret() {
+    let Some(addr) = listener("redaction", "KAFKA_SASL_PLAINTEXT_BOOTSTRAP") else {
+        return;
+    };
+    let (text, lines) = support::captured(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let props = Properties::parse(&format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"alice\" password=\"{PASSWORD}-wrong\";\n"
+            ))
+            .expect("props");
+            let security = Security::from_properties(&props).expect("security");
+            let config = KafkaShareConsumerConfig::new(&addr, "g").security(security.clone());
+            let error = KafkaShareConsumer::connect(config.clone())
+                .await
+                .expect_err("wrong password");
+            assert_authentication(&error, &["Invalid username or password"]);
+            format!("{error} {error:?} {security:?} {config:?} {props:?}")
+        })
+    });
+    assert!(!text.contains(PASSWORD), "{text}");
+    // ApiVersions, SaslHandshake and SaslAuthenticate went out, and were logged.
+    let requests = lines
+        .iter()
+        .filter(|l| l.contains("request queued"))
+        .count();
+    assert!(requests >= 3, "{lines:?}");
+    for line in &lines {
+        assert!(!line.contains(PASSWORD), "{line}");
+    }
+}

@@ -128,6 +128,30 @@ struct Inner {
     versions: OnceLock<BrokerVersions>,
     /// The reader and writer tasks, stopped on drop.
     tasks: [AbortHandle; 2],
+    /// Re-authentication before the SASL session ends (KIP-368).
+    reauth: Reauth,
+}
+
+/// When and how a SASL connection authenticates again, on the same connection, before the
+/// session lifetime the broker gave runs out (the broker closes a connection that sends
+/// anything but SaslHandshake after that).
+///
+/// The broker answers one request at a time, in order, and refuses other requests between a
+/// SaslHandshake and the last SaslAuthenticate. So the exchange runs in a task holding the
+/// write side of `gate`, and every other request takes the read side around putting its
+/// frame in the writer's queue (not while waiting for its answer): frames queued before the
+/// exchange go out first and are answered normally, later ones wait until it is done. No
+/// request fails and no acknowledgement is lost for it.
+#[derive(Debug)]
+struct Reauth {
+    /// The SASL settings, for a SASL connection.
+    settings: Option<Arc<SaslSettings>>,
+    /// The bound on one exchange (the connect timeout).
+    timeout: Duration,
+    /// When to authenticate again; `None` without a lifetime, or while an exchange runs.
+    due: Mutex<Option<tokio::time::Instant>>,
+    /// Held for reading by requests being queued, for writing by the exchange.
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Drop for Inner {
@@ -445,9 +469,10 @@ impl Connection {
         let connection = Self::start(addr, reader, writer, config, hints);
         connection.handshake(config.connect_timeout).await?;
         if let Some(sasl) = &security.sasl {
-            connection
+            let lifetime = connection
                 .authenticate(sasl, config.connect_timeout)
                 .await?;
+            connection.schedule_reauth(lifetime);
         }
         debug!(broker = addr, "connected");
         Ok(connection)
@@ -539,6 +564,12 @@ impl Connection {
                 request_timeout: config.request_timeout,
                 versions: OnceLock::new(),
                 tasks: [reader.abort_handle(), writer.abort_handle()],
+                reauth: Reauth {
+                    settings: config.security.sasl.clone(),
+                    timeout: config.connect_timeout,
+                    due: Mutex::new(None),
+                    gate: Arc::new(tokio::sync::RwLock::new(())),
+                },
             }),
         }
     }
@@ -601,6 +632,91 @@ impl Connection {
         match tokio::time::timeout(timeout, self.sasl_exchange(settings, timeout)).await {
             Ok(result) => result,
             Err(_) => Err(ConsumerError::Timeout(timeout)),
+        }
+    }
+
+    /// Sets when to authenticate again for a session of `lifetime`: as Java does, at a random
+    /// 85 to 95 % of it, but at least a second before it ends (a request queued behind a
+    /// long-polling fetch reaches the broker later than it was sent) and no sooner than a
+    /// second from now (brokers refuse faster re-authentication).
+    fn schedule_reauth(&self, lifetime: Option<Duration>) {
+        let Some(lifetime) = lifetime else {
+            return;
+        };
+        let mut random = [0u8; 4];
+        let rng = ring::rand::SystemRandom::new();
+        let unit = match ring::rand::SecureRandom::fill(&rng, &mut random) {
+            Ok(()) => f64::from(u32::from_be_bytes(random)) / f64::from(u32::MAX),
+            Err(_) => 0.5,
+        };
+        let mut after = lifetime.mul_f64(0.85 + 0.10 * unit);
+        if let Some(latest) = lifetime.checked_sub(Duration::from_secs(1)) {
+            after = after.min(latest);
+        }
+        let after = after.max(Duration::from_secs(1));
+        debug!(
+            broker = self.broker(),
+            ?lifetime,
+            ?after,
+            "re-authentication scheduled"
+        );
+        let at = crate::time::deadline_after(tokio::time::Instant::now(), after);
+        *self
+            .inner
+            .reauth
+            .due
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    /// Starts the re-authentication when it is due, and returns once its exchange holds the
+    /// gate (so the caller's request waits for it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the exchange runs in a task of its own, which a dropped caller does not
+    /// stop.
+    async fn reauthenticate_if_due(&self) {
+        let reauth = &self.inner.reauth;
+        let Some(settings) = &reauth.settings else {
+            return;
+        };
+        {
+            let mut due = reauth.due.lock().unwrap_or_else(PoisonError::into_inner);
+            match *due {
+                Some(at) if tokio::time::Instant::now() >= at => *due = None,
+                _ => return,
+            }
+        }
+        let (locked, gate_held) = oneshot::channel();
+        let connection = self.clone();
+        let gate = Arc::clone(&reauth.gate);
+        let settings = Arc::clone(settings);
+        tokio::spawn(async move {
+            let _exclusive = gate.write_owned().await;
+            let _ = locked.send(());
+            connection.reauthenticate(&settings).await;
+        });
+        let _ = gate_held.await;
+    }
+
+    /// One re-authentication; a failure closes the connection (the broker closes it too).
+    async fn reauthenticate(&self, settings: &SaslSettings) {
+        let shared = &self.inner.shared;
+        match self.authenticate(settings, self.inner.reauth.timeout).await {
+            Ok(lifetime) => {
+                debug!(broker = self.broker(), "re-authenticated");
+                self.schedule_reauth(lifetime);
+            }
+            Err(ConsumerError::Authentication { reason, .. }) => {
+                shared.close(CloseReason::Authentication(format!(
+                    "re-authentication failed: {reason}"
+                )));
+            }
+            Err(error) => shared.close(CloseReason::Io {
+                kind: io::ErrorKind::Other,
+                message: format!("re-authentication failed: {error}"),
+            }),
         }
     }
 
@@ -889,6 +1005,17 @@ impl Connection {
         if self.is_closed() {
             return Err(shared.closed_error());
         }
+        // The SASL requests are the re-authentication's own; every other request waits while
+        // one runs (see `Reauth`).
+        let gate = if matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+            None
+        } else {
+            self.reauthenticate_if_due().await;
+            Some(self.inner.reauth.gate.read().await)
+        };
+        if self.is_closed() {
+            return Err(shared.closed_error());
+        }
         // Cancel safety: no `.await` between registering and queueing the frame.
         let permit = self
             .inner
@@ -907,6 +1034,7 @@ impl Connection {
         };
         let bytes = head.len() + body.len();
         permit.send(Frame { head, body });
+        drop(gate);
         debug!(bytes, "request queued");
         let frame = response.await.map_err(|_| shared.closed_error())??;
         debug!(bytes = frame.len(), "response received");
@@ -1786,5 +1914,69 @@ mod tests {
             .await
             .expect_err("timeout");
         assert!(matches!(error, ConsumerError::Timeout(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_is_recognised_by_its_alert() {
+        let (addr, _broker) = fake_broker_raw(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+            // What a Kafka TLS listener answers to plaintext bytes: a fatal alert record.
+            stream
+                .write_all(&[0x15, 3, 3, 0, 2, 2, 0x50])
+                .await
+                .expect("write");
+        })
+        .await;
+        let error = Connection::connect(&addr, &ConnectionConfig::default())
+            .await
+            .expect_err("a TLS listener");
+        assert!(
+            matches!(&error, ConsumerError::Config { key, reason } if key == "security.protocol" && reason.contains("expects TLS")),
+            "{error:?}"
+        );
+        assert!(!error.is_retriable());
+        assert!(looks_like_tls(i32::from_be_bytes([0x16, 3, 1, 0])));
+        assert!(!looks_like_tls(1000));
+    }
+
+    #[tokio::test]
+    async fn eof_after_api_versions_hints_at_sasl() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            // A SASL listener hangs up on anything but SaslHandshake.
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let error = metadata(&connection, "t").await.expect_err("EOF");
+        let ConsumerError::Connection { source, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(source.to_string().contains("may require SASL"), "{source}");
+    }
+
+    #[tokio::test]
+    async fn sasl_needs_a_broker_with_sasl_handshake_v1() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let security = crate::kafka::security::SecurityContext::build(
+            &crate::kafka::security::Security::sasl_plaintext(SaslSettings::plain(
+                "alice", "hunter2",
+            )),
+        )
+        .expect("settings");
+        let config = ConnectionConfig {
+            security,
+            ..ConnectionConfig::default()
+        };
+        let error = Connection::connect(&addr, &config)
+            .await
+            .expect_err("no SaslHandshake");
+        assert!(
+            matches!(&error, ConsumerError::Authentication { reason, .. } if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
+            "{error:?}"
+        );
+        assert!(!format!("{error:?}").contains("hunter2"));
     }
 }
