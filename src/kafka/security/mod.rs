@@ -169,10 +169,10 @@ pub(crate) enum ClientIdentity {
 /// ```
 /// use kafka_share_sink::TlsSettings;
 /// // The CA that signed the brokers' certificates, and a client certificate:
-/// let tls = TlsSettings::ca_pem_file("/etc/kafka/ca.pem").client_pem_file("/etc/kafka/client.pem");
+/// let mutual = TlsSettings::ca_pem_file("/etc/kafka/ca.pem").client_pem_file("/etc/kafka/client.pem");
 /// // Or the system's trust store (Mozilla's roots, compiled in, when it is empty):
-/// let tls = TlsSettings::system_roots();
-/// # let _ = tls;
+/// let public = TlsSettings::system_roots();
+/// assert_ne!(mutual, public);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
