@@ -33,6 +33,16 @@
 #                        KAFKA_MULTI_BOOTSTRAP, both the list of all brokers). Internal topics get
 #                        min(N, 3) replicas, so stopping one broker (stop-node) keeps them available.
 #   KAFKA_CLUSTER_HEAP_OPTS  heap of each cluster node (default "-Xms128m -Xmx512m")
+#   KAFKA_SECURITY       1 (default): the single node also gets the TLS/SASL test listeners below, a
+#                        test PKI made with openssl at start (target/kafka/pki) and SCRAM users
+#                        (alice/alice-secret, SHA-256 and SHA-512). 0: PLAINTEXT only.
+#                        `env` then also prints KAFKA_SSL_BOOTSTRAP (TLS), KAFKA_MTLS_BOOTSTRAP (TLS,
+#                        client certificate required), KAFKA_SASL_SSL_BOOTSTRAP and
+#                        KAFKA_SASL_PLAINTEXT_BOOTSTRAP (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER; PLAIN
+#                        users alice/alice-secret and bob/bob-secret), KAFKA_EXPIRED_BOOTSTRAP and
+#                        KAFKA_WRONGHOST_BOOTSTRAP (TLS with an expired / another host's certificate),
+#                        KAFKA_REAUTH_BOOTSTRAP (SASL_PLAINTEXT, PLAIN/SCRAM-SHA-512/OAUTHBEARER, 5 s
+#                        sessions) and KAFKA_PKI_DIR (ca.crt, client.pem, rogue-client.pem, ...).
 #
 # State lives in <repo>/target/kafka/: server.properties, data/, logs/, kafka.pid, bootstrap; the
 # cluster's in <repo>/target/kafka/cluster/: node-ID/{server.properties,data,logs,kafka.pid}, bootstrap.
@@ -60,6 +70,9 @@ BROKER_LOG4J="$STATE_DIR/log4j2-broker.xml"
 TOOLS_LOG4J="$STATE_DIR/log4j2-tools.xml"
 LIB_DIR="$KAFKA_CACHE_DIR/libs"
 CACHE_STAMP="$KAFKA_CACHE_DIR/.complete"
+PKI_DIR="$STATE_DIR/pki"
+SECURITY_ENV_FILE="$STATE_DIR/security.env"
+KAFKA_SECURITY="${KAFKA_SECURITY:-1}"
 
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
@@ -317,9 +330,128 @@ while True:
   fi
 }
 
+# --- test PKI (KAFKA_SECURITY=1) ---------------------------------------------------------------
+# gen_pki DIR: a CA; broker certificates for localhost/127.0.0.1, for another host, and expired
+# (2020-01-01..02); a client certificate (CN=alice); a client certificate from an untrusted CA.
+# PEM only; keys unencrypted. `*.pem` = key + certificate, as Kafka's ssl.keystore.type=PEM reads.
+gen_pki() {
+  need openssl "install OpenSSL, e.g. apt-get install openssl"
+  local dir="$1" days=3650
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days "$days" \
+      -subj "/CN=kafka-share-sink test CA" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" -keyout ca.key -out ca.crt 2>/dev/null
+    # leaf NAME SUBJECT SAN EKU CA_PREFIX
+    leaf() {
+      local name="$1" subj="$2" san="$3" eku="$4" ca="$5"
+      openssl req -newkey rsa:2048 -nodes -sha256 -subj "$subj" -keyout "$name.key" -out "$name.csr" 2>/dev/null
+      {
+        echo "basicConstraints=critical,CA:FALSE"
+        echo "keyUsage=critical,digitalSignature,keyEncipherment"
+        echo "extendedKeyUsage=$eku"
+        if [[ -n "$san" ]]; then echo "subjectAltName=$san"; fi
+      } >"$name.ext"
+      openssl x509 -req -in "$name.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial -sha256 \
+        -days "$days" -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+      cat "$name.key" "$name.crt" >"$name.pem"
+      rm -f "$name.csr" "$name.ext"
+    }
+    leaf broker "/CN=localhost" "DNS:localhost,IP:127.0.0.1" serverAuth ca
+    leaf client "/CN=alice" "" clientAuth ca
+    leaf wronghost "/CN=wrong.invalid" "DNS:wrong.invalid" serverAuth ca
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days "$days" -subj "/CN=rogue CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -keyout rogue-ca.key -out rogue-ca.crt 2>/dev/null
+    leaf rogue-client "/CN=mallory" "" clientAuth rogue-ca
+    # The expired certificate needs `openssl ca`, which can date a certificate in the past.
+    mkdir -p ca-db && : >ca-db/index.txt && echo 1000 >ca-db/serial
+    cat >ca-db/ca.cnf <<'CNF'
+[ ca ]
+default_ca = test_ca
+[ test_ca ]
+database = ca-db/index.txt
+serial = ca-db/serial
+new_certs_dir = ca-db
+certificate = ca.crt
+private_key = ca.key
+default_md = sha256
+policy = anything
+unique_subject = no
+copy_extensions = none
+[ anything ]
+commonName = supplied
+[ expired_ext ]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:localhost,IP:127.0.0.1
+CNF
+    openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=localhost" -keyout expired.key -out expired.csr 2>/dev/null
+    openssl ca -batch -notext -config ca-db/ca.cnf -extensions expired_ext \
+      -startdate 20200101000000Z -enddate 20200102000000Z -in expired.csr -out expired.crt 2>/dev/null
+    cat expired.key expired.crt >expired.pem
+    rm -f expired.csr
+  ) || die "generating the test PKI in $dir failed"
+}
+
+# security_props PKI SSL MTLS SASL_SSL SASL_PLAINTEXT EXPIRED WRONGHOST REAUTH: the listener
+# settings of the TLS/SASL test listeners (PLAINTEXT stays the inter-broker listener).
+security_props() {
+  local pki="$1" p_ssl="$2" p_mtls="$3" p_saslssl="$4" p_saslpt="$5" p_exp="$6" p_wrong="$7" p_reauth="$8"
+  local plain="org.apache.kafka.common.security.plain.PlainLoginModule required"
+  local scram="org.apache.kafka.common.security.scram.ScramLoginModule required;"
+  local oauth='org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";'
+  local l
+  cat <<PROPS
+
+# --- TLS and SASL test listeners (KAFKA_SECURITY=1) ---
+# TLS: PEM key+chain and PEM CA, made by gen_pki at start.
+ssl.keystore.type=PEM
+ssl.keystore.location=$pki/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$pki/ca.crt
+# MTLS requires a client certificate (client.pem authenticates as User:CN=alice).
+listener.name.mtls.ssl.client.auth=required
+# Listeners that serve bad certificates.
+listener.name.expired.ssl.keystore.type=PEM
+listener.name.expired.ssl.keystore.location=$pki/expired.pem
+listener.name.wronghost.ssl.keystore.type=PEM
+listener.name.wronghost.ssl.keystore.location=$pki/wronghost.pem
+PROPS
+  for l in sasl_ssl sasl_plaintext; do
+    cat <<PROPS
+listener.name.$l.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.$l.plain.sasl.jaas.config=$plain user_alice="alice-secret" user_bob="bob-secret";
+listener.name.$l.scram-sha-256.sasl.jaas.config=$scram
+listener.name.$l.scram-sha-512.sasl.jaas.config=$scram
+listener.name.$l.oauthbearer.sasl.jaas.config=$oauth
+PROPS
+  done
+  cat <<PROPS
+# REAUTH: 5 s sessions, so re-authentication (KIP-368) happens within a test.
+listener.name.reauth.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512,OAUTHBEARER
+listener.name.reauth.plain.sasl.jaas.config=$plain user_alice="alice-secret";
+listener.name.reauth.scram-sha-512.sasl.jaas.config=$scram
+listener.name.reauth.oauthbearer.sasl.jaas.config=$oauth
+listener.name.reauth.connections.max.reauth.ms=5000
+PROPS
+}
+
 # --- server.properties ------------------------------------------------------------------------
 write_server_properties() {
   local port="$1" cport="$2"
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+  local advertised="$listeners" protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+  if [[ "$KAFKA_SECURITY" == 1 ]]; then
+    local -a p
+    read -r -a p <<<"$3"
+    # TLS listeners advertise localhost, the name their certificates carry.
+    listeners+=",SSL://127.0.0.1:${p[0]},MTLS://127.0.0.1:${p[1]},SASL_SSL://127.0.0.1:${p[2]},SASL_PLAINTEXT://127.0.0.1:${p[3]},EXPIRED://127.0.0.1:${p[4]},WRONGHOST://127.0.0.1:${p[5]},REAUTH://127.0.0.1:${p[6]}"
+    advertised+=",SSL://localhost:${p[0]},MTLS://localhost:${p[1]},SASL_SSL://localhost:${p[2]},SASL_PLAINTEXT://127.0.0.1:${p[3]},EXPIRED://localhost:${p[4]},WRONGHOST://localhost:${p[5]},REAUTH://127.0.0.1:${p[6]}"
+    protocols+=",SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,EXPIRED:SSL,WRONGHOST:SSL,REAUTH:SASL_PLAINTEXT"
+  fi
   cat >"$CONFIG_FILE" <<PROPS
 # Generated by scripts/kafka.sh for Kafka $KAFKA_VERSION (single node, test use only).
 # --- KRaft combined mode, loopback only ---
@@ -330,15 +462,15 @@ node.id=1
 # Controller quorum reached through the loopback controller listener (dynamic quorum, --standalone).
 controller.quorum.bootstrap.servers=127.0.0.1:$cport
 # Bind only to loopback, on ports picked free at start time.
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+listeners=$listeners
 # Clients (and the node itself) reach the broker over loopback.
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$advertised
 # Inter-broker traffic uses the plaintext listener.
 inter.broker.listener.name=PLAINTEXT
 # Which listener speaks the controller protocol.
 controller.listener.names=CONTROLLER
-# No TLS/SASL in tests.
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+# PLAINTEXT for the node itself; the TLS/SASL test listeners when KAFKA_SECURITY=1.
+listener.security.protocol.map=$protocols
 # Storage formatted fresh by every start.
 log.dirs=$DATA_DIR
 
@@ -376,6 +508,11 @@ share.coordinator.state.topic.num.partitions=1
 # Classic groups rebalance at once instead of waiting 3 s for more members.
 group.initial.rebalance.delay.ms=0
 PROPS
+  if [[ "$KAFKA_SECURITY" == 1 ]]; then
+    local -a p
+    read -r -a p <<<"$3"
+    security_props "$PKI_DIR" "${p[@]}" >>"$CONFIG_FILE"
+  fi
   append_common_props "$CONFIG_FILE"
 }
 
@@ -442,11 +579,18 @@ cmd_start() {
   ensure_jars
   write_log4j_configs
 
-  local t0=$SECONDS port cport share_version="${KAFKA_SHARE_VERSION:-}"
-  rm -rf "$DATA_DIR" "$LOG_DIR" "$PID_FILE" "$BOOTSTRAP_FILE"
+  local t0=$SECONDS port cport share_version="${KAFKA_SHARE_VERSION:-}" secure_ports=""
+  rm -rf "$DATA_DIR" "$LOG_DIR" "$PID_FILE" "$BOOTSTRAP_FILE" "$SECURITY_ENV_FILE"
   mkdir -p "$DATA_DIR" "$LOG_DIR"
-  read -r port cport <<<"$(free_ports)"
-  write_server_properties "$port" "$cport"
+  if [[ "$KAFKA_SECURITY" == 1 ]]; then
+    local -a all
+    read -r -a all <<<"$(free_ports 9)"
+    port="${all[0]}" cport="${all[1]}" secure_ports="${all[*]:2}"
+    gen_pki "$PKI_DIR"
+  else
+    read -r port cport <<<"$(free_ports)"
+  fi
+  write_server_properties "$port" "$cport" "$secure_ports"
 
   # 4.1: share groups are a preview, off unless share.version=1 is finalized at format time.
   # 4.2+: the default metadata version already enables share.version=1 on fresh clusters.
@@ -455,6 +599,11 @@ cmd_start() {
   fi
   local -a format_args=(format --standalone -t "$(new_cluster_id)" -c "$CONFIG_FILE")
   [[ -n "$share_version" ]] && format_args+=(--feature "share.version=$share_version")
+  # SCRAM users are bootstrap records. format.log then holds their salted keys: it stays in
+  # target/kafka/logs, out of CI output.
+  [[ "$KAFKA_SECURITY" == 1 ]] && format_args+=(
+    --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'
+    --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]')
   if ! java_tool kafka.tools.StorageTool "${format_args[@]}" >"$LOG_DIR/format.log" 2>&1; then
     cat "$LOG_DIR/format.log" >&2
     die "kafka.tools.StorageTool ${format_args[*]} failed"
@@ -511,6 +660,11 @@ cmd_start() {
   fi
   printf '%s\n' "$features" >"$LOG_DIR/features.txt"
 
+  if [[ "$KAFKA_SECURITY" == 1 ]]; then
+    local -a p
+    read -r -a p <<<"$secure_ports"
+    echo "KAFKA_SSL_BOOTSTRAP=localhost:${p[0]} KAFKA_MTLS_BOOTSTRAP=localhost:${p[1]} KAFKA_SASL_SSL_BOOTSTRAP=localhost:${p[2]} KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:${p[3]} KAFKA_EXPIRED_BOOTSTRAP=localhost:${p[4]} KAFKA_WRONGHOST_BOOTSTRAP=localhost:${p[5]} KAFKA_REAUTH_BOOTSTRAP=127.0.0.1:${p[6]} KAFKA_PKI_DIR=$PKI_DIR" >"$SECURITY_ENV_FILE"
+  fi
   echo "127.0.0.1:$port" >"$BOOTSTRAP_FILE"
   log "Kafka $KAFKA_VERSION ready at 127.0.0.1:$port (pid $pid) in $((SECONDS - t0)) s"
 }
@@ -534,7 +688,7 @@ cmd_stop() {
     fi
     sleep 0.5
   done
-  rm -f "$PID_FILE" "$BOOTSTRAP_FILE"
+  rm -f "$PID_FILE" "$BOOTSTRAP_FILE" "$SECURITY_ENV_FILE"
   log "stopped"
 }
 
@@ -551,7 +705,8 @@ cmd_status() {
 cmd_env() {
   running_pid >/dev/null || die "Kafka is not running (run: scripts/kafka.sh start)"
   [[ -s "$BOOTSTRAP_FILE" ]] || die "Kafka is running but not ready yet ($BOOTSTRAP_FILE missing)"
-  echo "KAFKA_BOOTSTRAP=$(cat "$BOOTSTRAP_FILE")"
+  # One line, so that `eval "export $(scripts/kafka.sh env)"` exports every variable.
+  echo "KAFKA_BOOTSTRAP=$(cat "$BOOTSTRAP_FILE")${SECURITY_ENV_FILE:+ $(cat "$SECURITY_ENV_FILE" 2>/dev/null)}"
 }
 
 cmd_run_class() {

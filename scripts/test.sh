@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the crate: unit, integration and doc tests with all features, including the
 # tests against a real Apache Kafka broker, which this script downloads (once), starts on loopback
-# and stops again, even when tests fail. Then the leader-move tests run against a three-node
+# and stops again, even when tests fail. That broker also opens the TLS and SASL test listeners
+# (scripts/kafka.sh, KAFKA_SECURITY=1), so the security tests (tests/kafka_security.rs) run in
+# the same first pass at no extra broker start. Then the leader-move tests run against a three-node
 # cluster, a smoke subset of the broker tests against the first release where share groups are
 # production ready, and a check against a cluster whose share groups are turned off.
 #
@@ -28,6 +30,11 @@ start_broker() {
 main_version="${KAFKA_VERSION:-4.4.0}"
 start_broker
 cargo test --all-features "$@"
+
+# The later brokers need no TLS/SASL listeners; the security tests ran above.
+unset KAFKA_SSL_BOOTSTRAP KAFKA_MTLS_BOOTSTRAP KAFKA_SASL_SSL_BOOTSTRAP KAFKA_SASL_PLAINTEXT_BOOTSTRAP \
+  KAFKA_EXPIRED_BOOTSTRAP KAFKA_WRONGHOST_BOOTSTRAP KAFKA_REAUTH_BOOTSTRAP KAFKA_PKI_DIR
+export KAFKA_SECURITY=0
 
 # Leader moves need several brokers: a three-node cluster for those tests alone.
 ./scripts/kafka.sh stop

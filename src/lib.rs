@@ -52,6 +52,10 @@ pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskSt
 pub use crate::kafka::admin::{
     AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement, ShareGroupConfigs,
 };
+pub use crate::kafka::security::{
+    OAuthToken, ParseSecurityProtocolError, SaslSettings, Secret, Security, SecurityProtocol,
+    TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
+};
 pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

@@ -13,7 +13,7 @@ use kafka_share_sink::config::{
 };
 use kafka_share_sink::{
     AckPolicy, AcknowledgementMode, ConfigError, ConnectorConfig, ErrorHandling, ErrorTolerance,
-    Properties, PutRetriablePolicy, TaskConfig,
+    Properties, PutRetriablePolicy, SecurityProtocol, TaskConfig,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -309,80 +309,93 @@ fn unsupported_settings_outside_the_consumer_are_not_refused() {
 }
 
 // ---------------------------------------------------------------------------------------
-// TLS and SASL: refused until the native client speaks them
+// TLS and SASL: Java's keys, read for the consumer and the dead-letter queue producer
 // ---------------------------------------------------------------------------------------
 
-const TLS_SASL: &str = "TLS/SASL is not supported yet; only security.protocol=PLAINTEXT works";
-
-/// Asserts that `err` refuses the TLS or SASL setting `key`, with the message users need.
-#[track_caller]
-fn assert_tls_sasl_refused(err: &ConfigError, key: &str) {
-    assert_names_key(err, key);
-    assert!(
-        matches!(err, ConfigError::TlsSaslUnsupported { .. }),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains(TLS_SASL), "{err}");
-}
+const PLAIN_JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                          username=\"alice\" password=\"alice-secret\";";
 
 #[test]
-fn tls_and_sasl_settings_are_refused_for_every_client_from_worker_and_connector() {
-    let settings = [
-        ("security.protocol", "SASL_SSL"),
-        ("security.protocol", "SSL"),
-        ("security.protocol", "sasl_plaintext"),
-        ("ssl.truststore.location", "/etc/kafka/ca.pem"),
-        ("ssl.endpoint.identification.algorithm", "https"),
-        ("sasl.mechanism", "SCRAM-SHA-512"),
-        ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
-    ];
-    for (setting, value) in settings {
-        // The worker's client prefixes: consumer, dead-letter producer, admin.
-        for prefix in ["consumer.", "producer.", "admin."] {
-            let key = format!("{prefix}{setting}");
-            let err = error(&[(key.as_str(), value)], &[]);
-            assert_tls_sasl_refused(&err, &key);
-        }
-        // The connector's overrides.
-        for prefix in [
-            "consumer.override.",
-            "producer.override.",
-            "admin.override.",
-        ] {
-            let key = format!("{prefix}{setting}");
-            let err = error(&[], &[(key.as_str(), value)]);
-            assert_tls_sasl_refused(&err, &key);
-        }
+fn security_settings_reach_the_consumer_and_the_dead_letter_queue() {
+    let config = resolve(
+        &[
+            ("bootstrap.servers", "k:9093"),
+            ("consumer.security.protocol", "SSL"),
+            ("consumer.ssl.truststore.location", "/etc/kafka/ca.pem"),
+            ("producer.security.protocol", "SASL_SSL"),
+            ("producer.sasl.mechanism", "PLAIN"),
+            ("producer.sasl.jaas.config", PLAIN_JAAS),
+        ],
+        &[
+            (
+                "consumer.override.ssl.keystore.location",
+                "/etc/kafka/client.pem",
+            ),
+            ("errors.deadletterqueue.topic.name", "dlq"),
+        ],
+    );
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
+    let consumer = config.kafka_consumer_config().unwrap();
+    let debug = format!("{consumer:?}");
+    assert!(
+        debug.contains("Ssl") && debug.contains("client.pem"),
+        "{debug}"
+    );
+    let dlq = config.dead_letter_queue().unwrap();
+    assert_eq!(dlq.security().protocol(), SecurityProtocol::SaslSsl);
+    assert_eq!(dlq.security().sasl().unwrap().mechanism(), "PLAIN");
+    // Secrets stay out of Debug, wherever the settings went.
+    for shown in [
+        format!("{config:?}"),
+        format!("{consumer:?}"),
+        format!("{:?}", config.dead_letter_queue_config().unwrap()),
+    ] {
+        assert!(!shown.contains("alice-secret"), "{shown}");
     }
 }
 
 #[test]
-fn tls_and_sasl_settings_for_the_dead_letter_queue_producer_are_refused() {
+fn inconsistent_security_settings_name_the_key_as_written() {
+    let err = error(&[], &[("consumer.override.security.protocol", "SASL_SSL")]);
+    assert_names_key(&err, "consumer.override.sasl.mechanism");
+    assert!(err.to_string().contains("GSSAPI"), "{err}");
+    let err = error(&[("consumer.security.protocol", "TLS")], &[]);
+    assert_names_key(&err, "consumer.security.protocol");
     let dlq = ("errors.deadletterqueue.topic.name", "orders-dlq");
     let err = error(
-        &[("bootstrap.servers", "k:9092")],
-        &[dlq, ("producer.override.security.protocol", "SASL_SSL")],
-    );
-    assert_tls_sasl_refused(&err, "producer.override.security.protocol");
-    let err = error(
-        &[("producer.ssl.keystore.location", "/etc/kafka/client.pem")],
+        &[
+            ("producer.security.protocol", "SSL"),
+            ("producer.ssl.truststore.type", "JKS"),
+        ],
         &[dlq],
     );
-    assert_tls_sasl_refused(&err, "producer.ssl.keystore.location");
+    assert_names_key(&err, "producer.ssl.truststore.type");
+    assert!(err.to_string().contains("keytool"), "{err}");
+    let err = error(
+        &[],
+        &[
+            dlq,
+            ("producer.override.security.protocol", "SASL_PLAINTEXT"),
+            ("producer.override.sasl.mechanism", "GSSAPI"),
+            ("producer.override.sasl.jaas.config", PLAIN_JAAS),
+        ],
+    );
+    assert_names_key(&err, "producer.override.sasl.mechanism");
+    assert!(!format!("{err} {err:?}").contains("alice-secret"));
 }
 
 #[test]
-fn the_workers_own_security_protocol_and_sasl_settings_are_refused() {
-    let err = error(&[("security.protocol", "SASL_SSL")], &[]);
-    assert_tls_sasl_refused(&err, "security.protocol");
-    let err = error(&[("sasl.mechanism", "PLAIN")], &[]);
-    assert_tls_sasl_refused(&err, "sasl.mechanism");
-    // Top-level ssl.* may be Connect's REST server's; under PLAINTEXT no Kafka client uses
-    // them.
+fn the_workers_own_tls_settings_do_not_reach_the_clients() {
+    // Top-level ssl.* may be Connect's REST server's; the clients take prefixed settings.
     let config = resolve(
         &[
             ("security.protocol", "PLAINTEXT"),
             ("ssl.keystore.location", "/etc/connect/rest.pem"),
+            ("ssl.keystore.type", "JKS"),
         ],
         &[],
     );
@@ -428,30 +441,45 @@ fn security_protocol_plaintext_is_accepted_in_any_case_everywhere() {
 }
 
 #[test]
-fn refused_tls_and_sasl_secrets_are_never_shown() {
+fn refused_security_secrets_are_never_shown() {
     let jaas = format!("org.example.Login required password=\"{SECRET}\";");
     for (key, value) in [
         ("consumer.override.sasl.jaas.config", jaas.as_str()),
-        ("producer.override.ssl.key.password", SECRET),
-        ("admin.override.ssl.keystore.key", SECRET),
+        ("producer.override.sasl.jaas.config", "unterminated \"x"),
     ] {
-        let err = error(&[], &[(key, value)]);
-        assert_tls_sasl_refused(&err, key);
+        let client = key.split('.').next().unwrap();
+        let err = error(
+            &[],
+            &[
+                ("errors.deadletterqueue.topic.name", "dlq"),
+                (&format!("{client}.override.security.protocol"), "SASL_SSL"),
+                (&format!("{client}.override.sasl.mechanism"), "PLAIN"),
+                (key, value),
+            ],
+        );
+        assert_names_key(&err, key);
         assert!(!all_text(&err).contains(SECRET), "{err:?}");
-        assert!(err.to_string().contains("[redacted]"), "{err}");
     }
-    let err = error(&[("sasl.jaas.config", &jaas)], &[]);
+    let err = error(
+        &[],
+        &[
+            ("consumer.override.security.protocol", "SSL"),
+            ("consumer.override.ssl.keystore.location", "/k.pem"),
+            ("consumer.override.ssl.keystore.key", SECRET),
+        ],
+    );
     assert!(!all_text(&err).contains(SECRET), "{err:?}");
+    assert!(err.to_string().contains("[redacted]"), "{err}");
 }
 
 #[test]
-fn the_builder_refuses_tls_and_sasl_overrides_too() {
+fn the_builder_checks_security_overrides_too() {
     let err = ConnectorConfig::builder("orders-sink")
         .topics(["orders"])
-        .consumer_override("security.protocol", "SSL")
+        .consumer_override("security.protocol", "SASL_SSL")
         .build()
         .unwrap_err();
-    assert_tls_sasl_refused(&err, "consumer.override.security.protocol");
+    assert_names_key(&err, "consumer.override.sasl.mechanism");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -735,11 +763,14 @@ fn policy_principal_allows_only_the_principal_settings() {
     let err = error(&worker, &[("consumer.override.client.rack", "r1")]);
     assert_names_key(&err, "consumer.override.client.rack");
     assert!(err.to_string().contains("'Principal' policy"), "{err}");
-    // The policy would allow the SASL settings, but the client cannot use them yet.
-    let err = error(&worker, &[("consumer.override.sasl.mechanism", "PLAIN")]);
-    assert!(
-        matches!(err, ConfigError::TlsSaslUnsupported { .. }),
-        "{err:?}"
+    // The policy allows the SASL settings, which the client uses.
+    resolve(
+        &worker,
+        &[
+            ("consumer.override.security.protocol", "SASL_PLAINTEXT"),
+            ("consumer.override.sasl.mechanism", "PLAIN"),
+            ("consumer.override.sasl.jaas.config", PLAIN_JAAS),
+        ],
     );
 }
 

@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::security::{Security, keys as security_keys};
 
 use super::error::ConfigError;
 use super::keys::{
     ACKNOWLEDGEMENT_MODE, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX, BOOTSTRAP_SERVERS, CLIENT_ID,
     CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX, GROUP_ID, GROUP_PROTOCOL, PRODUCER_OVERRIDE_PREFIX,
-    PRODUCER_PREFIX, SHARE_GROUP_ID, asks_for_tls_or_sasl, is_known_consumer_key,
-    share_unsupported,
+    PRODUCER_PREFIX, SHARE_GROUP_ID, is_known_consumer_key, share_unsupported,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::properties::Properties;
@@ -27,6 +27,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) fetch_max_wait: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// `security.protocol` with its `ssl.*` and `sasl.*` settings.
+    pub(crate) security: Security,
 }
 
 /// The resolved client settings of one connector task.
@@ -37,6 +39,8 @@ pub(crate) struct Clients {
     pub(crate) group_id: String,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) producer: Properties,
+    /// The producer's `security.protocol` with its `ssl.*` and `sasl.*` settings.
+    pub(crate) producer_security: Security,
     pub(crate) admin: Properties,
     /// Consumer keys (as written) that no share consumer knows.
     pub(crate) unknown: Vec<String>,
@@ -81,7 +85,6 @@ impl Clients {
                         instead: instead.to_owned(),
                     });
                 }
-                refuse_tls_or_sasl(&written, setting, raw)?;
                 if is_override {
                     policy.check(&written, setting)?;
                 }
@@ -167,6 +170,7 @@ impl Clients {
             fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
             request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
             connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
+            security: security_keys::read(&merged, &written)?,
         };
 
         // Connect's own defaults first, then the merged settings over them.
@@ -198,13 +202,27 @@ impl Clients {
             ("max.block.ms", i64::MAX.to_string()),
             ("delivery.timeout.ms", i32::MAX.to_string()),
         ]);
-        layer(&mut producer, worker, PRODUCER_PREFIX, None)?;
+        let mut producer_origins = HashMap::new();
+        layer(
+            &mut producer,
+            worker,
+            PRODUCER_PREFIX,
+            None,
+            Some(&mut producer_origins),
+        )?;
         layer(
             &mut producer,
             connector,
             PRODUCER_OVERRIDE_PREFIX,
             Some(policy),
+            Some(&mut producer_origins),
         )?;
+        let producer_security = security_keys::read(&producer, &|setting| {
+            producer_origins
+                .get(setting)
+                .cloned()
+                .unwrap_or_else(|| setting.to_owned())
+        })?;
 
         let mut admin = Properties::new();
         if let Some(servers) = worker.get(BOOTSTRAP_SERVERS) {
@@ -216,16 +234,16 @@ impl Clients {
                 && !k.starts_with(PRODUCER_PREFIX)
                 && !k.starts_with(CONSUMER_PREFIX)
         }) {
-            // Top-level `ssl.*` keys may configure Connect's REST server, which is not ours,
-            // and Kafka clients ignore them under PLAINTEXT: only the keys that make the
-            // worker's clients use TLS or SASL are refused.
-            if !key.starts_with("ssl.") {
-                refuse_tls_or_sasl(key, key, raw)?;
-            }
             admin.insert(key, raw);
         }
-        layer(&mut admin, worker, ADMIN_PREFIX, None)?;
-        layer(&mut admin, connector, ADMIN_OVERRIDE_PREFIX, Some(policy))?;
+        layer(&mut admin, worker, ADMIN_PREFIX, None, None)?;
+        layer(
+            &mut admin,
+            connector,
+            ADMIN_OVERRIDE_PREFIX,
+            Some(policy),
+            None,
+        )?;
 
         Ok(Self {
             consumer,
@@ -233,6 +251,7 @@ impl Clients {
             group_id,
             acknowledgement_mode,
             producer,
+            producer_security,
             admin,
             unknown,
         })
@@ -240,31 +259,26 @@ impl Clients {
 }
 
 /// Lays the `prefix` settings of `props` over `into`, prefix removed; `policy` checks each
-/// one when they are connector overrides.
+/// one when they are connector overrides; `origins`, when given, learns the key each
+/// setting was written as.
 fn layer(
     into: &mut Properties,
     props: &Properties,
     prefix: &str,
     policy: Option<&ClientOverridePolicy>,
+    mut origins: Option<&mut HashMap<String, String>>,
 ) -> Result<(), ConfigError> {
     for (setting, raw) in props.with_prefix(prefix) {
         let written = format!("{prefix}{setting}");
-        refuse_tls_or_sasl(&written, setting, raw)?;
         if let Some(policy) = policy {
             policy.check(&written, setting)?;
         }
         if !setting.is_empty() {
             into.insert(setting, raw);
+            if let Some(origins) = origins.as_deref_mut() {
+                origins.insert(setting.to_owned(), written);
+            }
         }
-    }
-    Ok(())
-}
-
-/// Refuses a client setting that asks for TLS or SASL (see [`asks_for_tls_or_sasl`]);
-/// `written` is the key as written, `setting` the client setting it is.
-fn refuse_tls_or_sasl(written: &str, setting: &str, raw: &str) -> Result<(), ConfigError> {
-    if asks_for_tls_or_sasl(setting, raw) {
-        return Err(ConfigError::tls_sasl_unsupported(written, raw));
     }
     Ok(())
 }

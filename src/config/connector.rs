@@ -53,14 +53,12 @@ const DEFAULT_COMMIT_TIMEOUT: Duration = Duration::from_millis(5000);
 ///     `partition.assignment.strategy`, `interceptor.classes`, `session.timeout.ms`,
 ///     `heartbeat.interval.ms`, `group.remote.assignor`) are errors that say what to use
 ///     instead, wherever they would reach the consumer.
-/// - **TLS and SASL are not supported yet.** `security.protocol` other than `PLAINTEXT` (any
-///   case), and every `ssl.*` and `sasl.*` setting, are refused with
-///   [`ConfigError::TlsSaslUnsupported`] wherever they would reach a Kafka client: the
-///   worker's `consumer.*`, `producer.*` and `admin.*` settings, the connector's
-///   `consumer.override.*`, `producer.override.*` and `admin.override.*` ones, and the
-///   worker's top-level `security.protocol` and `sasl.*`. The worker's top-level `ssl.*`
-///   keys are left alone: Connect's REST server may use them, and Kafka clients ignore
-///   them under `PLAINTEXT`.
+/// - **TLS and SASL** with Java's keys (`security.protocol`, `ssl.*`, `sasl.*`; see
+///   [`Security::from_properties`](crate::Security::from_properties)) are read from the
+///   consumer settings and from the producer settings, and checked here: an inconsistent
+///   combination (SASL without a mechanism, a client key without its certificate chain, a
+///   JKS store, ...) is an error naming the key as written. Certificate and key files are
+///   read when a client connects.
 /// - **Dead-letter queue clients.** See [`DeadLetterQueueSettings`].
 /// - **Override policy.** The worker's `connector.client.config.override.policy` (see
 ///   [`ClientOverridePolicy`]) is checked for every `consumer.override.*`,
@@ -176,6 +174,7 @@ impl ConnectorConfig {
                     context_headers: flag(connector, DLQ_CONTEXT_HEADERS)?,
                     producer: clients.producer.clone(),
                     admin: clients.admin.clone(),
+                    security: clients.producer_security.clone(),
                 })
             }
         };
@@ -424,7 +423,8 @@ impl ConnectorConfig {
     }
 
     /// The native share consumer's config: `bootstrap.servers` (required here), the share
-    /// group, `client.id`, the acknowledgement mode, and `max.poll.records`,
+    /// group, `client.id`, the acknowledgement mode, the security settings
+    /// (`security.protocol`, `ssl.*`, `sasl.*`), and `max.poll.records`,
     /// `fetch.min.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`, `request.timeout.ms` and
     /// `socket.connection.setup.timeout.ms` when set. Other consumer settings are not used by
     /// the native consumer yet.
@@ -444,7 +444,8 @@ impl ConnectorConfig {
         let s = &self.consumer_settings;
         let mut config = KafkaShareConsumerConfig::new(bootstrap, self.share_group_id.clone())
             .client_id(s.client_id.clone())
-            .acknowledgement_mode(self.acknowledgement_mode);
+            .acknowledgement_mode(self.acknowledgement_mode)
+            .security(s.security.clone());
         if let Some(n) = s.max_poll_records {
             config = config.max_poll_records(n);
         }
@@ -594,7 +595,8 @@ impl ConnectorConfig {
 
     /// The settings of the Kafka dead-letter queue, when `errors.deadletterqueue.topic.name`
     /// is set: its bootstrap servers (the producer's), topic, replication factor, Connect's
-    /// producer client id, and `delivery.timeout.ms` from the producer settings.
+    /// producer client id, the producer's security settings, and `delivery.timeout.ms` from
+    /// the producer settings.
     pub fn dead_letter_queue_config(
         &self,
     ) -> Result<Option<crate::dlq::KafkaDeadLetterQueueConfig>, ConfigError> {
@@ -611,7 +613,8 @@ impl ConnectorConfig {
         let task_id = i32::try_from(self.task_id).unwrap_or(i32::MAX);
         let mut config = crate::dlq::KafkaDeadLetterQueueConfig::new(bootstrap, settings.topic())
             .replication_factor(settings.replication_factor())
-            .connector(self.name.clone(), task_id);
+            .connector(self.name.clone(), task_id)
+            .security(settings.security().clone());
         if let Some(raw) = settings.producer_properties().get("delivery.timeout.ms") {
             let timeout = value::millis("delivery.timeout.ms", raw, 1, value::INT_MAX)?;
             config = config.delivery_timeout(timeout);

@@ -2,6 +2,7 @@
 
 use super::keys::BOOTSTRAP_SERVERS;
 use super::properties::Properties;
+use crate::kafka::security::Security;
 
 /// The dead-letter queue of a connector (`errors.deadletterqueue.*`), with the settings of
 /// the producer that writes to it and of the admin client that creates it.
@@ -43,6 +44,8 @@ pub struct DeadLetterQueueSettings {
     pub(crate) context_headers: bool,
     pub(crate) producer: Properties,
     pub(crate) admin: Properties,
+    /// The producer's `security.protocol` with its `ssl.*` and `sasl.*` settings.
+    pub(crate) security: Security,
 }
 
 impl DeadLetterQueueSettings {
@@ -72,6 +75,12 @@ impl DeadLetterQueueSettings {
     /// The admin client's settings.
     pub fn admin_properties(&self) -> &Properties {
         &self.admin
+    }
+
+    /// The producer's security settings (`security.protocol`, `ssl.*`, `sasl.*` of the
+    /// producer settings), which the dead-letter queue's connections use.
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     /// The producer's `bootstrap.servers`, if any config set one.

@@ -89,19 +89,6 @@ pub enum ConfigError {
         value: String,
     },
 
-    /// A client setting that asks for TLS or SASL: `security.protocol` other than
-    /// `PLAINTEXT`, or an `ssl.*` or `sasl.*` setting. The native client speaks plaintext
-    /// only, so far.
-    #[error(
-        "`{key}` = `{value}` cannot be used: TLS/SASL is not supported yet; only security.protocol=PLAINTEXT works. Remove the key, or connect through a PLAINTEXT listener"
-    )]
-    TlsSaslUnsupported {
-        /// The key, as written (with its client prefix).
-        key: String,
-        /// The value (`[redacted]` for a secret).
-        value: String,
-    },
-
     /// A Connect setting that has no meaning for a share consumer.
     #[error("`{key}` is not supported: {reason}")]
     Unsupported {
@@ -208,7 +195,6 @@ impl ConfigError {
             | Self::Invalid { key, .. }
             | Self::UnsupportedByShareGroup { key, .. }
             | Self::NotShareGroup { key, .. }
-            | Self::TlsSaslUnsupported { key, .. }
             | Self::Unsupported { key, .. }
             | Self::Conflict { key, .. }
             | Self::OverrideNotAllowed { key, .. }
@@ -249,14 +235,6 @@ impl ConfigError {
             value: shown(key, value),
             expected: expected.into(),
             source: Some(source.into()),
-        }
-    }
-
-    /// A TLS or SASL setting, refused; the value is redacted when the key is a secret.
-    pub(crate) fn tls_sasl_unsupported(key: &str, value: &str) -> Self {
-        Self::TlsSaslUnsupported {
-            key: key.to_owned(),
-            value: shown(key, value),
         }
     }
 

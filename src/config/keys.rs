@@ -1,5 +1,5 @@
-//! The names of settings: Connect's, ours, the Java consumer's, the consumer settings a
-//! share group refuses, and the security settings refused until TLS/SASL exist.
+//! The names of settings: Connect's, ours, the Java consumer's and the consumer settings a
+//! share group refuses. The security settings are `crate::kafka::security::keys`'.
 
 // Connector settings (Connect's `ConnectorConfig` and `SinkConnectorConfig`).
 pub(crate) const NAME: &str = "name";
@@ -51,7 +51,6 @@ pub(crate) const GROUP_PROTOCOL: &str = "group.protocol";
 pub(crate) const GROUP_ID: &str = "group.id";
 pub(crate) const CLIENT_ID: &str = "client.id";
 pub(crate) const ACKNOWLEDGEMENT_MODE: &str = "share.acknowledgement.mode";
-pub(crate) const SECURITY_PROTOCOL: &str = "security.protocol";
 
 /// Every top-level key of a connector config this crate knows (besides the prefixes
 /// `consumer.override.`, `producer.override.`, `admin.override.`, the converters' and the
@@ -92,9 +91,9 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and
-/// the common client settings). A consumer key outside this list, the prefixes below,
-/// [`share_unsupported`] and [`asks_for_tls_or_sasl`] is reported as unknown, so that a typo
-/// is caught.
+/// the common client settings). A consumer key outside this list, the prefixes below, the
+/// security keys and [`share_unsupported`] is reported as unknown, so that a typo is
+/// caught.
 const CONSUMER_KEYS: &[&str] = &[
     BOOTSTRAP_SERVERS,
     GROUP_ID,
@@ -133,26 +132,16 @@ const CONSUMER_KEYS: &[&str] = &[
     "metrics.sample.window.ms",
     "metrics.recording.level",
     "enable.metrics.push",
-    SECURITY_PROTOCOL,
-    "security.providers",
 ];
 
 /// Families of consumer settings too large to list one by one.
 const CONSUMER_PREFIXES: &[&str] = &["metrics.context."];
 
-/// True for a Kafka client setting (without prefix) that asks for TLS or SASL, which the
-/// native client does not speak yet: `security.protocol` other than `PLAINTEXT` (any case,
-/// surrounding whitespace ignored), and every `ssl.*` and `sasl.*` setting.
-pub(crate) fn asks_for_tls_or_sasl(name: &str, raw: &str) -> bool {
-    if name == SECURITY_PROTOCOL {
-        return !raw.trim().eq_ignore_ascii_case("PLAINTEXT");
-    }
-    name.starts_with("ssl.") || name.starts_with("sasl.")
-}
-
 /// True if `name` (without prefix) is a consumer setting a share consumer knows.
 pub(crate) fn is_known_consumer_key(name: &str) -> bool {
-    CONSUMER_KEYS.contains(&name) || CONSUMER_PREFIXES.iter().any(|p| name.starts_with(p))
+    CONSUMER_KEYS.contains(&name)
+        || CONSUMER_PREFIXES.iter().any(|p| name.starts_with(p))
+        || crate::kafka::security::keys::is_known(name)
 }
 
 /// For a consumer setting a share consumer refuses (Java's `SHARE_GROUP_UNSUPPORTED_CONFIGS`
@@ -221,27 +210,17 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_sasl_settings_are_refused_but_plaintext() {
-        for (name, raw) in [
-            ("security.protocol", "SASL_SSL"),
-            ("security.protocol", "SSL"),
-            ("security.protocol", "SASL_PLAINTEXT"),
-            ("security.protocol", ""),
-            ("ssl.truststore.location", "/etc/ca.pem"),
-            ("sasl.mechanism", "PLAIN"),
-            ("sasl.oauthbearer.token.endpoint.url", "https://idp"),
+    fn security_settings_are_known_and_typos_are_not() {
+        for key in [
+            "security.protocol",
+            "ssl.truststore.location",
+            "ssl.keystore.key",
+            "sasl.mechanism",
+            "sasl.jaas.config",
         ] {
-            assert!(asks_for_tls_or_sasl(name, raw), "{name}={raw}");
+            assert!(is_known_consumer_key(key), "{key}");
         }
-        for (name, raw) in [
-            ("security.protocol", "PLAINTEXT"),
-            ("security.protocol", " plaintext "),
-            ("security.providers", "x"),
-            ("max.poll.records", "5"),
-            ("sslx.thing", "1"),
-        ] {
-            assert!(!asks_for_tls_or_sasl(name, raw), "{name}={raw}");
-        }
-        assert!(is_known_consumer_key(SECURITY_PROTOCOL));
+        assert!(!is_known_consumer_key("ssl.trustore.location"));
+        assert!(!is_known_consumer_key("sasl.mechanisms"));
     }
 }

@@ -6,8 +6,10 @@ use std::fmt;
 pub(crate) const REDACTED: &str = "[redacted]";
 
 /// True when the value of `key` must never be shown, with or without a client or plugin
-/// prefix: `sasl.jaas.config`, any `*.password`, `basic.auth.user.info`,
-/// `bearer.auth.token`, `ssl.keystore.key`, and any key containing `secret`. Case is ignored.
+/// prefix: `sasl.jaas.config`, any `*.password` and `*.passphrase`, `basic.auth.user.info`,
+/// `bearer.auth.token`, `ssl.keystore.key`, `ssl.keystore.certificate.chain`,
+/// `ssl.truststore.certificates` (Java classes these as passwords too), and any key
+/// containing `secret`. Case is ignored.
 pub(crate) fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     let named = |name: &str| {
@@ -20,7 +22,10 @@ pub(crate) fn is_secret(key: &str) -> bool {
         || named("password")
         || named("basic.auth.user.info")
         || named("bearer.auth.token")
+        || named("passphrase")
         || named("ssl.keystore.key")
+        || named("ssl.keystore.certificate.chain")
+        || named("ssl.truststore.certificates")
         || key.contains("secret")
 }
 
@@ -81,6 +86,9 @@ mod tests {
             "my.secret.thing",
             "ssl.keystore.key",
             "value.converter.bearer.auth.token",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "producer.ssl.keystore.certificate.chain",
+            "ssl.truststore.certificates",
         ] {
             assert!(is_secret(key), "{key} should be secret");
         }

@@ -76,6 +76,18 @@ pub enum ConsumerError {
         #[source]
         source: std::io::Error,
     },
+    /// Authentication failed, and trying again with the same settings fails the same way:
+    /// the broker refused the SASL credentials (wrong password, unknown user, expired
+    /// token, mechanism not enabled on the listener) or the client certificate, or this
+    /// client refused the broker's certificate (untrusted issuer, expired, issued for
+    /// another host). Not retriable: change the settings.
+    #[error("authentication with broker {broker} failed: {reason}")]
+    Authentication {
+        /// The broker address.
+        broker: String,
+        /// What was refused, and what to do about it. Never a secret.
+        reason: String,
+    },
     /// A broker answered with an error code.
     #[error("broker answered {api} with error {code} ({name}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Broker {
@@ -196,6 +208,16 @@ mod tests {
         );
         let cause = std::error::Error::source(&error).expect("the decode error");
         assert!(cause.to_string().contains("unexpected end"), "{cause}");
+        let refused = ConsumerError::Authentication {
+            broker: "k1:9093".to_owned(),
+            reason: "SASL PLAIN: Authentication failed: Invalid username or password".to_owned(),
+        };
+        assert!(!refused.is_retriable());
+        assert_eq!(
+            refused.to_string(),
+            "authentication with broker k1:9093 failed: SASL PLAIN: Authentication failed: \
+             Invalid username or password"
+        );
         let malformed = ConsumerError::Protocol {
             broker: "k1:9092".to_owned(),
             reason: "cannot encode".to_owned(),

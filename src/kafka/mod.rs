@@ -5,7 +5,9 @@
 //!
 //! - [`codec`]: wire codecs of our own (ShareFetch/ShareAcknowledge v1–v2, v2 record batches),
 //!   and [`errors`], Kafka's error codes as this crate's errors. No I/O.
-//! - [`net`]: one TCP connection to one broker with pipelined requests, and the bootstrap list.
+//! - [`security`]: TLS and SASL settings, the rustls configuration and the SASL mechanisms.
+//! - [`net`]: one TCP connection to one broker with pipelined requests (over TLS and with
+//!   SASL when asked), and the bootstrap list.
 //! - [`session`]: the share-session bookkeeping as a plain state machine (epochs per leader,
 //!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
 //!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
@@ -19,6 +21,7 @@ mod consumer;
 pub(crate) mod engine;
 pub(crate) mod errors;
 pub(crate) mod net;
+pub(crate) mod security;
 pub(crate) mod session;
 
 pub use self::consumer::KafkaShareConsumer;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::dlq::DeadLetterError;
+use crate::kafka::security::Security;
 
 /// Java's `delivery.timeout.ms` default.
 const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -33,6 +34,7 @@ pub struct KafkaDeadLetterQueueConfig {
     client_id: Option<String>,
     connector: Option<(String, i32)>,
     delivery_timeout: Duration,
+    security: Security,
 }
 
 impl KafkaDeadLetterQueueConfig {
@@ -47,6 +49,7 @@ impl KafkaDeadLetterQueueConfig {
             client_id: None,
             connector: None,
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
+            security: Security::plaintext(),
         }
     }
 
@@ -80,6 +83,18 @@ impl KafkaDeadLetterQueueConfig {
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = timeout;
         self
+    }
+
+    /// `security.protocol` with its TLS and SASL settings (default `PLAINTEXT`), for the
+    /// producer's connections and the one that creates the topic.
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// The security settings.
+    pub(super) fn security_value(&self) -> &Security {
+        &self.security
     }
 
     /// The bootstrap servers.

@@ -22,6 +22,7 @@ use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::connection::ConnectionConfig;
+use crate::kafka::security::SecurityContext;
 use crate::time::deadline_after;
 
 /// `acks=all`: the leader answers once every in-sync replica has the records.
@@ -124,7 +125,14 @@ impl KafkaDeadLetterQueue {
             source,
         };
         let timeout = config.delivery_timeout_value();
+        let security = SecurityContext::build(config.security_value()).map_err(|e| {
+            DeadLetterError::Config {
+                key: e.key,
+                reason: e.reason,
+            }
+        })?;
         let connection = ConnectionConfig {
+            security,
             client_id: config.effective_client_id().into(),
             connect_timeout: CONNECT_TIMEOUT.min(timeout),
             request_timeout: REQUEST_TIMEOUT.min(timeout),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{AdminError, KafkaAdmin};
 use crate::kafka::net::connection::ConnectionConfig;
+use crate::kafka::security::{Security, SecurityContext};
 
 /// The longest `client.id` a request header can carry (a string with an `i16` length).
 const MAX_CLIENT_ID_BYTES: usize = i16::MAX as usize;
@@ -34,6 +35,7 @@ const MAX_CLIENT_ID_BYTES: usize = i16::MAX as usize;
 pub struct KafkaAdminBuilder {
     bootstrap: String,
     config: ConnectionConfig,
+    security: Security,
 }
 
 impl KafkaAdminBuilder {
@@ -42,6 +44,7 @@ impl KafkaAdminBuilder {
         Self {
             bootstrap,
             config: ConnectionConfig::default(),
+            security: Security::plaintext(),
         }
     }
 
@@ -77,13 +80,39 @@ impl KafkaAdminBuilder {
         self
     }
 
+    /// `security.protocol` with its TLS and SASL settings (default `PLAINTEXT`).
+    ///
+    /// ```no_run
+    /// use kafka_share_sink::{KafkaAdmin, SaslSettings, Security, TlsSettings};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::AdminError> {
+    /// let admin = KafkaAdmin::builder("broker1:9096")
+    ///     .security(Security::sasl_ssl(
+    ///         SaslSettings::plain("alice", "alice-secret"),
+    ///         TlsSettings::system_roots(),
+    ///     ))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = admin;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
     /// Connects to the first broker of the bootstrap list that answers and reads the cluster
     /// metadata.
     ///
     /// # Errors
     ///
-    /// - [`AdminError::InvalidArgument`] for a bootstrap list without an address or a
-    ///   `client.id` longer than 32767 bytes;
+    /// - [`AdminError::InvalidArgument`] for a bootstrap list without an address, a
+    ///   `client.id` longer than 32767 bytes, or security settings that cannot be used (a
+    ///   certificate file that cannot be read, say; the message names the Java key);
+    /// - [`AdminError::Connect`] whose source is
+    ///   [`ConsumerError::Authentication`](crate::ConsumerError::Authentication) when the
+    ///   broker refused the credentials or a certificate was refused (not retriable);
     /// - [`AdminError::Connect`] when no broker answers (its source says why each failed);
     /// - any error of the Metadata call, e.g. [`AdminError::Timeout`].
     ///
@@ -91,8 +120,13 @@ impl KafkaAdminBuilder {
     ///
     /// Cancel safe: nothing is changed on the cluster, and a connection made so far is closed
     /// when the future is dropped.
-    pub async fn connect(self) -> Result<KafkaAdmin, AdminError> {
+    pub async fn connect(mut self) -> Result<KafkaAdmin, AdminError> {
         const CALL: &str = "connect";
+        self.config.security =
+            SecurityContext::build(&self.security).map_err(|e| AdminError::InvalidArgument {
+                call: CALL,
+                reason: format!("`{}`: {}", e.key, e.reason),
+            })?;
         if self.config.client_id.len() > MAX_CLIENT_ID_BYTES {
             return Err(AdminError::InvalidArgument {
                 call: CALL,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
 
 /// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
@@ -29,6 +30,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) prefetch_records: usize,
     pub(crate) group_config_refresh: Duration,
+    pub(crate) security: Security,
 }
 
 impl KafkaShareConsumerConfig {
@@ -48,6 +50,7 @@ impl KafkaShareConsumerConfig {
             acknowledgement_mode: AcknowledgementMode::Explicit,
             prefetch_records: 0,
             group_config_refresh: Duration::from_secs(300),
+            security: Security::plaintext(),
         }
     }
 
@@ -126,6 +129,24 @@ impl KafkaShareConsumerConfig {
     /// [`ShareConsumer::delivery_count_limit`](crate::ShareConsumer::delivery_count_limit)).
     pub fn group_config_refresh(mut self, interval: Duration) -> Self {
         self.group_config_refresh = interval;
+        self
+    }
+
+    /// `security.protocol` with its TLS and SASL settings (default `PLAINTEXT`), for every
+    /// connection of the consumer: bootstrap, group coordinator and partition leaders.
+    ///
+    /// ```
+    /// use kafka_share_sink::{KafkaShareConsumerConfig, SaslSettings, Security, TlsSettings};
+    /// let config = KafkaShareConsumerConfig::new("broker1:9096", "orders-sink").security(
+    ///     Security::sasl_ssl(
+    ///         SaslSettings::scram_sha512("alice", "alice-secret"),
+    ///         TlsSettings::ca_pem_file("/etc/kafka/ca.pem"),
+    ///     ),
+    /// );
+    /// assert!(!format!("{config:?}").contains("alice-secret"));
+    /// ```
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
         self
     }
 

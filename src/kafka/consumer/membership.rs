@@ -39,6 +39,41 @@ struct Fatal {
     message: Option<String>,
 }
 
+/// A connection the loop cannot make with the consumer's settings (refused credentials or
+/// certificates, a listener of another security protocol), kept so every later poll can
+/// report it.
+#[derive(Debug, Clone)]
+enum Refused {
+    Authentication { broker: String, reason: String },
+    Config { key: String, reason: String },
+}
+
+impl Refused {
+    /// The refusal in `error`, if it is one.
+    fn of(error: &ConsumerError) -> Option<Self> {
+        match error {
+            ConsumerError::Authentication { broker, reason } => Some(Self::Authentication {
+                broker: broker.clone(),
+                reason: reason.clone(),
+            }),
+            ConsumerError::Config { key, reason } => Some(Self::Config {
+                key: key.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn error(&self) -> ConsumerError {
+        match self.clone() {
+            Self::Authentication { broker, reason } => {
+                ConsumerError::Authentication { broker, reason }
+            }
+            Self::Config { key, reason } => ConsumerError::Config { key, reason },
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     epoch: i32,
@@ -50,6 +85,8 @@ struct State {
     send_subscription: bool,
     interval: Option<Duration>,
     fatal: Option<Fatal>,
+    /// The connection to the group was refused; the loop stopped.
+    refused: Option<Refused>,
     /// A non-fatal error to report from the next poll (TOPIC_AUTHORIZATION_FAILED).
     transient: Option<Fatal>,
     coordinator: Option<Connection>,
@@ -181,6 +218,9 @@ impl Membership {
     /// A fatal error of the loop, or a transient one not yet reported.
     pub(crate) fn take_error(&self) -> Option<ConsumerError> {
         let mut state = self.shared.lock();
+        if let Some(refused) = &state.refused {
+            return Some(refused.error());
+        }
         let reported = match &state.fatal {
             Some(fatal) => Some(fatal.clone()),
             None => state.transient.take(),
@@ -334,6 +374,18 @@ fn log_failure(failures: u32, doing: &str, error: &ConsumerError) {
     }
 }
 
+/// For an error no retry fixes (authentication refused, a listener of another security
+/// protocol): records it for the polls, wakes them, and says the loop must stop.
+fn stop_on(shared: &Shared, error: &ConsumerError) -> bool {
+    let Some(refused) = Refused::of(error) else {
+        return false;
+    };
+    tracing::error!(error = %error, "the group cannot be reached with these settings; the consumer stops");
+    shared.lock().refused = Some(refused);
+    shared.changed.notify_waiters();
+    true
+}
+
 async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
     let mut backoff = Duration::from_millis(100);
     let mut failures: u32 = 0;
@@ -366,6 +418,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
                             shared.changed.notify_waiters();
                             return;
                         }
+                        Err(e) if stop_on(&shared, &e) => return,
                         Err(e) => {
                             failures = failures.saturating_add(1);
                             log_failure(failures, "the group coordinator lookup", &e);
@@ -411,6 +464,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
                 shared.changed.notify_waiters();
                 return;
             }
+            Err(e) if stop_on(&shared, &e) => return,
             Err(e) => {
                 failures = failures.saturating_add(1);
                 log_failure(failures, "the share-group heartbeat", &e);

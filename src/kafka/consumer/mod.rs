@@ -31,6 +31,7 @@ use crate::consumer::{
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
+use crate::kafka::security::SecurityContext;
 use crate::kafka::session::acks::{AckRange, RENEW};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 use crate::time::deadline_after;
@@ -138,10 +139,13 @@ impl KafkaShareConsumer {
                 reason: "a share consumer needs a non-empty group id".to_owned(),
             });
         }
+        // Certificates and keys are read here, once for every connection of the consumer.
+        let security = SecurityContext::build(&config.security).map_err(|e| e.into_consumer())?;
         let connection_config = ConnectionConfig {
             client_id: Arc::from(config.client_id.as_str()),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
+            security,
             ..ConnectionConfig::default()
         };
         let bootstrap =

@@ -177,7 +177,9 @@ struct Engine {
 fn is_fatal(error: &ConsumerError) -> bool {
     matches!(
         error,
-        ConsumerError::Unsupported { .. } | ConsumerError::Config { .. }
+        ConsumerError::Unsupported { .. }
+            | ConsumerError::Config { .. }
+            | ConsumerError::Authentication { .. }
     )
 }
 

@@ -1,7 +1,13 @@
-//! One TCP connection to one Kafka broker, with pipelined requests.
+//! One TCP connection to one Kafka broker, with pipelined requests, over TLS and with SASL
+//! when the client's [`SecurityContext`] asks for them.
 //!
 //! # Design
 //!
+//! - Connecting is: TCP, then the TLS handshake (`SSL`, `SASL_SSL`), then ApiVersions, then
+//!   the SASL exchange (`SASL_PLAINTEXT`, `SASL_SSL`: SaslHandshake v1 and SaslAuthenticate
+//!   requests through the ordinary request path). A connection is handed out only once all
+//!   of that succeeded. Failures of authentication, on either side, are
+//!   [`ConsumerError::Authentication`], which is not retriable.
 //! - Frames are a 4-byte big-endian length followed by that many bytes.
 //! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
 //!   bounded channel, so any number of tasks may send through one `&Connection` at once.
@@ -34,19 +40,25 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, StrBytes, VersionRange, encode_request_header_into_buffer,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tracing::{Instrument, debug, warn};
 
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::security::{SaslSettings, SecurityContext, sasl, tls};
+
+/// The read half of a connection's byte stream (TCP, or TLS over TCP).
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The write half of a connection's byte stream.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// How many frames may wait for the writer task before senders wait for room.
 const WRITE_QUEUE_FRAMES: usize = 64;
@@ -56,6 +68,12 @@ const CLIENT_SOFTWARE_NAME: &str = "kafka-share-sink";
 
 /// Kafka's UNSUPPORTED_VERSION error code.
 const UNSUPPORTED_VERSION: i16 = 35;
+
+/// Kafka's UNSUPPORTED_SASL_MECHANISM error code.
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+
+/// Kafka's ILLEGAL_SASL_STATE error code.
+const ILLEGAL_SASL_STATE: i16 = 34;
 
 /// The ApiVersions version tried first; a broker without it answers in v0 with
 /// UNSUPPORTED_VERSION, and the handshake falls back to v0.
@@ -72,6 +90,8 @@ pub(crate) struct ConnectionConfig {
     pub(crate) request_timeout: Duration,
     /// The largest response frame accepted; a larger one poisons the connection.
     pub(crate) max_frame_bytes: usize,
+    /// TLS and SASL, built once per client.
+    pub(crate) security: SecurityContext,
 }
 
 impl Default for ConnectionConfig {
@@ -81,6 +101,7 @@ impl Default for ConnectionConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             max_frame_bytes: 100 << 20,
+            security: SecurityContext::default(),
         }
     }
 }
@@ -107,6 +128,30 @@ struct Inner {
     versions: OnceLock<BrokerVersions>,
     /// The reader and writer tasks, stopped on drop.
     tasks: [AbortHandle; 2],
+    /// Re-authentication before the SASL session ends (KIP-368).
+    reauth: Reauth,
+}
+
+/// When and how a SASL connection authenticates again, on the same connection, before the
+/// session lifetime the broker gave runs out (the broker closes a connection that sends
+/// anything but SaslHandshake after that).
+///
+/// The broker answers one request at a time, in order, and refuses other requests between a
+/// SaslHandshake and the last SaslAuthenticate. So the exchange runs in a task holding the
+/// write side of `gate`, and every other request takes the read side around putting its
+/// frame in the writer's queue (not while waiting for its answer): frames queued before the
+/// exchange go out first and are answered normally, later ones wait until it is done. No
+/// request fails and no acknowledgement is lost for it.
+#[derive(Debug)]
+struct Reauth {
+    /// The SASL settings, for a SASL connection.
+    settings: Option<Arc<SaslSettings>>,
+    /// The bound on one exchange (the connect timeout).
+    timeout: Duration,
+    /// When to authenticate again; `None` without a lifetime, or while an exchange runs.
+    due: Mutex<Option<tokio::time::Instant>>,
+    /// Held for reading by requests being queued, for writing by the exchange.
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Drop for Inner {
@@ -180,6 +225,11 @@ enum CloseReason {
     },
     /// The broker sent bytes that cannot be decoded: [`ConsumerError::Garbled`].
     Garbled(String),
+    /// A TLS alert or certificate failure: [`ConsumerError::Authentication`].
+    Authentication(String),
+    /// The broker speaks another protocol than the client's `security.protocol` (it answered
+    /// with TLS records): [`ConsumerError::Config`] naming `security.protocol`.
+    Misconfigured(String),
     /// The last handle was dropped.
     Dropped,
 }
@@ -198,9 +248,41 @@ impl CloseReason {
         }
     }
 
+    /// The reason for an error while reading: a TLS failure with a certificate or an alert
+    /// is an authentication failure; EOF right after the ApiVersions answer on a connection
+    /// without SASL hints at a SASL listener.
+    fn read_error(doing: &str, error: &io::Error, hints: &Hints, frames_read: u64) -> Self {
+        if let Some(reason) = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+            .and_then(|e| tls::authentication_failure(e, hints.client_cert))
+        {
+            return Self::Authentication(reason);
+        }
+        if error.kind() == io::ErrorKind::UnexpectedEof && frames_read == 1 && !hints.sasl {
+            return Self::Io {
+                kind: error.kind(),
+                message: format!(
+                    "the broker closed the connection while {doing}, right after the ApiVersions \
+                     handshake: the listener may require SASL (set security.protocol=SASL_SSL \
+                     or SASL_PLAINTEXT, sasl.mechanism and sasl.jaas.config)"
+                ),
+            };
+        }
+        Self::io(doing, error)
+    }
+
     /// The error a request of `api` waiting on a connection closed for this reason gets.
     fn error(&self, broker: &str, api: ApiKey) -> ConsumerError {
         match self {
+            Self::Authentication(reason) => ConsumerError::Authentication {
+                broker: broker.to_owned(),
+                reason: reason.clone(),
+            },
+            Self::Misconfigured(reason) => ConsumerError::Config {
+                key: "security.protocol".to_owned(),
+                reason: format!("broker {broker}: {reason}"),
+            },
             Self::Io { kind, message } => ConsumerError::Connection {
                 broker: broker.to_owned(),
                 source: io::Error::new(*kind, message.clone()),
@@ -229,6 +311,10 @@ impl Shared {
         // A request on a connection poisoned earlier fails with a Connection error, so that the
         // caller reconnects; only the requests waiting at the time see the Garbled error.
         let reason = match self.lock().closed.clone() {
+            // Settings or credentials that failed stay failed: say so again.
+            Some(reason @ (CloseReason::Authentication(_) | CloseReason::Misconfigured(_))) => {
+                return reason.error(&self.broker, ApiKey::ApiVersions);
+            }
             Some(CloseReason::Garbled(reason)) => format!("the connection was closed: {reason}"),
             Some(CloseReason::Io { message, .. }) => {
                 format!("the connection was closed: {message}")
@@ -290,6 +376,9 @@ impl Shared {
             CloseReason::Garbled(reason) => {
                 warn!(broker = %self.broker, waiting = waiters.len(), "connection poisoned: {reason}");
             }
+            CloseReason::Authentication(reason) | CloseReason::Misconfigured(reason) => {
+                warn!(broker = %self.broker, waiting = waiters.len(), "connection refused: {reason}");
+            }
         }
         for waiter in waiters.into_values() {
             // A waiter that gave up (timeout, cancellation) has no receiver any more.
@@ -306,12 +395,19 @@ fn next_correlation_id(id: i32) -> i32 {
 }
 
 impl Connection {
-    /// Connects to the broker at `addr` (`host:port`) and learns its API versions.
+    /// Connects to the broker at `addr` (`host:port`), makes the TLS handshake and the SASL
+    /// exchange if the security settings ask for them, and learns its API versions.
     ///
     /// The TCP connect is bounded by [`ConnectionConfig::connect_timeout`] (a timeout is a
-    /// [`ConsumerError::Connection`] of kind `TimedOut`), and so, separately, is the ApiVersions
-    /// handshake (a timeout is a [`ConsumerError::Timeout`]): v3 first, then v0 if the broker
-    /// answers UNSUPPORTED_VERSION.
+    /// [`ConsumerError::Connection`] of kind `TimedOut`), and so, separately, are the TLS
+    /// handshake (likewise), the ApiVersions handshake (a timeout is a
+    /// [`ConsumerError::Timeout`]; v3 first, then v0 if the broker answers
+    /// UNSUPPORTED_VERSION) and the SASL exchange (likewise). Refused credentials or
+    /// certificates are [`ConsumerError::Authentication`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the socket: nothing half-open is kept.
     pub(crate) async fn connect(
         addr: &str,
         config: &ConnectionConfig,
@@ -335,8 +431,49 @@ impl Connection {
                 }
             };
         stream.set_nodelay(true).map_err(connection_error)?;
-        let connection = Self::start(addr, stream, config);
+        let security = &config.security;
+        let (reader, writer): (Reader, Writer) = match &security.tls {
+            None => {
+                let (read, write) = stream.into_split();
+                (Box::new(read), Box::new(write))
+            }
+            Some(tls) => {
+                let name = tls::server_name(addr).map_err(|reason| ConsumerError::Config {
+                    key: "bootstrap.servers".to_owned(),
+                    reason,
+                })?;
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+                let handshake = connector.connect(name, stream);
+                let stream = match tokio::time::timeout(config.connect_timeout, handshake).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => return Err(tls_error(addr, &error, tls.client_cert)),
+                    Err(_) => {
+                        return Err(connection_error(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "the TLS handshake did not finish within {:?} (is the listener \
+                                 TLS? security.protocol=SSL and SASL_SSL need a TLS listener)",
+                                config.connect_timeout
+                            ),
+                        )));
+                    }
+                };
+                let (read, write) = tokio::io::split(stream);
+                (Box::new(read), Box::new(write))
+            }
+        };
+        let hints = Hints {
+            sasl: security.sasl.is_some(),
+            client_cert: security.tls.as_ref().is_some_and(|t| t.client_cert),
+        };
+        let connection = Self::start(addr, reader, writer, config, hints);
         connection.handshake(config.connect_timeout).await?;
+        if let Some(sasl) = &security.sasl {
+            let lifetime = connection
+                .authenticate(sasl, config.connect_timeout)
+                .await?;
+            connection.schedule_reauth(lifetime);
+        }
         debug!(broker = addr, "connected");
         Ok(connection)
     }
@@ -344,7 +481,9 @@ impl Connection {
     /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses)
     /// that answers, trying them in order.
     ///
-    /// With one address its error is returned as is. With several, the error is a
+    /// With one address its error is returned as is. With several, an authentication failure
+    /// or a security setting the broker does not match ends the search with that error (the
+    /// other brokers share the settings); otherwise the error is a
     /// [`ConsumerError::Connection`] for the whole list whose source names each failure.
     pub(crate) async fn connect_any(
         bootstrap: &str,
@@ -371,6 +510,9 @@ impl Connection {
         for addr in addrs {
             match Self::connect(addr, config).await {
                 Ok(connection) => return Ok(connection),
+                Err(
+                    error @ (ConsumerError::Authentication { .. } | ConsumerError::Config { .. }),
+                ) => return Err(error),
                 Err(error) => {
                     debug!(broker = addr, %error, "bootstrap broker failed");
                     if let ConsumerError::Connection { source, .. } = &error {
@@ -390,8 +532,13 @@ impl Connection {
     }
 
     /// Spawns the reader and writer tasks of a connected socket.
-    fn start(addr: &str, stream: TcpStream, config: &ConnectionConfig) -> Self {
-        let (read, write) = stream.into_split();
+    fn start(
+        addr: &str,
+        read: Reader,
+        write: Writer,
+        config: &ConnectionConfig,
+        hints: Hints,
+    ) -> Self {
         let shared = Arc::new(Shared {
             broker: addr.to_owned(),
             state: Mutex::new(State {
@@ -402,7 +549,12 @@ impl Connection {
             closed: watch::Sender::new(false),
         });
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES);
-        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read, config.max_frame_bytes));
+        let reader = tokio::spawn(read_loop(
+            Arc::clone(&shared),
+            read,
+            config.max_frame_bytes,
+            hints,
+        ));
         let writer = tokio::spawn(write_loop(Arc::clone(&shared), write, queue));
         Self {
             inner: Arc::new(Inner {
@@ -412,6 +564,12 @@ impl Connection {
                 request_timeout: config.request_timeout,
                 versions: OnceLock::new(),
                 tasks: [reader.abort_handle(), writer.abort_handle()],
+                reauth: Reauth {
+                    settings: config.security.sasl.clone(),
+                    timeout: config.connect_timeout,
+                    due: Mutex::new(None),
+                    gate: Arc::new(tokio::sync::RwLock::new(())),
+                },
             }),
         }
     }
@@ -458,6 +616,224 @@ impl Connection {
         // Set once, by the only handshake of this connection.
         let _ = self.inner.versions.set(versions);
         Ok(())
+    }
+
+    /// Authenticates with SASL (after the ApiVersions handshake, before anything else):
+    /// SaslHandshake v1, then SaslAuthenticate requests until the mechanism is done, all
+    /// within `timeout`. Returns the session lifetime the broker gave (KIP-368), if any.
+    ///
+    /// The requests go through the ordinary request path, whose logs name the API and sizes
+    /// only: neither the credentials nor the broker's challenges are ever logged.
+    async fn authenticate(
+        &self,
+        settings: &SaslSettings,
+        timeout: Duration,
+    ) -> Result<Option<Duration>, ConsumerError> {
+        match tokio::time::timeout(timeout, self.sasl_exchange(settings, timeout)).await {
+            Ok(result) => result,
+            Err(_) => Err(ConsumerError::Timeout(timeout)),
+        }
+    }
+
+    /// Sets when to authenticate again for a session of `lifetime`: as Java does, at a random
+    /// 85 to 95 % of it, but at least a second before it ends (a request queued behind a
+    /// long-polling fetch reaches the broker later than it was sent) and no sooner than a
+    /// second from now (brokers refuse faster re-authentication).
+    fn schedule_reauth(&self, lifetime: Option<Duration>) {
+        let Some(lifetime) = lifetime else {
+            return;
+        };
+        let mut random = [0u8; 4];
+        let rng = ring::rand::SystemRandom::new();
+        let unit = match ring::rand::SecureRandom::fill(&rng, &mut random) {
+            Ok(()) => f64::from(u32::from_be_bytes(random)) / f64::from(u32::MAX),
+            Err(_) => 0.5,
+        };
+        let mut after = lifetime.mul_f64(0.85 + 0.10 * unit);
+        if let Some(latest) = lifetime.checked_sub(Duration::from_secs(1)) {
+            after = after.min(latest);
+        }
+        let after = after.max(Duration::from_secs(1));
+        debug!(
+            broker = self.broker(),
+            ?lifetime,
+            ?after,
+            "re-authentication scheduled"
+        );
+        let at = crate::time::deadline_after(tokio::time::Instant::now(), after);
+        *self
+            .inner
+            .reauth
+            .due
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    /// Starts the re-authentication when it is due, and returns once its exchange holds the
+    /// gate (so the caller's request waits for it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the exchange runs in a task of its own, which a dropped caller does not
+    /// stop.
+    async fn reauthenticate_if_due(&self) {
+        let reauth = &self.inner.reauth;
+        let Some(settings) = &reauth.settings else {
+            return;
+        };
+        {
+            let mut due = reauth.due.lock().unwrap_or_else(PoisonError::into_inner);
+            match *due {
+                Some(at) if tokio::time::Instant::now() >= at => *due = None,
+                _ => return,
+            }
+        }
+        let (locked, gate_held) = oneshot::channel();
+        let connection = self.clone();
+        let gate = Arc::clone(&reauth.gate);
+        let settings = Arc::clone(settings);
+        tokio::spawn(async move {
+            let _exclusive = gate.write_owned().await;
+            let _ = locked.send(());
+            connection.reauthenticate(&settings).await;
+        });
+        let _ = gate_held.await;
+    }
+
+    /// One re-authentication; a failure closes the connection (the broker closes it too).
+    async fn reauthenticate(&self, settings: &SaslSettings) {
+        let shared = &self.inner.shared;
+        match self.authenticate(settings, self.inner.reauth.timeout).await {
+            Ok(lifetime) => {
+                debug!(broker = self.broker(), "re-authenticated");
+                self.schedule_reauth(lifetime);
+            }
+            Err(ConsumerError::Authentication { reason, .. }) => {
+                shared.close(CloseReason::Authentication(format!(
+                    "re-authentication failed: {reason}"
+                )));
+            }
+            Err(error) => shared.close(CloseReason::Io {
+                kind: io::ErrorKind::Other,
+                message: format!("re-authentication failed: {error}"),
+            }),
+        }
+    }
+
+    /// The SASL exchange of [`authenticate`](Self::authenticate), without its overall bound.
+    async fn sasl_exchange(
+        &self,
+        settings: &SaslSettings,
+        timeout: Duration,
+    ) -> Result<Option<Duration>, ConsumerError> {
+        let mechanism = settings.mechanism();
+        let who = settings
+            .username()
+            .map(|user| format!(" as `{}`", user.escape_debug()))
+            .unwrap_or_default();
+        let refused = |reason: String| ConsumerError::Authentication {
+            broker: self.broker().to_owned(),
+            reason: format!("SASL {mechanism}{who}: {reason}"),
+        };
+        match self.api_range(ApiKey::SaslHandshake) {
+            Some((_, max)) if max >= 1 => {}
+            _ => {
+                return Err(refused(
+                    "the broker does not offer SaslHandshake v1 (Kafka 1.0 or later is needed)"
+                        .to_owned(),
+                ));
+            }
+        }
+        let request =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
+        let response: SaslHandshakeResponse = self
+            .request_with_timeout(ApiKey::SaslHandshake, 1, &request, timeout)
+            .await?;
+        let offered = || {
+            let names: Vec<String> = response
+                .mechanisms
+                .iter()
+                .map(|m| m.as_str().escape_debug().to_string())
+                .collect();
+            names.join(", ")
+        };
+        match response.error_code {
+            0 => {}
+            UNSUPPORTED_SASL_MECHANISM => {
+                return Err(refused(format!(
+                    "the mechanism is not enabled on this listener, which offers [{}]; set \
+                     sasl.mechanism to one of them",
+                    offered()
+                )));
+            }
+            ILLEGAL_SASL_STATE if response.mechanisms.is_empty() => {
+                return Err(refused(
+                    "this listener has no SASL enabled: use security.protocol=PLAINTEXT or SSL \
+                     for it, or the address of a SASL listener"
+                        .to_owned(),
+                ));
+            }
+            code => {
+                let error = broker_error(api_name(ApiKey::SaslHandshake), code, None);
+                return Err(refused(format!(
+                    "SaslHandshake failed: {}",
+                    error.map_or_else(|| format!("error {code}"), |e| e.to_string())
+                )));
+            }
+        }
+        let version = match self.api_range(ApiKey::SaslAuthenticate) {
+            Some((min, max)) if min <= 2 && max >= 0 => max.min(2),
+            _ => {
+                return Err(refused(
+                    "the broker offers no SaslAuthenticate version this client speaks (v0-v2)"
+                        .to_owned(),
+                ));
+            }
+        };
+        let (mut exchange, mut message) = sasl::start(settings).await.map_err(refused)?;
+        for _ in 0..sasl::MAX_ROUNDS {
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message));
+            let response: SaslAuthenticateResponse = self
+                .request_with_timeout(ApiKey::SaslAuthenticate, version, &request, timeout)
+                .await?;
+            if response.error_code != 0 {
+                let said = response
+                    .error_message
+                    .as_ref()
+                    .map(|m| m.as_str().trim())
+                    .filter(|m| !m.is_empty())
+                    .map(|m| {
+                        m.chars()
+                            .take(1024)
+                            .collect::<String>()
+                            .escape_debug()
+                            .to_string()
+                    })
+                    .or_else(|| exchange.refusal().map(str::to_owned))
+                    .unwrap_or_else(|| format!("error code {}", response.error_code));
+                return Err(refused(format!("the broker refused: {said}")));
+            }
+            match exchange.next(&response.auth_bytes).map_err(refused)? {
+                Some(next) => message = next,
+                None => {
+                    let lifetime = u64::try_from(response.session_lifetime_ms)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis);
+                    debug!(
+                        broker = self.broker(),
+                        mechanism,
+                        session_lifetime_ms = response.session_lifetime_ms,
+                        "authenticated"
+                    );
+                    return Ok(lifetime);
+                }
+            }
+        }
+        Err(refused(format!(
+            "the exchange did not end within {} rounds",
+            sasl::MAX_ROUNDS
+        )))
     }
 
     /// The broker address this connection was made to.
@@ -629,6 +1005,17 @@ impl Connection {
         if self.is_closed() {
             return Err(shared.closed_error());
         }
+        // The SASL requests are the re-authentication's own; every other request waits while
+        // one runs (see `Reauth`).
+        let gate = if matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+            None
+        } else {
+            self.reauthenticate_if_due().await;
+            Some(self.inner.reauth.gate.read().await)
+        };
+        if self.is_closed() {
+            return Err(shared.closed_error());
+        }
         // Cancel safety: no `.await` between registering and queueing the frame.
         let permit = self
             .inner
@@ -647,6 +1034,7 @@ impl Connection {
         };
         let bytes = head.len() + body.len();
         permit.send(Frame { head, body });
+        drop(gate);
         debug!(bytes, "request queued");
         let frame = response.await.map_err(|_| shared.closed_error())??;
         debug!(bytes = frame.len(), "response received");
@@ -731,6 +1119,34 @@ impl Connection {
     }
 }
 
+/// The error of a failed TLS handshake: an authentication failure when a certificate was
+/// refused (on either side), a connection error otherwise, with a hint when the broker
+/// hung up (a listener that is not TLS does).
+fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ConsumerError {
+    if let Some(reason) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .and_then(|e| tls::authentication_failure(e, client_cert))
+    {
+        return ConsumerError::Authentication {
+            broker: addr.to_owned(),
+            reason: format!("TLS: {reason}"),
+        };
+    }
+    let message = if error.kind() == io::ErrorKind::UnexpectedEof {
+        "the broker closed the connection during the TLS handshake: the listener may not be \
+         TLS (security.protocol=SSL and SASL_SSL need a TLS listener; use PLAINTEXT or \
+         SASL_PLAINTEXT for the others)"
+            .to_owned()
+    } else {
+        format!("the TLS handshake failed: {error}")
+    };
+    ConsumerError::Connection {
+        broker: addr.to_owned(),
+        source: io::Error::new(error.kind(), message),
+    }
+}
+
 /// A connect error with its I/O source, for the list of bootstrap failures.
 fn describe(error: &ConsumerError) -> String {
     match error {
@@ -739,24 +1155,60 @@ fn describe(error: &ConsumerError) -> String {
     }
 }
 
+/// What the reader task needs to explain a failure.
+#[derive(Clone, Copy, Debug)]
+struct Hints {
+    /// The connection authenticates with SASL.
+    sasl: bool,
+    /// A TLS client certificate is presented.
+    client_cert: bool,
+}
+
+/// True when a "frame length" is the start of a TLS record (content type 20 to 24, version
+/// 3.x): the broker speaks TLS to a client that does not.
+fn looks_like_tls(len: i32) -> bool {
+    let [content_type, major, minor, _] = len.to_be_bytes();
+    (0x14..=0x18).contains(&content_type) && major == 3 && minor <= 4
+}
+
 /// The reader task: delivers response frames until the connection closes.
-async fn read_loop(shared: Arc<Shared>, read: OwnedReadHalf, max_frame_bytes: usize) {
+async fn read_loop(shared: Arc<Shared>, read: Reader, max_frame_bytes: usize, hints: Hints) {
     let mut closed = shared.closed.subscribe();
     let reason = tokio::select! {
-        reason = read_frames(&shared, read, max_frame_bytes) => reason,
+        reason = read_frames(&shared, read, max_frame_bytes, hints) => reason,
         _ = closed.wait_for(|closed| *closed) => return,
     };
     shared.close(reason);
 }
 
 /// Reads and delivers response frames; why it stopped.
-async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usize) -> CloseReason {
+async fn read_frames(
+    shared: &Shared,
+    read: Reader,
+    max_frame_bytes: usize,
+    hints: Hints,
+) -> CloseReason {
     let mut read = BufReader::new(read);
+    let mut frames_read: u64 = 0;
     loop {
         let len = match read.read_i32().await {
             Ok(len) => len,
-            Err(error) => return CloseReason::io("waiting for a response", &error),
+            Err(error) => {
+                return CloseReason::read_error(
+                    "waiting for a response",
+                    &error,
+                    &hints,
+                    frames_read,
+                );
+            }
         };
+        if looks_like_tls(len) && usize::try_from(len).is_ok_and(|l| l > max_frame_bytes) {
+            return CloseReason::Misconfigured(
+                "the broker answered with TLS: its listener expects TLS; set \
+                 security.protocol=SSL (or SASL_SSL) and the ssl.* settings"
+                    .to_owned(),
+            );
+        }
         let Ok(len) = usize::try_from(len) else {
             return CloseReason::Garbled(format!(
                 "the broker sent a negative frame length ({len})"
@@ -774,8 +1226,9 @@ async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usiz
         }
         let mut frame = BytesMut::zeroed(len);
         if let Err(error) = read.read_exact(&mut frame).await {
-            return CloseReason::io("reading a response", &error);
+            return CloseReason::read_error("reading a response", &error, &hints, frames_read);
         }
+        frames_read += 1;
         let frame = frame.freeze();
         let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
         let Some(waiter) = shared.take(correlation_id) else {
@@ -795,7 +1248,7 @@ async fn read_frames(shared: &Shared, read: OwnedReadHalf, max_frame_bytes: usiz
 }
 
 /// The writer task: writes queued frames until the connection closes or every handle is gone.
-async fn write_loop(shared: Arc<Shared>, write: OwnedWriteHalf, mut queue: mpsc::Receiver<Frame>) {
+async fn write_loop(shared: Arc<Shared>, write: Writer, mut queue: mpsc::Receiver<Frame>) {
     let mut closed = shared.closed.subscribe();
     let result = tokio::select! {
         result = write_frames(write, &mut queue) => result,
@@ -807,7 +1260,7 @@ async fn write_loop(shared: Arc<Shared>, write: OwnedWriteHalf, mut queue: mpsc:
 }
 
 /// Writes queued frames, flushing when the queue is empty; `Ok` when every handle is gone.
-async fn write_frames(write: OwnedWriteHalf, queue: &mut mpsc::Receiver<Frame>) -> io::Result<()> {
+async fn write_frames(write: Writer, queue: &mut mpsc::Receiver<Frame>) -> io::Result<()> {
     let mut write = BufWriter::new(write);
     while let Some(frame) = queue.recv().await {
         write.write_all(&frame.head).await?;
@@ -1461,5 +1914,69 @@ mod tests {
             .await
             .expect_err("timeout");
         assert!(matches!(error, ConsumerError::Timeout(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tls_listener_is_recognised_by_its_alert() {
+        let (addr, _broker) = fake_broker_raw(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+            // What a Kafka TLS listener answers to plaintext bytes: a fatal alert record.
+            stream
+                .write_all(&[0x15, 3, 3, 0, 2, 2, 0x50])
+                .await
+                .expect("write");
+        })
+        .await;
+        let error = Connection::connect(&addr, &ConnectionConfig::default())
+            .await
+            .expect_err("a TLS listener");
+        assert!(
+            matches!(&error, ConsumerError::Config { key, reason } if key == "security.protocol" && reason.contains("expects TLS")),
+            "{error:?}"
+        );
+        assert!(!error.is_retriable());
+        assert!(looks_like_tls(i32::from_be_bytes([0x16, 3, 1, 0])));
+        assert!(!looks_like_tls(1000));
+    }
+
+    #[tokio::test]
+    async fn eof_after_api_versions_hints_at_sasl() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            // A SASL listener hangs up on anything but SaslHandshake.
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let connection = connect(&addr).await;
+        let error = metadata(&connection, "t").await.expect_err("EOF");
+        let ConsumerError::Connection { source, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(source.to_string().contains("may require SASL"), "{source}");
+    }
+
+    #[tokio::test]
+    async fn sasl_needs_a_broker_with_sasl_handshake_v1() {
+        let (addr, _broker) = fake_broker(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+        })
+        .await;
+        let security = crate::kafka::security::SecurityContext::build(
+            &crate::kafka::security::Security::sasl_plaintext(SaslSettings::plain(
+                "alice", "hunter2",
+            )),
+        )
+        .expect("settings");
+        let config = ConnectionConfig {
+            security,
+            ..ConnectionConfig::default()
+        };
+        let error = Connection::connect(&addr, &config)
+            .await
+            .expect_err("no SaslHandshake");
+        assert!(
+            matches!(&error, ConsumerError::Authentication { reason, .. } if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
+            "{error:?}"
+        );
+        assert!(!format!("{error:?}").contains("hunter2"));
     }
 }

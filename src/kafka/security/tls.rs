@@ -1,0 +1,461 @@
+//! The rustls client configuration a client builds once, and the messages of TLS failures.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{
+    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore,
+    SignatureScheme,
+};
+
+use super::{ClientIdentity, Pem, SettingError, TlsSettings};
+
+/// How to turn a Java keystore or truststore into the PEM files this client reads.
+pub(crate) const CONVERSION_HINT: &str = "this client reads PEM only; convert a JKS \
+     truststore with `keytool -exportcert -rfc -alias CARoot -keystore truststore.jks -file \
+     ca.pem`, a JKS keystore with `keytool -importkeystore -srckeystore client.jks \
+     -srcstoretype JKS -destkeystore client.p12 -deststoretype PKCS12`, and a PKCS#12 file \
+     with `openssl pkcs12 -in client.p12 -nokeys -out client-chain.pem` and `openssl pkcs12 \
+     -in client.p12 -nocerts -nodes -out client-key.pem`";
+
+/// A built TLS configuration.
+#[derive(Clone)]
+pub(crate) struct TlsContext {
+    /// The rustls configuration every connection of the client shares.
+    pub(crate) config: Arc<ClientConfig>,
+    /// A client certificate is presented.
+    pub(crate) client_cert: bool,
+}
+
+impl fmt::Debug for TlsContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsContext")
+            .field("client_cert", &self.client_cert)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsContext {
+    /// Reads the PEM files (or text), loads the trust roots and builds the configuration.
+    pub(crate) fn build(settings: &TlsSettings) -> Result<Self, SettingError> {
+        // A provider the application installed wins (it may want FIPS, say); else ring.
+        let provider = CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let roots = Arc::new(roots(settings.ca.as_ref())?);
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| SettingError::new("security.providers", format!("{e}")))?;
+        let builder = if settings.verify_hostname {
+            builder.with_root_certificates(roots)
+        } else {
+            tracing::warn!(
+                "ssl.endpoint.identification.algorithm is empty: broker certificates are not \
+                 checked against the broker's host name (anyone with a certificate from a \
+                 trusted authority can pose as the broker)"
+            );
+            let inner = WebPkiServerVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|e| {
+                    SettingError::new(
+                        "ssl.truststore.location",
+                        format!("the trust roots cannot be used: {e}"),
+                    )
+                })?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyHostName(inner)))
+        };
+        let (config, client_cert) = match &settings.client {
+            None => (builder.with_no_client_auth(), false),
+            Some(identity) => {
+                let (chain, key) = identity_parts(identity, settings.key_password.is_some())?;
+                let key_name = match identity {
+                    ClientIdentity::File(_) => "ssl.keystore.location",
+                    ClientIdentity::Inline { .. } => "ssl.keystore.key",
+                };
+                let config = builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    SettingError::new(
+                        key_name,
+                        format!("the client key and certificate cannot be used together: {e}"),
+                    )
+                })?;
+                (config, true)
+            }
+        };
+        Ok(Self {
+            config: Arc::new(config),
+            client_cert,
+        })
+    }
+}
+
+/// The PEM bytes of a source, and the key that names it.
+fn pem_bytes(
+    pem: &Pem,
+    file_key: &'static str,
+    inline_key: &'static str,
+) -> Result<(Vec<u8>, &'static str), SettingError> {
+    match pem {
+        Pem::File(path) => std::fs::read(path).map(|b| (b, file_key)).map_err(|e| {
+            SettingError::new(file_key, format!("cannot read `{}`: {e}", path.display()))
+        }),
+        Pem::Inline(text) => Ok((text.expose().as_bytes().to_vec(), inline_key)),
+    }
+}
+
+/// Certificates of PEM bytes; none is an error naming `key`.
+fn certificates(
+    bytes: &[u8],
+    key: &'static str,
+    what: &str,
+) -> Result<Vec<CertificateDer<'static>>, SettingError> {
+    let certs = CertificateDer::pem_slice_iter(bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SettingError::new(key, format!("the {what} are not valid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(SettingError::new(
+            key,
+            format!(
+                "no PEM certificate (-----BEGIN CERTIFICATE-----) found for the {what}; {CONVERSION_HINT}"
+            ),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The trust roots: the given certificates only, else the system's, else Mozilla's.
+fn roots(ca: Option<&Pem>) -> Result<RootCertStore, SettingError> {
+    let mut store = RootCertStore::empty();
+    if let Some(ca) = ca {
+        let (bytes, key) = pem_bytes(ca, "ssl.truststore.location", "ssl.truststore.certificates")?;
+        let certs = certificates(&bytes, key, "trusted certificates")?;
+        let (added, ignored) = store.add_parsable_certificates(certs);
+        if added == 0 {
+            return Err(SettingError::new(
+                key,
+                format!("none of the {ignored} certificates can be used as a trust anchor"),
+            ));
+        }
+        return Ok(store);
+    }
+    let native = rustls_native_certs::load_native_certs();
+    for error in &native.errors {
+        tracing::debug!(%error, "a system trust store could not be read");
+    }
+    let (added, _) = store.add_parsable_certificates(native.certs);
+    if added == 0 {
+        tracing::debug!("the system trust store is empty: using the Mozilla roots compiled in");
+        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
+    Ok(store)
+}
+
+/// The client certificate chain and private key.
+fn identity_parts(
+    identity: &ClientIdentity,
+    has_password: bool,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), SettingError> {
+    let (key_bytes, key_name, chain_bytes, chain_name) = match identity {
+        ClientIdentity::File(path) => {
+            let (bytes, name) = pem_bytes(&Pem::File(path.clone()), "ssl.keystore.location", "")?;
+            (bytes.clone(), name, bytes, name)
+        }
+        ClientIdentity::Inline { key, chain } => (
+            key.expose().as_bytes().to_vec(),
+            "ssl.keystore.key",
+            chain.expose().as_bytes().to_vec(),
+            "ssl.keystore.certificate.chain",
+        ),
+    };
+    let chain = certificates(&chain_bytes, chain_name, "client certificate chain")?;
+    if contains(&key_bytes, b"-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        let password = if has_password {
+            "ssl.key.password is set, but "
+        } else {
+            ""
+        };
+        return Err(SettingError::new(
+            key_name,
+            format!(
+                "the private key is encrypted; {password}this client reads unencrypted keys only: \
+                 decrypt it with `openssl pkey -in key.pem -out key-plain.pem`, keep that file \
+                 private, and remove ssl.key.password"
+            ),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|_| {
+        SettingError::new(
+            key_name,
+            format!(
+                "no PEM private key (PKCS#8, PKCS#1 or SEC1) found for the client certificate; \
+                 {CONVERSION_HINT}"
+            ),
+        )
+    })?;
+    Ok((chain, key))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The standard verifier without the host name check (Java's empty
+/// `ssl.endpoint.identification.algorithm`): the chain, its validity and the signatures
+/// are still checked.
+#[derive(Debug)]
+struct AnyHostName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyHostName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            // webpki checks the name last, after the chain and the validity dates.
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// The host of `host:port` (`[v6]:port` too), as TLS names it: the name checked against the
+/// broker's certificate and sent as SNI.
+pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = match addr.rsplit_once(':') {
+        Some((host, _port)) => host,
+        None => addr,
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_owned()).map_err(|_| {
+        format!("`{host}` is neither a DNS name nor an IP address, so TLS cannot check it")
+    })
+}
+
+/// A TLS failure worth telling the user as an authentication failure: the reason, or
+/// `None` for errors a retry may fix (or that say nothing about certificates).
+pub(crate) fn authentication_failure(error: &rustls::Error, client_cert: bool) -> Option<String> {
+    use rustls::Error as E;
+    let reason = match error {
+        E::InvalidCertificate(cert) => match cert {
+            CertificateError::UnknownIssuer => {
+                "the broker's certificate is not issued by a trusted certificate authority \
+                 (UnknownIssuer): set ssl.truststore.location to the PEM file of the authority \
+                 that signed it"
+                    .to_owned()
+            }
+            CertificateError::ExpiredContext { not_after, .. } => format!(
+                "the broker's certificate expired: it is not valid after {} (UNIX time {}); the \
+                 broker needs a new certificate",
+                utc(not_after.as_secs()),
+                not_after.as_secs()
+            ),
+            CertificateError::Expired => {
+                "the broker's certificate expired; the broker needs a new certificate".to_owned()
+            }
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                "the broker's certificate is not valid yet (check the clocks)".to_owned()
+            }
+            CertificateError::NotValidForNameContext {
+                expected,
+                presented,
+            } => {
+                let expected = match expected {
+                    ServerName::DnsName(name) => name.as_ref().to_owned(),
+                    ServerName::IpAddress(ip) => format!("{:?}", std::net::IpAddr::from(*ip)),
+                    other => format!("{other:?}"),
+                };
+                if presented.is_empty() {
+                    format!(
+                        "the broker's certificate names no host in a subjectAltName (this client, \
+                         unlike Java, does not accept a common name alone), so it is not valid for \
+                         `{expected}`: reissue it with a subjectAltName, or set \
+                         ssl.endpoint.identification.algorithm= (empty; insecure)"
+                    )
+                } else {
+                    format!(
+                        "the broker's certificate is not valid for `{expected}`, the host dialled \
+                         (it names {}): connect by a name the certificate has, or set \
+                         ssl.endpoint.identification.algorithm= (empty; insecure)",
+                        presented.join(", ")
+                    )
+                }
+            }
+            CertificateError::NotValidForName => {
+                "the broker's certificate is not valid for the host dialled: connect by a name \
+                 the certificate has, or set ssl.endpoint.identification.algorithm= (empty; \
+                 insecure)"
+                    .to_owned()
+            }
+            CertificateError::Revoked => "the broker's certificate is revoked".to_owned(),
+            other => format!("the broker's certificate was refused: {other:?}"),
+        },
+        E::AlertReceived(alert) => match alert {
+            AlertDescription::BadCertificate
+            | AlertDescription::CertificateRequired
+            | AlertDescription::HandshakeFailure
+                if !client_cert =>
+            {
+                format!(
+                    "the broker requires a client certificate and none was sent (TLS alert \
+                     {alert:?}): set ssl.keystore.location (or ssl.keystore.key and \
+                     ssl.keystore.certificate.chain)"
+                )
+            }
+            AlertDescription::BadCertificate
+            | AlertDescription::CertificateRequired
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::UnknownCA
+            | AlertDescription::AccessDenied
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::UnsupportedCertificate
+            | AlertDescription::HandshakeFailure => format!(
+                "the broker rejected the client certificate (TLS alert {alert:?}): it must be \
+                 issued by an authority the broker trusts (its ssl.truststore), and be valid now"
+            ),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(reason)
+}
+
+/// A UNIX time as `YYYY-MM-DD HH:MM:SS UTC`.
+fn utc(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rest = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(i64::MAX / 2) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_names_come_from_the_address() {
+        assert_eq!(
+            server_name("localhost:9093").expect("dns"),
+            ServerName::try_from("localhost").expect("name")
+        );
+        assert!(matches!(
+            server_name("127.0.0.1:9093").expect("ip"),
+            ServerName::IpAddress(_)
+        ));
+        assert!(matches!(
+            server_name("[::1]:9093").expect("ip6"),
+            ServerName::IpAddress(_)
+        ));
+        assert!(server_name("bad name:1").is_err());
+    }
+
+    #[test]
+    fn utc_times_read_as_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(1_577_923_200), "2020-01-02 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+    }
+
+    #[test]
+    fn files_without_pem_are_refused_with_the_conversion_commands() {
+        let error = certificates(
+            b"\xfe\xed\xfe\xed JKS",
+            "ssl.truststore.location",
+            "trusted certificates",
+        )
+        .expect_err("no PEM");
+        assert_eq!(error.key, "ssl.truststore.location");
+        assert!(
+            error.reason.contains("keytool -exportcert"),
+            "{}",
+            error.reason
+        );
+        let settings = TlsSettings::ca_pem_file("/nonexistent/ca.pem");
+        let error = TlsContext::build(&settings).expect_err("missing file");
+        assert!(
+            error.reason.contains("/nonexistent/ca.pem"),
+            "{}",
+            error.reason
+        );
+    }
+
+    #[test]
+    fn encrypted_keys_are_refused_with_the_decrypt_command() {
+        let settings = TlsSettings::system_roots().client_pem(
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n",
+            CHAIN,
+        );
+        let error = TlsContext::build(&settings.key_password("pw")).expect_err("encrypted");
+        assert_eq!(error.key, "ssl.keystore.key");
+        assert!(error.reason.contains("openssl pkey"), "{}", error.reason);
+        assert!(!error.reason.contains("pw\""));
+    }
+
+    /// A self-signed certificate, only to get past the chain parsing.
+    const CHAIN: &str = "-----BEGIN CERTIFICATE-----
+MIIBfjCCASWgAwIBAgIUEkL+Zcz2w2WqpKTT906P/Q/VxcAwCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKdGVzdC1jaGFpbjAeFw0yNjEyMDMwNDI5MjhaFw0zNjExMzAw
+NDI5MjhaMBUxEzARBgNVBAMMCnRlc3QtY2hhaW4wWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAQxsWPzGI4Edvl7972MkNbW7MnM3cUzLRj8V4RJlYSF73IeW+Ww2uWJ
+xEMzZHqvEi80HGS+toIgoA1E203cJowLo1MwUTAdBgNVHQ4EFgQU3tnIrJN6l0T9
+T/CeHV8P0f5awNcwHwYDVR0jBBgwFoAU3tnIrJN6l0T9T/CeHV8P0f5awNcwDwYD
+VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNHADBEAiA3+03A1IMEZVVdr+czFv3N
+sOSZ3cNsGiVJuoOvpWnEbAIgJmxeqZyIuUkMC8G0gEgrYvaVbYlRid1MWDow3sVV
+ce0=
+-----END CERTIFICATE-----
+";
+}
