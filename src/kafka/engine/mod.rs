@@ -44,8 +44,21 @@ use crate::kafka::session::book::{FetchSettings, NodeId, PlanInput, Planned, Ses
 use crate::record::TopicPartition;
 use crate::time::deadline_after;
 
-/// Java's `retry.backoff.ms`: the pause after a request failed or met errors.
+/// Java's `retry.backoff.ms`: the pause after a request failed or met errors; it doubles with
+/// each failure in a row, up to [`RETRY_BACKOFF_MAX`].
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Java's `retry.backoff.max.ms`: the longest pause between attempts, reached after a run of
+/// failures (a broker down, credentials refused), so nothing is retried in a tight loop.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The pause after `failures` failures in a row (at least one).
+fn retry_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(10);
+    RETRY_BACKOFF
+        .saturating_mul(1 << doublings)
+        .min(RETRY_BACKOFF_MAX)
+}
 
 /// The engine's settings, from the consumer's config.
 #[derive(Debug, Clone)]
@@ -114,6 +127,7 @@ impl EngineHandle {
             close_sent: false,
             polled: false,
             seen_assignment: 0,
+            failures: 0,
             work: FuturesUnordered::new(),
         };
         tokio::spawn(engine.run());
@@ -170,6 +184,8 @@ struct Engine {
     /// A poll has been made, so prefetch may start.
     polled: bool,
     seen_assignment: u64,
+    /// Connections and requests that failed in a row, for the backoff.
+    failures: u32,
     work: FuturesUnordered<BoxFuture<'static, Event>>,
 }
 
@@ -458,7 +474,7 @@ impl Engine {
                         // The leader may be gone (a stopped broker whose partitions moved):
                         // ask the cluster again, as Java does when a connection fails.
                         self.cluster.stale = true;
-                        self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+                        self.back_off(now);
                         self.report_if_fatal(e);
                     }
                 }
@@ -469,10 +485,13 @@ impl Engine {
                     Ok(fresh) => {
                         self.cluster.update(fresh);
                         self.metadata_retry_at = None;
+                        self.failures = 0;
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "metadata refresh failed");
-                        self.metadata_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+                        self.failures = self.failures.saturating_add(1);
+                        self.metadata_retry_at =
+                            Some(deadline_after(now, retry_backoff(self.failures)));
                         self.report_if_fatal(e);
                     }
                 }
@@ -521,7 +540,7 @@ impl Engine {
         self.book.on_lost(ticket, why);
         self.connections.remove(&node);
         self.cluster.stale = true;
-        self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+        self.back_off(now);
         self.report_if_fatal(error);
     }
 
@@ -540,7 +559,9 @@ impl Engine {
         }
         self.book.on_fetch(ticket, fetched.answer);
         if fetched.errors && fetched.records.is_empty() {
-            self.fetch_retry_at = Some(deadline_after(now, RETRY_BACKOFF));
+            self.back_off(now);
+        } else {
+            self.failures = 0;
         }
         if let Some(e) = fetched.fatal {
             self.report_if_fatal(e);
@@ -555,6 +576,12 @@ impl Engine {
             drop(slots);
             self.mailbox.announce();
         }
+    }
+
+    /// One more failure in a row: no fetch before the backoff it earns.
+    fn back_off(&mut self, now: Instant) {
+        self.failures = self.failures.saturating_add(1);
+        self.fetch_retry_at = Some(deadline_after(now, retry_backoff(self.failures)));
     }
 
     fn report_if_fatal(&mut self, error: ConsumerError) {
@@ -596,5 +623,18 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_maximum() {
+        let pauses: Vec<u128> = (1..=6).map(|n| retry_backoff(n).as_millis()).collect();
+        assert_eq!(pauses, vec![100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(retry_backoff(0), RETRY_BACKOFF);
+        assert_eq!(retry_backoff(u32::MAX), RETRY_BACKOFF_MAX);
     }
 }
