@@ -572,6 +572,24 @@ struct DeadLetterFixture {
 
 /// The fixture, or `None` without a broker or on a broker without share-group dead-letter
 /// queues (before Kafka 4.4: it does not describe their group config).
+/// Waits until the broker describes the group with its dead-letter queue: a group config set
+/// through the controller reaches the broker's view of the metadata a moment later, and a
+/// consumer reading it before then would see no queue.
+async fn wait_for_group_dead_letter_queue(admin: &KafkaAdmin, group: &str, dlq: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let configs = admin.share_group_config(group).await.expect("describe");
+        if configs.dead_letter_topic() == Some(dlq) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group's dead-letter queue never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn dead_letter_fixture(test: &str, copy_record: bool) -> Option<DeadLetterFixture> {
     let bootstrap = support::bootstrap(test)?;
     let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
@@ -603,6 +621,7 @@ async fn dead_letter_fixture(test: &str, copy_record: bool) -> Option<DeadLetter
         .set_share_group_dead_letter_queue(&group, &dlq, copy_record)
         .await
         .expect("queue");
+    wait_for_group_dead_letter_queue(&admin, &group, &dlq).await;
     Some(DeadLetterFixture {
         bootstrap,
         admin,
