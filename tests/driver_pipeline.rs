@@ -450,7 +450,7 @@ async fn a_skipped_record_goes_to_the_dead_letter_queue_byte_for_byte_then_is_re
         ),
         (
             "__connect.errors.exception.class.name",
-            "kafka_share_sink::convert::error::ConvertError",
+            "org.apache.kafka.connect.errors.DataException",
         ),
     ];
     for (key, value) in expect {
@@ -460,7 +460,9 @@ async fn a_skipped_record_goes_to_the_dead_letter_queue_byte_for_byte_then_is_re
     assert!(!message.is_empty());
     let trace = header(letter, "__connect.errors.exception.stacktrace").unwrap();
     assert!(
-        trace.starts_with("kafka_share_sink::convert::error::ConvertError: "),
+        trace.starts_with(&format!(
+            "org.apache.kafka.connect.errors.DataException: {message}"
+        )),
         "{trace}"
     );
     let m = d.metrics();
@@ -559,8 +561,13 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
         Some("org.apache.kafka.connect.sink.SinkTask")
     );
     assert_eq!(
+        header(&letters[0], "__connect.errors.exception.class.name").as_deref(),
+        Some("org.apache.kafka.connect.errors.RetriableException")
+    );
+    assert_eq!(
         header(&letters[0], "__connect.errors.exception.message").as_deref(),
-        Some("retriable sink task error")
+        Some("database busy"),
+        "the task's own message, as a Java task's exception has it"
     );
 
     let b = broker(

@@ -345,7 +345,7 @@ async fn a_record_the_converter_rejects_lands_in_the_dead_letter_topic_byte_for_
         ),
         (
             "__connect.errors.exception.class.name",
-            "kafka_share_sink::convert::error::ConvertError",
+            "org.apache.kafka.connect.errors.DataException",
         ),
     ] {
         want.push((k.to_owned(), Some(v.as_bytes().to_vec())));
