@@ -1,4 +1,6 @@
-//! [`ConvertError`]: why a converter could not turn bytes into a value.
+//! [`ConvertError`]: why a converter could not turn bytes into a value, and
+//! [`SerializationCause`]: the cause the built-in converters give it, named as Connect names
+//! the exceptions behind a deserialization failure.
 
 use std::borrow::Cow;
 
@@ -8,6 +10,9 @@ use crate::error::BoxError;
 pub(crate) const DATA_EXCEPTION: &str = "org.apache.kafka.connect.errors.DataException";
 /// Connect's `RetriableException`.
 pub(crate) const RETRIABLE_EXCEPTION: &str = "org.apache.kafka.connect.errors.RetriableException";
+/// Kafka's `SerializationException`, the cause Connect's converters wrap.
+pub(crate) const SERIALIZATION_EXCEPTION: &str =
+    "org.apache.kafka.common.errors.SerializationException";
 
 /// The error a [`Converter`](crate::Converter) or [`HeaderConverter`](crate::HeaderConverter)
 /// returns: retriable or not, with a message that says what was wrong and what to do, and
@@ -114,5 +119,37 @@ impl ConvertError {
             None if self.retriable => RETRIABLE_EXCEPTION,
             None => DATA_EXCEPTION,
         }
+    }
+}
+
+/// The cause the built-in converters give a [`ConvertError`] when bytes cannot be read,
+/// shaped as Connect's: its `SerializationException`, which for JSON wraps the parser's
+/// exception. It reads as `detail` in logs; the dead-letter stack trace gets one `Caused by:`
+/// line for the `SerializationException` and, when there is one, another for the parser's
+/// exception (`parser_class`), as Connect writes them.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{detail}")]
+pub(crate) struct SerializationCause {
+    parser_class: Option<&'static str>,
+    detail: String,
+}
+
+impl SerializationCause {
+    /// A failure of the Java parser whose exception is `parser_class`.
+    pub(crate) fn parser(parser_class: &'static str, detail: String) -> Self {
+        Self {
+            parser_class: Some(parser_class),
+            detail,
+        }
+    }
+
+    /// The parser's exception class, if any.
+    pub(crate) fn parser_class(&self) -> Option<&'static str> {
+        self.parser_class
+    }
+
+    /// What went wrong.
+    pub(crate) fn detail(&self) -> &str {
+        &self.detail
     }
 }

@@ -205,15 +205,19 @@ impl DeadLetterRecord {
     /// - **`exception.class.name`**: the first exception's class, e.g.
     ///   `org.apache.kafka.connect.errors.DataException` for a converter or transform failure,
     ///   `org.apache.kafka.connect.errors.ConnectException` for a failed `put`.
-    /// - **`exception.message`**: its message: the error's own message (for a
-    ///   [`TaskError`](crate::TaskError) the message of its cause, as the task's own
-    ///   exception). A null value when the message is empty.
+    /// - **`exception.message`**: its message: the error's own message (for the built-in
+    ///   JsonConverter Connect's `Converting byte[] to Kafka Connect data failed due to
+    ///   serialization error: `; for a [`TaskError`](crate::TaskError) the message of its
+    ///   cause, as the task's own exception). A null value when the message is empty.
     /// - **`exception.stacktrace`**: `printStackTrace`'s shape without frames: a first line
     ///   `<class>: <message>`, then one `Caused by: <class>: <message>` line per cause in the
     ///   [`source`](Error::source) chain (at most 64 exceptions), each line ended by `\n`.
-    ///   A cause the crate cannot name is `std::error::Error` (or the type of a few std
-    ///   errors, such as `std::io::Error`). Rust errors carry no frames, so no `\tat ...`
-    ///   lines are written.
+    ///   The built-in converters' causes are named as Connect's (Kafka's
+    ///   `SerializationException`, then the JSON parser's exception, such as
+    ///   `com.fasterxml.jackson.core.JsonParseException`) and carry the detail of what was
+    ///   wrong and where. A cause the crate cannot name is `std::error::Error` (or the type of
+    ///   a few std errors, such as `std::io::Error`). Rust errors carry no frames, so no
+    ///   `\tat ...` lines are written.
     ///
     /// Call it only when `errors.deadletterqueue.context.headers.enable` is set.
     pub fn with_context(mut self, context: &ErrorContext<'_>) -> Self {

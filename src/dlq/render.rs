@@ -8,6 +8,7 @@
 //! | [`ConvertError`] | its [`exception_class`](ConvertError::exception_class) (Connect's `DataException`, or `RetriableException`) and its message |
 //! | [`TransformError`] | `DataException`, or `RetriableException` when retriable, and its message |
 //! | [`TaskError`] | `ConnectException`, or `RetriableException` when retriable, with the message of its cause, whose own causes follow (the task's error is what Connect's sink task would throw) |
+//! | the built-in converters' causes | Kafka's `SerializationException`, then the JSON parser's exception (e.g. `com.fasterxml.jackson.core.JsonParseException`) when there is one, both with the detail, as Connect writes them |
 //! | [`StageFailure`], [`StageError`] | what they wrap (they add no exception of their own) |
 //! | `std::io::Error` and a few other std errors | their Rust type path |
 //! | anything else | its Rust type name when the caller gave one (at the top), else `std::error::Error` |
@@ -19,7 +20,9 @@ use std::borrow::Cow;
 use std::error::Error;
 use std::fmt;
 
-use crate::convert::error::{ConvertError, DATA_EXCEPTION, RETRIABLE_EXCEPTION};
+use crate::convert::error::{
+    ConvertError, DATA_EXCEPTION, RETRIABLE_EXCEPTION, SERIALIZATION_EXCEPTION, SerializationCause,
+};
 use crate::convert::{StageError, StageFailure};
 use crate::error::TaskError;
 use crate::transform::TransformError;
@@ -51,6 +54,8 @@ enum Node<'a> {
         class: &'static str,
         cause: &'a (dyn Error + 'static),
     },
+    /// A converter's serialization failure.
+    Serialization(&'a SerializationCause),
     /// An error captured earlier, with its exceptions.
     Snapshot(&'a ErrorSnapshot),
 }
@@ -90,6 +95,9 @@ fn node<'a>(error: &'a (dyn Error + 'static)) -> Node<'a> {
             cause: e.cause(),
         };
     }
+    if let Some(e) = error.downcast_ref::<SerializationCause>() {
+        return Node::Serialization(e);
+    }
     Node::One(std_type_name(error))
 }
 
@@ -120,6 +128,7 @@ pub(crate) fn top_class<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a str>
             Node::Wraps(inner) => error = inner,
             Node::One(class) => return class,
             Node::TaskError { class, .. } => return Some(class),
+            Node::Serialization(_) => return Some(SERIALIZATION_EXCEPTION),
             Node::Snapshot(snapshot) => {
                 return snapshot.throwables.first().and_then(|t| t.class.as_deref());
             }
@@ -154,6 +163,28 @@ pub(crate) fn throwables(error: &(dyn Error + 'static)) -> Vec<Throwable> {
                     message: cause.to_string(),
                 });
                 cause.source()
+            }
+            Node::Serialization(cause) => {
+                let detail = cause.detail();
+                match cause.parser_class() {
+                    Some(parser) => {
+                        // Kafka's SerializationException wraps the parser's exception, so its
+                        // message is that exception as Java prints it: "<class>: <message>".
+                        out.push(Throwable {
+                            class: Some(Cow::Borrowed(SERIALIZATION_EXCEPTION)),
+                            message: format!("{parser}: {detail}"),
+                        });
+                        out.push(Throwable {
+                            class: Some(Cow::Borrowed(parser)),
+                            message: detail.to_owned(),
+                        });
+                    }
+                    None => out.push(Throwable {
+                        class: Some(Cow::Borrowed(SERIALIZATION_EXCEPTION)),
+                        message: detail.to_owned(),
+                    }),
+                }
+                error.source()
             }
             Node::Snapshot(snapshot) => {
                 out.extend(snapshot.throwables.iter().cloned());
@@ -257,19 +288,32 @@ mod tests {
 
     #[test]
     fn a_converter_failure_is_connects_chain() {
-        let error = ConvertError::new("value is not JSON")
-            .with_cause(std::io::Error::other("expected a value"));
+        let error = ConvertError::new("Converting byte[] to Kafka Connect data failed: ")
+            .with_cause(SerializationCause::parser(
+                "com.fasterxml.jackson.core.JsonParseException",
+                "value is not valid JSON".to_owned(),
+            ));
         let failure = StageFailure::new(Stage::ValueConverter, "x.JsonConverter", error);
         let found = throwables(&failure);
         assert_eq!(
             classes(&found),
-            [Some(DATA_EXCEPTION), Some("std::io::Error")]
+            [
+                Some(DATA_EXCEPTION),
+                Some(SERIALIZATION_EXCEPTION),
+                Some("com.fasterxml.jackson.core.JsonParseException")
+            ]
+        );
+        assert_eq!(
+            found[1].message,
+            "com.fasterxml.jackson.core.JsonParseException: value is not valid JSON"
         );
         assert_eq!(top_class(&failure), Some(DATA_EXCEPTION));
         assert_eq!(
             stack_trace(&found, DATA_EXCEPTION),
-            "org.apache.kafka.connect.errors.DataException: value is not JSON\nCaused by: \
-             std::io::Error: expected a value\n"
+            "org.apache.kafka.connect.errors.DataException: Converting byte[] to Kafka Connect \
+             data failed: \nCaused by: org.apache.kafka.common.errors.SerializationException: \
+             com.fasterxml.jackson.core.JsonParseException: value is not valid JSON\nCaused by: \
+             com.fasterxml.jackson.core.JsonParseException: value is not valid JSON\n"
         );
     }
 
