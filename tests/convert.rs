@@ -110,19 +110,30 @@ fn string_decodes_utf8() {
 }
 
 #[test]
-fn string_rejects_bad_utf8_with_offset_and_advice() {
+fn string_replaces_bad_utf8_as_connect_does_and_strict_refuses_it() {
     let key = StringConverter::new().converter_type(ConverterType::Key);
     assert_eq!(
-        value_error(&key, b"ok\xe2\x82"),
+        value(&key, bytes(b"ok\xe2\x82")).unwrap().value(),
+        &Value::from("ok\u{fffd}")
+    );
+    let strict = key.strict(true);
+    assert_eq!(
+        value_error(&strict, b"ok\xe2\x82"),
+        "Failed to deserialize string: "
+    );
+    assert_eq!(
+        value_cause(&strict, b"ok\xe2\x82"),
         "key is not valid UTF-8: invalid byte at offset 2 (of 4 bytes); use the \
-         ByteArrayConverter, or fix the producer to write UTF-8"
+         ByteArrayConverter, or fix the producer to write UTF-8 (string.strict=true)"
     );
     // Built from config, the converter knows it converts values.
-    let err = value_error(&*plugin("StringConverter", &[]), b"\xff");
+    let strict = plugin("StringConverter", &[("string.strict", "true")]);
+    let err = value_cause(&*strict, b"\xff");
     assert!(
         err.starts_with("value is not valid UTF-8: invalid byte at offset 0"),
         "{err}"
     );
+    assert!(value(&*plugin("StringConverter", &[]), bytes(b"\xff")).is_ok());
 }
 
 #[test]
@@ -522,20 +533,33 @@ fn headers_keep_order_duplicates_and_nulls() {
 #[test]
 fn a_failing_header_converter_reports_its_stage_and_the_header() {
     let header = Plugins::new()
-        .build_header_converter("StringConverter", &BTreeMap::new())
+        .build_header_converter("StringConverter", &configs(&[("string.strict", "true")]))
         .unwrap();
     let converters = Converters::byte_array().with_header(header);
     let failure = converters.convert(&record_with_headers()).unwrap_err();
     assert_eq!(failure.stage(), Stage::HeaderConverter);
     assert_eq!(failure.class_name(), StringConverter::CLASS_NAME);
     assert!(!failure.is_retriable());
+    assert_eq!(
+        failure.error().to_string(),
+        "Failed to deserialize string: "
+    );
+    let cause = last_cause(&failure);
     assert!(
-        failure
-            .error()
-            .to_string()
-            .starts_with("header `raw` is not valid UTF-8"),
-        "{}",
-        failure.error()
+        cause.starts_with("header `raw` is not valid UTF-8"),
+        "{cause}"
+    );
+    // By default, as in Connect, the header is text with U+FFFD.
+    let header = Plugins::new()
+        .build_header_converter("StringConverter", &BTreeMap::new())
+        .unwrap();
+    let sink = Converters::byte_array()
+        .with_header(header)
+        .convert(&record_with_headers())
+        .unwrap();
+    assert_eq!(
+        sink.headers()[3],
+        SinkHeader::new("raw", Value::from("\u{fffd}"))
     );
 }
 
@@ -801,7 +825,13 @@ proptest! {
         let _ = value(&JsonConverter::new(), Some(data.clone()));
         let _ = value(&JsonConverter::new().schemas_enable(false), Some(data.clone()));
         let _ = value(&JsonConverter::new().schemas_enable(false).strict(true), Some(data.clone()));
-        let _ = value(&StringConverter::new(), Some(data.clone()));
+        let strict = value(&StringConverter::new().strict(true), Some(data.clone()));
+        let lossy = value(&StringConverter::new(), Some(data.clone()));
+        // The lenient string converter never fails, and agrees with the strict one on UTF-8.
+        prop_assert!(lossy.is_ok());
+        if let Ok(strict) = strict {
+            prop_assert_eq!(strict, lossy.unwrap());
+        }
         let _ = SimpleHeaderConverter.to_sink_header("t", "k", Some(&data));
     }
 

@@ -124,9 +124,10 @@ async fn bad_utf8_under_tolerance_all_skips_the_record_and_writes_the_rest() {
             ProduceRecord::new().key("k2").value("ok 2"),
         ],
     );
+    // string.strict: by default, as in Connect, bad UTF-8 becomes U+FFFD and nothing fails.
     let strings = Converters::byte_array()
-        .with_key(Arc::new(StringConverter::new()))
-        .with_value(Arc::new(StringConverter::new()));
+        .with_key(Arc::new(StringConverter::new().strict(true)))
+        .with_value(Arc::new(StringConverter::new().strict(true)));
     let (mut d, seen) = driver(&b, "t", |c| {
         c.converters(strings).errors(
             ErrorHandling::new()
@@ -177,7 +178,9 @@ async fn key_and_header_converter_failures_name_their_stage() {
             .value("v")],
     );
     let (mut d, _) = driver(&b, "t", |c| {
-        c.converters(Converters::byte_array().with_key(Arc::new(StringConverter::new())))
+        c.converters(
+            Converters::byte_array().with_key(Arc::new(StringConverter::new().strict(true))),
+        )
     });
     d.initialize().await.unwrap();
     let Err(Error::Record { source, .. }) = d.iteration().await else {
@@ -192,7 +195,9 @@ async fn key_and_header_converter_failures_name_their_stage() {
             .value("v")],
     );
     let (mut d, _) = driver(&b, "h", |c| {
-        c.converters(Converters::byte_array().with_header(Arc::new(StringConverter::new())))
+        c.converters(
+            Converters::byte_array().with_header(Arc::new(StringConverter::new().strict(true))),
+        )
     });
     d.initialize().await.unwrap();
     let Err(Error::Record { source, .. }) = d.iteration().await else {
@@ -610,7 +615,7 @@ async fn every_converter_fails_the_task_under_none_and_dead_letters_under_all() 
     let cases: Vec<(&str, Converters, Bytes)> = vec![
         (
             "string",
-            Converters::byte_array().with_value(Arc::new(StringConverter::new())),
+            Converters::byte_array().with_value(Arc::new(StringConverter::new().strict(true))),
             Bytes::from_static(&[b'a', 0xc0, 0x80]),
         ),
         (

@@ -143,6 +143,14 @@ impl SerializationCause {
         }
     }
 
+    /// A failure without a parser behind it.
+    pub(crate) fn plain(detail: String) -> Self {
+        Self {
+            parser_class: None,
+            detail,
+        }
+    }
+
     /// The parser's exception class, if any.
     pub(crate) fn parser_class(&self) -> Option<&'static str> {
         self.parser_class
