@@ -18,7 +18,8 @@
 #      Connect's own FileStreamSink is not used: connect-file 4.4.0 is not on Maven Central, and
 #      4.3.1's calls a class that kafka-clients 4.4.0 moved (AppInfoParser). The sink plays no part
 #      in conversion or dead-lettering, which are connect-runtime's and connect-json's.
-#   2. Starts the test broker (scripts/kafka.sh start) unless it runs already.
+#   2. Starts the test broker (scripts/kafka.sh start) unless it runs already, and then stops
+#      it again at the end; a broker that was running is left running.
 #   3. Produces records.json to a fresh one-partition topic, runs ConnectStandalone with one
 #      connector per view below until each has committed the whole topic, then stops it:
 #        connect-dlq-json          JsonConverter key and value, schemas.enable=false; headers by
