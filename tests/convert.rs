@@ -37,6 +37,31 @@ fn value_error(converter: &dyn Converter, data: &'static [u8]) -> String {
         .to_string()
 }
 
+/// The message of the last cause of converting `data` as a record value: where the built-in
+/// converters say what was wrong, under Connect's own message.
+fn value_cause(converter: &dyn Converter, data: &[u8]) -> String {
+    let err =
+        value(converter, Some(Bytes::copy_from_slice(data))).expect_err("conversion should fail");
+    last_cause(&err)
+}
+
+fn last_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = err;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// Connect's message for JSON that cannot be read.
+const JSON_FAILED: &str =
+    "Converting byte[] to Kafka Connect data failed due to serialization error: ";
+
+/// Connect's message for JSON that is not an envelope while schemas.enable=true.
+const NOT_AN_ENVELOPE: &str = "JsonConverter with schemas.enable requires \"schema\" and \
+    \"payload\" fields and may not contain additional fields. If you are trying to deserialize \
+    plain JSON data, set schemas.enable=false in your converter configuration.";
+
 /// A value converter built from config, as the driver's config would.
 fn plugin(class: &str, pairs: &[(&str, &str)]) -> Arc<dyn Converter> {
     Plugins::new()
@@ -85,19 +110,30 @@ fn string_decodes_utf8() {
 }
 
 #[test]
-fn string_rejects_bad_utf8_with_offset_and_advice() {
+fn string_replaces_bad_utf8_as_connect_does_and_strict_refuses_it() {
     let key = StringConverter::new().converter_type(ConverterType::Key);
     assert_eq!(
-        value_error(&key, b"ok\xe2\x82"),
+        value(&key, bytes(b"ok\xe2\x82")).unwrap().value(),
+        &Value::from("ok\u{fffd}")
+    );
+    let strict = key.strict(true);
+    assert_eq!(
+        value_error(&strict, b"ok\xe2\x82"),
+        "Failed to deserialize string: "
+    );
+    assert_eq!(
+        value_cause(&strict, b"ok\xe2\x82"),
         "key is not valid UTF-8: invalid byte at offset 2 (of 4 bytes); use the \
-         ByteArrayConverter, or fix the producer to write UTF-8"
+         ByteArrayConverter, or fix the producer to write UTF-8 (string.strict=true)"
     );
     // Built from config, the converter knows it converts values.
-    let err = value_error(&*plugin("StringConverter", &[]), b"\xff");
+    let strict = plugin("StringConverter", &[("string.strict", "true")]);
+    let err = value_cause(&*strict, b"\xff");
     assert!(
         err.starts_with("value is not valid UTF-8: invalid byte at offset 0"),
         "{err}"
     );
+    assert!(value(&*plugin("StringConverter", &[]), bytes(b"\xff")).is_ok());
 }
 
 #[test]
@@ -128,6 +164,30 @@ fn string_encoding_other_than_utf8_is_rejected_at_build_time() {
 }
 
 // --- JsonConverter, schemaless ----------------------------------------------------------
+
+#[test]
+fn json_that_connect_accepts_and_strict_refuses() {
+    let lenient = JsonConverter::new().schemas_enable(false);
+    let strict = lenient.strict(true);
+    for (text, expected) in [
+        (&b"{\"a\":1,\"a\":2}"[..], map(vec![("a", Value::Int(2))])),
+        (b"{\"a\":1} x", map(vec![("a", Value::Int(1))])),
+        (b"007", Value::Int(7)),
+        (b"\xef\xbb\xbf1", Value::Int(1)),
+        (b"\"\\ud800\"", Value::from("\u{fffd}")),
+        (b" ", Value::Null),
+    ] {
+        let shown = String::from_utf8_lossy(text);
+        let data = Some(Bytes::copy_from_slice(text));
+        assert_eq!(
+            value(&lenient, data.clone()).unwrap().value(),
+            &expected,
+            "{shown}"
+        );
+        let refused = value(&strict, data).expect_err("strict JSON refuses it");
+        assert_eq!(refused.to_string(), JSON_FAILED, "{shown}");
+    }
+}
 
 #[test]
 fn schemaless_json_becomes_a_value_tree() {
@@ -166,7 +226,7 @@ fn schemaless_json_becomes_a_value_tree() {
 #[test]
 fn huge_numbers_do_not_panic() {
     let json = JsonConverter::new().schemas_enable(false);
-    // Beyond i64: a rounded float, as serde_json gives numbers beyond u64.
+    // Beyond i64: a rounded float (Connect keeps the low 64 bits).
     assert_eq!(
         value(&json, bytes(b"18446744073709551616"))
             .unwrap()
@@ -177,46 +237,64 @@ fn huge_numbers_do_not_panic() {
         value(&json, bytes(b"9223372036854775808")).unwrap().value(),
         &Value::Float(9223372036854775808.0)
     );
-    // Beyond f64: an error.
-    let err = value_error(&json, b"[1e400]");
+    // Beyond f64: infinite, as Connect reads it; strict JSON refuses it.
+    assert_eq!(
+        value(&json, bytes(b"[1e400]")).unwrap().value(),
+        &Value::Array(vec![Value::Float(f64::INFINITY)])
+    );
+    let err = value_cause(&json.strict(true), b"[1e400]");
     assert!(
-        err.starts_with("data is not valid JSON: number out of range at line 1 column"),
+        err.starts_with("data is not valid JSON: number beyond the range of a 64-bit float"),
         "{err}"
     );
 }
 
 #[test]
-fn malformed_json_gives_line_and_column() {
+fn malformed_json_gives_connects_message_and_our_line_and_column() {
     let json = plugin("JsonConverter", &[("schemas.enable", "false")]);
-    let err = value_error(&*json, b"{\n  \"a\": 1,\n  \"b\" 2\n}");
-    assert!(
-        err.starts_with(
-            "value is not valid JSON: expected `:` at line 3 column 7; fix the producer"
-        ),
-        "{err}"
+    let text = b"{\n  \"a\": 1,\n  \"b\" 2\n}";
+    assert_eq!(value_error(&*json, text), JSON_FAILED);
+    assert_eq!(
+        value_cause(&*json, text),
+        "value is not valid JSON: unexpected character '2': expected ':' after a member name at \
+         line 3, column 7"
     );
-    assert!(value_error(&*json, b"").contains("EOF while parsing a value at line 1 column 0"));
-    assert!(value_error(&*json, b"{} {}").contains("trailing characters at line 1 column 4"));
-    assert!(value_error(&*json, b"\xff").starts_with("value is not valid JSON"));
+    assert_eq!(
+        value_cause(&*json, b"\xff"),
+        "value is not valid JSON: invalid UTF-8 start byte 0xff at line 1, column 1"
+    );
+    // What Connect accepts: no content is null, and what follows a value is not read.
+    assert!(value(&*json, bytes(b"")).unwrap().value().is_null());
+    assert_eq!(
+        value(&*json, bytes(b"{} {}")).unwrap().value(),
+        &Value::Map(vec![])
+    );
+    // Strict JSON refuses both.
+    let strict = plugin(
+        "JsonConverter",
+        &[("schemas.enable", "false"), ("json.strict", "true")],
+    );
+    assert!(value_cause(&*strict, b"").starts_with("value is not valid JSON: no JSON value"));
+    assert!(
+        value_cause(&*strict, b"{} {}")
+            .starts_with("value is not valid JSON: content after the JSON value"),
+    );
 }
 
 #[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
-    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let deep = Bytes::from(deep);
+    let nested = |n| Bytes::from(format!("{}{}", "[".repeat(n), "]".repeat(n)));
     for converter in [
         JsonConverter::new().schemas_enable(false),
         JsonConverter::new(),
+        JsonConverter::new().strict(true),
     ] {
-        let err = value(&converter, Some(deep.clone()))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("recursion limit exceeded"), "{err}");
-        assert!(
-            err.contains("nesting deeper than 127 levels is refused"),
-            "{err}"
-        );
+        let err = value_cause(&converter, &nested(100_000));
+        assert!(err.contains("nesting deeper than 1000 levels"), "{err}");
     }
+    // Connect's limit: 1000 levels are read.
+    let schemaless = JsonConverter::new().schemas_enable(false);
+    assert!(value(&schemaless, Some(nested(1000))).is_ok());
     // A deep schema inside an envelope is refused too.
     let schema = format!(
         "{}{{\"type\":\"string\"}}{}",
@@ -293,35 +371,26 @@ fn envelope_with_null_payload_follows_optional() {
 }
 
 #[test]
-fn missing_envelope_says_to_disable_schemas() {
-    for (is_key, setting) in [
-        (true, "key.converter.schemas.enable=false"),
-        (false, "value.converter.schemas.enable=false"),
-    ] {
+fn missing_envelope_says_to_disable_schemas_in_connects_words() {
+    for is_key in [true, false] {
         let json = Plugins::new()
             .build_converter("JsonConverter", &BTreeMap::new(), is_key)
             .unwrap();
-        let err = value_error(&*json, br#"{"id": 1, "name": "x"}"#);
-        let subject = if is_key { "key" } else { "value" };
-        assert_eq!(
-            err,
-            format!(
-                "{subject} is not a JsonConverter envelope: with schemas.enable=true the JSON must \
-                 be an object with exactly the fields \"schema\" and \"payload\", found an object \
-                 with fields `id`, `name`; for plain JSON set {setting}"
-            )
-        );
+        let err = value(&*json, bytes(br#"{"id": 1, "name": "x"}"#)).unwrap_err();
+        assert_eq!(err.to_string(), NOT_AN_ENVELOPE);
+        assert!(std::error::Error::source(&err).is_none());
     }
     let json = JsonConverter::new();
-    assert!(value_error(&json, b"[1]").contains("found an array;"));
-    assert!(
-        value_error(&json, br#"{"schema": null}"#)
-            .contains("found an object with fields `schema`;")
-    );
-    assert!(
-        value_error(&json, br#"{"schema": null, "payload": 1, "extra": 2}"#)
-            .contains("`schema`, `payload`, `extra`")
-    );
+    for text in [
+        &b"[1]"[..],
+        br#"{"schema": null}"#,
+        br#"{"schema": null, "payload": 1, "extra": 2}"#,
+        b"",
+        b"null",
+    ] {
+        let err = value(&json, Some(Bytes::copy_from_slice(text))).unwrap_err();
+        assert_eq!(err.to_string(), NOT_AN_ENVELOPE);
+    }
 }
 
 #[test]
@@ -464,20 +533,33 @@ fn headers_keep_order_duplicates_and_nulls() {
 #[test]
 fn a_failing_header_converter_reports_its_stage_and_the_header() {
     let header = Plugins::new()
-        .build_header_converter("StringConverter", &BTreeMap::new())
+        .build_header_converter("StringConverter", &configs(&[("string.strict", "true")]))
         .unwrap();
     let converters = Converters::byte_array().with_header(header);
     let failure = converters.convert(&record_with_headers()).unwrap_err();
     assert_eq!(failure.stage(), Stage::HeaderConverter);
     assert_eq!(failure.class_name(), StringConverter::CLASS_NAME);
     assert!(!failure.is_retriable());
+    assert_eq!(
+        failure.error().to_string(),
+        "Failed to deserialize string: "
+    );
+    let cause = last_cause(&failure);
     assert!(
-        failure
-            .error()
-            .to_string()
-            .starts_with("header `raw` is not valid UTF-8"),
-        "{}",
-        failure.error()
+        cause.starts_with("header `raw` is not valid UTF-8"),
+        "{cause}"
+    );
+    // By default, as in Connect, the header is text with U+FFFD.
+    let header = Plugins::new()
+        .build_header_converter("StringConverter", &BTreeMap::new())
+        .unwrap();
+    let sink = Converters::byte_array()
+        .with_header(header)
+        .convert(&record_with_headers())
+        .unwrap();
+    assert_eq!(
+        sink.headers()[3],
+        SinkHeader::new("raw", Value::from("\u{fffd}"))
     );
 }
 
@@ -510,7 +592,7 @@ fn header_converters_by_connect_name() {
         err.starts_with("value.converter SimpleHeaderConverter: unknown converter class `SimpleHeaderConverter`; known: ByteArrayConverter, JsonConverter, StringConverter, org.apache"),
         "{err}"
     );
-    // JSON headers with schemas.enable=true need the envelope, and say which setting to change.
+    // JSON headers with schemas.enable=true need the envelope, and say what to change.
     let json = plugins
         .build_header_converter("JsonConverter", &BTreeMap::new())
         .unwrap();
@@ -518,10 +600,7 @@ fn header_converters_by_connect_name() {
         .to_sink_header("t", "n", bytes(b"1").as_ref())
         .unwrap_err()
         .to_string();
-    assert!(
-        err.ends_with("set header.converter.schemas.enable=false"),
-        "{err}"
-    );
+    assert_eq!(err, NOT_AN_ENVELOPE);
 }
 
 // --- Converters bundle ----------------------------------------------------------------
@@ -550,12 +629,11 @@ fn key_then_value_then_headers_stop_at_the_first_failure() {
         failure.to_string(),
         "VALUE_CONVERTER failed in org.apache.kafka.connect.json.JsonConverter"
     );
-    // The chain of sources ends with the converter's message.
+    // Connect's message, then our detail at the end of the chain of sources.
     let source = std::error::Error::source(&failure).unwrap();
-    assert!(
-        source.to_string().starts_with("data is not valid JSON"),
-        "{source}"
-    );
+    assert_eq!(source.to_string(), JSON_FAILED);
+    let detail = last_cause(&failure);
+    assert!(detail.starts_with("data is not valid JSON"), "{detail}");
 }
 
 #[test]
@@ -746,7 +824,14 @@ proptest! {
         let data = Bytes::from(data);
         let _ = value(&JsonConverter::new(), Some(data.clone()));
         let _ = value(&JsonConverter::new().schemas_enable(false), Some(data.clone()));
-        let _ = value(&StringConverter::new(), Some(data.clone()));
+        let _ = value(&JsonConverter::new().schemas_enable(false).strict(true), Some(data.clone()));
+        let strict = value(&StringConverter::new().strict(true), Some(data.clone()));
+        let lossy = value(&StringConverter::new(), Some(data.clone()));
+        // The lenient string converter never fails, and agrees with the strict one on UTF-8.
+        prop_assert!(lossy.is_ok());
+        if let Ok(strict) = strict {
+            prop_assert_eq!(strict, lossy.unwrap());
+        }
         let _ = SimpleHeaderConverter.to_sink_header("t", "k", Some(&data));
     }
 

@@ -101,7 +101,7 @@ async fn context_headers_are_connects_byte_for_byte() {
             headers::EXCEPTION_STACKTRACE,
             Some(
                 "org.apache.kafka.connect.errors.DataException: value is not JSON\n\
-                 Caused by: expected value at line 1 column 1",
+                 Caused by: std::io::Error: expected value at line 1 column 1\n",
             ),
         ),
     ]);
@@ -143,7 +143,7 @@ fn header_names_are_connects() {
 }
 
 #[test]
-fn put_errors_name_the_sink_task_and_the_rust_type() {
+fn put_errors_name_the_sink_task_and_connects_exception() {
     let error = TaskError::fatal("row rejected by constraint");
     let context = ErrorContext::new(
         "s",
@@ -165,16 +165,27 @@ fn put_errors_name_the_sink_task_and_the_rust_type() {
         value(headers::CLASS_NAME).as_deref(),
         Some("org.apache.kafka.connect.sink.SinkTask")
     );
+    // The task's error is the exception a Java sink task would report: Connect's
+    // ConnectException (RetriableException when retriable) with the cause's message.
     assert_eq!(
         value(headers::EXCEPTION_CLASS_NAME).as_deref(),
-        Some("kafka_share_sink::error::TaskError")
+        Some("org.apache.kafka.connect.errors.ConnectException")
+    );
+    assert_eq!(
+        value(headers::EXCEPTION_MESSAGE).as_deref(),
+        Some("row rejected by constraint")
     );
     assert_eq!(
         value(headers::EXCEPTION_STACKTRACE).as_deref(),
-        Some(
-            "kafka_share_sink::error::TaskError: fatal sink task error\n\
-             Caused by: row rejected by constraint"
-        )
+        Some("org.apache.kafka.connect.errors.ConnectException: row rejected by constraint\n")
+    );
+    // A name given by the caller wins.
+    let named = context.with_exception_class_name("com.example.ConstraintViolation");
+    let record = DeadLetterRecord::new(&ConsumerRecord::new("t", 0, 0)).with_context(&named);
+    let trace = record.headers().last(headers::EXCEPTION_STACKTRACE);
+    assert_eq!(
+        trace.and_then(|h| h.value()).map(|v| v.as_ref()),
+        Some(&b"com.example.ConstraintViolation: row rejected by constraint\n"[..])
     );
 }
 
@@ -200,7 +211,7 @@ fn an_empty_message_is_a_null_header() {
         .last(headers::EXCEPTION_STACKTRACE)
         .and_then(|h| h.value())
         .unwrap();
-    assert_eq!(trace.as_ref(), b"com.example.MaskError");
+    assert_eq!(trace.as_ref(), b"com.example.MaskError\n");
 }
 
 #[tokio::test]

@@ -124,9 +124,10 @@ async fn bad_utf8_under_tolerance_all_skips_the_record_and_writes_the_rest() {
             ProduceRecord::new().key("k2").value("ok 2"),
         ],
     );
+    // string.strict: by default, as in Connect, bad UTF-8 becomes U+FFFD and nothing fails.
     let strings = Converters::byte_array()
-        .with_key(Arc::new(StringConverter::new()))
-        .with_value(Arc::new(StringConverter::new()));
+        .with_key(Arc::new(StringConverter::new().strict(true)))
+        .with_value(Arc::new(StringConverter::new().strict(true)));
     let (mut d, seen) = driver(&b, "t", |c| {
         c.converters(strings).errors(
             ErrorHandling::new()
@@ -177,7 +178,9 @@ async fn key_and_header_converter_failures_name_their_stage() {
             .value("v")],
     );
     let (mut d, _) = driver(&b, "t", |c| {
-        c.converters(Converters::byte_array().with_key(Arc::new(StringConverter::new())))
+        c.converters(
+            Converters::byte_array().with_key(Arc::new(StringConverter::new().strict(true))),
+        )
     });
     d.initialize().await.unwrap();
     let Err(Error::Record { source, .. }) = d.iteration().await else {
@@ -192,7 +195,9 @@ async fn key_and_header_converter_failures_name_their_stage() {
             .value("v")],
     );
     let (mut d, _) = driver(&b, "h", |c| {
-        c.converters(Converters::byte_array().with_header(Arc::new(StringConverter::new())))
+        c.converters(
+            Converters::byte_array().with_header(Arc::new(StringConverter::new().strict(true))),
+        )
     });
     d.initialize().await.unwrap();
     let Err(Error::Record { source, .. }) = d.iteration().await else {
@@ -450,17 +455,32 @@ async fn a_skipped_record_goes_to_the_dead_letter_queue_byte_for_byte_then_is_re
         ),
         (
             "__connect.errors.exception.class.name",
-            "kafka_share_sink::convert::error::ConvertError",
+            "org.apache.kafka.connect.errors.DataException",
+        ),
+        (
+            "__connect.errors.exception.message",
+            "Converting byte[] to Kafka Connect data failed due to serialization error: ",
         ),
     ];
     for (key, value) in expect {
         assert_eq!(header(letter, key).as_deref(), Some(value), "{key}");
     }
-    let message = header(letter, "__connect.errors.exception.message").unwrap();
-    assert!(!message.is_empty());
     let trace = header(letter, "__connect.errors.exception.stacktrace").unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    assert_eq!(
+        lines[0],
+        "org.apache.kafka.connect.errors.DataException: Converting byte[] to Kafka Connect data \
+         failed due to serialization error: "
+    );
     assert!(
-        trace.starts_with("kafka_share_sink::convert::error::ConvertError: "),
+        lines[1].starts_with(
+            "Caused by: org.apache.kafka.common.errors.SerializationException: \
+             com.fasterxml.jackson.core."
+        ),
+        "{trace}"
+    );
+    assert!(
+        lines[2].starts_with("Caused by: com.fasterxml.jackson.core."),
         "{trace}"
     );
     let m = d.metrics();
@@ -559,8 +579,13 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
         Some("org.apache.kafka.connect.sink.SinkTask")
     );
     assert_eq!(
+        header(&letters[0], "__connect.errors.exception.class.name").as_deref(),
+        Some("org.apache.kafka.connect.errors.RetriableException")
+    );
+    assert_eq!(
         header(&letters[0], "__connect.errors.exception.message").as_deref(),
-        Some("retriable sink task error")
+        Some("database busy"),
+        "the task's own message, as a Java task's exception has it"
     );
 
     let b = broker(
@@ -590,7 +615,7 @@ async fn every_converter_fails_the_task_under_none_and_dead_letters_under_all() 
     let cases: Vec<(&str, Converters, Bytes)> = vec![
         (
             "string",
-            Converters::byte_array().with_value(Arc::new(StringConverter::new())),
+            Converters::byte_array().with_value(Arc::new(StringConverter::new().strict(true))),
             Bytes::from_static(&[b'a', 0xc0, 0x80]),
         ),
         (

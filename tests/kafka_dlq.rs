@@ -203,7 +203,7 @@ async fn the_topic_is_created_and_context_headers_arrive_byte_for_byte() {
         "org.apache.kafka.connect.errors.DataException",
         Some("value is not JSON"),
         "org.apache.kafka.connect.errors.DataException: value is not JSON\n\
-         Caused by: expected value at line 1 column 1",
+         Caused by: std::io::Error: expected value at line 1 column 1\n",
     ));
 
     let read = read_with_rskafka(&bootstrap, &topic, 0).await;
@@ -278,7 +278,7 @@ async fn repeated_and_null_headers_and_missing_timestamps_survive() {
         "org.apache.kafka.connect.sink.SinkTask",
         "com.example.Silent",
         None,
-        "com.example.Silent",
+        "com.example.Silent\n",
     ));
     assert_eq!(pairs(read[0].headers()), expected);
     assert_eq!((read[0].key(), read[0].value()), (None, None));

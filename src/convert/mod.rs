@@ -11,7 +11,7 @@
 mod byte_array;
 mod converter;
 mod converters;
-mod error;
+pub(crate) mod error;
 mod failure;
 mod json;
 pub(crate) mod schema;

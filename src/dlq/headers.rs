@@ -17,9 +17,11 @@ pub const TASK_ID: &str = "__connect.errors.task.id";
 pub const STAGE: &str = "__connect.errors.stage";
 /// The class that failed: a converter or transform, or the sink task.
 pub const CLASS_NAME: &str = "__connect.errors.class.name";
-/// The type of the error.
+/// The Java exception class Connect would write for the error, e.g.
+/// `org.apache.kafka.connect.errors.DataException`.
 pub const EXCEPTION_CLASS_NAME: &str = "__connect.errors.exception.class.name";
-/// The error's message; a null value when the message is empty.
+/// The exception's message; a null value when the message is empty.
 pub const EXCEPTION_MESSAGE: &str = "__connect.errors.exception.message";
-/// The error and its causes, one per line.
+/// The exception and its causes as Java prints them, without frames: `<class>: <message>`,
+/// then a `Caused by: <class>: <message>` line per cause.
 pub const EXCEPTION_STACKTRACE: &str = "__connect.errors.exception.stacktrace";

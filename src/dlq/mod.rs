@@ -20,10 +20,12 @@ pub mod headers;
 mod kafka;
 mod partitioner;
 mod record;
+mod render;
 
 pub use self::error::DeadLetterError;
 pub use self::kafka::{KafkaDeadLetterQueue, KafkaDeadLetterQueueConfig};
 pub use self::record::{DeadLetterRecord, ErrorContext};
+pub(crate) use self::render::ErrorSnapshot;
 
 /// A dead-letter queue: a topic that failed records are written to, with their original
 /// bytes.

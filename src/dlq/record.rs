@@ -2,22 +2,25 @@
 //! [`ErrorContext`]: why it failed, for Connect's context headers.
 
 use std::error::Error;
-use std::fmt::Write as _;
 
 use bytes::Bytes;
 
 use super::headers;
+use super::render::{stack_trace, throwables, top_class};
 use crate::record::{ConsumerRecord, Headers, RecordId};
 use crate::stage::Stage;
 
-/// How many causes of an error the stack-trace header lists at most.
-const MAX_CAUSES: usize = 64;
-
 /// Why a record failed, as Kafka Connect writes it into the `__connect.errors.*` headers.
 ///
-/// [`ErrorContext::new`] takes the exception class name from the error's Rust type
-/// (`std::any::type_name`); [`ErrorContext::new_dyn`] takes it from the caller, for an
-/// error only known as `dyn Error`.
+/// The exception class is, in this order: the one given to
+/// [`with_exception_class_name`](Self::with_exception_class_name); else the Java class
+/// Connect would name for the crate's own errors (a [`ConvertError`](crate::ConvertError) is
+/// Connect's `DataException` unless it names another, a
+/// [`TransformError`](crate::TransformError) a `DataException`, a
+/// [`TaskError`](crate::TaskError) a `ConnectException`, retriable ones a
+/// `RetriableException`); else, for another error type, its Rust type name
+/// (`std::any::type_name`, from [`new`](Self::new)) or the name the caller gave
+/// [`new_dyn`](Self::new_dyn). [`DeadLetterRecord::with_context`] lists every header.
 ///
 /// ```
 /// use kafka_share_sink::{ErrorContext, Stage, TaskError};
@@ -30,10 +33,13 @@ const MAX_CAUSES: usize = 64;
 ///     ErrorContext::CONNECT_SINK_TASK_CLASS,
 ///     &error,
 /// );
-/// assert_eq!(context.exception_class_name(), "kafka_share_sink::error::TaskError");
+/// assert_eq!(context.exception_class_name(), "org.apache.kafka.connect.errors.ConnectException");
 ///
-/// let short = context.with_exception_class_name("TaskError");
-/// assert_eq!(short.exception_class_name(), "TaskError");
+/// let io = std::io::Error::other("disk full");
+/// let context = ErrorContext::new("orders-sink", 0, Stage::TaskPut, "my.Sink", &io);
+/// assert_eq!(context.exception_class_name(), "std::io::Error");
+/// let named = context.with_exception_class_name("java.io.IOException");
+/// assert_eq!(named.exception_class_name(), "java.io.IOException");
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorContext<'a> {
@@ -41,7 +47,10 @@ pub struct ErrorContext<'a> {
     task_id: i32,
     stage: Stage,
     class_name: &'a str,
-    exception_class_name: &'a str,
+    /// Given by `with_exception_class_name`: wins.
+    exception_class_name: Option<&'a str>,
+    /// The error's type name, for errors the crate cannot name.
+    type_name: &'a str,
     error: &'a (dyn Error + 'static),
 }
 
@@ -52,7 +61,7 @@ impl<'a> ErrorContext<'a> {
 
     /// The context of `error`, raised by `class_name` (a converter or transform class, or
     /// [`Self::CONNECT_SINK_TASK_CLASS`] for `put`) at `stage` of task `task_id` of
-    /// `connector_name`. The exception class name is the Rust type name of `E`.
+    /// `connector_name`. An error type the crate cannot name is named by its Rust type name.
     pub fn new<E: Error + 'static>(
         connector_name: &'a str,
         task_id: i32,
@@ -70,8 +79,9 @@ impl<'a> ErrorContext<'a> {
         )
     }
 
-    /// Like [`Self::new`], for an error known only as `dyn Error`: the caller names its
-    /// exception class, e.g. with `std::any::type_name::<T>()` where it still knew `T`.
+    /// Like [`Self::new`], for an error known only as `dyn Error`: the caller names its type,
+    /// e.g. with `std::any::type_name::<T>()` where it still knew `T`, for when the crate
+    /// cannot name it.
     pub fn new_dyn(
         connector_name: &'a str,
         task_id: i32,
@@ -85,14 +95,15 @@ impl<'a> ErrorContext<'a> {
             task_id,
             stage,
             class_name,
-            exception_class_name,
+            exception_class_name: None,
+            type_name: exception_class_name,
             error,
         }
     }
 
-    /// Replaces the exception class name.
+    /// Names the exception class, whatever the error.
     pub fn with_exception_class_name(mut self, name: &'a str) -> Self {
-        self.exception_class_name = name;
+        self.exception_class_name = Some(name);
         self
     }
 
@@ -116,9 +127,12 @@ impl<'a> ErrorContext<'a> {
         self.class_name
     }
 
-    /// The exception class name.
+    /// The exception class name written to `__connect.errors.exception.class.name` (see the
+    /// type's documentation for where it comes from).
     pub fn exception_class_name(&self) -> &str {
         self.exception_class_name
+            .or_else(|| top_class(self.error))
+            .unwrap_or(self.type_name)
     }
 
     /// The error.
@@ -182,17 +196,39 @@ impl DeadLetterRecord {
     /// Appends Kafka Connect's context headers, after the original ones, in Connect's
     /// order: `__connect.errors.topic`, `.partition`, `.offset` (the original coordinates),
     /// `.connector.name`, `.task.id`, `.stage`, `.class.name`, `.exception.class.name`,
-    /// `.exception.message` (a null value when the error's message is empty) and
-    /// `.exception.stacktrace`. The names are in [`headers`](super::headers).
+    /// `.exception.message` and `.exception.stacktrace`. The names are in
+    /// [`headers`](super::headers).
     ///
-    /// Rust errors carry no stack trace: the stack-trace header holds
-    /// `<exception class>: <message>` and then one `Caused by: <message>` line per
-    /// [`source`](Error::source), separated by `\n`.
+    /// The error is written as the chain of Java exceptions Connect would have written for it
+    /// (see [`ErrorContext`] for the first one's class):
+    ///
+    /// - **`exception.class.name`**: the first exception's class, e.g.
+    ///   `org.apache.kafka.connect.errors.DataException` for a converter or transform failure,
+    ///   `org.apache.kafka.connect.errors.ConnectException` for a failed `put`.
+    /// - **`exception.message`**: its message: the error's own message (for the built-in
+    ///   JsonConverter Connect's `Converting byte[] to Kafka Connect data failed due to
+    ///   serialization error: `; for a [`TaskError`](crate::TaskError) the message of its
+    ///   cause, as the task's own exception). A null value when the message is empty.
+    /// - **`exception.stacktrace`**: `printStackTrace`'s shape without frames: a first line
+    ///   `<class>: <message>`, then one `Caused by: <class>: <message>` line per cause in the
+    ///   [`source`](Error::source) chain (at most 64 exceptions), each line ended by `\n`.
+    ///   The built-in converters' causes are named as Connect's (Kafka's
+    ///   `SerializationException`, then the JSON parser's exception, such as
+    ///   `com.fasterxml.jackson.core.JsonParseException`) and carry the detail of what was
+    ///   wrong and where. A cause the crate cannot name is `std::error::Error` (or the type of
+    ///   a few std errors, such as `std::io::Error`). Rust errors carry no frames, so no
+    ///   `\tat ...` lines are written.
     ///
     /// Call it only when `errors.deadletterqueue.context.headers.enable` is set.
     pub fn with_context(mut self, context: &ErrorContext<'_>) -> Self {
-        let message = context.error.to_string();
-        let stack_trace = stack_trace(context.exception_class_name, &message, context.error);
+        let throwables = throwables(context.error);
+        let exception_class = context.exception_class_name();
+        let stack_trace = stack_trace(&throwables, exception_class);
+        let message = throwables
+            .into_iter()
+            .next()
+            .map(|t| t.message)
+            .unwrap_or_default();
         let h = &mut self.headers;
         h.push(headers::TOPIC, Some(text(self.original.topic())));
         h.push(
@@ -207,10 +243,7 @@ impl DeadLetterRecord {
         h.push(headers::TASK_ID, Some(text(context.task_id.to_string())));
         h.push(headers::STAGE, Some(text(context.stage.connect_name())));
         h.push(headers::CLASS_NAME, Some(text(context.class_name)));
-        h.push(
-            headers::EXCEPTION_CLASS_NAME,
-            Some(text(context.exception_class_name)),
-        );
+        h.push(headers::EXCEPTION_CLASS_NAME, Some(text(exception_class)));
         h.push(
             headers::EXCEPTION_MESSAGE,
             (!message.is_empty()).then(|| text(message)),
@@ -251,24 +284,6 @@ fn text(s: impl Into<String>) -> Bytes {
     Bytes::from(s.into())
 }
 
-/// `<class>: <message>` (or `<class>` for an empty message), then `Caused by: <message>`
-/// for each source, one per line.
-fn stack_trace(exception_class: &str, message: &str, error: &(dyn Error + 'static)) -> String {
-    let mut out = String::from(exception_class);
-    if !message.is_empty() {
-        out.push_str(": ");
-        out.push_str(message);
-    }
-    let mut cause = error.source();
-    for _ in 0..MAX_CAUSES {
-        let Some(source) = cause else { break };
-        // Writing to a String cannot fail.
-        let _ = write!(out, "\nCaused by: {source}");
-        cause = source.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,14 +293,48 @@ mod tests {
     #[error("outer")]
     struct Outer(#[source] std::io::Error);
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("")]
+    struct Silent;
+
     #[test]
-    fn stack_trace_lists_the_causes() {
+    fn headers_name_the_causes() {
         let error = Outer(std::io::Error::other("inner"));
+        let context = ErrorContext::new("c", 0, Stage::TaskPut, "x", &error);
         assert_eq!(
-            stack_trace("x::Outer", "outer", &error),
-            "x::Outer: outer\nCaused by: inner"
+            context.exception_class_name(),
+            "kafka_share_sink::dlq::record::tests::Outer"
         );
-        assert_eq!(stack_trace("x::Empty", "", &std::fmt::Error), "x::Empty");
+        let record = DeadLetterRecord::new(&ConsumerRecord::new("t", 0, 0)).with_context(&context);
+        let header = |key| {
+            record
+                .headers()
+                .last(key)
+                .and_then(|h| h.value())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(
+            header(headers::EXCEPTION_STACKTRACE).as_deref(),
+            Some(
+                "kafka_share_sink::dlq::record::tests::Outer: outer\nCaused by: std::io::Error: \
+                 inner\n"
+            )
+        );
+        assert_eq!(header(headers::EXCEPTION_MESSAGE).as_deref(), Some("outer"));
+
+        let context = ErrorContext::new("c", 0, Stage::TaskPut, "x", &Silent);
+        let record = DeadLetterRecord::new(&ConsumerRecord::new("t", 0, 0)).with_context(&context);
+        let message = record.headers().last(headers::EXCEPTION_MESSAGE);
+        assert_eq!(
+            message.map(|h| h.value()),
+            Some(None),
+            "an empty message is null"
+        );
+        let trace = record.headers().last(headers::EXCEPTION_STACKTRACE);
+        assert_eq!(
+            trace.and_then(|h| h.value()).map(|v| v.as_ref()),
+            Some(&b"kafka_share_sink::dlq::record::tests::Silent\n"[..])
+        );
     }
 
     #[test]

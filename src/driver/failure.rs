@@ -1,9 +1,6 @@
 //! Why a record is dead-lettered or rejected: a snapshot of the failure that outlives the
 //! error itself, so one `put` error can describe every record of its batch.
 
-use std::error::Error as StdError;
-use std::fmt;
-
 use crate::convert::{StageError, StageFailure};
 use crate::dlq::ErrorContext;
 use crate::error::TaskError;
@@ -42,38 +39,14 @@ impl Failure {
     }
 }
 
-/// An error and its `source` chain, as text.
-#[derive(Debug, Clone)]
-pub(crate) struct Captured {
-    message: String,
-    source: Option<Box<Captured>>,
-}
-
-impl Captured {
-    pub(crate) fn of(error: &(dyn StdError + 'static)) -> Self {
-        Self {
-            message: error.to_string(),
-            source: error.source().map(|s| Box::new(Self::of(s))),
-        }
-    }
-}
-
-impl fmt::Display for Captured {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl StdError for Captured {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|s| s as &(dyn StdError + 'static))
-    }
-}
+/// An error and its `source` chain, as text, with the Java exceptions the dead-letter
+/// headers name for it.
+pub(crate) use crate::dlq::ErrorSnapshot as Captured;
 
 #[cfg(test)]
 mod tests {
+    use std::error::Error as _;
+
     use super::*;
 
     #[test]

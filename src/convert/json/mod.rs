@@ -1,46 +1,88 @@
 //! [`JsonConverter`]: JSON, with or without Connect's schema envelope.
 
+mod parse;
 mod path;
 mod payload;
 mod schema;
 mod tree;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use self::path::Path;
-use self::tree::{Json, MAX_DEPTH};
+use self::tree::Json;
 use super::converter::{Converter, ConverterType, HeaderConverter, SchemaAndValue, subject};
-use super::error::ConvertError;
+use super::error::{ConvertError, SerializationCause};
 use super::string::converter_type;
 use crate::plugins::{PluginError, configs};
-use crate::record::Headers;
+use crate::record::{Headers, Value};
+
+/// Connect's message when the JSON cannot be read.
+const SERIALIZATION_FAILED: &str =
+    "Converting byte[] to Kafka Connect data failed due to serialization error: ";
+
+/// Connect's message when `schemas.enable=true` and the JSON is not an envelope.
+const NOT_AN_ENVELOPE: &str = "JsonConverter with schemas.enable requires \"schema\" and \
+    \"payload\" fields and may not contain additional fields. If you are trying to deserialize \
+    plain JSON data, set schemas.enable=false in your converter configuration.";
 
 /// Converts JSON keys, values and header values, like Connect's
 /// `org.apache.kafka.connect.json.JsonConverter`.
+///
+/// # What is JSON
+///
+/// By default the converter reads what Connect's reads (Jackson's parser with its default
+/// features, plus leading zeros), checked against a real Connect worker: empty or
+/// whitespace-only bytes are null; the first complete value is read and what follows it is
+/// ignored (`{"a":1} x` is `{"a":1}`), except that a number at the top must be followed by
+/// whitespace (`1x` is refused) and `true`, `false` and `null` must not run into a letter or
+/// digit (`truex` is refused); a repeated key keeps its first position and its last value;
+/// `1e400` is infinite; `007` is 7; UTF-8 with a byte order mark, UTF-16 and UTF-32 are read;
+/// an escaped lone surrogate (`"\ud800"`) becomes U+FFFD; NaN and Infinity literals, comments,
+/// single quotes, unquoted names, trailing commas, unescaped control characters in strings,
+/// nesting deeper than 1000 levels and numbers longer than 1000 characters are refused.
+///
+/// With `json.strict=true` ([`strict`](Self::strict)) only RFC 8259 JSON is read: UTF-8
+/// throughout, exactly one value with nothing but whitespace after it, no leading zeros, no
+/// lone surrogates, no repeated keys and no number beyond the range of a double. Use it to
+/// dead-letter what Connect would silently accept.
+///
+/// # Values
 ///
 /// - `schemas.enable=true` (the default, as in Connect): the JSON must be an envelope
 ///   `{"schema": …, "payload": …}` with no other fields. The schema is checked and the payload
 ///   converted as it says: integers must fit their width (Java would truncate them), `bytes`
 ///   are base64, a null or missing value takes the schema's default, else must be optional,
 ///   struct fields come in schema order and unknown members are ignored. `"schema": null`
-///   gives a schemaless payload.
+///   gives a schemaless payload. Schemas (and payloads they describe) nested deeper than 127
+///   levels are refused.
 /// - `schemas.enable=false`: any JSON, converted without schema: objects become
 ///   [`Value::Map`](crate::Value::Map) with string keys in document order, integers
 ///   [`Value::Int`](crate::Value::Int) (beyond the i64 range, a rounded
-///   [`Value::Float`](crate::Value::Float)), other numbers `Float`.
+///   [`Value::Float`](crate::Value::Float), where Connect keeps the low 64 bits), other numbers
+///   `Float`, null or no content [`Value::Null`](crate::Value::Null).
 ///
 /// Logical types keep their physical value (Decimal stays base64-decoded bytes, Date and
 /// Time int32, Timestamp int64); their schema's name and parameters say how to read them.
-/// Nesting deeper than 127 levels is refused, as is anything after the JSON document.
+///
+/// # Errors
+///
+/// As Connect's: JSON that cannot be read is a `DataException` with the message
+/// `Converting byte[] to Kafka Connect data failed due to serialization error: `, caused by a
+/// `SerializationException` and the parser's exception (`JsonParseException`,
+/// `JsonEOFException` when the input ends early, `StreamConstraintsException` beyond a limit);
+/// what was wrong, and where, is in the causes. A JSON value that is not an envelope while
+/// `schemas.enable=true` gets Connect's message for that. See
+/// [`DeadLetterRecord::with_context`](crate::DeadLetterRecord::with_context) for how they are
+/// written to the dead-letter queue.
 ///
 /// Configs (from [`from_configs`](Self::from_configs)): `schemas.enable`,
-/// `replace.null.with.default` (default true), `converter.type`; `schemas.cache.size` and
-/// `decimal.format` are checked but change nothing when reading; `schema.content` is not
-/// supported. Other keys are ignored, as Connect ignores them.
+/// `replace.null.with.default` (default true), `converter.type`, and this crate's
+/// `json.strict` (default false); `schemas.cache.size` and `decimal.format` are checked but
+/// change nothing when reading; `schema.content` is not supported. Other keys are ignored, as
+/// Connect ignores them.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -60,12 +102,21 @@ use crate::record::Headers;
 /// assert_eq!(converted.value(), &Value::Int(300));
 ///
 /// let err = enveloped.to_sink_data("orders", &Headers::new(), Some(&Bytes::from_static(b"{\"id\": 7}")));
-/// assert!(err.unwrap_err().to_string().contains("set value.converter.schemas.enable=false"));
+/// assert!(err.unwrap_err().to_string().contains("set schemas.enable=false"));
+///
+/// // Connect reads the first value and ignores the rest; strict JSON does not.
+/// let trailing = Bytes::from_static(br#"{"id": 7} and more"#);
+/// assert!(plain.to_sink_data("orders", &Headers::new(), Some(&trailing)).is_ok());
+/// let err = plain.strict(true).to_sink_data("orders", &Headers::new(), Some(&trailing)).unwrap_err();
+/// assert_eq!(err.to_string(), "Converting byte[] to Kafka Connect data failed due to serialization error: ");
+/// let cause = std::error::Error::source(&err).unwrap().to_string();
+/// assert!(cause.starts_with("data is not valid JSON: content after the JSON value"), "{cause}");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonConverter {
     schemas_enable: bool,
     replace_null_with_default: bool,
+    strict: bool,
     converter_type: Option<ConverterType>,
 }
 
@@ -84,8 +135,16 @@ impl JsonConverter {
         Self {
             schemas_enable: true,
             replace_null_with_default: true,
+            strict: false,
             converter_type: None,
         }
+    }
+
+    /// `json.strict`: read RFC 8259 JSON only (true), or what Connect's JsonConverter reads
+    /// (false, the default). See the type's documentation for the difference.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
     }
 
     /// `schemas.enable`: expect the `{"schema", "payload"}` envelope (true) or plain JSON.
@@ -143,6 +202,7 @@ impl JsonConverter {
                 "replace.null.with.default",
                 true,
             )?,
+            strict: configs::boolean(configs, "json.strict", false)?,
             converter_type: converter_type(configs)?,
         })
     }
@@ -155,40 +215,32 @@ impl JsonConverter {
         let Some(data) = data else {
             return Ok(SchemaAndValue::null());
         };
-        let what = || match header {
-            Some(key) => format!("header `{key}`"),
-            None => subject(self.converter_type).to_owned(),
-        };
-        let json = Json::parse(data).map_err(|e| {
-            let deep = if e.to_string().starts_with("recursion limit exceeded") {
-                format!(" (nesting deeper than {MAX_DEPTH} levels is refused)")
-            } else {
-                String::new()
+        let json = parse::parse(data, self.strict).map_err(|e| {
+            let what = match header {
+                Some(key) => format!("header `{key}`"),
+                None => subject(self.converter_type).to_owned(),
             };
-            ConvertError::new(format!(
-                "{} is not valid JSON: {e}{deep}; fix the producer, or use the StringConverter or \
-                 ByteArrayConverter for data that is not JSON",
-                what()
+            let hint = if self.strict {
+                " (json.strict=true: RFC 8259 JSON only)"
+            } else {
+                ""
+            };
+            ConvertError::new(SERIALIZATION_FAILED).with_cause(SerializationCause::parser(
+                e.kind.java_class(),
+                format!("{what} is not valid JSON: {e}{hint}"),
             ))
         })?;
         if !self.schemas_enable {
-            return Ok(SchemaAndValue::schemaless(json.into_value()));
+            return Ok(SchemaAndValue::schemaless(
+                json.map_or(Value::Null, Json::into_value),
+            ));
         }
-        let (schema_json, payload) = match split_envelope(json) {
-            Ok(parts) => parts,
-            Err(found) => {
-                let setting = match (header, self.converter_type) {
-                    (Some(_), _) => ConverterType::Header.config_prefix(),
-                    (None, Some(t)) => t.config_prefix(),
-                    (None, None) => "",
-                };
-                return Err(ConvertError::new(format!(
-                    "{} is not a JsonConverter envelope: with schemas.enable=true the JSON must be \
-                     an object with exactly the fields \"schema\" and \"payload\", found {found}; \
-                     for plain JSON set {setting}schemas.enable=false",
-                    what()
-                )));
-            }
+        let Some((schema_json, payload)) = json.and_then(split_envelope) else {
+            return Err(ConvertError::new(NOT_AN_ENVELOPE));
+        };
+        let what = || match header {
+            Some(key) => format!("header `{key}`"),
+            None => subject(self.converter_type).to_owned(),
         };
         if let Json::Null = schema_json {
             return Ok(SchemaAndValue::schemaless(payload.into_value()));
@@ -207,29 +259,17 @@ impl JsonConverter {
     }
 }
 
-/// The schema and payload of an envelope, or a description of what was found instead.
-fn split_envelope(json: Json) -> Result<(Json, Json), String> {
-    let members = match json {
-        Json::Object(members) => members,
-        other => return Err(other.kind().to_owned()),
+/// The schema and payload of an envelope: an object with exactly the members `schema` and
+/// `payload`, as Connect checks it (after a repeated key was merged).
+fn split_envelope(json: Json) -> Option<(Json, Json)> {
+    let Json::Object(members) = json else {
+        return None;
     };
     let is_envelope = members.len() == 2
         && members.iter().any(|(k, _)| k == "schema")
         && members.iter().any(|(k, _)| k == "payload");
     if !is_envelope {
-        let mut found = if members.is_empty() {
-            "an empty object".to_owned()
-        } else {
-            "an object with fields ".to_owned()
-        };
-        for (i, (key, _)) in members.iter().take(5).enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            let _ = write!(found, "{sep}`{key}`");
-        }
-        if members.len() > 5 {
-            let _ = write!(found, " and {} more", members.len() - 5);
-        }
-        return Err(found);
+        return None;
     }
     let mut schema = Json::Null;
     let mut payload = Json::Null;
@@ -240,7 +280,7 @@ fn split_envelope(json: Json) -> Result<(Json, Json), String> {
             payload = value;
         }
     }
-    Ok((schema, payload))
+    Some((schema, payload))
 }
 
 impl Converter for JsonConverter {
@@ -278,36 +318,84 @@ mod tests {
     use super::*;
 
     #[test]
-    fn envelope_description_lists_a_few_fields() {
-        let json = Json::parse(br#"{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7}"#).unwrap();
-        assert_eq!(
-            split_envelope(json).unwrap_err(),
-            "an object with fields `a`, `b`, `c`, `d`, `e` and 2 more"
-        );
-        let json = Json::parse(br#"{"schema":null,"payload":1,"extra":true}"#).unwrap();
-        assert!(split_envelope(json).is_err());
-        let json = Json::parse(br#"{"schema":null,"schema":null}"#).unwrap();
-        assert!(split_envelope(json).is_err());
-        assert_eq!(
-            split_envelope(Json::parse(b"{}").unwrap()).unwrap_err(),
-            "an empty object"
+    fn envelopes_are_checked_as_connect_checks_them() {
+        let envelope = |text: &[u8]| split_envelope(Json::parse(text).unwrap()).is_some();
+        assert!(envelope(br#"{"schema":null,"payload":1}"#));
+        assert!(!envelope(br#"{"schema":null,"payload":1,"extra":true}"#));
+        assert!(!envelope(br#"{"schema":null,"schema":null}"#));
+        // A repeated key is merged first, as Jackson merges it.
+        assert!(envelope(br#"{"schema":null,"payload":1,"payload":2}"#));
+        assert!(!envelope(b"{}"));
+        assert!(!envelope(b"[]"));
+    }
+
+    #[test]
+    fn envelope_errors_have_connects_message() {
+        let converter = JsonConverter::new();
+        for text in [&b"1"[..], b"", b"null", br#"{"payload":1}"#] {
+            let err = converter
+                .to_sink_header("t", "trace", Some(&Bytes::copy_from_slice(text)))
+                .unwrap_err();
+            assert_eq!(err.to_string(), NOT_AN_ENVELOPE);
+            assert!(std::error::Error::source(&err).is_none());
+        }
+        assert!(
+            converter
+                .to_sink_data("t", &Headers::new(), None)
+                .unwrap()
+                .value()
+                .is_null()
         );
     }
 
     #[test]
-    fn header_envelope_errors_name_the_header_setting() {
+    fn parse_errors_have_connects_message_and_our_detail() {
         let err = JsonConverter::new()
-            .to_sink_header("t", "trace", Some(&Bytes::from_static(b"1")))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("header `trace` is not a JsonConverter envelope"),
-            "{err}"
+            .schemas_enable(false)
+            .to_sink_header("t", "trace", Some(&Bytes::from_static(b"{oops")))
+            .unwrap_err();
+        assert_eq!(err.to_string(), SERIALIZATION_FAILED);
+        assert_eq!(
+            err.exception_class(),
+            "org.apache.kafka.connect.errors.DataException"
+        );
+        let cause = std::error::Error::source(&err).unwrap();
+        let cause = cause.downcast_ref::<SerializationCause>().unwrap();
+        assert_eq!(
+            cause.parser_class(),
+            Some("com.fasterxml.jackson.core.JsonParseException")
         );
         assert!(
-            err.ends_with("set header.converter.schemas.enable=false"),
-            "{err}"
+            cause
+                .detail()
+                .starts_with("header `trace` is not valid JSON: unexpected character 'o'"),
+            "{}",
+            cause.detail()
         );
+    }
+
+    #[test]
+    fn strict_comes_from_the_config() {
+        let configs = BTreeMap::from([
+            ("json.strict".to_owned(), "true".to_owned()),
+            ("schemas.enable".to_owned(), "false".to_owned()),
+        ]);
+        let converter = JsonConverter::from_configs(&configs).unwrap();
+        assert_eq!(
+            converter,
+            JsonConverter::new().schemas_enable(false).strict(true)
+        );
+        let empty = Some(Bytes::new());
+        assert!(
+            converter
+                .to_sink_data("t", &Headers::new(), empty.as_ref())
+                .is_err()
+        );
+        let lenient = JsonConverter::new().schemas_enable(false);
+        let converted = lenient
+            .to_sink_data("t", &Headers::new(), empty.as_ref())
+            .unwrap();
+        assert!(converted.value().is_null());
     }
 
     #[test]

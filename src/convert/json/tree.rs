@@ -1,15 +1,11 @@
-//! [`Json`]: a parsed JSON document that keeps object keys in document order (duplicates
-//! too), and its conversion to a schemaless [`Value`].
-
-use std::fmt;
-
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+//! [`Json`]: a parsed JSON document that keeps object members in document order, and its
+//! conversion to a schemaless [`Value`].
 
 use crate::record::Value;
 
-/// The deepest nesting of arrays and objects serde_json parses (it stops with "recursion
-/// limit exceeded" below that); it bounds every recursion over a [`Json`] tree and over a
-/// schema parsed from one.
+/// The deepest nesting of a schema, and so of a payload converted by one, that the
+/// `schemas.enable=true` conversions follow: they recurse, so they stop well before the
+/// parser's nesting limit ([`MAX_NESTING`](super::parse::MAX_NESTING)).
 pub(crate) const MAX_DEPTH: usize = 127;
 
 /// A JSON document.
@@ -19,20 +15,22 @@ pub(crate) enum Json {
     Bool(bool),
     /// A negative integer, or any integer up to `i64::MAX`.
     Int(i64),
-    /// A positive integer above `i64::MAX`.
+    /// A positive integer above `i64::MAX` that fits `u64`.
     UInt(u64),
-    /// Any other number (serde_json also gives integers beyond `u64` as floats).
+    /// Any other number, integers beyond `u64` included (rounded).
     Float(f64),
     String(String),
     Array(Vec<Json>),
-    /// Members in document order; a repeated key appears more than once.
+    /// Members in document order. The lenient parser keeps one member per name (the first
+    /// position, the last value); a tree built otherwise may repeat a name.
     Object(Vec<(String, Json)>),
 }
 
 impl Json {
-    /// Parses one JSON document; trailing content other than whitespace is an error.
-    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
+    /// Parses one JSON document as Connect does (no content is null), for tests.
+    #[cfg(test)]
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, super::parse::ParseError> {
+        Ok(super::parse::parse(bytes, false)?.unwrap_or(Self::Null))
     }
 
     /// The JSON type, for error messages.
@@ -71,7 +69,7 @@ impl Json {
             Self::UInt(u) => Value::Float(u as f64),
             Self::Float(f) => Value::Float(f),
             Self::String(s) => Value::String(s),
-            // Depth is at most MAX_DEPTH: the tree came from serde_json.
+            // Depth is at most the parser's MAX_NESTING (1000), shallow enough to recurse.
             Self::Array(items) => Value::Array(items.into_iter().map(Self::into_value).collect()),
             Self::Object(members) => Value::Map(
                 members
@@ -83,83 +81,18 @@ impl Json {
     }
 }
 
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(JsonVisitor)
-    }
-}
-
-struct JsonVisitor;
-
-impl<'de> Visitor<'de> for JsonVisitor {
-    type Value = Json;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Json, E> {
-        Ok(Json::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Json, E> {
-        Ok(Json::Int(v))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Json, E> {
-        Ok(i64::try_from(v).map_or(Json::UInt(v), Json::Int))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
-        Ok(Json::Float(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Json, E> {
-        Ok(Json::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Json, E> {
-        Ok(Json::String(v))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-        // No size hint from the input is trusted for allocation beyond a small bound.
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(item) = seq.next_element::<Json>()? {
-            items.push(item);
-        }
-        Ok(Json::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-        while let Some(entry) = map.next_entry::<String, Json>()? {
-            members.push(entry);
-        }
-        Ok(Json::Object(members))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn keeps_member_order_and_duplicates() {
+    fn a_repeated_key_keeps_its_place_and_takes_the_last_value() {
         let json = Json::parse(br#"{"b":1,"a":2,"b":3}"#).unwrap();
         let Json::Object(members) = &json else {
             panic!("not an object: {json:?}")
         };
         let keys: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["b", "a", "b"]);
+        assert_eq!(keys, ["b", "a"]);
         assert_eq!(json.member("b"), Some(&Json::Int(3)));
     }
 
@@ -179,17 +112,22 @@ mod tests {
             Json::parse(b"100000000000000000000000").unwrap(),
             Json::Float(_)
         ));
-        // Overflowing to infinity is an error, not a panic.
-        assert!(Json::parse(b"1e400").is_err());
+        // Beyond a double: infinite, as Connect reads it.
+        assert_eq!(Json::parse(b"1e400").unwrap(), Json::Float(f64::INFINITY));
     }
 
     #[test]
-    fn nesting_is_bounded() {
-        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
-        assert!(Json::parse(ok.as_bytes()).is_ok());
-        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        let err = Json::parse(deep.as_bytes()).unwrap_err().to_string();
-        assert!(err.starts_with("recursion limit exceeded"), "{err}");
+    fn deep_trees_convert() {
+        let depth = super::super::parse::MAX_NESTING;
+        let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let mut value = Json::parse(text.as_bytes()).unwrap().into_value();
+        for _ in 1..depth {
+            let Value::Array(mut items) = value else {
+                panic!("not an array")
+            };
+            value = items.pop().expect("one element");
+        }
+        assert_eq!(value, Value::Array(Vec::new()));
     }
 
     #[test]
