@@ -165,17 +165,20 @@ if [[ " $CLIENTS " == *" C "* || "$PROFILE" == 1 ]]; then
 fi
 
 # --- broker -----------------------------------------------------------------------------------
+# kafka_env NAME: one variable of `scripts/kafka.sh env`, which prints them all on one line
+# (KAFKA_BOOTSTRAP, and with its TLS/SASL listeners KAFKA_SSL_BOOTSTRAP, KAFKA_PKI_DIR, ...).
+kafka_env() { ./scripts/kafka.sh env | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 if [[ -n "${BENCH_BOOTSTRAP:-}" ]]; then
   BOOTSTRAP="$BENCH_BOOTSTRAP"
   log "using the broker at $BOOTSTRAP"
 elif ./scripts/kafka.sh status >/dev/null 2>&1; then
   # Someone's broker from this checkout: use it, and leave it running.
-  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  BOOTSTRAP="$(kafka_env KAFKA_BOOTSTRAP)"
   log "using the broker already running from this checkout at $BOOTSTRAP (it is not stopped)"
 else
   STARTED_BROKER=1
   ./scripts/kafka.sh start
-  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  BOOTSTRAP="$(kafka_env KAFKA_BOOTSTRAP)"
 fi
 # The broker's CPU is sampled too, when it is the one scripts/kafka.sh runs from this checkout.
 BROKER_PID=""
