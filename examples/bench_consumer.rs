@@ -9,6 +9,7 @@
 //!                              [--drivers K] [--fetch-max-bytes B] [--max-poll-records R]
 //!                              [--commit every|records:N|interval:MS] [--runtime multi|current]
 //!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
+//!                              [--client-config FILE]
 //! ```
 //!
 //! `consume` runs K drivers (each its own consumer, one group) until N records were put; with
@@ -16,6 +17,11 @@
 //! clock starts when every driver has received its first records, so joining the group is
 //! not measured; the records counted are those put from then on. It stops when the N-th
 //! record's iteration (put, acknowledge, commit) has returned. Closing is not timed.
+//!
+//! `--client-config` names a Java client `.properties` file whose security keys
+//! (`security.protocol`, `ssl.truststore.location`, `sasl.*`, ...) the consumers use, read with
+//! `Security::from_properties`; `scripts/bench.sh` gives the Java tool the same file for its TLS
+//! row. The admin commands always connect in plaintext.
 //!
 //! Output (one line, `key=value` pairs, on stdout):
 //! `BENCH client=A records=… bytes=… window_records=… window_bytes=… window_ms=… join_ms=…
@@ -32,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use kafka_share_sink::{
     CommitPolicy, DriverConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
-    ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    Properties, Security, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
 type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -222,6 +228,11 @@ async fn consume(args: &Args) -> BoxResult<()> {
     if target == 0 || drivers == 0 {
         return Err("--records and --drivers must be at least 1".into());
     }
+    let security = match args.get("client-config") {
+        None => Security::plaintext(),
+        Some(path) => Security::from_properties(&Properties::from_file(path)?)
+            .map_err(|e| format!("--client-config {path:?}: {e}"))?,
+    };
     let progress = Arc::new(Progress {
         drivers,
         target,
@@ -237,8 +248,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
 
     let mut tasks = Vec::new();
     for i in 0..drivers {
-        let mut config =
-            KafkaShareConsumerConfig::new(bootstrap, group).client_id(format!("bench-a-{}", i + 1));
+        let mut config = KafkaShareConsumerConfig::new(bootstrap, group)
+            .client_id(format!("bench-a-{}", i + 1))
+            .security(security.clone());
         if let Some(b) = args.get("fetch-max-bytes") {
             config = config.fetch_max_bytes(b.parse()?);
         }

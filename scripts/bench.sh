@@ -9,13 +9,20 @@
 #      --fetch-size set to A's fetch.max.bytes
 #   C  krafka's share consumer, explicit acks (benches/peers/, its own workspace and lockfile)
 #
+# With BENCH_TLS=1, a TLS row: in every round (and in the warm-up), right after the plaintext runs,
+# A and B drain the same topic again over the broker's SSL listener (server-authenticated TLS,
+# hostname checked, trusting the test CA of scripts/kafka.sh), both given the same Java client
+# properties file (security.protocol=SSL, ssl.truststore.type=PEM, ssl.truststore.location=CA):
+# B as --command-config, A as bench_consumer's --client-config. C is not run over TLS.
+#
 # Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
 # the no-op sink and with a sink whose put takes 10 ms per batch.
 #
 # Per run: records/s and MB/s with group join left out (the clock starts when the first records
 # reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
 # (GNU time), and, sampled from /proc every BENCH_RSS_INTERVAL s, the RSS and CPU of the client and
-# the CPU of the broker inside the clock's window. Then per round the ratios A/B and A/C, and medians.
+# the CPU of the broker inside the clock's window. Then per round the ratios A/B and A/C, and medians;
+# with the TLS row, A/B over TLS and each client's TLS ÷ plaintext of the same round.
 #
 # Usage: ./scripts/bench.sh            (quick check: BENCH_RECORDS=20000 BENCH_ROUNDS=1 ./scripts/bench.sh)
 #
@@ -43,6 +50,10 @@
 #                          tables, to warm the broker's JIT; 0 skips [200000]
 #   BENCH_PAUSE            seconds between runs, for the broker to settle [2]
 #   BENCH_RSS_INTERVAL     seconds between RSS samples [0.2]
+#   BENCH_TLS              1: the TLS row above (needs kafka.sh's TLS listeners, KAFKA_SECURITY=1,
+#                          its default) [0]
+#   BENCH_TLS_BOOTSTRAP    the SSL listener [KAFKA_SSL_BOOTSTRAP of `scripts/kafka.sh env`]
+#   BENCH_TLS_CA           PEM file of the CA that signed its certificate [KAFKA_PKI_DIR/ca.crt]
 #   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
 #   BENCH_DELETE_GROUPS    1: delete each share group after its run [1]
 #   BENCH_OUT              results directory [target/bench/<date>-<time>]
@@ -88,6 +99,7 @@ WARMUP_RECORDS="${BENCH_WARMUP_RECORDS:-200000}"
 PAUSE="${BENCH_PAUSE:-2}"
 RSS_INTERVAL="${BENCH_RSS_INTERVAL:-0.2}"
 PROFILE="${BENCH_PROFILE:-0}"
+TLS="${BENCH_TLS:-0}"
 DELETE_GROUPS="${BENCH_DELETE_GROUPS:-1}"
 NICE="${BENCH_NICE:-10}"
 OUT="${BENCH_OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}"
@@ -109,6 +121,7 @@ for n in "$RECORDS" "$RECORD_SIZE" "$PARTITIONS" "$ROUNDS" "$FETCH_MAX_BYTES" "$
 done
 [[ "$WARMUP_RECORDS" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP_RECORDS: '$WARMUP_RECORDS'"
 for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
+[[ "$TLS" == 0 || "$TLS" == 1 ]] || die "BENCH_TLS: '$TLS' (0 or 1)"
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
 for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
 
@@ -165,17 +178,20 @@ if [[ " $CLIENTS " == *" C "* || "$PROFILE" == 1 ]]; then
 fi
 
 # --- broker -----------------------------------------------------------------------------------
+# kafka_env NAME: one variable of `scripts/kafka.sh env`, which prints them all on one line
+# (KAFKA_BOOTSTRAP, and with its TLS/SASL listeners KAFKA_SSL_BOOTSTRAP, KAFKA_PKI_DIR, ...).
+kafka_env() { ./scripts/kafka.sh env | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 if [[ -n "${BENCH_BOOTSTRAP:-}" ]]; then
   BOOTSTRAP="$BENCH_BOOTSTRAP"
   log "using the broker at $BOOTSTRAP"
 elif ./scripts/kafka.sh status >/dev/null 2>&1; then
   # Someone's broker from this checkout: use it, and leave it running.
-  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  BOOTSTRAP="$(kafka_env KAFKA_BOOTSTRAP)"
   log "using the broker already running from this checkout at $BOOTSTRAP (it is not stopped)"
 else
   STARTED_BROKER=1
   ./scripts/kafka.sh start
-  BOOTSTRAP="$(./scripts/kafka.sh env | sed 's/^KAFKA_BOOTSTRAP=//')"
+  BOOTSTRAP="$(kafka_env KAFKA_BOOTSTRAP)"
 fi
 # The broker's CPU is sampled too, when it is the one scripts/kafka.sh runs from this checkout.
 BROKER_PID=""
@@ -184,6 +200,36 @@ if [[ "$(cat target/kafka/bootstrap 2>/dev/null)" == "$BOOTSTRAP" ]]; then
 fi
 [[ "$BOOTSTRAP" == 127.0.0.1:* || "$BOOTSTRAP" == localhost:* || "$BOOTSTRAP" == "[::1]:"* ]] \
   || die "only loopback brokers: $BOOTSTRAP"
+
+# The TLS row: the SSL listener, the CA, and the client properties file A and B share.
+TLS_BOOTSTRAP="" TLS_CLIENTS="" TLS_CONFIG="$OUT/tls-client.properties"
+if [[ "$TLS" == 1 ]]; then
+  TLS_BOOTSTRAP="${BENCH_TLS_BOOTSTRAP:-}"
+  TLS_CA="${BENCH_TLS_CA:-}"
+  if [[ -z "${BENCH_BOOTSTRAP:-}" ]]; then
+    [[ -n "$TLS_BOOTSTRAP" ]] || TLS_BOOTSTRAP="$(kafka_env KAFKA_SSL_BOOTSTRAP)"
+    if [[ -z "$TLS_CA" ]]; then
+      TLS_CA="$(kafka_env KAFKA_PKI_DIR)"
+      TLS_CA="${TLS_CA:+$TLS_CA/ca.crt}"
+    fi
+  fi
+  [[ -n "$TLS_BOOTSTRAP" && -n "$TLS_CA" ]] \
+    || die "BENCH_TLS=1: the broker has no SSL listener known to kafka.sh env (started with KAFKA_SECURITY=0?); restart it, or set BENCH_TLS_BOOTSTRAP and BENCH_TLS_CA"
+  [[ "$TLS_BOOTSTRAP" == 127.0.0.1:* || "$TLS_BOOTSTRAP" == localhost:* || "$TLS_BOOTSTRAP" == "[::1]:"* ]] \
+    || die "only loopback brokers: $TLS_BOOTSTRAP"
+  [[ -r "$TLS_CA" ]] || die "BENCH_TLS=1: CA file $TLS_CA is not readable"
+  TLS_CA="$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")"
+  {
+    echo "# Written by scripts/bench.sh: the TLS row's client settings, for A and B alike."
+    echo "security.protocol=SSL"
+    echo "ssl.truststore.type=PEM"
+    echo "ssl.truststore.location=$TLS_CA"
+  } >"$TLS_CONFIG"
+  for client in $CLIENTS; do
+    if [[ "$client" == C ]]; then log "the TLS row runs A and B only, not C"; else TLS_CLIENTS+="${TLS_CLIENTS:+ }$client"; fi
+  done
+  log "TLS row: $TLS_CLIENTS over $TLS_BOOTSTRAP, CA $TLS_CA"
+fi
 
 run_class() { ./scripts/kafka.sh run-class "$@"; }
 admin() { "$A_BIN" "$@" --bootstrap "$BOOTSTRAP"; }
@@ -367,16 +413,24 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
   local kind="$1" round="$2" client="$3" topic="$4" records="$5" drivers="${6:-1}" put_ms="${7:-0}"
   local name="$kind-r$round-$client-d$drivers-p$put_ms"
   local group="bench-$RUN_ID-$name"
+  # Kinds tls and warmup-tls: over the SSL listener, with the client properties for it.
+  local bootstrap="$BOOTSTRAP"
+  local -a a_sec=() b_sec=()
+  if [[ "$kind" == tls || "$kind" == warmup-tls ]]; then
+    bootstrap="$TLS_BOOTSTRAP"
+    a_sec=(--client-config "$TLS_CONFIG")
+    b_sec=(--command-config "$TLS_CONFIG")
+  fi
   new_group "$group"
   sleep "$PAUSE"
-  log "run $name: group $group"
+  log "run $name: group $group${a_sec[*]:+, over TLS at $bootstrap}"
   case "$client" in
-    A) measure "$name" "$A_BIN" consume --bootstrap "$BOOTSTRAP" --topic "$topic" --group "$group" \
+    A) measure "$name" "$A_BIN" consume --bootstrap "$bootstrap" --topic "$topic" --group "$group" \
          --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
          --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
-         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" ;;
+         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" "${a_sec[@]}" ;;
     B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
-         org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$BOOTSTRAP" \
+         org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$bootstrap" "${b_sec[@]}" \
          --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
          --command-property "max.poll.records=$MAX_POLL_RECORDS" --timeout "$((IDLE_TIMEOUT * 1000))" \
          --show-detailed-stats --reporting-interval 50 --date-format HH:mm:ss.SSS ;;
@@ -405,6 +459,9 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
        "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT" \
        "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
        "producer_props='$PRODUCER_PROPS'"
+  if [[ "$TLS" == 1 ]]; then
+    echo "tls row: clients $TLS_CLIENTS over the SSL listener $TLS_BOOTSTRAP (security.protocol=SSL, PEM truststore: the CA of $TLS_CA)"
+  fi
 } >"$OUT/env.txt"
 cat "$OUT/env.txt" >&2
 
@@ -416,10 +473,17 @@ if ((WARMUP_RECORDS > 0)); then
   for client in $CLIENTS; do
     run_client warmup 0 "$client" "$TOPIC" "$((WARMUP_RECORDS < RECORDS ? WARMUP_RECORDS : RECORDS))"
   done
+  # The broker's TLS path has its own code to compile.
+  for client in $TLS_CLIENTS; do
+    run_client warmup-tls 0 "$client" "$TOPIC" "$((WARMUP_RECORDS < RECORDS ? WARMUP_RECORDS : RECORDS))"
+  done
 fi
 for ((round = 1; round <= ROUNDS; round++)); do
   for client in $CLIENTS; do
     run_client main "$round" "$client" "$TOPIC" "$RECORDS"
+  done
+  for client in $TLS_CLIENTS; do
+    run_client tls "$round" "$client" "$TOPIC" "$RECORDS"
   done
 done
 
@@ -480,6 +544,10 @@ summarize() {
       r = $2; c = $3; if (r > rounds) rounds = r
       rps[r, c] = $8; mbs[r, c] = $9; cpu[r, c] = $13; wcpu[r, c] = $14; rss[r, c] = $15; h1[r, c] = $16; h2[r, c] = $17; bk[r, c] = $21
     }
+    $1 == "tls" {
+      r = $2; c = $3; if (r > trounds) trounds = r
+      trps[r, c] = $8; tmbs[r, c] = $9; tcpu[r, c] = $13; twcpu[r, c] = $14; trss[r, c] = $15; tbk[r, c] = $21
+    }
     $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; if (!($24 in base)) base[$24] = $8 }
     END {
       for (r = 1; r <= rounds; r++) {
@@ -534,6 +602,60 @@ summarize() {
         printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rss[r, "A"], "%.1f"), f(rss[r, "B"], "%.1f"), f(rss[r, "C"], "%.1f"), f(mb[r], "%.3f"),
           f(h1[r, "A"], "%.1f"), f(h2[r, "A"], "%.1f"), f(grow[r], "%.2f")
       printf "| median | %s | %s | %s | **%s** | | | %s |\n", f(m_rss["A"], "%.1f"), f(m_rss["B"], "%.1f"), f(m_rss["C"], "%.1f"), f(median(mb, rounds), "%.3f"), f(median(grow, rounds), "%.2f")
+      if (trounds) {
+        for (r = 1; r <= trounds; r++) {
+          tab[r] = ratio(trps[r, "A"], trps[r, "B"]); tcb[r] = ratio(tcpu[r, "A"], tcpu[r, "B"])
+          twcb[r] = ratio(twcpu[r, "A"], twcpu[r, "B"]); tmb[r] = ratio(trss[r, "A"], trss[r, "B"])
+          for (k = 1; k <= 2; k++) {
+            x = substr("AB", k, 1)
+            q_rps[x, r] = ratio(trps[r, x], rps[r, x]); q_cpu[x, r] = ratio(tcpu[r, x], cpu[r, x])
+            q_wcpu[x, r] = ratio(twcpu[r, x], wcpu[r, x]); q_bk[x, r] = ratio(tbk[r, x], bk[r, x]); q_rss[x, r] = ratio(trss[r, x], rss[r, x])
+          }
+        }
+        for (k = 1; k <= 2; k++) {
+          x = substr("AB", k, 1)
+          for (r = 1; r <= trounds; r++) {
+            t1[r] = trps[r, x]; t2[r] = tcpu[r, x]; t3[r] = twcpu[r, x]; t4[r] = trss[r, x]; t5[r] = tmbs[r, x]; t6[r] = tbk[r, x]
+            u1[r] = q_rps[x, r]; u2[r] = q_cpu[x, r]; u3[r] = q_wcpu[x, r]; u4[r] = q_bk[x, r]; u5[r] = q_rss[x, r]
+          }
+          mt_rps[x] = median(t1, trounds); mt_cpu[x] = median(t2, trounds); mt_wcpu[x] = median(t3, trounds)
+          mt_rss[x] = median(t4, trounds); mt_mbs[x] = median(t5, trounds); mt_bk[x] = median(t6, trounds)
+          mq_rps[x] = median(u1, trounds); mq_cpu[x] = median(u2, trounds); mq_wcpu[x] = median(u3, trounds)
+          mq_bk[x] = median(u4, trounds); mq_rss[x] = median(u5, trounds)
+        }
+        print ""
+        print "Over TLS (the SSL listener of the broker, same topic, right after the plaintext runs of the round;"
+        print "TLS ÷ plain = rec/s of a client over TLS ÷ its plaintext rec/s in the same round):"
+        print ""
+        print "| round | A rec/s | B rec/s | A MB/s | B MB/s | A/B | A TLS ÷ plain | B TLS ÷ plain |"
+        print "|---|---|---|---|---|---|---|---|"
+        for (r = 1; r <= trounds; r++)
+          printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r, f(trps[r, "A"], "%.0f"), f(trps[r, "B"], "%.0f"),
+            f(tmbs[r, "A"], "%.1f"), f(tmbs[r, "B"], "%.1f"), f(tab[r], "%.2f"), f(q_rps["A", r], "%.2f"), f(q_rps["B", r], "%.2f")
+        printf "| median | %s | %s | %s | %s | **%s** | **%s** | **%s** |\n", f(mt_rps["A"], "%.0f"), f(mt_rps["B"], "%.0f"),
+          f(mt_mbs["A"], "%.1f"), f(mt_mbs["B"], "%.1f"), f(median(tab, trounds), "%.2f"), f(mq_rps["A"], "%.2f"), f(mq_rps["B"], "%.2f")
+        print ""
+        print "CPU (µs per record, as above), broker CPU and peak RSS (MB) over TLS:"
+        print ""
+        print "| round | whole A | whole B | A ÷ B | window A | window B | A ÷ B | broker for A | for B | RSS A | RSS B | A ÷ B |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        for (r = 1; r <= trounds; r++)
+          printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(tcpu[r, "A"], "%.2f"), f(tcpu[r, "B"], "%.2f"), f(tcb[r], "%.3f"),
+            f(twcpu[r, "A"], "%.2f"), f(twcpu[r, "B"], "%.2f"), f(twcb[r], "%.3f"), f(tbk[r, "A"], "%.2f"), f(tbk[r, "B"], "%.2f"),
+            f(trss[r, "A"], "%.1f"), f(trss[r, "B"], "%.1f"), f(tmb[r], "%.3f")
+        printf "| median | %s | %s | **%s** | %s | %s | **%s** | %s | %s | %s | %s | **%s** |\n", f(mt_cpu["A"], "%.2f"), f(mt_cpu["B"], "%.2f"), f(median(tcb, trounds), "%.3f"),
+          f(mt_wcpu["A"], "%.2f"), f(mt_wcpu["B"], "%.2f"), f(median(twcb, trounds), "%.3f"), f(mt_bk["A"], "%.2f"), f(mt_bk["B"], "%.2f"),
+          f(mt_rss["A"], "%.1f"), f(mt_rss["B"], "%.1f"), f(median(tmb, trounds), "%.3f")
+        print ""
+        print "TLS ÷ plaintext per client (medians of the per-round ratios; above 1 = TLS costs more, for rec/s below 1 = slower):"
+        print ""
+        print "| client | rec/s | CPU whole | CPU window | broker CPU | peak RSS |"
+        print "|---|---|---|---|---|---|"
+        for (k = 1; k <= 2; k++) {
+          x = substr("AB", k, 1)
+          printf "| %s | %s | %s | %s | %s | %s |\n", x, f(mq_rps[x], "%.2f"), f(mq_cpu[x], "%.2f"), f(mq_wcpu[x], "%.2f"), f(mq_bk[x], "%.2f"), f(mq_rss[x], "%.2f")
+        }
+      }
       if (ns) {
         print ""
         print "Scale-out (A: K drivers in one process and one share group, on the scale-out topic; put sleeps"
