@@ -400,7 +400,7 @@ async fn wrong_passwords_and_unknown_users_are_refused_with_the_brokers_words() 
         .await
         .expect_err("refused");
     assert!(!error.is_retriable(), "{error:?}");
-    let AdminError::Connect { source, .. } = &error else {
+    let AdminError::Authentication { source, .. } = &error else {
         panic!("{error:?}")
     };
     assert_authentication(source, &["Invalid username or password"]);

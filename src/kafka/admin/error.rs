@@ -36,6 +36,19 @@ pub enum AdminError {
         #[source]
         source: ConsumerError,
     },
+    /// The broker refused this client's credentials or certificate (or this client refused
+    /// the broker's): TLS or SASL failed. Not retriable: fix the security settings.
+    #[error(
+        "KafkaAdmin::{call}: the broker refused the connection's authentication; fix the \
+         security settings (security.protocol, ssl.*, sasl.*) named in the cause"
+    )]
+    Authentication {
+        /// The call, e.g. `"connect"`.
+        call: &'static str,
+        /// What was refused, naming the broker, never a secret.
+        #[source]
+        source: ConsumerError,
+    },
     /// A request got no answer within the request timeout.
     ///
     /// The request may still take effect on the broker. The connection is dropped, and the
@@ -134,6 +147,7 @@ impl AdminError {
         match self {
             Self::InvalidArgument { call, .. }
             | Self::Connect { call, .. }
+            | Self::Authentication { call, .. }
             | Self::Timeout { call, .. }
             | Self::Broker { call, .. }
             | Self::NotSettled { call, .. }
@@ -150,9 +164,10 @@ impl AdminError {
             Self::Connect { source, .. } => source.is_retriable(),
             Self::Timeout { .. } | Self::NotSettled { .. } | Self::Connection { .. } => true,
             Self::Broker { retriable, .. } => *retriable,
-            Self::InvalidArgument { .. } | Self::Unsupported { .. } | Self::Protocol { .. } => {
-                false
-            }
+            Self::InvalidArgument { .. }
+            | Self::Unsupported { .. }
+            | Self::Protocol { .. }
+            | Self::Authentication { .. } => false,
         }
     }
 }
@@ -208,6 +223,13 @@ impl Failure {
                 source: ConsumerError::Config { reason, .. },
                 ..
             } => AdminError::InvalidArgument { call, reason },
+            Self::Connect {
+                source: source @ ConsumerError::Authentication { .. },
+                ..
+            }
+            | Self::Client(source @ ConsumerError::Authentication { .. }) => {
+                AdminError::Authentication { call, source }
+            }
             Self::Connect { bootstrap, source } => AdminError::Connect {
                 call,
                 bootstrap,
@@ -354,6 +376,41 @@ mod tests {
             "{connect}"
         );
         assert!(connect.is_retriable());
+    }
+
+    #[test]
+    fn a_refused_authentication_says_to_fix_the_security_settings() {
+        let refused = || ConsumerError::Authentication {
+            broker: "k1:9093".to_owned(),
+            reason: "SASL PLAIN refused: Invalid username or password".to_owned(),
+        };
+        for failure in [
+            Failure::Connect {
+                bootstrap: "k1:9093".to_owned(),
+                source: refused(),
+            },
+            Failure::Client(refused()),
+        ] {
+            let error = failure.into_admin("connect");
+            assert!(
+                matches!(
+                    &error,
+                    AdminError::Authentication {
+                        call: "connect",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            assert!(!error.is_retriable());
+            let text = error.to_string();
+            assert!(
+                text.contains("security settings") && !text.contains("check the addresses"),
+                "{text}"
+            );
+            let cause = error.source().expect("the refusal").to_string();
+            assert!(cause.contains("Invalid username or password"), "{cause}");
+        }
     }
 
     #[test]
