@@ -210,6 +210,18 @@ impl InFlightBatch {
         self.unacknowledged
     }
 
+    /// What explicit acknowledgement asks before the next poll: every record of the last one
+    /// acknowledged (or held). Fails with [`ConsumerError::UnacknowledgedRecords`] otherwise.
+    pub(crate) fn ensure_acknowledged(&self) -> Result<(), ConsumerError> {
+        match self.first_unacknowledged() {
+            None => Ok(()),
+            Some(first) => Err(ConsumerError::UnacknowledgedRecords {
+                count: self.unacknowledged(),
+                first,
+            }),
+        }
+    }
+
     /// The first record with no acknowledgement.
     pub(crate) fn first_unacknowledged(&self) -> Option<RecordId> {
         if self.unacknowledged == 0 {

@@ -88,6 +88,26 @@ impl fmt::Display for AcknowledgementMode {
     }
 }
 
+/// A subscription as both consumers take it: one or more non-empty topic names, sorted, each
+/// once. Fails with [`ConsumerError::InvalidSubscription`] saying what is wrong.
+pub(crate) fn normalize_subscription(
+    mut topics: Vec<String>,
+) -> Result<Vec<String>, ConsumerError> {
+    if topics.is_empty() {
+        return Err(ConsumerError::InvalidSubscription {
+            reason: "the topic list is empty".to_owned(),
+        });
+    }
+    if let Some(empty) = topics.iter().position(|t| t.trim().is_empty()) {
+        return Err(ConsumerError::InvalidSubscription {
+            reason: format!("topic #{} has an empty name", empty + 1),
+        });
+    }
+    topics.sort();
+    topics.dedup();
+    Ok(topics)
+}
+
 /// Kafka's default delivery-count limit (`group.share.delivery.count.limit`): a record is
 /// archived once it has been delivered this many times without being accepted or rejected.
 pub const DEFAULT_DELIVERY_COUNT_LIMIT: u16 = 5;

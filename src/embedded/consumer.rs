@@ -12,7 +12,7 @@ use super::{ConsumerOptions, Shared};
 use crate::consumer::in_flight::InFlightBatch;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
-    GroupMetadata, PendingCommit, ShareConsumer,
+    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
 use crate::record::ConsumerRecord;
 use crate::time::deadline_after;
@@ -100,20 +100,7 @@ impl EmbeddedShareConsumer {
 impl ShareConsumer for EmbeddedShareConsumer {
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         self.ensure_open()?;
-        if topics.is_empty() {
-            return Err(ConsumerError::InvalidSubscription {
-                reason: "the topic list is empty".to_owned(),
-            });
-        }
-        if let Some(empty) = topics.iter().position(|t| t.trim().is_empty()) {
-            return Err(ConsumerError::InvalidSubscription {
-                reason: format!("topic #{} has an empty name", empty + 1),
-            });
-        }
-        let mut topics = topics;
-        topics.sort();
-        topics.dedup();
-        self.subscription = topics;
+        self.subscription = normalize_subscription(topics)?;
         Ok(())
     }
 
@@ -128,12 +115,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         }
         let implicit = self.implicit();
         if !implicit {
-            if let Some(first) = self.batch.first_unacknowledged() {
-                return Err(ConsumerError::UnacknowledgedRecords {
-                    count: self.batch.unacknowledged(),
-                    first,
-                });
-            }
+            self.batch.ensure_acknowledged()?;
         }
         let sent = self.send_acknowledgements(implicit);
         self.unreported.merge(sent);

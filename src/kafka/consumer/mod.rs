@@ -26,7 +26,7 @@ use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
-    GroupMetadata, PendingCommit, ShareConsumer,
+    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -293,14 +293,7 @@ impl ShareConsumer for KafkaShareConsumer {
     /// Cancel safe: nothing waits.
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         self.ensure_open()?;
-        if topics.is_empty() || topics.iter().any(|t| t.trim().is_empty()) {
-            return Err(ConsumerError::InvalidSubscription {
-                reason: "give one or more non-empty topic names".to_owned(),
-            });
-        }
-        let mut topics = topics;
-        topics.sort();
-        topics.dedup();
+        let topics = normalize_subscription(topics)?;
         self.subscription = topics.clone();
         self.engine.send(Command::Subscribe(topics.clone()))?;
         self.membership.subscribe(topics);
@@ -330,12 +323,7 @@ impl ShareConsumer for KafkaShareConsumer {
         let deadline = deadline_after(Instant::now(), timeout);
         let implicit = self.implicit();
         if !implicit {
-            if let Some(first) = self.batch.first_unacknowledged() {
-                return Err(ConsumerError::UnacknowledgedRecords {
-                    count: self.batch.unacknowledged(),
-                    first,
-                });
-            }
+            self.batch.ensure_acknowledged()?;
         }
         // Hand everything over before the first `.await`.
         let renewing = self.hand_over_acks(implicit)?;
