@@ -10,7 +10,7 @@ use crate::kafka::codec::share_v2;
 use crate::kafka::errors::broker_error;
 use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
 use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
-use crate::kafka::session::book::{Answer, NodeId, PartitionAnswer};
+use crate::kafka::session::book::{Answer, NodeId, PartitionAnswer, session_gone};
 use crate::kafka::session::ranges::OffsetRange;
 use crate::record::{ConsumerRecord, TopicPartition};
 
@@ -18,9 +18,6 @@ const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const FENCED_LEADER_EPOCH: i16 = 74;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const UNKNOWN_TOPIC_ID: i16 = 100;
-const SHARE_SESSION_NOT_FOUND: i16 = 122;
-const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
-const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
 
 /// A partition error that means its leader moved or it vanished: ask for metadata again.
 fn moved(code: i16) -> bool {
@@ -97,7 +94,7 @@ pub(crate) fn fetch_answer(
     if response.error_code != 0 {
         out.errors = true;
         match response.error_code {
-            SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH | SHARE_SESSION_LIMIT_REACHED => {
+            code if session_gone(code) => {
                 tracing::debug!(
                     node,
                     code = response.error_code,

@@ -220,7 +220,9 @@ pub(crate) fn ack_result(code: i16, message: Option<String>) -> Result<(), AckEr
     }
 }
 
-fn session_gone(code: i16) -> bool {
+/// True for the error codes that mean the share session is gone: the next request opens a
+/// new one.
+pub(crate) fn session_gone(code: i16) -> bool {
     matches!(
         code,
         SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH | SHARE_SESSION_LIMIT_REACHED
