@@ -32,7 +32,7 @@ use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::security::SecurityContext;
-use crate::kafka::session::acks::{AckRange, RENEW};
+use crate::kafka::session::acks::{self, AckRange, RENEW};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 use crate::time::deadline_after;
 
@@ -40,16 +40,12 @@ use crate::time::deadline_after;
 fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
     acks.into_iter()
         .map(|PartitionAcks { partition, acks }| {
-            let mut ranges: Vec<AckRange> = Vec::with_capacity(acks.len());
-            for (offset, ack) in acks {
-                let code = ack.wire_code();
-                match ranges.last_mut() {
-                    Some(last) if last.code == code && last.last.checked_add(1) == Some(offset) => {
-                        last.last = offset;
-                    }
-                    _ => ranges.push(AckRange::one(offset, code)),
-                }
-            }
+            let mut ranges: Vec<AckRange> = acks
+                .into_iter()
+                .map(|(offset, ack)| AckRange::one(offset, ack.wire_code()))
+                .collect();
+            // Contiguous offsets of one type become one range, as on the wire.
+            acks::normalize(&mut ranges);
             (partition, ranges)
         })
         .collect()
