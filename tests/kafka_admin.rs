@@ -523,7 +523,7 @@ async fn share_group_dead_letter_queue_set_and_read_back() {
         .set_share_group_dead_letter_queue(&group, "dlq.orders", true)
         .await
         .expect("queue");
-    let after = read_until(&admin, &group, |c| {
+    let after = support::share_group_config_until(&admin, &group, |c| {
         c.delivery_count_limit() == Some(3) && c.dead_letter_topic().is_some()
     })
     .await;
@@ -542,7 +542,9 @@ async fn share_group_dead_letter_queue_set_and_read_back() {
         .remove_share_group_dead_letter_queue(&group)
         .await
         .expect("removed");
-    let removed = read_until(&admin, &group, |c| c.dead_letter_topic().is_none()).await;
+    let removed =
+        support::share_group_config_until(&admin, &group, |c| c.dead_letter_topic().is_none())
+            .await;
     assert_eq!(removed.dead_letter_topic(), None);
     assert!(!removed.is_set_on_group("errors.deadletterqueue.topic.name"));
 
@@ -575,31 +577,9 @@ struct DeadLetterFixture {
 
 /// The fixture, or `None` without a broker or on a broker without share-group dead-letter
 /// queues (before Kafka 4.4: it does not describe their group config).
-/// Reads the group's configs until `done` holds, for at most 30 s: a group config set through
-/// the controller reaches the broker's view of the metadata a moment later, and a read (or a
-/// consumer) before then sees the old value.
-async fn read_until(
-    admin: &KafkaAdmin,
-    group: &str,
-    done: impl Fn(&kafka_share_sink::ShareGroupConfigs) -> bool,
-) -> kafka_share_sink::ShareGroupConfigs {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let configs = admin.share_group_config(group).await.expect("describe");
-        if done(&configs) {
-            return configs;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the group's configs never showed the change: {configs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until the broker describes the group with its dead-letter queue.
 async fn wait_for_group_dead_letter_queue(admin: &KafkaAdmin, group: &str, dlq: &str) {
-    read_until(admin, group, |c| c.dead_letter_topic() == Some(dlq)).await;
+    support::share_group_config_until(admin, group, |c| c.dead_letter_topic() == Some(dlq)).await;
 }
 
 async fn dead_letter_fixture(test: &str, copy_record: bool) -> Option<DeadLetterFixture> {

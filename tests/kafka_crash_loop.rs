@@ -165,21 +165,10 @@ async fn sinks_crashing_before_they_flush_lose_nothing() {
         .set_share_group_dead_letter_queue(&group, &dlq, true)
         .await
         .expect("broker dead-letter queue");
-    // The group config reaches the broker's view a moment after the controller took it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while admin
-        .share_group_config(&group)
-        .await
-        .expect("describe")
-        .dead_letter_topic()
-        != Some(dlq.as_str())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the dead-letter queue never showed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::share_group_config_until(&admin, &group, |c| {
+        c.dead_letter_topic() == Some(dlq.as_str())
+    })
+    .await;
     let client = ClientBuilder::new(vec![bootstrap.clone()])
         .build()
         .await

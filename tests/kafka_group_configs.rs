@@ -472,7 +472,10 @@ async fn a_real_broker_tells_the_consumer_its_groups_limit_and_queue() {
         .await
         .expect("queue");
     // The broker's view of a group config follows the controller a moment later.
-    shows_dead_letter_topic(&admin, &group, Some(&plain)).await;
+    support::share_group_config_until(&admin, &group, |c| {
+        c.dead_letter_topic() == Some(plain.as_str())
+    })
+    .await;
     let misconfigured = connect(&group).await.expect("connect");
     assert_eq!(
         misconfigured.broker_dead_letter_queue(),
@@ -483,7 +486,7 @@ async fn a_real_broker_tells_the_consumer_its_groups_limit_and_queue() {
         .remove_share_group_dead_letter_queue(&group)
         .await
         .expect("removed");
-    shows_dead_letter_topic(&admin, &group, None).await;
+    support::share_group_config_until(&admin, &group, |c| c.dead_letter_topic().is_none()).await;
     let without = connect(&group).await.expect("connect");
     assert_eq!(
         without.broker_dead_letter_queue(),
@@ -492,23 +495,5 @@ async fn a_real_broker_tells_the_consumer_its_groups_limit_and_queue() {
     assert_eq!(without.delivery_count_limit(), Some(3));
     for topic in [&dlq, &plain] {
         admin.delete_topic(topic).await.expect("delete");
-    }
-}
-
-/// Waits (at most 30 s) until the broker describes the group's dead-letter topic as `topic`.
-async fn shows_dead_letter_topic(admin: &KafkaAdmin, group: &str, topic: Option<&str>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while admin
-        .share_group_config(group)
-        .await
-        .expect("describe")
-        .dead_letter_topic()
-        != topic
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the group's dead-letter topic never became {topic:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

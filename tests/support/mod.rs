@@ -82,3 +82,29 @@ pub(crate) fn captured<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     let out = tracing::subscriber::with_default(capture.clone(), f);
     (out, capture.lines())
 }
+
+/// Reads a share group's configs until `done` holds, for at most 30 s, and returns them. A
+/// group config set through the controller reaches a broker's view of the metadata a moment
+/// later: a read (or a consumer) right after the change may still see the old value.
+///
+/// # Panics
+///
+/// When the read fails, or `done` still does not hold after 30 s.
+pub(crate) async fn share_group_config_until(
+    admin: &kafka_share_sink::KafkaAdmin,
+    group: &str,
+    done: impl Fn(&kafka_share_sink::ShareGroupConfigs) -> bool,
+) -> kafka_share_sink::ShareGroupConfigs {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let configs = admin.share_group_config(group).await.expect("describe");
+        if done(&configs) {
+            return configs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group's configs never showed the change: {configs:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
