@@ -25,6 +25,7 @@ pub mod embedded;
 mod error;
 mod kafka;
 pub mod plugins;
+pub mod producer;
 mod record;
 mod stage;
 mod task;

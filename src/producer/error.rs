@@ -1,0 +1,161 @@
+//! [`ProducerError`]: why a send, a flush or a transaction failed, and what to do next.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::consumer::ConsumerError;
+
+/// Why a [`Producer`](super::Producer) call failed.
+///
+/// Three questions decide what to do next:
+/// - [`is_fatal`](Self::is_fatal): the producer can do nothing more (fenced by a newer
+///   producer of the same transactional id, closed, or in a state it cannot leave); build a
+///   new one.
+/// - [`requires_abort`](Self::requires_abort): the open transaction cannot commit; abort it,
+///   then the producer goes on.
+/// - [`is_retriable`](Self::is_retriable): the same call may succeed later without a change
+///   of configuration or permissions.
+///
+/// It is `Clone`: one failed batch fails the future of each of its records.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProducerError {
+    /// A producer setting is missing or out of range.
+    #[error("invalid producer config `{key}`: {reason}")]
+    Config {
+        /// The setting, as Kafka's Java producer names it.
+        key: String,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// A transaction call on a producer built without `transactional.id`.
+    #[error("{operation} needs a transactional producer: set transactional.id")]
+    NotTransactional {
+        /// The call.
+        operation: &'static str,
+    },
+    /// A call out of turn, e.g. a transactional `send` outside a transaction, a second
+    /// `begin_transaction`, a commit after a fatal error.
+    #[error("{operation} is not allowed now: {reason}")]
+    TransactionState {
+        /// The call.
+        operation: &'static str,
+        /// Why not, and what to call first.
+        reason: String,
+    },
+    /// A newer producer with the same transactional id took over (PRODUCER_FENCED, or
+    /// INVALID_PRODUCER_EPOCH from the coordinator). Fatal: this producer must be dropped.
+    #[error(
+        "producer with transactional.id `{transactional_id}` was fenced: a newer producer with \
+         the same id took over"
+    )]
+    Fenced {
+        /// The transactional id.
+        transactional_id: String,
+        /// What the broker answered.
+        #[source]
+        source: Arc<ConsumerError>,
+    },
+    /// The open transaction cannot be committed (e.g. TRANSACTION_ABORTABLE, a failed send,
+    /// the coordinator aborted it after `transaction.timeout.ms`): abort it, then go on.
+    #[error("the transaction must be aborted: {reason}")]
+    Abortable {
+        /// What happened.
+        reason: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Arc<ProducerError>>,
+    },
+    /// A commit was sent and its answer lost: the transaction may be committed or aborted.
+    /// Never reported as success; initialise the producer again (which completes or aborts
+    /// whatever is pending) and find out from the output what was written.
+    #[error(
+        "the commit of transactional.id `{transactional_id}` was sent but its outcome is unknown"
+    )]
+    CommitOutcomeUnknown {
+        /// The transactional id.
+        transactional_id: String,
+        /// What was seen instead of the answer.
+        #[source]
+        source: Arc<ConsumerError>,
+    },
+    /// The cluster could not be used: no connection, a malformed answer, a broker too old,
+    /// or an error of a coordinator or Metadata call.
+    #[error("the Kafka cluster could not be used")]
+    Kafka {
+        /// The client error.
+        #[source]
+        source: Arc<ConsumerError>,
+    },
+    /// The partition leader refused the records of a batch (e.g. MESSAGE_TOO_LARGE,
+    /// TOPIC_AUTHORIZATION_FAILED, INVALID_RECORD).
+    #[error("the broker refused the records for partition {partition} of `{topic}`")]
+    Rejected {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The broker's error.
+        #[source]
+        source: Arc<ConsumerError>,
+    },
+    /// A record larger than the producer may send (`max.request.size`, `batch.size`
+    /// limits), refused before it is queued.
+    #[error("record of {size} bytes is larger than {max} bytes ({key})")]
+    RecordTooLarge {
+        /// The record's estimated size on the wire.
+        size: usize,
+        /// The limit.
+        max: usize,
+        /// The setting that sets the limit.
+        key: &'static str,
+    },
+    /// The topic does not exist, or has no such partition.
+    #[error("topic `{topic}` has no partition {partition}")]
+    UnknownPartition {
+        /// The topic.
+        topic: String,
+        /// The partition asked for (-1 when the topic itself is unknown).
+        partition: i32,
+    },
+    /// The record was not confirmed within `delivery.timeout.ms`.
+    #[error("the record was not written within {timeout:?} (delivery.timeout.ms)")]
+    Timeout {
+        /// The delivery timeout.
+        timeout: Duration,
+        /// The last retriable error seen before the time ran out, if any.
+        #[source]
+        last: Option<Arc<ProducerError>>,
+    },
+    /// The producer is closed, or failed fatally before this call.
+    #[error("the producer is closed")]
+    Closed,
+}
+
+impl ProducerError {
+    /// True when the producer can do nothing more: build a new one.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Self::Fenced { .. } | Self::Closed | Self::CommitOutcomeUnknown { .. }
+        )
+    }
+
+    /// True when the open transaction cannot commit and must be aborted.
+    pub fn requires_abort(&self) -> bool {
+        match self {
+            Self::Abortable { .. } => true,
+            Self::Rejected { .. } | Self::Timeout { .. } | Self::Kafka { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// True when trying the same call again later may succeed unchanged.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Kafka { source } | Self::Rejected { source, .. } => source.is_retriable(),
+            Self::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+}

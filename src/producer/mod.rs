@@ -1,0 +1,119 @@
+//! Producing to Kafka topics, idempotently or in transactions, and reading topics back.
+//!
+//! - [`Producer`]: what the crate's dead-letter queue and its exactly-once path write with,
+//!   implemented by [`KafkaProducer`] (a real cluster) and by the embedded group's
+//!   [`EmbeddedProducer`](crate::embedded::EmbeddedProducer) (in process, for tests).
+//! - [`ProducerRecord`]: one record to write; [`RecordMetadata`]: where it landed;
+//!   [`DeliveryFuture`]: the future of one `send`.
+//! - [`LogReader`]: reads a partition from an offset, `read_committed` or `read_uncommitted`,
+//!   implemented by [`KafkaLogReader`] and by the embedded broker.
+//! - [`ProducerError`]: why a send, a flush or a transaction failed, and what to do next.
+
+mod error;
+mod reader;
+mod record;
+
+use std::fmt;
+
+pub use self::error::ProducerError;
+pub use self::reader::{IsolationLevel, LogRead, LogReader};
+pub use self::record::{DeliveryFuture, ProducerRecord, RecordMetadata};
+
+/// A producer of records to topics: the Kafka client's [`KafkaProducer`] or the embedded
+/// group's [`EmbeddedProducer`](crate::embedded::EmbeddedProducer), with one behaviour.
+///
+/// [`send`](Self::send) queues a record at once and returns a [`DeliveryFuture`] that
+/// resolves when the record is written (or has failed): records of one partition are
+/// written in the order of the `send` calls, and a retry never writes a record twice nor
+/// out of order (idempotence).
+///
+/// A producer built with a transactional id writes in transactions:
+/// [`init_transactions`](Self::init_transactions) once (it fences any older producer with
+/// the same id), then for each transaction [`begin_transaction`](Self::begin_transaction),
+/// sends, and [`commit_transaction`](Self::commit_transaction) or
+/// [`abort_transaction`](Self::abort_transaction). Readers that read `read_committed` see a
+/// transaction's records once it commits, and never when it aborts.
+///
+/// What each error means for the producer is in [`ProducerError`]: a fenced producer is
+/// done ([`ProducerError::is_fatal`]); after an error that
+/// [`requires_abort`](ProducerError::requires_abort), abort the transaction and go on.
+#[async_trait::async_trait]
+pub trait Producer: Send + Sync + fmt::Debug {
+    /// Queues `record` and returns the future of its delivery. Records of one partition are
+    /// written in the order of the calls.
+    ///
+    /// In a transactional producer a `send` outside a transaction fails with
+    /// [`ProducerError::TransactionState`].
+    ///
+    /// # Errors
+    ///
+    /// At once, without queueing: a closed or fatally failed producer, a record the producer
+    /// can never write (too large, a partition the topic does not have), a transactional
+    /// producer outside a transaction. Errors of the write itself come through the future.
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError>;
+
+    /// Waits until every record queued before the call is written or has failed (each
+    /// future says which).
+    ///
+    /// # Errors
+    ///
+    /// When the producer is closed or failed fatally.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future stops the wait, not the writes.
+    async fn flush(&self) -> Result<(), ProducerError>;
+
+    /// The transactional id, for a transactional producer.
+    fn transactional_id(&self) -> Option<&str>;
+
+    /// Registers the transactional id with its coordinator, fencing every older producer of
+    /// the same id and aborting a transaction it left open. Call once, before the first
+    /// transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::NotTransactional`] without a transactional id; the coordinator's
+    /// errors (see [`ProducerError`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped call may leave the id registered or not; call it again.
+    async fn init_transactions(&self) -> Result<(), ProducerError>;
+
+    /// Starts a transaction (local to the producer: nothing is sent).
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::TransactionState`] when a transaction is open already or
+    /// `init_transactions` has not succeeded; [`ProducerError::NotTransactional`].
+    fn begin_transaction(&self) -> Result<(), ProducerError>;
+
+    /// Writes every record sent in the transaction, then commits it.
+    ///
+    /// # Errors
+    ///
+    /// A send of the transaction failed, or the coordinator refused the commit: the
+    /// transaction is not committed and [`ProducerError::requires_abort`] says whether an
+    /// abort recovers. [`ProducerError::CommitOutcomeUnknown`] when the commit was sent and
+    /// its answer lost: the transaction may be committed or not, and the producer must be
+    /// initialised again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future after the commit was sent leaves its outcome
+    /// unknown; the producer then reports [`ProducerError::CommitOutcomeUnknown`].
+    async fn commit_transaction(&self) -> Result<(), ProducerError>;
+
+    /// Aborts the open transaction: none of its records is ever visible to `read_committed`
+    /// readers. Allowed after failed sends.
+    ///
+    /// # Errors
+    ///
+    /// When the abort itself cannot be completed (fenced, closed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: call it again after a dropped call.
+    async fn abort_transaction(&self) -> Result<(), ProducerError>;
+}
