@@ -30,6 +30,7 @@ mod record;
 mod stage;
 mod task;
 mod time;
+mod topic_name;
 pub mod transform;
 
 pub use crate::config::{ConfigError, ConnectorConfig, Properties};

@@ -756,3 +756,51 @@ async fn a_dropped_poll_loses_no_acknowledgement() {
     assert!(again.is_empty(), "came back: {:?}", ids(&again));
     other.close(Duration::from_secs(10)).await.expect("close");
 }
+
+/// A subscription to a topic created later is waited for, as Java's consumer waits, and then
+/// read; a name Kafka refuses fails `subscribe` at once, naming it (it used to be accepted,
+/// and every poll returned nothing, forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_after_subscribe_is_read_and_an_invalid_name_is_refused() {
+    let Some(bootstrap) = support::bootstrap("topic_created_later") else {
+        return;
+    };
+    let f = Fixture {
+        topic: support::unique("created-later"),
+        group: support::unique("created-later-group"),
+        bootstrap,
+    };
+    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
+    admin
+        .set_share_group_config(&f.group, &[("share.auto.offset.reset", "earliest")])
+        .await
+        .expect("group configured");
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut c = KafkaShareConsumer::connect(config).await.expect("connects");
+    let error = c
+        .subscribe(vec!["topic abc".to_owned()])
+        .await
+        .expect_err("an invalid name is refused");
+    assert!(error.to_string().contains("`topic abc`"), "{error}");
+
+    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
+    for _ in 0..3 {
+        let records = c
+            .poll(Duration::from_millis(300))
+            .await
+            .expect("a missing topic is waited for");
+        assert!(records.is_empty());
+    }
+    admin.create_topic(&f.topic, 1, 1).await.expect("created");
+    produce(
+        &f,
+        0,
+        (0..5).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let got = drain(&mut c, 5, Duration::from_secs(60), AcknowledgeType::Accept).await;
+    assert_eq!(ids(&got), (0..5).map(|o| (0, o)).collect::<Vec<_>>());
+    c.close(Duration::from_secs(10)).await.expect("close");
+}

@@ -15,7 +15,8 @@ pub enum ConsumerError {
     /// `poll` was called before `subscribe`.
     #[error("poll called before subscribe: call subscribe(topics) first")]
     NotSubscribed,
-    /// `subscribe` was given no topic, or an empty or duplicate name.
+    /// `subscribe` was given no topic, or a name that is not a valid Kafka topic name. A name
+    /// given twice is not an error: it counts once, as in Java.
     #[error("invalid subscription: {reason}")]
     InvalidSubscription {
         /// What is wrong with the topic list.

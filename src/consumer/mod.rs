@@ -22,6 +22,7 @@ use futures::future::BoxFuture;
 
 pub use self::error::{AckError, ConsumerError};
 use crate::record::{ConsumerRecord, TopicPartition};
+use crate::topic_name::topic_name_problem;
 
 /// How a delivered record is settled (KIP-932, with RENEW from KIP-1222).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,8 +89,8 @@ impl fmt::Display for AcknowledgementMode {
     }
 }
 
-/// A subscription as both consumers take it: one or more non-empty topic names, sorted, each
-/// once. Fails with [`ConsumerError::InvalidSubscription`] saying what is wrong.
+/// A subscription as both consumers take it: one or more valid topic names (Kafka's rules),
+/// sorted, each once (a name given twice counts once, as in Java). Fails with [`ConsumerError::InvalidSubscription`] saying what is wrong.
 pub(crate) fn normalize_subscription(
     mut topics: Vec<String>,
 ) -> Result<Vec<String>, ConsumerError> {
@@ -102,6 +103,13 @@ pub(crate) fn normalize_subscription(
         return Err(ConsumerError::InvalidSubscription {
             reason: format!("topic #{} has an empty name", empty + 1),
         });
+    }
+    for topic in &topics {
+        if let Some(problem) = topic_name_problem(topic) {
+            return Err(ConsumerError::InvalidSubscription {
+                reason: format!("`{topic}` is not a valid topic name: {problem}"),
+            });
+        }
     }
     topics.sort();
     topics.dedup();

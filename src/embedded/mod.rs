@@ -63,6 +63,7 @@ use crate::consumer::{AckError, BrokerDeadLetterQueue, CommitResults};
 use crate::record::{
     ConsumerRecord, Headers, RecordId, RecordParts, TimestampType, TopicPartition,
 };
+use crate::topic_name::topic_name_problem;
 
 /// A record to produce to the embedded broker.
 ///
@@ -624,19 +625,10 @@ impl EmbeddedBroker {
 
     /// Creates a topic with `partitions` partitions.
     pub fn create_topic(&self, name: &str, partitions: usize) -> Result<(), EmbeddedError> {
-        if name.is_empty() || name.len() > 249 {
+        if let Some(reason) = topic_name_problem(name) {
             return Err(EmbeddedError::InvalidTopic {
                 name: name.to_owned(),
-                reason: "a topic name has 1 to 249 characters",
-            });
-        }
-        if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        {
-            return Err(EmbeddedError::InvalidTopic {
-                name: name.to_owned(),
-                reason: "a topic name uses only ASCII letters, digits, '.', '_' and '-'",
+                reason,
             });
         }
         if partitions == 0 || i32::try_from(partitions).is_err() {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::dlq::DeadLetterError;
 use crate::kafka::security::Security;
+use crate::topic_name::topic_name_problem;
 
 /// Java's `delivery.timeout.ms` default.
 const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -162,26 +163,12 @@ impl KafkaDeadLetterQueueConfig {
     }
 }
 
-/// Kafka's topic name rules: 1 to 249 characters of ASCII letters, digits, `.`, `_`, `-`,
-/// and not `.` or `..`.
+/// Kafka's topic name rules (see [`topic_name_problem`]).
 fn check_topic_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 249 {
-        return Err(format!(
-            "`{name}` is not a topic name: a topic name has 1 to 249 characters"
-        ));
+    match topic_name_problem(name) {
+        Some(problem) => Err(format!("`{name}` is not a topic name: {problem}")),
+        None => Ok(()),
     }
-    if name == "." || name == ".." {
-        return Err(format!("`{name}` is not a topic name"));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
-        return Err(format!(
-            "`{name}` is not a topic name: use only ASCII letters, digits, '.', '_' and '-'"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub(crate) struct Cluster {
     /// Something suggested the leaders moved: refresh before the next fetch.
     pub(crate) stale: bool,
     pub(crate) refreshed: Option<Instant>,
+    /// The subscribed topics the last answer named with an error, and the error code.
+    pub(crate) topic_errors: Vec<(String, i16)>,
 }
 
 impl Cluster {
@@ -133,6 +135,9 @@ pub(crate) async fn fetch_metadata(
         let Some(name) = topic.name else { continue };
         if topic.error_code != 0 {
             tracing::debug!(topic = %name.0, code = topic.error_code, "metadata error for topic");
+            cluster
+                .topic_errors
+                .push((name.0.as_str().to_owned(), topic.error_code));
             continue;
         }
         let name: Arc<str> = Arc::from(name.0.as_str());

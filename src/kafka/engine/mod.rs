@@ -37,12 +37,18 @@ use self::mailbox::Mailbox;
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::membership::MembershipView;
+use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::session::acks::AckRange;
 use crate::kafka::session::book::{FetchSettings, NodeId, PlanInput, Planned, SessionBook, Ticket};
 use crate::record::TopicPartition;
 use crate::time::deadline_after;
+
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// Kafka's LEADER_NOT_AVAILABLE.
+const LEADER_NOT_AVAILABLE: i16 = 5;
 
 /// Java's `retry.backoff.ms`: the pause after a request failed or met errors; it doubles with
 /// each failure in a row, up to [`RETRY_BACKOFF_MAX`].
@@ -128,6 +134,7 @@ impl EngineHandle {
             polled: false,
             seen_assignment: 0,
             failures: 0,
+            waiting_for: BTreeSet::new(),
             work: FuturesUnordered::new(),
         };
         tokio::spawn(engine.run());
@@ -186,6 +193,8 @@ struct Engine {
     seen_assignment: u64,
     /// Connections and requests that failed in a row, for the backoff.
     failures: u32,
+    /// Subscribed topics found missing, each said once.
+    waiting_for: BTreeSet<String>,
     work: FuturesUnordered<BoxFuture<'static, Event>>,
 }
 
@@ -482,7 +491,10 @@ impl Engine {
             Event::Metadata(result) => {
                 self.metadata_in_flight = false;
                 match result {
-                    Ok(fresh) => {
+                    Ok(mut fresh) => {
+                        for (topic, code) in std::mem::take(&mut fresh.topic_errors) {
+                            self.on_topic_error(topic, code);
+                        }
                         self.cluster.update(fresh);
                         self.metadata_retry_at = None;
                         self.failures = 0;
@@ -582,6 +594,31 @@ impl Engine {
     fn back_off(&mut self, now: Instant) {
         self.failures = self.failures.saturating_add(1);
         self.fetch_retry_at = Some(deadline_after(now, retry_backoff(self.failures)));
+    }
+
+    /// A subscribed topic the cluster answered Metadata for with an error. As Java's consumer:
+    /// a topic that does not exist (yet) is waited for, said once at INFO; a topic the
+    /// client may not read or whose name the cluster refuses fails the next poll, naming it.
+    fn on_topic_error(&mut self, topic: String, code: i16) {
+        match code {
+            UNKNOWN_TOPIC_OR_PARTITION => {
+                if self.waiting_for.insert(topic.clone()) {
+                    tracing::info!(
+                        topic,
+                        "subscribed topic does not exist (yet): waiting for it to be created"
+                    );
+                }
+            }
+            LEADER_NOT_AVAILABLE => {}
+            _ => {
+                let message = Some(format!("subscribed topic `{topic}`"));
+                if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
+                    tracing::warn!(topic, error = %error, "subscribed topic cannot be read");
+                    self.mailbox.lock().error.get_or_insert(error);
+                    self.mailbox.announce();
+                }
+            }
+        }
     }
 
     fn report_if_fatal(&mut self, error: ConsumerError) {

@@ -1,0 +1,116 @@
+//! What a subscription to a topic that cannot be read does, against the scriptable fake
+//! broker: a name Kafka would refuse fails `subscribe`, a topic the client may not read fails
+//! the next poll naming it, and a topic that does not exist yet is waited for (said once at
+//! INFO), as Java's consumer does.
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+mod support;
+
+use std::time::Duration;
+
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_share_sink::{
+    ConsumerError, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
+};
+
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
+async fn consumer(broker: &FakeBroker) -> KafkaShareConsumer {
+    let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
+    KafkaShareConsumer::connect(config).await.expect("connects")
+}
+
+#[tokio::test]
+async fn a_name_kafka_refuses_fails_subscribe_naming_it() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    let mut consumer = consumer(&broker).await;
+    for bad in ["topic abc", "..", "a/b"] {
+        let error = consumer
+            .subscribe(vec!["orders".to_owned(), bad.to_owned()])
+            .await
+            .expect_err("an invalid topic name is refused");
+        assert!(
+            matches!(&error, ConsumerError::InvalidSubscription { reason } if reason.contains(&format!("`{bad}`"))),
+            "{error}"
+        );
+    }
+    // A name given twice counts once, as in Java.
+    consumer
+        .subscribe(vec!["orders".to_owned(), "orders".to_owned()])
+        .await
+        .expect("duplicates are merged");
+}
+
+#[tokio::test]
+async fn a_topic_the_client_may_not_read_fails_the_poll_naming_it() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.on(ApiKey::Metadata, |request| {
+        let asked: MetadataRequest = request.decode().expect("a Metadata request");
+        let topics = asked
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                MetadataResponseTopic::default()
+                    .with_name(t.name.or(Some(TopicName(StrBytes::from_static_str("?")))))
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+            })
+            .collect();
+        Reply::message(
+            &MetadataResponse::default().with_topics(topics),
+            request.version(),
+        )
+    });
+    let mut consumer = consumer(&broker).await;
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        match consumer.poll(Duration::from_millis(200)).await {
+            Err(error) => break error,
+            Ok(records) => assert!(records.is_empty()),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no poll reported the refused topic"
+        );
+    };
+    assert!(
+        matches!(&error, ConsumerError::Broker { name: "TOPIC_AUTHORIZATION_FAILED", message: Some(m), .. } if m.contains("`orders`")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_topic_is_waited_for_and_said_once() {
+    let capture = support::Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.clone());
+    let broker = FakeBroker::start().await;
+    let mut consumer = consumer(&broker).await;
+    consumer
+        .subscribe(vec!["later".to_owned()])
+        .await
+        .expect("a valid name of a topic not there yet is accepted");
+    for _ in 0..5 {
+        let records = consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("a missing topic is not an error");
+        assert!(records.is_empty());
+    }
+    let said: Vec<String> = capture
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("INFO") && l.contains("does not exist (yet)"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("later"), "{said:?}");
+}
