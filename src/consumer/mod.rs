@@ -392,6 +392,12 @@ pub trait ShareConsumer: Send {
     /// Commits what was acknowledged, releases every other record this consumer holds, and
     /// leaves the group. Later calls fail with [`ConsumerError::Closed`]; closing again is a
     /// no-op.
+    ///
+    /// As Java's `close`, it completes when the cluster cannot be reached or `timeout` runs
+    /// out, logging what could not be done at WARN: the records still held then come back to
+    /// the group when their locks expire (or the broker sees the connection close). Both
+    /// consumers of this crate return `Ok` then; an `Err` is left for implementations with
+    /// failures a caller must act on.
     async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError>;
 
     /// The acquisition lock duration reported for the last records fetched, if known.

@@ -1036,7 +1036,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Ends the driver: a final `pre_commit` and commit of what was accepted, the task's
     /// `stop`, and the consumer's `close`, which releases every record not acknowledged
-    /// (held ones included). Every step is attempted; the first error is returned. Closing
+    /// (held ones included). Every step is attempted; the first error is returned, except
+    /// that a cluster out of reach does not fail the close (as Java's consumer `close`): a
+    /// retriable error of the last commit and the consumer's close problems are logged at
+    /// WARN, and what was not acknowledged is redelivered once its locks expire. Closing
     /// twice is a no-op.
     ///
     /// # Cancel safety
@@ -1060,8 +1063,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing during a retry in place; the batch is released"
                 );
             }
-            if let Err(e) = self.commit().await {
-                first_error.get_or_insert(e);
+            match self.commit().await {
+                Ok(_) => {}
+                // As the consumer's close: a cluster out of reach is no reason to fail the
+                // close; the records not acknowledged come back when their locks expire.
+                Err(e) if e.is_retriable() => tracing::warn!(
+                    error = %ErrorChain(&e),
+                    "the last commit of close failed; its records are redelivered once their \
+                     locks expire"
+                ),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         if previous != State::Created {

@@ -590,6 +590,17 @@ impl FakeBroker {
             .len()
     }
 
+    /// How many accepted connections are still open (their client has not closed them).
+    pub(crate) fn open_connections(&self) -> usize {
+        self.inner
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|task| !task.is_finished())
+            .count()
+    }
+
     /// Closes every open connection (new ones are still accepted), as a broker restart would.
     pub(crate) fn disconnect_all(&self) {
         for task in self

@@ -228,8 +228,24 @@ impl Membership {
         reported.map(|f| heartbeat_error(f.code, f.message))
     }
 
-    /// Stops the loop and sends the leave heartbeat (epoch -1).
+    /// Stops the loop and sends the leave heartbeat (epoch -1), then closes the connections
+    /// the membership opened (coordinator and bootstrap), whatever the outcome.
     pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        let result = self.send_leave(timeout).await;
+        self.close_connections();
+        result
+    }
+
+    /// Closes the coordinator and bootstrap connections (a later request opens new ones).
+    pub(crate) fn close_connections(&self) {
+        let coordinator = self.shared.lock().coordinator.take();
+        if let Some(coordinator) = coordinator {
+            coordinator.close();
+        }
+        self.bootstrap.close();
+    }
+
+    async fn send_leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         let Some(task) = self.task.take() else {
             return Ok(());
         };
@@ -250,6 +266,8 @@ impl Membership {
                 find_coordinator(&self.shared.group_id, &via, self.bootstrap.config()).await?
             }
         };
+        // Kept where `leave` closes it once the answer is in (or the wait is given up).
+        self.shared.lock().coordinator = Some(coordinator.clone());
         let request = heartbeat_request(&self.shared, -1, None);
         let version = coordinator.negotiate(
             ApiKey::ShareGroupHeartbeat,

@@ -468,6 +468,14 @@ impl ShareConsumer for KafkaShareConsumer {
         }))
     }
 
+    /// Like Java's `close`, this completes even when the cluster cannot be reached or the
+    /// time runs out: what could not be done is logged at WARN, and `Ok` is returned. The
+    /// records this consumer held then come back to the group when the broker sees its
+    /// connections close (Kafka 4.2+ releases a closed session's records at once) or, at the
+    /// latest, when their locks expire. Every connection the consumer opened is closed before
+    /// this returns, except fetch connections still waiting for an answer after a timeout,
+    /// which close within the request timeout.
+    ///
     /// # Cancel safety
     ///
     /// The consumer is closed once this is called. If the future is dropped, the engine still
@@ -479,22 +487,38 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.closed = true;
         self.group_configs.stop();
-        self.hand_over_acks(false)?;
+        let handed = self.hand_over_acks(false);
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
-        self.engine.send(Command::Close(reply))?;
+        let sent = handed.and_then(|_| self.engine.send(Command::Close(reply)));
         let work = async {
-            if let Ok(results) = answer.await {
+            if let Err(e) = sent {
+                // The engine is gone (it only stops when the consumer does): nothing to send.
+                tracing::warn!(error = %e, "close could not hand the last acknowledgements over");
+            } else if let Ok(results) = answer.await {
                 for (tp, e) in results.failures() {
                     tracing::warn!(%tp, error = %e, "acknowledgement failed during close");
                 }
             }
             self.membership.leave(timeout).await
         };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(ConsumerError::Timeout(timeout)),
+        let outcome = tokio::time::timeout(timeout, work).await;
+        // Also when the leave was cut short by the timeout.
+        self.membership.close_connections();
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(
+                error = %error,
+                "close could not leave the share group; the broker releases this member's records \
+                 when it sees the connection close or their locks expire"
+            ),
+            Err(_) => tracing::warn!(
+                ?timeout,
+                "close did not finish in time; the broker releases this member's records when it \
+                 sees the connection close or their locks expire"
+            ),
         }
+        Ok(())
     }
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {

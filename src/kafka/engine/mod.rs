@@ -646,6 +646,11 @@ impl Engine {
     }
 
     fn finish_close(&mut self) {
+        // No connection outlives the close: a broker keeps a share session (and what it
+        // holds) alive while its connection is open.
+        for (_, connection) in self.connections.drain() {
+            connection.close();
+        }
         let results = self.book.take_results();
         for (_, reply) in self.commits.drain(..) {
             let _ = reply.send(CommitResults::new());

@@ -34,6 +34,18 @@ impl Bootstrap {
         &self.config
     }
 
+    /// Closes the current connection; a later [`get`](Self::get) opens a new one.
+    pub(crate) fn close(&self) {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(connection) = current {
+            connection.close();
+        }
+    }
+
     /// A live connection: the current one, or a new one if it was closed.
     pub(crate) async fn get(&self) -> Result<Connection, ConsumerError> {
         let current = self

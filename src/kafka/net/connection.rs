@@ -922,6 +922,17 @@ impl Connection {
         }
     }
 
+    /// Closes the connection now, for every handle: the socket is shut and every waiting and
+    /// later request fails at once. For a client that is closing, so that no connection
+    /// outlives its `close` (the broker keeps a share session alive while its connection is
+    /// open).
+    pub(crate) fn close(&self) {
+        self.inner.shared.close(CloseReason::Dropped);
+        for task in &self.inner.tasks {
+            task.abort();
+        }
+    }
+
     /// True once the connection is closed; every later request fails at once.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shared.lock().closed.is_some()
