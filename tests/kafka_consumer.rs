@@ -804,3 +804,46 @@ async fn a_topic_created_after_subscribe_is_read_and_an_invalid_name_is_refused(
     assert_eq!(ids(&got), (0..5).map(|o| (0, o)).collect::<Vec<_>>());
     c.close(Duration::from_secs(10)).await.expect("close");
 }
+
+/// After the group's `share.record.lock.duration.ms` changes, the poll that presents renewed
+/// records reports the lock duration the RENEW's answer carries, as Java's does; it used to
+/// report the duration of the earlier fetch, and the driver renewed a shortened lock too late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_duration_after_a_renew_is_the_groups_new_one() {
+    let Some(f) = fixture_with_lock("renew_lock_duration", 1, 20_000).await else {
+        return;
+    };
+    produce(&f, 0, vec![record(0)], Compression::NoCompression).await;
+    let mut c = consumer(&f, AcknowledgementMode::Explicit).await;
+    let held = drain(&mut c, 1, Duration::from_secs(30), AcknowledgeType::Renew).await;
+    assert_eq!(ids(&held), vec![(0, 0)]);
+    assert_eq!(c.acquisition_lock_timeout(), Some(Duration::from_secs(20)));
+    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
+    admin
+        .set_share_group_config(&f.group, &[("share.record.lock.duration.ms", "7000")])
+        .await
+        .expect("lock duration changed");
+    support::share_group_config_until(&admin, &f.group, |c| {
+        c.get("share.record.lock.duration.ms") == Some("7000")
+    })
+    .await;
+    // The RENEW was queued by `drain`; this poll sends it and presents the record again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = c.poll(Duration::from_millis(500)).await.expect("poll");
+        assert_eq!(ids(&again), vec![(0, 0)], "the renewed record is presented");
+        if c.acquisition_lock_timeout() == Some(Duration::from_secs(7)) {
+            break;
+        }
+        // The broker may answer the first RENEW before it sees the new config: renew again.
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {:?} after the change",
+            c.acquisition_lock_timeout()
+        );
+        c.acknowledge(&again[0], AcknowledgeType::Renew)
+            .expect("renew");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.close(Duration::from_secs(10)).await.expect("close");
+}

@@ -522,6 +522,13 @@ impl Engine {
                 result,
             } => match result {
                 Ok(response) => {
+                    // A RENEW's answer (v2) reports the group's lock duration as it is now,
+                    // which the poll presenting the renewed records reports in turn.
+                    if let Some(lock) =
+                        responses::lock_timeout(response.acquisition_lock_timeout_ms)
+                    {
+                        self.mailbox.lock().lock_timeout = Some(lock);
+                    }
                     let (answer, stale) = responses::acknowledge_answer(&self.cluster, response);
                     self.cluster.stale |= stale;
                     self.book.on_acknowledge(ticket, answer);

@@ -86,11 +86,7 @@ pub(crate) fn fetch_answer(
         },
         ..Fetched::default()
     };
-    if response.acquisition_lock_timeout_ms > 0 {
-        out.lock_timeout = Some(Duration::from_millis(u64::from(
-            response.acquisition_lock_timeout_ms.unsigned_abs(),
-        )));
-    }
+    out.lock_timeout = lock_timeout(response.acquisition_lock_timeout_ms);
     if response.error_code != 0 {
         out.errors = true;
         match response.error_code {
@@ -179,6 +175,12 @@ pub(crate) fn fetch_answer(
         }
     }
     out
+}
+
+/// The acquisition lock duration a ShareFetch or ShareAcknowledge (v2+) answer reports;
+/// `None` for 0 or less (not reported).
+pub(crate) fn lock_timeout(millis: i32) -> Option<Duration> {
+    (millis > 0).then(|| Duration::from_millis(u64::from(millis.unsigned_abs())))
 }
 
 /// Reads a ShareAcknowledge answer: the book's view, and whether leaders moved.
