@@ -58,7 +58,9 @@ pub use crate::kafka::security::{
     OAuthToken, ParseSecurityProtocolError, SaslSettings, Secret, Security, SecurityProtocol,
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
 };
-pub use crate::kafka::{KafkaShareConsumer, KafkaShareConsumerConfig};
+pub use crate::kafka::{
+    KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
+};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,

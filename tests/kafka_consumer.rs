@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use kafka_share_sink::{
     AcknowledgeType, AcknowledgementMode, ConsumerRecord, DriverConfig, KafkaAdmin,
-    KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, ShareSinkTask, SinkRecord,
-    SinkTask, TaskConfig, TaskError,
+    KafkaShareConsumer, KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer, ShareSinkTask,
+    SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
@@ -846,4 +846,72 @@ async fn the_lock_duration_after_a_renew_is_the_groups_new_one() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     c.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// `share.acquire.mode=record_limit` (KIP-1206): a strict `max.poll.records`. One log batch of
+/// 20 records, `max.poll.records=3`: each poll returns at most 3, and a second member gets
+/// records of the same batch while the first holds its 3 (batch-optimized acquisition hands
+/// the whole batch to the first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_limit_makes_max_poll_records_strict() {
+    let Some(f) = fixture_with_lock("record_limit", 1, 30_000).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..20).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let strict = |f: &Fixture| {
+        KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+            .max_poll_records(3)
+            .share_acquire_mode(ShareAcquireMode::RecordLimit)
+            .fetch_max_wait(Duration::from_millis(200))
+    };
+    let mut first = KafkaShareConsumer::connect(strict(&f))
+        .await
+        .expect("connects");
+    first
+        .subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let records = first.poll(Duration::from_millis(500)).await.expect("poll");
+        if !records.is_empty() {
+            break records;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no records");
+    };
+    assert!(held.len() <= 3, "{} records in one poll", held.len());
+    let mut second = KafkaShareConsumer::connect(strict(&f))
+        .await
+        .expect("connects");
+    second
+        .subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let got = drain(
+        &mut second,
+        17,
+        Duration::from_secs(30),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    assert!(!got.is_empty(), "the second member got none of the batch");
+    let mut all: Vec<i64> = held
+        .iter()
+        .chain(&got)
+        .map(ConsumerRecord::offset)
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), held.len() + got.len(), "no record went to both");
+    for r in &held {
+        first.acknowledge(r, AcknowledgeType::Accept).expect("ack");
+    }
+    first.close(Duration::from_secs(10)).await.expect("close");
+    second.close(Duration::from_secs(10)).await.expect("close");
 }

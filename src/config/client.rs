@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::ShareAcquireMode;
 use crate::kafka::security::{Security, keys as security_keys};
 
 use super::error::ConfigError;
@@ -27,6 +28,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) fetch_max_wait: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// `share.acquire.mode`.
+    pub(crate) share_acquire_mode: Option<ShareAcquireMode>,
     /// `security.protocol` with its `ssl.*` and `sasl.*` settings.
     pub(crate) security: Security,
 }
@@ -170,6 +173,19 @@ impl Clients {
             fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
             request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
             connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
+            share_acquire_mode: merged
+                .get("share.acquire.mode")
+                .map(|raw| {
+                    raw.parse::<ShareAcquireMode>().map_err(|e| {
+                        ConfigError::invalid_because(
+                            &written("share.acquire.mode"),
+                            raw,
+                            "batch_optimized or record_limit",
+                            e,
+                        )
+                    })
+                })
+                .transpose()?,
             security: security_keys::read(&merged, &written)?,
         };
 

@@ -449,6 +449,9 @@ impl ConnectorConfig {
         if let Some(n) = s.max_poll_records {
             config = config.max_poll_records(n);
         }
+        if let Some(mode) = s.share_acquire_mode {
+            config = config.share_acquire_mode(mode);
+        }
         if let Some(n) = s.fetch_min_bytes {
             config = config.fetch_min_bytes(n);
         }
@@ -801,6 +804,7 @@ fn error_handling(connector: &Properties) -> Result<ErrorHandling, ConfigError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::ShareAcquireMode;
 
     fn props(pairs: &[(&str, &str)]) -> Properties {
         pairs.iter().copied().collect()
@@ -819,6 +823,7 @@ mod tests {
             ("task.id", "2"),
             ("share.acknowledgement.mode", "implicit"),
             ("consumer.override.max.poll.records", "10"),
+            ("consumer.override.share.acquire.mode", "record_limit"),
             ("consumer.override.fetch.min.bytes", "5"),
             ("consumer.override.fetch.max.bytes", "1000"),
             ("consumer.override.request.timeout.ms", "7000"),
@@ -839,6 +844,20 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(7));
         assert_eq!(c.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Implicit);
+        assert_eq!(c.share_acquire_mode, ShareAcquireMode::RecordLimit);
+    }
+
+    #[test]
+    fn an_unknown_share_acquire_mode_is_refused_naming_the_key() {
+        let worker = props(&[("bootstrap.servers", "k:9092")]);
+        let connector = props(&[
+            ("name", "n"),
+            ("topics", "t"),
+            ("consumer.override.share.acquire.mode", "strict"),
+        ]);
+        let error = ConnectorConfig::resolve(&worker, &connector).unwrap_err();
+        assert_eq!(error.key(), Some("consumer.override.share.acquire.mode"));
+        assert!(error.to_string().contains("record_limit"), "{error}");
     }
 
     #[test]
@@ -851,6 +870,7 @@ mod tests {
         assert_eq!(c.max_poll_records, java.max_poll_records);
         assert_eq!(c.fetch_max_wait, java.fetch_max_wait);
         assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Explicit);
+        assert_eq!(c.share_acquire_mode, ShareAcquireMode::BatchOptimized);
     }
 
     #[test]

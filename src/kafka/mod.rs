@@ -25,4 +25,6 @@ pub(crate) mod security;
 pub(crate) mod session;
 
 pub use self::consumer::KafkaShareConsumer;
-pub use self::consumer::config::KafkaShareConsumerConfig;
+pub use self::consumer::config::{
+    KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
+};

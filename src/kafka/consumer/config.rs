@@ -6,6 +6,56 @@ use crate::consumer::AcknowledgementMode;
 use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
 
+/// How the brokers acquire records for a fetch: `share.acquire.mode` (KIP-1206, Kafka 4.2+).
+///
+/// ```
+/// use kafka_share_sink::ShareAcquireMode;
+/// let mode: ShareAcquireMode = "record_limit".parse().unwrap();
+/// assert_eq!(mode, ShareAcquireMode::RecordLimit);
+/// assert_eq!(mode.to_string(), "record_limit");
+/// assert!("strict".parse::<ShareAcquireMode>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ShareAcquireMode {
+    /// `batch_optimized` (the default): whole log batches are acquired, so a poll may return
+    /// more than `max.poll.records` records, and several leaders are fetched from at once.
+    #[default]
+    BatchOptimized,
+    /// `record_limit`: a strict `max.poll.records`. A fetch acquires at most that many
+    /// records, only one leader is fetched from at a time, and nothing is fetched ahead of
+    /// the application. Brokers before Kafka 4.2 (ShareFetch v1) do not know it: they
+    /// acquire whole batches, and the consumer still hands out at most `max.poll.records`
+    /// records a poll (the rest wait, acquired, for the next polls).
+    RecordLimit,
+}
+
+impl std::fmt::Display for ShareAcquireMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::BatchOptimized => "batch_optimized",
+            Self::RecordLimit => "record_limit",
+        })
+    }
+}
+
+/// A `share.acquire.mode` value that is neither `batch_optimized` nor `record_limit`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a share.acquire.mode: expected batch_optimized or record_limit")]
+pub struct ParseShareAcquireModeError(pub(crate) String);
+
+impl std::str::FromStr for ShareAcquireMode {
+    type Err = ParseShareAcquireModeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "batch_optimized" => Ok(Self::BatchOptimized),
+            "record_limit" => Ok(Self::RecordLimit),
+            _ => Err(ParseShareAcquireModeError(s.to_owned())),
+        }
+    }
+}
+
 /// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
 ///
 /// ```
@@ -29,6 +79,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) prefetch_records: usize,
+    pub(crate) share_acquire_mode: ShareAcquireMode,
     pub(crate) group_config_refresh: Duration,
     pub(crate) security: Security,
 }
@@ -49,6 +100,7 @@ impl KafkaShareConsumerConfig {
             connect_timeout: Duration::from_secs(10),
             acknowledgement_mode: AcknowledgementMode::Explicit,
             prefetch_records: 0,
+            share_acquire_mode: ShareAcquireMode::BatchOptimized,
             group_config_refresh: Duration::from_secs(300),
             security: Security::plaintext(),
         }
@@ -119,6 +171,14 @@ impl KafkaShareConsumerConfig {
     /// fetch with the application's processing.
     pub fn prefetch_records(mut self, records: usize) -> Self {
         self.prefetch_records = records;
+        self
+    }
+
+    /// `share.acquire.mode` (default [`ShareAcquireMode::BatchOptimized`]); with
+    /// [`ShareAcquireMode::RecordLimit`], `max.poll.records` is strict and
+    /// [`prefetch_records`](Self::prefetch_records) is ignored.
+    pub fn share_acquire_mode(mut self, mode: ShareAcquireMode) -> Self {
+        self.share_acquire_mode = mode;
         self
     }
 

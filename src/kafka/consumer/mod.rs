@@ -21,6 +21,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use self::config::KafkaShareConsumerConfig;
+use self::config::ShareAcquireMode;
 use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
@@ -194,7 +195,12 @@ impl KafkaShareConsumer {
                 fetch_max_bytes: config.fetch_max_bytes,
                 fetch_max_wait: config.fetch_max_wait,
                 request_timeout: config.request_timeout,
-                prefetch_records: config.prefetch_records,
+                // A strict max.poll.records fetches nothing ahead (as Java's record_limit).
+                prefetch_records: match config.share_acquire_mode {
+                    ShareAcquireMode::RecordLimit => 0,
+                    _ => config.prefetch_records,
+                },
+                share_acquire_mode: config.share_acquire_mode,
             },
             bootstrap,
             membership.view(),
@@ -361,7 +367,17 @@ impl ShareConsumer for KafkaShareConsumer {
             {
                 let mut slots = self.engine.mailbox.lock();
                 if !slots.records.is_empty() {
-                    let records = std::mem::take(&mut slots.records);
+                    let limit = usize::try_from(self.config.max_poll_records).unwrap_or(usize::MAX);
+                    let records = if self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
+                        && slots.records.len() > limit
+                    {
+                        // A strict max.poll.records (a broker before 4.2 acquired whole
+                        // batches): the rest waits, acquired, for the next polls.
+                        let rest = slots.records.split_off(limit);
+                        std::mem::replace(&mut slots.records, rest)
+                    } else {
+                        std::mem::take(&mut slots.records)
+                    };
                     slots.poll_deadline = None;
                     drop(slots);
                     return Ok(self.present(records));

@@ -36,6 +36,7 @@ use self::cluster::{Cluster, fetch_metadata};
 use self::mailbox::Mailbox;
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
+use crate::kafka::consumer::config::ShareAcquireMode;
 use crate::kafka::consumer::membership::MembershipView;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -77,6 +78,7 @@ pub(crate) struct EngineConfig {
     pub(crate) fetch_max_wait: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) prefetch_records: usize,
+    pub(crate) share_acquire_mode: ShareAcquireMode,
 }
 
 /// What the consumer asks of its engine.
@@ -376,6 +378,7 @@ impl Engine {
             min_bytes: self.config.fetch_min_bytes,
             max_bytes: self.config.fetch_max_bytes,
             max_records: self.config.max_poll_records,
+            record_limit: self.config.share_acquire_mode == ShareAcquireMode::RecordLimit,
         })
     }
 

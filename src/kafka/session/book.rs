@@ -140,6 +140,8 @@ pub(crate) struct FetchSettings {
     pub(crate) min_bytes: i32,
     pub(crate) max_bytes: i32,
     pub(crate) max_records: i32,
+    /// `share.acquire.mode=record_limit`: at most `max_records` acquired, one leader at a time.
+    pub(crate) record_limit: bool,
 }
 
 /// What the engine knows when it asks for requests.
@@ -196,6 +198,11 @@ pub(crate) struct SessionBook {
     next_ticket: u64,
     /// Sequence number of the last acknowledgement added.
     seq: u64,
+    /// Fetches in flight that acquire records (their session has partitions to fetch).
+    acquiring: BTreeSet<Ticket>,
+    /// The leader of the last acquiring fetch: with `record_limit` the next one starts
+    /// after it, so every leader gets its turn.
+    last_acquired_from: Option<NodeId>,
 }
 
 /// Acknowledgements that could not be sent fail with this; their records are redelivered.
@@ -241,6 +248,8 @@ impl SessionBook {
             results: CommitResults::new(),
             next_ticket: 0,
             seq: 0,
+            acquiring: BTreeSet::new(),
+            last_acquired_from: None,
         }
     }
 
@@ -389,6 +398,15 @@ impl SessionBook {
         }
         let empty = BTreeSet::new();
         let mut planned = Vec::new();
+        // share.acquire.mode=record_limit: one acquiring fetch at a time, across leaders,
+        // taking turns from the one after the last that acquired.
+        let record_limit = input.fetch.is_some_and(|f| f.record_limit);
+        let mut acquiring = !self.acquiring.is_empty();
+        let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+        if let (true, Some(last)) = (record_limit, self.last_acquired_from) {
+            let split = nodes.partition_point(|n| *n <= last);
+            nodes.rotate_left(split);
+        }
         for node in nodes {
             if !input.connected.contains(&node) || self.is_busy(node) {
                 continue;
@@ -403,14 +421,23 @@ impl SessionBook {
             let session = self.nodes.entry(node).or_default().clone();
             let forget: Vec<SessionPartition> =
                 session.partitions.difference(target).copied().collect();
+            // With record_limit, while another leader acquires this one waits (its
+            // acknowledgements go alone when a commit or RENEW needs them).
             let fetch_wanted = input.fetch.is_some()
+                && !(record_limit && acquiring)
                 && !renew
                 && (!target.is_empty() || !forget.is_empty() || !node_acks.is_empty());
             if fetch_wanted && (session.epoch > 0 || !target.is_empty()) {
                 let Some(settings) = input.fetch else {
                     continue;
                 };
-                planned.push(self.plan_fetch(node, target, node_acks, settings));
+                let planned_fetch = self.plan_fetch(node, target, node_acks, settings);
+                if !target.is_empty() {
+                    self.acquiring.insert(planned_fetch.ticket());
+                    self.last_acquired_from = Some(node);
+                    acquiring = true;
+                }
+                planned.push(planned_fetch);
             } else if !node_acks.is_empty() && (input.flush || renew) {
                 planned.push(self.plan_acknowledge(node, node_acks, false));
             } else {
@@ -491,7 +518,11 @@ impl SessionBook {
             max_bytes: settings.max_bytes,
             max_records: settings.max_records,
             batch_size: settings.max_records,
-            share_acquire_mode: share_v2::SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED,
+            share_acquire_mode: if settings.record_limit {
+                share_v2::SHARE_ACQUIRE_MODE_RECORD_LIMIT
+            } else {
+                share_v2::SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED
+            },
             is_renew_ack: false,
             topics: topics
                 .into_iter()
@@ -618,6 +649,7 @@ impl SessionBook {
 
     /// Ends the request of `ticket`: frees its leader. `None` for an unknown ticket.
     fn finish(&mut self, ticket: Ticket) -> Option<Sent> {
+        self.acquiring.remove(&ticket);
         let sent = self.sent.remove(&ticket)?;
         if let Some(session) = self.nodes.get_mut(&sent.node) {
             if session.busy == Some(ticket) {

@@ -43,6 +43,10 @@ impl World {
     }
 
     fn input(&self, fetch: bool, flush: bool) -> PlanInput<'_> {
+        self.input_with(fetch, flush, false)
+    }
+
+    fn input_with(&self, fetch: bool, flush: bool, record_limit: bool) -> PlanInput<'_> {
         PlanInput {
             targets: &self.targets,
             leaders: &self.leaders,
@@ -52,6 +56,7 @@ impl World {
                 min_bytes: 1,
                 max_bytes: 1 << 20,
                 max_records: 500,
+                record_limit,
             }),
             flush,
         }
@@ -176,6 +181,39 @@ fn a_session_opens_at_epoch_zero_then_counts_and_adds_only_new_partitions() {
         .flatten()
         .collect();
     assert_eq!(forgot, vec![1]);
+}
+
+#[test]
+fn record_limit_acquires_from_one_leader_at_a_time_taking_turns() {
+    let world = World::new();
+    let mut book = book();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let planned = book.plan(&world.input_with(true, false, true));
+        assert_eq!(planned.len(), 1, "one acquiring fetch at a time");
+        let Planned::Fetch { request, node, .. } = &planned[0] else {
+            panic!("a fetch")
+        };
+        assert_eq!(
+            request.share_acquire_mode,
+            share_v2::SHARE_ACQUIRE_MODE_RECORD_LIMIT
+        );
+        order.push(*node);
+        assert!(
+            book.plan(&world.input_with(true, false, true)).is_empty(),
+            "no second leader acquires while the first fetch is out"
+        );
+        answer(&mut book, &planned[0], ok_answer(&planned[0]));
+    }
+    assert_eq!(order, vec![1, 2, 1, 2], "the leaders take turns");
+    // Batch-optimized fetches from every leader at once.
+    let both = book.plan(&world.input(true, false));
+    assert_eq!(both.len(), 2);
+    assert!(
+        both.iter()
+            .all(|p| matches!(p, Planned::Fetch { request, .. }
+        if request.share_acquire_mode == share_v2::SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED))
+    );
 }
 
 #[test]
