@@ -423,8 +423,9 @@ impl SessionBook {
                 session.partitions.difference(target).copied().collect();
             // With record_limit, while another leader acquires this one waits (its
             // acknowledgements go alone when a commit or RENEW needs them).
+            let waits_its_turn = record_limit && acquiring;
             let fetch_wanted = input.fetch.is_some()
-                && !(record_limit && acquiring)
+                && !waits_its_turn
                 && !renew
                 && (!target.is_empty() || !forget.is_empty() || !node_acks.is_empty());
             if fetch_wanted && (session.epoch > 0 || !target.is_empty()) {
