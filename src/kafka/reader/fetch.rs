@@ -173,20 +173,19 @@ pub(crate) fn extract(
     let mut decompressed = 0usize;
     let mut decompressed_any = false;
     for batch in scanned.batches {
-        let (base, last) = match &batch {
-            Ok(raw) => (raw.base_offset, raw.last_offset),
-            Err(error) => (error.base_offset, error.last_offset),
-        };
-        if last < next {
-            continue; // wholly before what is still to read
-        }
-        if stable_end.is_some_and(|end| base >= end) {
-            break;
-        }
+        // A batch that does not verify fails the read wherever it claims to be: its
+        // baseOffset is not covered by the checksum.
         let raw = match batch {
             Ok(raw) => raw,
             Err(error) => return corrupt(error, records, from, next, ends),
         };
+        let last = raw.last_offset;
+        if last < next {
+            continue; // wholly before what is still to read
+        }
+        if stable_end.is_some_and(|end| raw.base_offset >= end) {
+            break;
+        }
         if raw.control && !committed {
             next = last.saturating_add(1);
             continue;
