@@ -521,7 +521,7 @@ mod tests {
             0,
             2,
             UNCOMMITTED,
-            fetched(&[bad.clone()], &[], 4),
+            fetched(std::slice::from_ref(&bad), &[], 4),
         )
         .expect_err("corrupt");
         assert!(
