@@ -296,7 +296,8 @@ impl KafkaLogReader {
     {
         let mut backoff = FIRST_BACKOFF;
         let mut refresh = false;
-        for tries in 1.. {
+        let mut tries = 1;
+        loop {
             match attempt(refresh).await {
                 Ok((value, _)) => return Ok(value),
                 Err((error, node)) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
@@ -307,11 +308,11 @@ impl KafkaLogReader {
                     tokio::time::sleep(backoff).await;
                     backoff = backoff.saturating_mul(2);
                     refresh = true;
+                    tries += 1;
                 }
                 Err((error, _)) => return Err(error),
             }
         }
-        unreachable!("the loop returns by its last attempt")
     }
 
     /// One Fetch of the partition; the error names the leader node it went to, if any.
