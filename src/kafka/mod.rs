@@ -14,6 +14,8 @@
 //! - [`engine`]: the background task that drives the session core against the connections.
 //! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
 //! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).
+//! - [`reader`]: the public [`KafkaLogReader`](crate::producer::KafkaLogReader), a classic
+//!   Fetch reader of a partition from an offset.
 
 pub(crate) mod admin;
 pub(crate) mod codec;
@@ -21,6 +23,7 @@ mod consumer;
 pub(crate) mod engine;
 pub(crate) mod errors;
 pub(crate) mod net;
+pub(crate) mod reader;
 pub(crate) mod security;
 pub(crate) mod session;
 

@@ -18,6 +18,7 @@ use std::fmt;
 pub use self::error::ProducerError;
 pub use self::reader::{IsolationLevel, LogRead, LogReader};
 pub use self::record::{DeliveryFuture, ProducerRecord, RecordMetadata};
+pub use crate::kafka::reader::{KafkaLogReader, KafkaLogReaderBuilder};
 
 /// A producer of records to topics: the Kafka client's [`KafkaProducer`] or the embedded
 /// group's [`EmbeddedProducer`](crate::embedded::EmbeddedProducer), with one behaviour.

@@ -1,0 +1,551 @@
+//! [`KafkaLogReader`]: reads a partition from an offset with the classic Fetch, as a consumer
+//! without a group does.
+//!
+//! - `builder`: [`KafkaLogReaderBuilder`], the settings and the connect.
+//! - `fetch`: the Fetch request and the records of its answer (no I/O).
+//! - `aborted`: which transactional batches a `read_committed` reader drops (no I/O).
+//!
+//! This file holds the client: partition leaders from Metadata, one connection per leader,
+//! and the retries after a leader moved or a connection was lost.
+
+mod aborted;
+mod builder;
+mod fetch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
+use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
+use tracing::debug;
+use uuid::Uuid;
+
+pub use self::builder::KafkaLogReaderBuilder;
+use self::fetch::{Ask, Fetched};
+use crate::consumer::ConsumerError;
+use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::producer::{IsolationLevel, LogRead, LogReader};
+use crate::record::ConsumerRecord;
+
+/// How many times one call tries, the first included, before it gives up on a leader that
+/// moved, a lost connection or a partition not known yet.
+const MAX_ATTEMPTS: u32 = 6;
+/// The pause before the first retry; it doubles with each (0.1 + 0.2 + … ≈ 3 s in all).
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest one read of [`KafkaLogReader::read_until`] waits for records.
+const READ_UNTIL_WAIT: Duration = Duration::from_millis(500);
+
+/// Broker errors after which the leader is looked up again and the call retried.
+const REFRESH_ON: &[&str] = &[
+    "NOT_LEADER_OR_FOLLOWER",
+    "FENCED_LEADER_EPOCH",
+    "UNKNOWN_LEADER_EPOCH",
+    "LEADER_NOT_AVAILABLE",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+    "UNKNOWN_TOPIC_ID",
+    "KAFKA_STORAGE_ERROR",
+    "REPLICA_NOT_AVAILABLE",
+    "BROKER_NOT_AVAILABLE",
+    "NETWORK_EXCEPTION",
+    "OFFSET_NOT_AVAILABLE",
+    "NOT_ENOUGH_REPLICAS",
+];
+
+/// Reads partitions of a Kafka cluster from an offset, `read_committed` or
+/// `read_uncommitted`: the [`LogReader`] of a real cluster.
+///
+/// Each read is one sessionless Fetch to the partition's leader, found through Metadata and
+/// looked up again when the leader moved (`NOT_LEADER_OR_FOLLOWER`, `FENCED_LEADER_EPOCH`,
+/// `UNKNOWN_LEADER_EPOCH`) or its connection was lost; a call tries up to six times over
+/// about three seconds before it returns the last error.
+///
+/// Records come as [`ConsumerRecord`]s with their headers exactly as written (order, repeated
+/// keys, null values) and a delivery count of 1. Control records never appear; under
+/// [`IsolationLevel::ReadCommitted`] neither do records of aborted transactions, nor anything
+/// at or past the last stable offset.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kafka_share_sink::producer::{IsolationLevel, KafkaLogReader, LogReader};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kafka_share_sink::ConsumerError> {
+/// let reader = KafkaLogReader::builder("broker1:9092").connect().await?;
+/// let end = reader.end_offset("orders", 0, IsolationLevel::ReadCommitted).await?;
+/// let mut from = 0;
+/// while from < end {
+///     let read = reader
+///         .read("orders", 0, from, IsolationLevel::ReadCommitted, Duration::from_millis(500))
+///         .await?;
+///     for record in &read.records {
+///         println!("{}: {:?}", record.offset(), record.value());
+///     }
+///     from = read.next_offset;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct KafkaLogReader {
+    /// Metadata, through a bootstrap connection it keeps alive.
+    admin: KafkaAdmin,
+    /// Settings of the leader connections.
+    config: ConnectionConfig,
+    /// `max_bytes` and `partition_max_bytes` of every Fetch.
+    max_bytes: i32,
+    state: Mutex<State>,
+}
+
+/// What the reader learnt of the cluster.
+#[derive(Debug, Default)]
+struct State {
+    /// `host:port` of each broker, by node id, from the last Metadata.
+    brokers: HashMap<i32, String>,
+    /// The leader of each partition read so far.
+    leaders: HashMap<(String, i32), Leader>,
+    /// Connections to leaders, by node id.
+    connections: HashMap<i32, Connection>,
+}
+
+/// Where a partition is led.
+#[derive(Debug, Clone, Copy)]
+struct Leader {
+    node: i32,
+    epoch: i32,
+    /// Nil from brokers before Metadata v10.
+    topic_id: Uuid,
+}
+
+impl KafkaLogReader {
+    /// The builder of a reader of `bootstrap` (comma-separated `host:port` addresses).
+    pub fn builder(bootstrap: impl Into<String>) -> KafkaLogReaderBuilder {
+        KafkaLogReaderBuilder::new(bootstrap.into())
+    }
+
+    /// Connects with `config` and reads the cluster metadata.
+    async fn open(
+        bootstrap: &str,
+        config: ConnectionConfig,
+        max_bytes: i32,
+    ) -> Result<Self, ConsumerError> {
+        let admin = KafkaAdmin::open(bootstrap, config.clone())
+            .await
+            .map_err(crate::kafka::admin::Failure::into_consumer)?;
+        Ok(Self {
+            admin,
+            config,
+            max_bytes,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads `topic`/`partition` from `from` until `next_offset` reaches `end`, and returns
+    /// every record read: the way to read a partition up to an offset sampled before, such as
+    /// a high watermark from [`end_offset`](LogReader::end_offset).
+    ///
+    /// # Errors
+    ///
+    /// [`ConsumerError::Timeout`] when `end` is not reached within `timeout` (the records read
+    /// so far are dropped; read again); the errors of [`read`](LogReader::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is lost, call it again.
+    pub async fn read_until(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        end: i64,
+        isolation: IsolationLevel,
+        timeout: Duration,
+    ) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        let deadline = crate::time::deadline_after(tokio::time::Instant::now(), timeout);
+        let mut records = Vec::new();
+        let mut next = from;
+        while next < end {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(ConsumerError::Timeout(timeout));
+            }
+            let read = tokio::time::timeout(
+                left,
+                self.read(topic, partition, next, isolation, left.min(READ_UNTIL_WAIT)),
+            )
+            .await
+            .map_err(|_| ConsumerError::Timeout(timeout))??;
+            next = read.next_offset.max(next);
+            records.extend(read.records.into_iter().filter(|r| r.offset() < end));
+        }
+        Ok(records)
+    }
+
+    /// The leader of `topic`/`partition`: the one known, or (with `refresh`, or when none is)
+    /// the one Metadata names now.
+    async fn leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        refresh: bool,
+    ) -> Result<Leader, ConsumerError> {
+        let key = (topic.to_owned(), partition);
+        if !refresh {
+            if let Some(leader) = self.lock().leaders.get(&key) {
+                return Ok(*leader);
+            }
+        }
+        let metadata_api = api_name(ApiKey::Metadata);
+        let response = self.admin.metadata(Some(&[topic])).await?;
+        let mut state = self.lock();
+        state.brokers = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, address(b.host.as_str(), b.port)))
+            .collect();
+        let fail = |code: i16, what: String| {
+            broker_error(metadata_api, code, Some(what)).unwrap_or_else(|| {
+                ConsumerError::Protocol {
+                    broker: "metadata".to_owned(),
+                    reason: "no error code for a failure".to_owned(),
+                }
+            })
+        };
+        let entry = response
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| fail(UNKNOWN_TOPIC_OR_PARTITION, format!("topic `{topic}`")))?;
+        if entry.error_code != 0 {
+            return Err(fail(entry.error_code, format!("topic `{topic}`")));
+        }
+        let found = entry
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| {
+                fail(
+                    UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("partition {partition} of `{topic}`"),
+                )
+            })?;
+        if found.error_code != 0 && found.error_code != LEADER_NOT_AVAILABLE {
+            return Err(fail(
+                found.error_code,
+                format!("partition {partition} of `{topic}`"),
+            ));
+        }
+        if found.leader_id.0 < 0 || found.error_code == LEADER_NOT_AVAILABLE {
+            return Err(fail(
+                LEADER_NOT_AVAILABLE,
+                format!("partition {partition} of `{topic}` has no leader"),
+            ));
+        }
+        let leader = Leader {
+            node: found.leader_id.0,
+            epoch: found.leader_epoch,
+            topic_id: entry.topic_id,
+        };
+        state.leaders.insert(key, leader);
+        Ok(leader)
+    }
+
+    /// A live connection to broker `node`, made if needed.
+    async fn connection(&self, node: i32) -> Result<Connection, ConsumerError> {
+        let address = {
+            let state = self.lock();
+            if let Some(c) = state.connections.get(&node).filter(|c| !c.is_closed()) {
+                return Ok(c.clone());
+            }
+            state.brokers.get(&node).cloned()
+        };
+        let Some(address) = address else {
+            return Err(ConsumerError::Protocol {
+                broker: format!("node {node}"),
+                reason: format!("the metadata names leader {node} but not its address"),
+            });
+        };
+        let fresh = Connection::connect(&address, &self.config).await?;
+        self.lock().connections.insert(node, fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Runs `attempt` up to [`MAX_ATTEMPTS`] times: after an error that a new leader or a new
+    /// connection may cure, the leader is looked up again (and a timed-out connection dropped,
+    /// since later answers would queue behind the lost one).
+    async fn retrying<T, F, Fut>(
+        &self,
+        topic: &str,
+        partition: i32,
+        attempt: F,
+    ) -> Result<T, ConsumerError>
+    where
+        F: Fn(bool) -> Fut,
+        Fut: Future<Output = Result<(T, i32), (ConsumerError, Option<i32>)>>,
+    {
+        let mut backoff = FIRST_BACKOFF;
+        let mut refresh = false;
+        let mut tries = 1;
+        loop {
+            match attempt(refresh).await {
+                Ok((value, _)) => return Ok(value),
+                Err((error, node)) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
+                    debug!(topic, partition, %error, tries, "log read retrying");
+                    if let (Some(node), ConsumerError::Timeout(_)) = (node, &error) {
+                        self.lock().connections.remove(&node);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = backoff.saturating_mul(2);
+                    refresh = true;
+                    tries += 1;
+                }
+                Err((error, _)) => return Err(error),
+            }
+        }
+    }
+
+    /// One Fetch of the partition; the error names the leader node it went to, if any.
+    async fn fetch_once(
+        &self,
+        ask: &Ask<'_>,
+        refresh: bool,
+    ) -> Result<(LogRead, i32), (ConsumerError, Option<i32>)> {
+        let leader = self
+            .leader(ask.topic, ask.partition, refresh)
+            .await
+            .map_err(|e| (e, None))?;
+        let at = |e| (e, Some(leader.node));
+        let connection = self.connection(leader.node).await.map_err(at)?;
+        let mut ours = FetchRequest::VERSIONS;
+        if leader.topic_id.is_nil() {
+            ours = ours.intersect(&VersionRange {
+                min: ours.min,
+                max: fetch::TOPIC_ID_VERSION - 1,
+            });
+        }
+        let version = connection.negotiate(ApiKey::Fetch, ours).map_err(at)?;
+        let ask = Ask {
+            topic_id: leader.topic_id,
+            leader_epoch: leader.epoch,
+            ..ask.clone()
+        };
+        let request = fetch::request(&ask, version);
+        let timeout = self.config.request_timeout.saturating_add(ask.max_wait);
+        let response: FetchResponse = connection
+            .request_with_timeout(ApiKey::Fetch, version, &request, timeout)
+            .await
+            .map_err(at)?;
+        let api = api_name(ApiKey::Fetch);
+        if let Some(error) = broker_error(api, response.error_code, None) {
+            return Err(at(error));
+        }
+        let data = fetch::partition_of(response, &ask, version).ok_or_else(|| {
+            at(ConsumerError::Protocol {
+                broker: connection.broker().to_owned(),
+                reason: format!(
+                    "the Fetch answer has no entry for partition {} of `{}`",
+                    ask.partition, ask.topic
+                ),
+            })
+        })?;
+        if let Some(error) = broker_error(
+            api,
+            data.error_code,
+            Some(format!(
+                "partition {} of `{}` at offset {} (log start offset {}, high watermark {})",
+                ask.partition, ask.topic, ask.from, data.log_start_offset, data.high_watermark
+            )),
+        ) {
+            return Err(at(error));
+        }
+        let topic: Arc<str> = Arc::from(ask.topic);
+        let read = fetch::extract(
+            &topic,
+            ask.partition,
+            ask.from,
+            ask.isolation,
+            Fetched::from(data),
+        )
+        .map_err(|error| {
+            at(ConsumerError::Protocol {
+                broker: connection.broker().to_owned(),
+                reason: format!(
+                    "partition {} of `{}` from offset {}: {error}; the batch cannot be read, \
+                     by this or any client",
+                    ask.partition, ask.topic, ask.from
+                ),
+            })
+        })?;
+        Ok((read, leader.node))
+    }
+
+    /// One ListOffsets (latest) of the partition.
+    async fn end_offset_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        isolation: IsolationLevel,
+        refresh: bool,
+    ) -> Result<(i64, i32), (ConsumerError, Option<i32>)> {
+        let leader = self
+            .leader(topic, partition, refresh)
+            .await
+            .map_err(|e| (e, None))?;
+        let at = |e| (e, Some(leader.node));
+        let connection = self.connection(leader.node).await.map_err(at)?;
+        // isolation_level came with v2.
+        let ours = ListOffsetsRequest::VERSIONS.intersect(&VersionRange {
+            min: 2,
+            max: i16::MAX,
+        });
+        let version = connection
+            .negotiate(ApiKey::ListOffsets, ours)
+            .map_err(at)?;
+        let timeout_ms = i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
+        let request = ListOffsetsRequest::default()
+            .with_isolation_level(fetch::isolation_level(isolation))
+            .with_timeout_ms(if version >= 10 { timeout_ms } else { 0 })
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(partition)
+                            .with_current_leader_epoch(if version >= 4 { leader.epoch } else { -1 })
+                            .with_timestamp(LATEST_TIMESTAMP),
+                    ]),
+            ]);
+        let response: ListOffsetsResponse = connection
+            .request(ApiKey::ListOffsets, version, &request)
+            .await
+            .map_err(at)?;
+        let found = response
+            .topics
+            .iter()
+            .filter(|t| t.name.0.as_str() == topic)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| {
+                at(ConsumerError::Protocol {
+                    broker: connection.broker().to_owned(),
+                    reason: format!(
+                        "the ListOffsets answer has no entry for partition {partition} of `{topic}`"
+                    ),
+                })
+            })?;
+        if let Some(error) = broker_error(
+            api_name(ApiKey::ListOffsets),
+            found.error_code,
+            Some(format!("partition {partition} of `{topic}`")),
+        ) {
+            return Err(at(error));
+        }
+        Ok((found.offset, leader.node))
+    }
+}
+
+#[async_trait::async_trait]
+impl LogReader for KafkaLogReader {
+    async fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        isolation: IsolationLevel,
+        max_wait: Duration,
+    ) -> Result<LogRead, ConsumerError> {
+        let ask = Ask {
+            topic,
+            topic_id: Uuid::nil(),
+            partition,
+            from,
+            leader_epoch: -1,
+            isolation,
+            max_wait,
+            max_bytes: self.max_bytes,
+        };
+        self.retrying(topic, partition, |refresh| {
+            let ask = ask.clone();
+            async move { self.fetch_once(&ask, refresh).await }
+        })
+        .await
+    }
+
+    async fn end_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        isolation: IsolationLevel,
+    ) -> Result<i64, ConsumerError> {
+        self.retrying(topic, partition, |refresh| {
+            self.end_offset_once(topic, partition, isolation, refresh)
+        })
+        .await
+    }
+}
+
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// Kafka's LEADER_NOT_AVAILABLE.
+const LEADER_NOT_AVAILABLE: i16 = 5;
+/// ListOffsets' timestamp for the end of the log (the high watermark or the last stable
+/// offset, per the isolation level).
+const LATEST_TIMESTAMP: i64 = -1;
+
+/// Whether a call may succeed after a new leader lookup or a new connection.
+fn worth_retrying(error: &ConsumerError) -> bool {
+    match error {
+        ConsumerError::Connection { .. }
+        | ConsumerError::Garbled { .. }
+        | ConsumerError::Timeout(_) => true,
+        ConsumerError::Broker { name, .. } => REFRESH_ON.contains(name),
+        _ => false,
+    }
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn address(host: &str, port: i32) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_moves_and_lost_connections_are_retried_other_errors_not() {
+        let broker = |code| broker_error("Fetch", code, None).expect("an error");
+        for code in [6, 74, 75, 5, 3, 100] {
+            assert!(worth_retrying(&broker(code)), "{code}");
+        }
+        for code in [1, 29, -1, 2] {
+            assert!(!worth_retrying(&broker(code)), "{code}");
+        }
+        assert!(worth_retrying(&ConsumerError::Timeout(Duration::ZERO)));
+        assert!(!worth_retrying(&ConsumerError::Protocol {
+            broker: "b".into(),
+            reason: "r".into()
+        }));
+    }
+
+    #[test]
+    fn addresses_bracket_ipv6_hosts() {
+        assert_eq!(address("127.0.0.1", 9092), "127.0.0.1:9092");
+        assert_eq!(address("::1", 9092), "[::1]:9092");
+    }
+}
