@@ -18,7 +18,7 @@
 mod error;
 pub mod headers;
 mod kafka;
-mod partitioner;
+pub(crate) mod partitioner;
 mod record;
 mod render;
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::EmbeddedError;
 use crate::consumer::AcknowledgementMode;
+use crate::producer::IsolationLevel;
 
 /// Where a share group starts reading a partition it has never read (`share.auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -55,6 +56,7 @@ pub struct GroupConfig {
     pub(crate) delivery_count_limit: u16,
     pub(crate) partition_max_record_locks: usize,
     pub(crate) dead_letter_queue: Option<DeadLetterTopic>,
+    pub(crate) isolation_level: IsolationLevel,
 }
 
 /// A group's dead-letter topic (KIP-1191): `errors.deadletterqueue.topic.name` and
@@ -77,12 +79,15 @@ impl Default for GroupConfig {
             partition_max_record_locks: 2000,
             // errors.deadletterqueue.topic.name is blank
             dead_letter_queue: None,
+            // share.isolation.level
+            isolation_level: IsolationLevel::ReadUncommitted,
         }
     }
 }
 
 impl GroupConfig {
-    /// Kafka's defaults: `latest`, 30 s locks, delivery-count limit 5, 2000 record locks.
+    /// Kafka's defaults: `latest`, 30 s locks, delivery-count limit 5, 2000 record locks,
+    /// `read_uncommitted`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -148,6 +153,55 @@ impl GroupConfig {
             topic: topic.into(),
             copy_record,
         });
+        self
+    }
+
+    /// `share.isolation.level` (Kafka 4.1+): which records of transactions the group gets.
+    ///
+    /// - [`IsolationLevel::ReadUncommitted`] (Kafka's default): every data record up to the
+    ///   high watermark, of open, committed and aborted transactions alike.
+    /// - [`IsolationLevel::ReadCommitted`]: records outside transactions and of committed
+    ///   transactions; nothing at or past the last stable offset (the first offset of the
+    ///   oldest transaction still open in the partition) is acquired, so an open transaction
+    ///   holds the partition back until it ends. Records of aborted transactions are
+    ///   archived without being delivered, as Kafka does.
+    ///
+    /// In both modes transaction markers (control records, which take an offset each) are
+    /// never delivered: they are archived as they are reached, so they show as
+    /// [`RecordState::Archived`](super::RecordState::Archived) in
+    /// [`record_state`](super::EmbeddedBroker::record_state) and the group's counts.
+    ///
+    /// ```
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig};
+    /// use kafka_share_sink::producer::{IsolationLevel, Producer, ProducerRecord};
+    /// use kafka_share_sink::ShareConsumer;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.set_group_config(
+    ///     "sink",
+    ///     GroupConfig::new()
+    ///         .auto_offset_reset(AutoOffsetReset::Earliest)
+    ///         .isolation_level(IsolationLevel::ReadCommitted),
+    /// )?;
+    /// let producer = broker.transactional_producer("tx-1")?;
+    /// producer.init_transactions().await?;
+    /// producer.begin_transaction()?;
+    /// producer.send(ProducerRecord::new("orders").value("pending"))?.await?;
+    ///
+    /// let mut consumer = broker.share_consumer("sink");
+    /// consumer.subscribe(vec!["orders".into()]).await?;
+    /// assert!(consumer.poll(Duration::from_millis(10)).await?.is_empty(), "still open");
+    ///
+    /// producer.commit_transaction().await?;
+    /// let records = consumer.poll(Duration::from_secs(1)).await?;
+    /// assert_eq!(records[0].value().unwrap(), "pending");
+    /// # Ok(()) }
+    /// ```
+    pub fn isolation_level(mut self, isolation: IsolationLevel) -> Self {
+        self.isolation_level = isolation;
         self
     }
 

@@ -13,6 +13,49 @@
 //! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
 //! broker.
 //!
+//! Transactional pipelines can be tested too. [`EmbeddedBroker::producer`] and
+//! [`EmbeddedBroker::transactional_producer`] make an [`EmbeddedProducer`] (the crate's
+//! [`Producer`](crate::producer::Producer)) with Kafka's partitioning and transactions v2
+//! semantics: epochs and fencing per transactional id, COMMIT and ABORT markers that take an
+//! offset each, the last stable offset, and the coordinator's abort after
+//! `transaction.timeout.ms` on the tokio clock. The broker is a
+//! [`LogReader`](crate::producer::LogReader) (`read_committed` or `read_uncommitted`), and a
+//! share group reads transactional data as its `share.isolation.level` says
+//! ([`GroupConfig::isolation_level`]); markers are never delivered.
+//! [`EmbeddedBroker::fail_next_commit`] loses a commit's answer.
+//!
+//! ```
+//! use std::time::Duration;
+//! use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig};
+//! use kafka_share_sink::producer::{IsolationLevel, Producer, ProducerRecord};
+//! use kafka_share_sink::ShareConsumer;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = EmbeddedBroker::new();
+//! broker.create_topic("out", 1)?;
+//! broker.set_group_config(
+//!     "downstream",
+//!     GroupConfig::new()
+//!         .auto_offset_reset(AutoOffsetReset::Earliest)
+//!         .isolation_level(IsolationLevel::ReadCommitted),
+//! )?;
+//! let producer = broker.transactional_producer("pipeline-0")?;
+//! producer.init_transactions().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("out").value("never seen"))?.await?;
+//! producer.abort_transaction().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("out").value("seen"))?.await?;
+//! producer.commit_transaction().await?;
+//!
+//! let mut consumer = broker.share_consumer("downstream");
+//! consumer.subscribe(vec!["out".into()]).await?;
+//! let records = consumer.poll(Duration::from_secs(1)).await?;
+//! assert_eq!(records.len(), 1);
+//! assert_eq!(records[0].value().unwrap(), "seen");
+//! # Ok(()) }
+//! ```
+//!
 //! ```
 //! use std::time::Duration;
 //! use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord, RecordState};
@@ -40,7 +83,11 @@ mod config;
 mod consumer;
 mod dlq;
 mod error;
+mod log;
 mod partition;
+mod producer;
+mod reader;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -56,8 +103,11 @@ pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig};
 pub use self::consumer::EmbeddedShareConsumer;
 pub use self::dlq::EmbeddedDeadLetterQueue;
 pub use self::error::EmbeddedError;
+use self::log::{PartitionLog, StoredRecord, TxnOutcome};
 pub use self::partition::RecordState;
 use self::partition::{Acquired, DeadLetter, MemberKey, SharePartition};
+pub use self::producer::{EmbeddedProducer, EmbeddedProducerConfig, LostCommit};
+use self::txn::{Coordinator, Ended};
 use crate::consumer::in_flight::PartitionAcks;
 use crate::consumer::{AckError, BrokerDeadLetterQueue, CommitResults};
 use crate::record::{
@@ -172,18 +222,10 @@ pub struct StateCounts {
     pub archived: u64,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct StoredRecord {
-    key: Option<Bytes>,
-    value: Option<Bytes>,
-    headers: Headers,
-    timestamp: i64,
-}
-
 #[derive(Debug)]
 struct Topic {
     name: Arc<str>,
-    partitions: Vec<Vec<StoredRecord>>,
+    partitions: Vec<PartitionLog>,
     next_partition: usize,
 }
 
@@ -202,6 +244,10 @@ pub(crate) struct State {
     next_member: MemberKey,
     /// Records that enter ARCHIVING stay there until this is false again.
     dead_letter_writes_held: bool,
+    /// Producer ids, and the transactions of transactional ids.
+    coordinator: Coordinator,
+    /// What the next commit of a transaction does instead of answering.
+    lost_commit: Option<LostCommit>,
 }
 
 /// What a fetch returned, and when a lock of the group expires next.
@@ -290,12 +336,7 @@ fn write_dead_letter(
         "__dlq.errors.message",
         Some(Bytes::from_static(letter.cause.message().as_bytes())),
     );
-    log.push(StoredRecord {
-        key,
-        value,
-        headers,
-        timestamp: now_millis(),
-    });
+    log.push(StoredRecord::plain(key, value, headers, now_millis(), None));
     Ok(())
 }
 
@@ -375,6 +416,31 @@ impl State {
         wrote
     }
 
+    /// Aborts the transactions open past their timeout at `now`, writing their ABORT
+    /// markers. Returns true if any was.
+    pub(crate) fn expire_transactions(&mut self, now: Instant) -> bool {
+        let ended = self.coordinator.expire(now);
+        let changed = !ended.is_empty();
+        for transaction in ended {
+            self.write_markers(&transaction, TxnOutcome::Abort);
+        }
+        changed
+    }
+
+    /// Appends the marker of an ended transaction to every partition it wrote to.
+    pub(crate) fn write_markers(&mut self, transaction: &Ended, outcome: TxnOutcome) {
+        let timestamp = now_millis();
+        for (topic, partition) in &transaction.partitions {
+            let log = self
+                .topics
+                .get_mut(topic)
+                .and_then(|t| t.partitions.get_mut(usize::try_from(*partition).ok()?));
+            if let Some(log) = log {
+                log.end_transaction(transaction.producer_id, outcome, timestamp);
+            }
+        }
+    }
+
     pub(crate) fn join(&mut self, group_id: &str) -> (MemberKey, String) {
         self.next_member += 1;
         let key = self.next_member;
@@ -394,9 +460,11 @@ impl State {
         max: usize,
         now: Instant,
     ) -> Fetched {
+        self.expire_transactions(now);
         let State {
             topics: logs,
             groups,
+            coordinator,
             ..
         } = self;
         let group = groups.entry(group_id.to_owned()).or_default();
@@ -439,6 +507,9 @@ impl State {
                 let (log, p) = targets[(first + i) % targets.len()];
                 let log_end = log.end_offset(p);
                 let config = &group.config;
+                let isolation = config.isolation_level;
+                // Under read_committed nothing past the last stable offset is acquired.
+                let readable = log.log(p).map_or(0, |l| l.end_for(isolation));
                 let share = group
                     .partitions
                     .entry((Arc::clone(&log.name), p))
@@ -448,27 +519,46 @@ impl State {
                             AutoOffsetReset::Latest => log_end,
                         })
                     });
-                acquired.clear();
-                share.acquire(
-                    member,
-                    now,
-                    log_end,
-                    max - records.len(),
-                    config,
-                    &mut acquired,
-                );
-                records.reserve(acquired.len());
-                for a in &acquired {
-                    if let Some(record) = log.record(p, a.offset, a.delivery_count) {
-                        records.push(record);
+                // Markers, and under read_committed records of aborted transactions, are
+                // acquired with their neighbours and archived at once, never delivered (as
+                // Kafka archives them, and its clients acknowledge markers as gaps): acquire
+                // again while only such records came.
+                loop {
+                    acquired.clear();
+                    share.acquire(
+                        member,
+                        now,
+                        readable,
+                        max - records.len(),
+                        config,
+                        &mut acquired,
+                    );
+                    records.reserve(acquired.len());
+                    let mut skipped = false;
+                    for a in &acquired {
+                        let deliverable = log
+                            .stored(p, a.offset)
+                            .is_some_and(|r| r.visible(isolation));
+                        match log.record(p, a.offset, a.delivery_count) {
+                            Some(record) if deliverable => records.push(record),
+                            _ => {
+                                share.archive_undeliverable(a.offset);
+                                skipped = true;
+                            }
+                        }
+                    }
+                    if !skipped || acquired.is_empty() || records.len() >= max {
+                        break;
                     }
                 }
             }
         }
+        // A transaction timing out may move the last stable offset: wake up for it too.
         let next_deadline = group
             .partitions
             .values()
             .filter_map(SharePartition::next_deadline)
+            .chain(coordinator.next_deadline())
             .min();
         let lock_duration = group.config.record_lock_duration;
         // Locks expired by this fetch may have sent records to ARCHIVING.
@@ -535,17 +625,17 @@ impl State {
             }
         };
         let timestamp = record.timestamp.unwrap_or_else(now_millis);
-        let partition_log = &mut log.partitions[partition];
-        partition_log.push(StoredRecord {
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
+        let offset = log.partitions[partition].push(StoredRecord::plain(
+            record.key,
+            record.value,
+            record.headers,
             timestamp,
-        });
+            None,
+        ));
         Ok(RecordId::new(
             Arc::clone(&log.name),
             i32::try_from(partition).unwrap_or(i32::MAX),
-            partition_log.len() as i64 - 1,
+            offset,
         ))
     }
 
@@ -560,21 +650,48 @@ impl State {
     }
 }
 
+impl State {
+    /// The log of a partition.
+    pub(crate) fn partition_log(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<&PartitionLog, EmbeddedError> {
+        let log = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+        log.log(partition)
+            .ok_or_else(|| EmbeddedError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+                partitions: log.partitions.len(),
+            })
+    }
+}
+
 impl Topic {
     fn end_offset(&self, partition: i32) -> i64 {
         usize::try_from(partition)
             .ok()
             .and_then(|p| self.partitions.get(p))
-            .map_or(0, |log| log.len() as i64)
+            .map_or(0, PartitionLog::end)
+    }
+
+    fn log(&self, partition: i32) -> Option<&PartitionLog> {
+        self.partitions.get(usize::try_from(partition).ok()?)
     }
 
     fn stored(&self, partition: i32, offset: i64) -> Option<&StoredRecord> {
-        let log = self.partitions.get(usize::try_from(partition).ok()?)?;
-        log.get(usize::try_from(offset).ok()?)
+        self.log(partition)?.get(offset)
     }
 
+    /// The data record at `offset` (`None` for a marker), as a consumer gets it.
     fn record(&self, partition: i32, offset: i64, delivery_count: u16) -> Option<ConsumerRecord> {
         let stored = self.stored(partition, offset)?;
+        if matches!(stored.kind, log::EntryKind::Marker(_)) {
+            return None;
+        }
         // Built in place: the builder methods would move the whole record once per field.
         Some(ConsumerRecord::from_parts(RecordParts {
             topic: Arc::clone(&self.name),
@@ -646,7 +763,7 @@ impl EmbeddedBroker {
             Arc::clone(&name),
             Topic {
                 name,
-                partitions: vec![Vec::new(); partitions],
+                partitions: vec![PartitionLog::default(); partitions],
                 next_partition: 0,
             },
         );
@@ -673,6 +790,101 @@ impl EmbeddedBroker {
         let id = self.shared.lock().append(topic, record)?;
         self.shared.changed.notify_waiters();
         Ok(id)
+    }
+
+    /// An idempotent producer without transactions: see [`EmbeddedProducer`].
+    ///
+    /// ```
+    /// use kafka_share_sink::embedded::EmbeddedBroker;
+    /// use kafka_share_sink::producer::{Producer, ProducerRecord};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 3)?;
+    /// let producer = broker.producer();
+    /// let written = producer.send(ProducerRecord::new("orders").key("user-7").value("x"))?.await?;
+    /// // murmur2, as a Kafka cluster's Java producer would pick.
+    /// assert_eq!(written.partition, 2);
+    /// assert_eq!(broker.read_log("orders", 2)?[0].value().unwrap(), "x");
+    /// # Ok(()) }
+    /// ```
+    pub fn producer(&self) -> EmbeddedProducer {
+        EmbeddedProducer::build(self.clone(), EmbeddedProducerConfig::new())
+    }
+
+    /// A transactional producer with `transactional.id` `id` and the default 60 s
+    /// transaction timeout: see [`EmbeddedProducer`]. Call
+    /// [`init_transactions`](crate::producer::Producer::init_transactions) first.
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::Config`](crate::producer::ProducerError::Config) for an empty id.
+    pub fn transactional_producer(
+        &self,
+        id: &str,
+    ) -> Result<EmbeddedProducer, crate::producer::ProducerError> {
+        self.producer_with(EmbeddedProducerConfig::new().transactional_id(id))
+    }
+
+    /// A producer with `config`: see [`EmbeddedProducerConfig`].
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::Config`](crate::producer::ProducerError::Config) for an empty
+    /// transactional id or a transaction timeout out of range.
+    pub fn producer_with(
+        &self,
+        config: EmbeddedProducerConfig,
+    ) -> Result<EmbeddedProducer, crate::producer::ProducerError> {
+        EmbeddedProducer::new(self.clone(), config)
+    }
+
+    /// Makes the next commit of a transaction (by any producer of this broker) lose its
+    /// answer: the coordinator commits or aborts it as `outcome` says, and the producer
+    /// reports [`ProducerError::CommitOutcomeUnknown`] and must call
+    /// [`init_transactions`](crate::producer::Producer::init_transactions) again. A commit
+    /// of a transaction that sent nothing does not use it up.
+    ///
+    /// ```
+    /// use kafka_share_sink::embedded::{EmbeddedBroker, LostCommit};
+    /// use kafka_share_sink::producer::{Producer, ProducerError, ProducerRecord};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("out", 1)?;
+    /// let producer = broker.transactional_producer("tx")?;
+    /// producer.init_transactions().await?;
+    /// producer.begin_transaction()?;
+    /// producer.send(ProducerRecord::new("out").value("v"))?.await?;
+    ///
+    /// broker.fail_next_commit(LostCommit::Committed);
+    /// let error = producer.commit_transaction().await.unwrap_err();
+    /// assert!(matches!(error, ProducerError::CommitOutcomeUnknown { .. }));
+    /// assert_eq!(broker.last_stable_offset("out", 0)?, 2, "committed all the same");
+    /// producer.init_transactions().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`ProducerError::CommitOutcomeUnknown`]: crate::producer::ProducerError::CommitOutcomeUnknown
+    pub fn fail_next_commit(&self, outcome: LostCommit) {
+        self.shared.lock().lost_commit = Some(outcome);
+    }
+
+    /// The last stable offset of a partition: the first offset of the oldest transaction
+    /// still open in it, else the log end offset. Transactions past their timeout are
+    /// aborted first.
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddedError::UnknownTopic`] and [`EmbeddedError::UnknownPartition`].
+    pub fn last_stable_offset(&self, topic: &str, partition: i32) -> Result<i64, EmbeddedError> {
+        let mut state = self.shared.lock();
+        if state.expire_transactions(Instant::now()) {
+            self.shared.changed.notify_waiters();
+        }
+        state
+            .partition_log(topic, partition)
+            .map(PartitionLog::last_stable_offset)
     }
 
     /// A dead-letter queue writing to `topic` through [`produce`](Self::produce)'s path, so
@@ -740,9 +952,14 @@ impl EmbeddedBroker {
         self.shared.changed.notify_waiters();
     }
 
-    /// Every record of a partition's log, in offset order, as written: key, value, headers
-    /// (order, repeated keys and null values kept) and timestamp (create time). The delivery
-    /// count is 1: the log itself knows of no deliveries.
+    /// Every data record of a partition's log, in offset order, as written: key, value,
+    /// headers (order, repeated keys and null values kept) and timestamp (create time). The
+    /// delivery count is 1: the log itself knows of no deliveries.
+    ///
+    /// This is a `read_uncommitted` view: records of open and aborted transactions are
+    /// included; transaction markers are not (their offsets are missing from the list). For
+    /// `read_committed`, use the broker's [`LogReader`](crate::producer::LogReader)
+    /// implementation.
     ///
     /// ```
     /// use kafka_share_sink::embedded::{EmbeddedBroker, ProduceRecord};
@@ -812,7 +1029,7 @@ impl EmbeddedBroker {
                 partition,
                 partitions: log.partitions.len(),
             })?;
-        Ok(log.partitions[p].len() as i64)
+        Ok(log.partitions[p].end())
     }
 
     /// The group's view of one record, with expired locks applied; `None` when the group has

@@ -181,6 +181,21 @@ impl SharePartition {
         self.advance_start();
     }
 
+    /// Archives a record just acquired that is never delivered (a transaction marker, or a
+    /// record of an aborted transaction under read_committed), as Kafka does: not through
+    /// the dead-letter queue, whatever its delivery count.
+    pub(crate) fn archive_undeliverable(&mut self, offset: i64) {
+        if let Some(i) = self.index(offset) {
+            let slot = &mut self.slots[i];
+            if slot.state == RecordState::Acquired {
+                slot.state = RecordState::Archived;
+                slot.owner = None;
+                slot.deadline = None;
+            }
+        }
+        self.advance_start();
+    }
+
     pub(crate) fn start_offset(&self) -> i64 {
         self.start
     }

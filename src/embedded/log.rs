@@ -1,0 +1,224 @@
+//! The log of one partition of the embedded broker: data records and transaction markers,
+//! one offset each, with the last stable offset. Free of I/O and of time.
+//!
+//! Offsets are indexes into the log. A record written in a transaction stays
+//! [`TxnStatus::Open`] until its producer's COMMIT or ABORT marker is appended (a control
+//! record, with an offset of its own, as in Kafka); then it is marked with the outcome, so
+//! readers need no aborted-transaction index. The last stable offset is the first offset of
+//! the oldest transaction still open in the partition, or the log end when none is.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::producer::IsolationLevel;
+use crate::record::Headers;
+
+/// How a transaction ended, as its marker says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnOutcome {
+    Commit,
+    Abort,
+}
+
+/// What became of the transaction of a transactional record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnStatus {
+    Open,
+    Ended(TxnOutcome),
+}
+
+/// What a log entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// A data record outside any transaction.
+    Plain,
+    /// A data record of a transaction.
+    Transactional(TxnStatus),
+    /// A COMMIT or ABORT marker (control record): never given to readers or share consumers.
+    Marker(TxnOutcome),
+}
+
+/// One entry of a partition's log.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredRecord {
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Headers,
+    pub(crate) timestamp: i64,
+    /// The producer id of the writer: none for [`EmbeddedBroker::produce`] and the
+    /// group's dead letters, which the broker writes itself.
+    ///
+    /// [`EmbeddedBroker::produce`]: super::EmbeddedBroker::produce
+    pub(crate) producer_id: Option<i64>,
+    pub(crate) kind: EntryKind,
+}
+
+impl StoredRecord {
+    /// A data record outside transactions.
+    pub(crate) fn plain(
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Headers,
+        timestamp: i64,
+        producer_id: Option<i64>,
+    ) -> Self {
+        Self {
+            key,
+            value,
+            headers,
+            timestamp,
+            producer_id,
+            kind: EntryKind::Plain,
+        }
+    }
+
+    /// True for a data record a reader of `isolation` sees (markers never; records of
+    /// aborted transactions and, below the LSO, of open ones only under read_uncommitted).
+    pub(crate) fn visible(&self, isolation: IsolationLevel) -> bool {
+        match self.kind {
+            EntryKind::Plain => true,
+            EntryKind::Marker(_) => false,
+            EntryKind::Transactional(status) => {
+                isolation == IsolationLevel::ReadUncommitted
+                    || status == TxnStatus::Ended(TxnOutcome::Commit)
+            }
+        }
+    }
+}
+
+/// The log of one partition.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PartitionLog {
+    entries: Vec<StoredRecord>,
+    /// The first offset of each producer's open transaction in this partition.
+    open: HashMap<i64, i64>,
+}
+
+impl PartitionLog {
+    /// The high watermark: one past the last entry.
+    pub(crate) fn end(&self) -> i64 {
+        i64::try_from(self.entries.len()).unwrap_or(i64::MAX)
+    }
+
+    /// The last stable offset: the first offset of the oldest open transaction, else the end.
+    pub(crate) fn last_stable_offset(&self) -> i64 {
+        self.open
+            .values()
+            .copied()
+            .min()
+            .unwrap_or_else(|| self.end())
+    }
+
+    /// Where a reader of `isolation` reads up to.
+    pub(crate) fn end_for(&self, isolation: IsolationLevel) -> i64 {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset(),
+            _ => self.end(),
+        }
+    }
+
+    pub(crate) fn get(&self, offset: i64) -> Option<&StoredRecord> {
+        self.entries.get(usize::try_from(offset).ok()?)
+    }
+
+    /// Appends an entry outside transactions and returns its offset.
+    pub(crate) fn push(&mut self, record: StoredRecord) -> i64 {
+        let offset = self.end();
+        self.entries.push(record);
+        offset
+    }
+
+    /// Appends a record of `producer_id`'s open transaction (opening it in this partition
+    /// if needed) and returns its offset.
+    pub(crate) fn push_transactional(&mut self, mut record: StoredRecord, producer_id: i64) -> i64 {
+        let offset = self.end();
+        self.open.entry(producer_id).or_insert(offset);
+        record.producer_id = Some(producer_id);
+        record.kind = EntryKind::Transactional(TxnStatus::Open);
+        self.entries.push(record);
+        offset
+    }
+
+    /// Ends `producer_id`'s open transaction in this partition: appends its marker and marks
+    /// its records with the outcome. Returns the marker's offset, or `None` (nothing written)
+    /// when the producer has no open transaction here.
+    pub(crate) fn end_transaction(
+        &mut self,
+        producer_id: i64,
+        outcome: TxnOutcome,
+        timestamp: i64,
+    ) -> Option<i64> {
+        let first = self.open.remove(&producer_id)?;
+        let from = usize::try_from(first).unwrap_or(usize::MAX);
+        for entry in self.entries.iter_mut().skip(from) {
+            if entry.producer_id == Some(producer_id)
+                && entry.kind == EntryKind::Transactional(TxnStatus::Open)
+            {
+                entry.kind = EntryKind::Transactional(TxnStatus::Ended(outcome));
+            }
+        }
+        let offset = self.end();
+        self.entries.push(StoredRecord {
+            key: None,
+            value: None,
+            headers: Headers::new(),
+            timestamp,
+            producer_id: Some(producer_id),
+            kind: EntryKind::Marker(outcome),
+        });
+        Some(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(value: &'static str) -> StoredRecord {
+        StoredRecord::plain(
+            None,
+            Some(Bytes::from_static(value.as_bytes())),
+            Headers::new(),
+            0,
+            None,
+        )
+    }
+
+    fn visible(log: &PartitionLog, isolation: IsolationLevel) -> Vec<i64> {
+        (0..log.end_for(isolation))
+            .filter(|o| log.get(*o).is_some_and(|r| r.visible(isolation)))
+            .collect()
+    }
+
+    #[test]
+    fn lso_is_the_first_offset_of_the_oldest_open_transaction() {
+        let mut log = PartitionLog::default();
+        log.push(record("plain")); // 0
+        log.push_transactional(record("a1"), 7); // 1
+        log.push_transactional(record("b1"), 8); // 2
+        log.push_transactional(record("a2"), 7); // 3
+        assert_eq!((log.end(), log.last_stable_offset()), (4, 1));
+        assert_eq!(log.end_transaction(8, TxnOutcome::Abort, 0), Some(4));
+        assert_eq!(log.last_stable_offset(), 1, "7 is still open");
+        assert_eq!(log.end_transaction(7, TxnOutcome::Commit, 0), Some(5));
+        assert_eq!(log.last_stable_offset(), 6);
+        assert_eq!(
+            log.end_transaction(7, TxnOutcome::Commit, 0),
+            None,
+            "nothing open"
+        );
+        assert_eq!(visible(&log, IsolationLevel::ReadCommitted), [0, 1, 3]);
+        assert_eq!(visible(&log, IsolationLevel::ReadUncommitted), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn read_committed_stops_at_an_open_transaction() {
+        let mut log = PartitionLog::default();
+        log.push_transactional(record("open"), 1);
+        log.push(record("after"));
+        assert_eq!(log.end_for(IsolationLevel::ReadCommitted), 0);
+        assert!(visible(&log, IsolationLevel::ReadCommitted).is_empty());
+        assert_eq!(visible(&log, IsolationLevel::ReadUncommitted), [0, 1]);
+    }
+}
