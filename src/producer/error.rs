@@ -143,11 +143,13 @@ impl ProducerError {
 
     /// True when the open transaction cannot commit and must be aborted.
     pub fn requires_abort(&self) -> bool {
-        match self {
-            Self::Abortable { .. } => true,
-            Self::Rejected { .. } | Self::Timeout { .. } | Self::Kafka { .. } => true,
-            _ => false,
-        }
+        matches!(
+            self,
+            Self::Abortable { .. }
+                | Self::Rejected { .. }
+                | Self::Timeout { .. }
+                | Self::Kafka { .. }
+        )
     }
 
     /// True when trying the same call again later may succeed unchanged.
