@@ -522,6 +522,10 @@ append_common_props() {
   local file="$1"
   cat >>"$file" <<'PROPS'
 
+# --- transactions: a transaction left open past transaction.timeout.ms is aborted within 1 s ---
+# The coordinator looks for timed-out transactions every second instead of every 10 s.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+
 # --- share groups: short timeouts so lock expiry / member fencing tests run in seconds ---
 # Broker-wide default acquisition lock: 5 s instead of 30 s.
 group.share.record.lock.duration.ms=5000

@@ -18,7 +18,6 @@
 mod error;
 pub mod headers;
 mod kafka;
-pub(crate) mod partitioner;
 mod record;
 mod render;
 

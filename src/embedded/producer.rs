@@ -11,7 +11,7 @@ use super::log::{StoredRecord, TxnOutcome};
 use super::txn::{ProducerIdEpoch, Stale};
 use super::{EmbeddedBroker, State, now_millis};
 use crate::consumer::ConsumerError;
-use crate::dlq::partitioner::partition_for_key;
+use crate::kafka::producer::partitioner::partition_for_key;
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord, RecordMetadata};
 
 /// `transaction.timeout.ms`: the Java producer's default.

@@ -23,6 +23,7 @@ mod consumer;
 pub(crate) mod engine;
 pub(crate) mod errors;
 pub(crate) mod net;
+pub(crate) mod producer;
 pub(crate) mod reader;
 pub(crate) mod security;
 pub(crate) mod session;

@@ -11,13 +11,14 @@
 
 mod error;
 mod reader;
-mod record;
+pub(crate) mod record;
 
 use std::fmt;
 
 pub use self::error::ProducerError;
 pub use self::reader::{IsolationLevel, LogRead, LogReader};
 pub use self::record::{DeliveryFuture, ProducerRecord, RecordMetadata};
+pub use crate::kafka::producer::{Acks, KafkaProducer, KafkaProducerConfig};
 pub use crate::kafka::reader::{KafkaLogReader, KafkaLogReaderBuilder};
 
 /// A producer of records to topics: the Kafka client's [`KafkaProducer`] or the embedded

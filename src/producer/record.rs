@@ -169,6 +169,10 @@ impl DeliveryFuture {
     }
 
     /// A future already complete with `outcome`.
+    #[allow(
+        dead_code,
+        reason = "for producers that fail a record without queueing it"
+    )]
     pub(crate) fn ready(outcome: Result<RecordMetadata, ProducerError>) -> Self {
         let (sender, future) = Self::channel();
         // The receiver is alive: the send cannot fail.

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::dlq::DeadLetterRecord;
-use crate::dlq::partitioner::partition_for_key;
 use crate::kafka::codec::record_batch::{EncodeOptions, NewRecord, encode_batch};
+use crate::kafka::producer::partitioner::partition_for_key;
 
 /// Most estimated bytes of records in one batch: below the broker's default
 /// `message.max.bytes` (1 MiB plus a little), and Java's default `max.request.size`

@@ -167,6 +167,12 @@ impl KafkaAdmin {
         result
     }
 
+    /// A live connection to a broker of the cluster (the admin's own), for requests any
+    /// broker answers (FindCoordinator, a producer's InitProducerId).
+    pub(crate) async fn any_connection(&self) -> Result<Connection, ConsumerError> {
+        self.connection().await.map_err(Failure::into_consumer)
+    }
+
     /// The connection, made again first if it closed or was dropped.
     async fn connection(&self) -> Result<Connection, Failure> {
         let mut current = self.connection.lock().await;

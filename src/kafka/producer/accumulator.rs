@@ -1,0 +1,685 @@
+//! The records waiting to be written: per partition, batches in `send` order, with the
+//! idempotent producer's sequence bookkeeping. Free of I/O: the sender asks what to send
+//! ([`Accumulator::drain`]) and reports each answer ([`Accumulator::complete`]).
+//!
+//! # Sequence rules (idempotence)
+//!
+//! - A batch gets its producer id, epoch and base sequence when it is first sent, and is
+//!   encoded once: every retry sends the same bytes (never re-batched).
+//! - Up to `max_in_flight` batches of a partition are in flight. After any failure of a
+//!   partition's batch, the partition sends one batch at a time, lowest sequence first,
+//!   until nothing waits for a retry: retries never overtake each other.
+//! - DUPLICATE_SEQUENCE_NUMBER is success (offset -1).
+//! - A batch given up with its sequence (rejected, timed out, out of order at the head of
+//!   the partition) leaves a gap: later batches of the partition get OUT_OF_ORDER from the
+//!   broker, which then only means "not written". The idempotent producer then bumps its
+//!   epoch (as Java's does since KIP-360): it waits until no batch is in flight and every
+//!   batch whose write is unknown (lost answer) is resolved, asks InitProducerId for the
+//!   next epoch, and gives the batches still waiting new sequences from 0 (same records,
+//!   same batches, re-encoded under the new epoch). UNKNOWN_PRODUCER_ID (the broker forgot
+//!   the producer) is handled the same way, the batch kept for a retry after the bump.
+//! - In a transaction a gap is not repaired: the transaction must be aborted.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::kafka::codec::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
+use crate::producer::record::DeliverySender;
+use crate::producer::{ProducerError, RecordMetadata};
+use crate::time::deadline_after;
+
+/// A topic partition.
+pub(crate) type Tp = (Arc<str>, i32);
+
+/// Bytes a record adds to a batch beyond its key, value and headers (varints, deltas).
+const RECORD_OVERHEAD: usize = 21;
+/// The fixed header of a record batch.
+pub(crate) const BATCH_OVERHEAD: usize = 61;
+
+/// The size estimate of one record in a batch.
+pub(crate) fn record_size(record: &NewRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 10)
+        .sum();
+    RECORD_OVERHEAD
+        + record.key.as_ref().map_or(0, Bytes::len)
+        + record.value.as_ref().map_or(0, Bytes::len)
+        + headers
+}
+
+/// The producer identity batches are written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProducerIdentity {
+    pub(crate) id: i64,
+    pub(crate) epoch: i16,
+}
+
+impl ProducerIdentity {
+    /// No producer id: a producer without idempotence.
+    pub(crate) const NONE: Self = Self { id: -1, epoch: -1 };
+}
+
+/// Where a batch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchState {
+    /// Not sent yet.
+    Queued,
+    /// Sent, answer awaited.
+    InFlight,
+    /// Sent and failed; to be sent again from `at`. `unknown`: it may have been written
+    /// (the answer was lost), so it must be resolved before an epoch bump.
+    Retry { at: Instant, unknown: bool },
+}
+
+/// One batch of records of one partition.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub(crate) id: u64,
+    pub(crate) tp: Tp,
+    records: Vec<NewRecord>,
+    senders: Vec<(u64, DeliverySender)>,
+    bytes: usize,
+    created: Instant,
+    deadline: Instant,
+    closed: bool,
+    /// Base sequence, once sent (-1 without idempotence).
+    sequence: Option<i32>,
+    encoded: Option<Bytes>,
+    pub(crate) state: BatchState,
+    attempts: u32,
+    last_error: Option<ProducerError>,
+    /// A retry was due after the delivery timeout: the batch is given up.
+    expired: bool,
+}
+
+impl Batch {
+    fn fail(self, error: &ProducerError, done: &mut Vec<u64>) {
+        for (id, sender) in self.senders {
+            done.push(id);
+            let _ = sender.send(Err(error.clone()));
+        }
+    }
+
+    fn succeed(self, base_offset: i64, append_time: i64, done: &mut Vec<u64>) {
+        let topic = Arc::clone(&self.tp.0);
+        for (i, ((id, sender), record)) in self.senders.into_iter().zip(&self.records).enumerate() {
+            done.push(id);
+            let offset = if base_offset < 0 {
+                -1
+            } else {
+                base_offset.saturating_add(i as i64)
+            };
+            let timestamp = if append_time >= 0 {
+                append_time
+            } else {
+                record.timestamp
+            };
+            let _ = sender.send(Ok(RecordMetadata {
+                topic: Arc::clone(&topic),
+                partition: self.tp.1,
+                offset,
+                timestamp,
+            }));
+        }
+    }
+}
+
+/// What the broker said about one batch, as the sender classified it.
+#[derive(Debug, Clone)]
+pub(crate) enum BatchOutcome {
+    /// Written at `base_offset`; `append_time` is -1 for create-time topics.
+    Written { base_offset: i64, append_time: i64 },
+    /// DUPLICATE_SEQUENCE_NUMBER: written by an earlier attempt.
+    Duplicate,
+    /// A retriable failure. `unknown`: the write may have happened (lost answer).
+    Retriable { error: ProducerError, unknown: bool },
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER.
+    OutOfOrder(ProducerError),
+    /// UNKNOWN_PRODUCER_ID.
+    UnknownProducer(ProducerError),
+    /// Not written, and never will be (rejected).
+    Failed(ProducerError),
+}
+
+/// What an answer means beyond the batch itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Effects {
+    /// A batch was given up with its sequence, or the producer id must be renewed: the
+    /// idempotent producer must bump its epoch; a transaction must abort.
+    pub(crate) gap: bool,
+    /// Errors of batches given up (for the transaction's abortable error).
+    pub(crate) failed: Option<ProducerError>,
+}
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Batches not yet sent, in order; the last may still be open.
+    queued: VecDeque<Batch>,
+    /// Batches sent and not yet confirmed, by sequence.
+    unacked: VecDeque<Batch>,
+    next_sequence: i32,
+    /// The sequence of the first batch given up, until the next epoch bump.
+    gap_at: Option<i32>,
+}
+
+impl PartitionState {
+    fn in_flight(&self) -> usize {
+        self.unacked
+            .iter()
+            .filter(|b| b.state == BatchState::InFlight)
+            .count()
+    }
+
+    fn has_retry(&self) -> bool {
+        self.unacked
+            .iter()
+            .any(|b| matches!(b.state, BatchState::Retry { .. }))
+    }
+}
+
+/// Settings of the accumulator.
+#[derive(Debug, Clone)]
+pub(crate) struct AccumulatorConfig {
+    pub(crate) batch_size: usize,
+    pub(crate) linger: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) idempotent: bool,
+    pub(crate) transactional: bool,
+    pub(crate) compression: Compression,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) retry_backoff_max: Duration,
+    pub(crate) delivery_timeout: Duration,
+}
+
+/// A batch handed to the sender: what to put in a Produce request.
+#[derive(Debug, Clone)]
+pub(crate) struct Drained {
+    pub(crate) tp: Tp,
+    pub(crate) batch_id: u64,
+    pub(crate) bytes: Bytes,
+}
+
+/// All partitions' batches.
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    config: AccumulatorConfig,
+    partitions: HashMap<Tp, PartitionState>,
+    producer: ProducerIdentity,
+    next_batch: u64,
+    /// Record ids not yet complete, for `flush`.
+    incomplete: BTreeSet<u64>,
+    /// The idempotent producer must bump its epoch before sending new batches.
+    bump_pending: bool,
+}
+
+impl Accumulator {
+    pub(crate) fn new(config: AccumulatorConfig) -> Self {
+        Self {
+            config,
+            partitions: HashMap::new(),
+            producer: ProducerIdentity::NONE,
+            next_batch: 0,
+            incomplete: BTreeSet::new(),
+            bump_pending: false,
+        }
+    }
+
+    /// The producer identity batches are written with.
+    pub(crate) fn producer(&self) -> ProducerIdentity {
+        self.producer
+    }
+
+    /// Notes a record id as incomplete (it may still wait for metadata).
+    pub(crate) fn track(&mut self, id: u64) {
+        self.incomplete.insert(id);
+    }
+
+    /// Marks record ids complete.
+    pub(crate) fn untrack(&mut self, ids: &[u64]) {
+        for id in ids {
+            self.incomplete.remove(id);
+        }
+    }
+
+    /// True when every record with an id below `upto` is complete.
+    pub(crate) fn complete_below(&self, upto: u64) -> bool {
+        self.incomplete.first().is_none_or(|first| *first >= upto)
+    }
+
+    /// Batches in flight, over all partitions.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.partitions
+            .values()
+            .map(PartitionState::in_flight)
+            .sum()
+    }
+
+    /// True when the idempotent producer waits for an epoch bump.
+    pub(crate) fn bump_pending(&self) -> bool {
+        self.bump_pending
+    }
+
+    /// True when the pending epoch bump may be done now: nothing in flight and no batch
+    /// whose write is unknown.
+    pub(crate) fn ready_to_bump(&self) -> bool {
+        self.bump_pending
+            && self.partitions.values().all(|p| {
+                p.unacked.iter().all(|b| {
+                    !matches!(
+                        b.state,
+                        BatchState::InFlight | BatchState::Retry { unknown: true, .. }
+                    )
+                })
+            })
+    }
+
+    /// Adopts a producer identity and starts every partition's sequences at 0. Batches
+    /// waiting for a retry get new sequences in order, and are encoded again.
+    pub(crate) fn reset_sequences(&mut self, producer: ProducerIdentity) {
+        self.producer = producer;
+        self.bump_pending = false;
+        for state in self.partitions.values_mut() {
+            state.next_sequence = 0;
+            state.gap_at = None;
+            for batch in &mut state.unacked {
+                let sequence = state.next_sequence;
+                state.next_sequence = state
+                    .next_sequence
+                    .wrapping_add(i32::try_from(batch.records.len()).unwrap_or(i32::MAX));
+                batch.sequence = Some(sequence);
+                batch.encoded = None;
+            }
+        }
+    }
+
+    /// Appends a record to the partition's open batch (or a new one). Returns true when a
+    /// batch of the partition was closed by it (full), for the sticky partitioner.
+    pub(crate) fn append(
+        &mut self,
+        tp: Tp,
+        id: u64,
+        record: NewRecord,
+        sender: DeliverySender,
+        now: Instant,
+    ) -> bool {
+        let size = record_size(&record);
+        let batch_size = self.config.batch_size;
+        let state = self.partitions.entry(tp.clone()).or_default();
+        let mut closed = false;
+        if let Some(open) = state.queued.back_mut().filter(|b| !b.closed) {
+            if open.bytes.saturating_add(size) <= batch_size || open.records.is_empty() {
+                open.bytes = open.bytes.saturating_add(size);
+                open.records.push(record);
+                open.senders.push((id, sender));
+                self.incomplete.insert(id);
+                if open.bytes >= batch_size {
+                    open.closed = true;
+                    closed = true;
+                }
+                return closed;
+            }
+            open.closed = true;
+            closed = true;
+        }
+        self.next_batch += 1;
+        let full = BATCH_OVERHEAD + size >= batch_size;
+        state.queued.push_back(Batch {
+            id: self.next_batch,
+            tp,
+            records: vec![record],
+            senders: vec![(id, sender)],
+            bytes: BATCH_OVERHEAD + size,
+            created: now,
+            deadline: deadline_after(now, self.config.delivery_timeout),
+            closed: full,
+            sequence: None,
+            encoded: None,
+            state: BatchState::Queued,
+            attempts: 0,
+            last_error: None,
+            expired: false,
+        });
+        self.incomplete.insert(id);
+        closed || full
+    }
+
+    /// Picks at most one batch per partition to send now. `allowed` says whether a
+    /// partition may be sent to (leader known, connection has room, added to the
+    /// transaction); `flushing` sends open batches without waiting for `linger.ms`.
+    /// Returns the batches, and the partitions whose open batch was closed by being drained.
+    pub(crate) fn drain(
+        &mut self,
+        now: Instant,
+        flushing: bool,
+        allowed: &mut dyn FnMut(&Tp) -> bool,
+    ) -> (Vec<Drained>, Vec<Tp>) {
+        let mut out = Vec::new();
+        let mut closed = Vec::new();
+        let linger = self.config.linger;
+        let max_in_flight = if self.config.idempotent {
+            self.config.max_in_flight.max(1)
+        } else {
+            // Without idempotence a retry could reorder: keep Java's ordering only for 1.
+            self.config.max_in_flight.max(1)
+        };
+        let producer = self.producer;
+        let bump_pending = self.bump_pending;
+        for (tp, state) in &mut self.partitions {
+            let in_flight = state.in_flight();
+            // Retries first, one at a time, lowest sequence first.
+            if state.has_retry() {
+                if in_flight > 0 {
+                    continue;
+                }
+                let Some(batch) = state
+                    .unacked
+                    .iter_mut()
+                    .find(|b| matches!(b.state, BatchState::Retry { .. }))
+                else {
+                    continue;
+                };
+                let BatchState::Retry { at, unknown } = batch.state else {
+                    continue;
+                };
+                // While a bump is pending, only batches whose write is unknown are sent
+                // (to resolve them); the others wait for their new sequence.
+                if at > now || (bump_pending && !unknown) || !allowed(tp) {
+                    continue;
+                }
+                let bytes = encoded(batch, producer, &self.config);
+                batch.state = BatchState::InFlight;
+                batch.attempts = batch.attempts.saturating_add(1);
+                out.push(Drained {
+                    tp: tp.clone(),
+                    batch_id: batch.id,
+                    bytes,
+                });
+                continue;
+            }
+            if bump_pending || in_flight >= max_in_flight {
+                continue;
+            }
+            let several = state.queued.len() > 1;
+            let Some(front) = state.queued.front_mut() else {
+                continue;
+            };
+            let ready = front.closed
+                || flushing
+                || several
+                || now >= front.created.checked_add(linger).unwrap_or(front.created);
+            if !ready || !allowed(tp) {
+                continue;
+            }
+            let Some(mut batch) = state.queued.pop_front() else {
+                continue;
+            };
+            if !batch.closed {
+                batch.closed = true;
+                closed.push(tp.clone());
+            }
+            if self.config.idempotent {
+                batch.sequence = Some(state.next_sequence);
+                state.next_sequence = state
+                    .next_sequence
+                    .wrapping_add(i32::try_from(batch.records.len()).unwrap_or(i32::MAX));
+            }
+            let bytes = encoded(&mut batch, producer, &self.config);
+            batch.state = BatchState::InFlight;
+            batch.attempts = 1;
+            out.push(Drained {
+                tp: tp.clone(),
+                batch_id: batch.id,
+                bytes,
+            });
+            state.unacked.push_back(batch);
+        }
+        (out, closed)
+    }
+
+    /// Reports the answer for a batch in flight. Completes the records' futures of a
+    /// written or failed batch; returns the ids of the records completed and the effects.
+    pub(crate) fn complete(
+        &mut self,
+        tp: &Tp,
+        batch_id: u64,
+        outcome: BatchOutcome,
+        now: Instant,
+    ) -> (Vec<u64>, Effects) {
+        let mut done = Vec::new();
+        let mut effects = Effects::default();
+        let config = self.config.clone();
+        let Some(state) = self.partitions.get_mut(tp) else {
+            return (done, effects);
+        };
+        let Some(position) = state.unacked.iter().position(|b| b.id == batch_id) else {
+            return (done, effects);
+        };
+        let earlier_unconfirmed = position > 0;
+        let after_gap = |batch: &Batch, gap_at: Option<i32>| matches!((batch.sequence, gap_at), (Some(s), Some(g)) if s > g);
+        match outcome {
+            BatchOutcome::Written {
+                base_offset,
+                append_time,
+            } => {
+                if let Some(batch) = state.unacked.remove(position) {
+                    batch.succeed(base_offset, append_time, &mut done);
+                }
+            }
+            BatchOutcome::Duplicate => {
+                if let Some(batch) = state.unacked.remove(position) {
+                    batch.succeed(-1, -1, &mut done);
+                }
+            }
+            BatchOutcome::Retriable { error, unknown } => {
+                let gap_at = state.gap_at;
+                if let Some(batch) = state.unacked.get_mut(position) {
+                    let unknown = unknown && !after_gap(batch, gap_at);
+                    retry_or_expire(batch, error, unknown, now, &config);
+                }
+            }
+            BatchOutcome::OutOfOrder(error) => {
+                let gap_at = state.gap_at;
+                let behind = earlier_unconfirmed
+                    || state
+                        .unacked
+                        .get(position)
+                        .is_some_and(|b| after_gap(b, gap_at));
+                if behind && !config.transactional {
+                    // An earlier batch was not written (yet): this one was not either.
+                    if let Some(batch) = state.unacked.get_mut(position) {
+                        retry_or_expire(batch, error, false, now, &config);
+                    }
+                } else if let Some(batch) = state.unacked.remove(position) {
+                    // At the head: the broker's sequence and ours differ. Give the batch up.
+                    state.gap_at = Some(state.gap_at.map_or(batch.sequence.unwrap_or(0), |g| {
+                        g.min(batch.sequence.unwrap_or(0))
+                    }));
+                    batch.fail(&error, &mut done);
+                    effects.gap = true;
+                    effects.failed = Some(error);
+                }
+            }
+            BatchOutcome::UnknownProducer(error) => {
+                if config.transactional {
+                    if let Some(batch) = state.unacked.remove(position) {
+                        batch.fail(&error, &mut done);
+                    }
+                    effects.failed = Some(error);
+                } else if let Some(batch) = state.unacked.get_mut(position) {
+                    // Not written; sent again under the bumped epoch.
+                    retry_or_expire(batch, error, false, now, &config);
+                }
+                effects.gap = true;
+            }
+            BatchOutcome::Failed(error) => {
+                if let Some(batch) = state.unacked.remove(position) {
+                    if let Some(sequence) = batch.sequence {
+                        state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                        // Later batches of the partition in flight will be refused.
+                        effects.gap =
+                            state.unacked.iter().any(|b| b.sequence.is_some()) || config.idempotent;
+                    }
+                    batch.fail(&error, &mut done);
+                }
+                effects.failed = Some(error);
+            }
+        }
+        // A retry past its deadline was given up by `retry_or_expire`.
+        if let Some(position) = state.unacked.iter().position(|b| b.expired) {
+            if let Some(batch) = state.unacked.remove(position) {
+                let error = timeout_error(&batch, &config);
+                if let Some(sequence) = batch.sequence {
+                    state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                    effects.gap = true;
+                }
+                batch.fail(&error, &mut done);
+                effects.failed = Some(error);
+            }
+        }
+        if effects.gap && config.idempotent && !config.transactional {
+            self.bump_pending = true;
+        }
+        self.untrack(&done);
+        (done, effects)
+    }
+
+    /// Fails the batches past their delivery timeout that are not in flight.
+    pub(crate) fn expire(&mut self, now: Instant) -> (Vec<u64>, Effects) {
+        let mut done = Vec::new();
+        let mut effects = Effects::default();
+        for state in self.partitions.values_mut() {
+            while state.queued.front().is_some_and(|b| b.deadline <= now) {
+                if let Some(batch) = state.queued.pop_front() {
+                    let error = timeout_error(&batch, &self.config);
+                    batch.fail(&error, &mut done);
+                    effects.failed = Some(error);
+                }
+            }
+            let mut kept = VecDeque::with_capacity(state.unacked.len());
+            for batch in state.unacked.drain(..) {
+                if batch.deadline <= now && batch.state != BatchState::InFlight {
+                    let error = timeout_error(&batch, &self.config);
+                    if let Some(sequence) = batch.sequence {
+                        state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                        effects.gap = true;
+                    }
+                    batch.fail(&error, &mut done);
+                    effects.failed = Some(error);
+                } else {
+                    kept.push_back(batch);
+                }
+            }
+            state.unacked = kept;
+        }
+        if effects.gap && self.config.idempotent && !self.config.transactional {
+            self.bump_pending = true;
+        }
+        self.untrack(&done);
+        (done, effects)
+    }
+
+    /// Fails every batch not in flight with `error` (an aborted transaction, a closed or
+    /// fenced producer).
+    pub(crate) fn fail_waiting(&mut self, error: &ProducerError) -> Vec<u64> {
+        let mut done = Vec::new();
+        for state in self.partitions.values_mut() {
+            for batch in state.queued.drain(..) {
+                batch.fail(error, &mut done);
+            }
+            let mut kept = VecDeque::new();
+            for batch in state.unacked.drain(..) {
+                if batch.state == BatchState::InFlight {
+                    kept.push_back(batch);
+                } else {
+                    batch.fail(error, &mut done);
+                }
+            }
+            state.unacked = kept;
+        }
+        self.untrack(&done);
+        done
+    }
+
+    /// The earliest time something becomes sendable or expires.
+    pub(crate) fn next_wakeup(&self) -> Option<Instant> {
+        let linger = self.config.linger;
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        for state in self.partitions.values() {
+            if let Some(front) = state.queued.front() {
+                consider(front.created.checked_add(linger).unwrap_or(front.created));
+                consider(front.deadline);
+            }
+            for batch in &state.unacked {
+                if let BatchState::Retry { at, .. } = batch.state {
+                    consider(at);
+                    consider(batch.deadline);
+                }
+            }
+        }
+        next
+    }
+
+    /// True when some partition has a queued batch (for the TV1 add-partitions step).
+    pub(crate) fn partitions_with_data(&self) -> Vec<Tp> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| !s.queued.is_empty() || !s.unacked.is_empty())
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+}
+
+fn timeout_error(batch: &Batch, config: &AccumulatorConfig) -> ProducerError {
+    ProducerError::Timeout {
+        timeout: config.delivery_timeout,
+        last: batch.last_error.clone().map(Arc::new),
+    }
+}
+
+fn retry_or_expire(
+    batch: &mut Batch,
+    error: ProducerError,
+    unknown: bool,
+    now: Instant,
+    config: &AccumulatorConfig,
+) {
+    let exponent = batch.attempts.saturating_sub(1).min(20);
+    let backoff = config
+        .retry_backoff
+        .saturating_mul(1u32 << exponent)
+        .min(config.retry_backoff_max);
+    batch.last_error = Some(error);
+    batch.expired = batch.deadline <= now;
+    batch.state = BatchState::Retry {
+        at: deadline_after(now, backoff),
+        unknown,
+    };
+}
+
+fn encoded(batch: &mut Batch, producer: ProducerIdentity, config: &AccumulatorConfig) -> Bytes {
+    if let Some(bytes) = &batch.encoded {
+        return bytes.clone();
+    }
+    let options = EncodeOptions {
+        compression: config.compression,
+        producer_id: if config.idempotent { producer.id } else { -1 },
+        producer_epoch: if config.idempotent {
+            producer.epoch
+        } else {
+            -1
+        },
+        base_sequence: batch.sequence.unwrap_or(-1),
+        transactional: config.transactional,
+        ..EncodeOptions::default()
+    };
+    let bytes = encode_batch(&batch.records, &options);
+    batch.encoded = Some(bytes.clone());
+    bytes
+}

@@ -1,0 +1,400 @@
+//! The transaction coordinator: FindCoordinator (key type TRANSACTION), InitProducerId,
+//! AddPartitionsToTxn and EndTxn, each retried by the rules of [`super::txn::classify`].
+//! One request at a time: the caller holds the coordinator's lock across a call.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::accumulator::{ProducerIdentity, Tp};
+use super::cluster::{Cluster, address};
+use super::txn::{Action, CoordinatorCall, TxnVersion, classify, code, coordinator_error};
+use crate::consumer::ConsumerError;
+use crate::kafka::errors::broker_error;
+use crate::kafka::net::connection::Connection;
+use crate::producer::ProducerError;
+
+/// The feature that selects the transaction protocol.
+pub(crate) const TRANSACTION_VERSION: &str = "transaction.version";
+
+/// EndTxn versions before transactions v2.
+const END_TXN_V1: VersionRange = VersionRange { min: 0, max: 4 };
+/// EndTxn of transactions v2.
+const END_TXN_V2: VersionRange = VersionRange { min: 5, max: 5 };
+/// AddPartitionsToTxn versions clients use.
+const ADD_PARTITIONS_CLIENT: VersionRange = VersionRange { min: 0, max: 3 };
+/// UNKNOWN_SERVER_ERROR.
+const UNKNOWN_SERVER_ERROR: i16 = -1;
+
+/// Retry settings of coordinator calls.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retry {
+    pub(crate) first: Duration,
+    pub(crate) max: Duration,
+    /// The bound of one call, retries included.
+    pub(crate) timeout: Duration,
+}
+
+/// The coordinator of one transactional id (or, without one, any broker for the idempotent
+/// producer's InitProducerId).
+#[derive(Debug)]
+pub(crate) struct Coordinator {
+    transactional_id: Option<String>,
+    connection: Option<Connection>,
+}
+
+/// One attempt's result: the error code and message, and the answer.
+type Attempt<T> = Result<(i16, Option<String>, T), ConsumerError>;
+
+impl Coordinator {
+    pub(crate) fn new(transactional_id: Option<String>) -> Self {
+        Self {
+            transactional_id,
+            connection: None,
+        }
+    }
+
+    /// The `transaction.version` level the coordinator's broker reports, if connected.
+    pub(crate) fn transaction_version(&self) -> Option<TxnVersion> {
+        self.connection
+            .as_ref()
+            .map(|c| TxnVersion::from_feature(c.finalized_feature(TRANSACTION_VERSION)))
+    }
+
+    fn id(&self) -> &str {
+        self.transactional_id.as_deref().unwrap_or("")
+    }
+
+    /// A connection to the coordinator, looked up if needed.
+    async fn connection(&mut self, cluster: &Cluster) -> Result<Connection, ConsumerError> {
+        if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let via = cluster.admin().any_connection().await?;
+        let Some(id) = self.transactional_id.clone() else {
+            self.connection = Some(via.clone());
+            return Ok(via);
+        };
+        let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
+        let key = StrBytes::from_string(id);
+        let mut request = FindCoordinatorRequest::default().with_key_type(1);
+        request = if version >= 4 {
+            request.with_coordinator_keys(vec![key])
+        } else {
+            request.with_key(key)
+        };
+        let response: FindCoordinatorResponse = via
+            .request(ApiKey::FindCoordinator, version, &request)
+            .await?;
+        let (code, message, host, port) = if version >= 4 {
+            let Some(c) = response.coordinators.into_iter().next() else {
+                return Err(ConsumerError::Protocol {
+                    broker: via.broker().to_owned(),
+                    reason: "FindCoordinator answered with no coordinator".to_owned(),
+                });
+            };
+            (c.error_code, c.error_message, c.host, c.port)
+        } else {
+            (
+                response.error_code,
+                response.error_message,
+                response.host,
+                response.port,
+            )
+        };
+        if let Some(e) = broker_error("FindCoordinator", code, message.map(|m| m.to_string())) {
+            return Err(e);
+        }
+        let fresh = cluster.open_address(&address(host.as_str(), port)).await?;
+        debug!(
+            coordinator = fresh.broker(),
+            "transaction coordinator found"
+        );
+        self.connection = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Runs `once` until the coordinator answers without a retriable error, within
+    /// `retry.timeout`.
+    async fn call<T, F, Fut>(
+        &mut self,
+        cluster: &Cluster,
+        call: CoordinatorCall,
+        api: &'static str,
+        retry: Retry,
+        mut once: F,
+    ) -> Result<T, ProducerError>
+    where
+        F: FnMut(Connection) -> Fut,
+        Fut: Future<Output = Attempt<T>>,
+    {
+        let deadline = crate::time::deadline_after(Instant::now(), retry.timeout);
+        let mut backoff = retry
+            .first
+            .min(Duration::from_millis(20))
+            .max(Duration::from_millis(1));
+        let mut last: Option<ProducerError> = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(ProducerError::Timeout {
+                    timeout: retry.timeout,
+                    last: last.map(Arc::new),
+                });
+            }
+            let connection = match self.connection(cluster).await {
+                Ok(c) => c,
+                Err(error) => {
+                    self.connection = None;
+                    if matches!(
+                        error,
+                        ConsumerError::Broker {
+                            retriable: false,
+                            ..
+                        }
+                    ) || matches!(
+                        error,
+                        ConsumerError::Authentication { .. } | ConsumerError::Config { .. }
+                    ) {
+                        return Err(ProducerError::Kafka {
+                            source: Arc::new(error),
+                        });
+                    }
+                    last = Some(ProducerError::Kafka {
+                        source: Arc::new(error),
+                    });
+                    sleep_backoff(&mut backoff, retry.max, deadline).await;
+                    continue;
+                }
+            };
+            match once(connection).await {
+                Err(error) => {
+                    // The request may have reached the coordinator: a commit's outcome is
+                    // then unknown. Anything else is retried on a new connection.
+                    self.connection = None;
+                    if call == CoordinatorCall::Commit {
+                        return Err(ProducerError::CommitOutcomeUnknown {
+                            transactional_id: self.id().to_owned(),
+                            source: Arc::new(error),
+                        });
+                    }
+                    if matches!(
+                        error,
+                        ConsumerError::Unsupported { .. } | ConsumerError::Protocol { .. }
+                    ) {
+                        return Err(ProducerError::Kafka {
+                            source: Arc::new(error),
+                        });
+                    }
+                    last = Some(ProducerError::Kafka {
+                        source: Arc::new(error),
+                    });
+                }
+                Ok((0, _, answer)) => return Ok(answer),
+                Ok((error_code, message, _)) => {
+                    let Some(error) = broker_error(api, error_code, message) else {
+                        return Err(ProducerError::Kafka {
+                            source: Arc::new(ConsumerError::Protocol {
+                                broker: "coordinator".to_owned(),
+                                reason: format!("{api} answered error code {error_code}"),
+                            }),
+                        });
+                    };
+                    if call == CoordinatorCall::Commit && error_code == UNKNOWN_SERVER_ERROR {
+                        return Err(ProducerError::CommitOutcomeUnknown {
+                            transactional_id: self.id().to_owned(),
+                            source: Arc::new(error),
+                        });
+                    }
+                    let action = classify(call, error_code, error.is_retriable());
+                    debug!(api, %error, ?action, "coordinator answered an error");
+                    match action {
+                        Action::Done => {}
+                        Action::Retry => {
+                            last = Some(ProducerError::Kafka {
+                                source: Arc::new(error),
+                            });
+                        }
+                        Action::Rediscover => {
+                            self.connection = None;
+                            last = Some(ProducerError::Kafka {
+                                source: Arc::new(error),
+                            });
+                        }
+                        Action::Fenced | Action::Abortable | Action::Fatal => {
+                            return Err(coordinator_error(&action, self.id(), error, call));
+                        }
+                    }
+                }
+            }
+            sleep_backoff(&mut backoff, retry.max, deadline).await;
+        }
+    }
+
+    /// InitProducerId: a new producer id (`current` = None) or the next epoch of `current`.
+    pub(crate) async fn init_producer_id(
+        &mut self,
+        cluster: &Cluster,
+        transaction_timeout: Duration,
+        current: Option<ProducerIdentity>,
+        retry: Retry,
+    ) -> Result<ProducerIdentity, ProducerError> {
+        let txn_id = self.transactional_id.clone();
+        let timeout_ms = i32::try_from(transaction_timeout.as_millis()).unwrap_or(i32::MAX);
+        let current = current.unwrap_or(ProducerIdentity::NONE);
+        self.call(
+            cluster,
+            CoordinatorCall::InitProducerId,
+            "InitProducerId",
+            retry,
+            |connection| {
+                let txn_id = txn_id.clone();
+                async move {
+                    let ours = if current.id >= 0 {
+                        VersionRange {
+                            min: 3,
+                            max: InitProducerIdRequest::VERSIONS.max,
+                        }
+                    } else {
+                        InitProducerIdRequest::VERSIONS
+                    };
+                    let version = connection.negotiate(ApiKey::InitProducerId, ours)?;
+                    let request = InitProducerIdRequest::default()
+                        .with_transactional_id(
+                            txn_id.map(|t| TransactionalId(StrBytes::from_string(t))),
+                        )
+                        .with_transaction_timeout_ms(timeout_ms)
+                        .with_producer_id(ProducerId(current.id))
+                        .with_producer_epoch(current.epoch);
+                    let response: InitProducerIdResponse = connection
+                        .request(ApiKey::InitProducerId, version, &request)
+                        .await?;
+                    Ok((
+                        response.error_code,
+                        None,
+                        ProducerIdentity {
+                            id: response.producer_id.0,
+                            epoch: response.producer_epoch,
+                        },
+                    ))
+                }
+            },
+        )
+        .await
+    }
+
+    /// AddPartitionsToTxn v≤3 (transactions v1).
+    pub(crate) async fn add_partitions(
+        &mut self,
+        cluster: &Cluster,
+        producer: ProducerIdentity,
+        partitions: &[Tp],
+        retry: Retry,
+    ) -> Result<(), ProducerError> {
+        let txn_id = self.id().to_owned();
+        let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+        for (topic, partition) in partitions {
+            if let Some(t) = topics.iter_mut().find(|t| t.name.0.as_str() == &**topic) {
+                t.partitions.push(*partition);
+            } else {
+                topics.push(
+                    AddPartitionsToTxnTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(vec![*partition]),
+                );
+            }
+        }
+        self.call(
+            cluster,
+            CoordinatorCall::AddPartitions,
+            "AddPartitionsToTxn",
+            retry,
+            |connection| {
+                let request = AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                        txn_id.clone(),
+                    )))
+                    .with_v3_and_below_producer_id(ProducerId(producer.id))
+                    .with_v3_and_below_producer_epoch(producer.epoch)
+                    .with_v3_and_below_topics(topics.clone());
+                async move {
+                    let version =
+                        connection.negotiate(ApiKey::AddPartitionsToTxn, ADD_PARTITIONS_CLIENT)?;
+                    let response: AddPartitionsToTxnResponse = connection
+                        .request(ApiKey::AddPartitionsToTxn, version, &request)
+                        .await?;
+                    // The first error of a partition stands for the call; a partition that
+                    // failed with OPERATION_NOT_ATTEMPTED only waits on another's error.
+                    let mut worst = 0;
+                    for topic in &response.results_by_topic_v3_and_below {
+                        for p in &topic.results_by_partition {
+                            if p.partition_error_code != 0
+                                && (worst == 0 || worst == code::OPERATION_NOT_ATTEMPTED)
+                            {
+                                worst = p.partition_error_code;
+                            }
+                        }
+                    }
+                    Ok((worst, None, ()))
+                }
+            },
+        )
+        .await
+    }
+
+    /// EndTxn: commits or aborts; under transactions v2 returns the next producer identity.
+    pub(crate) async fn end_txn(
+        &mut self,
+        cluster: &Cluster,
+        producer: ProducerIdentity,
+        commit: bool,
+        version: TxnVersion,
+        retry: Retry,
+    ) -> Result<Option<ProducerIdentity>, ProducerError> {
+        let txn_id = self.id().to_owned();
+        let call = if commit {
+            CoordinatorCall::Commit
+        } else {
+            CoordinatorCall::Abort
+        };
+        self.call(cluster, call, "EndTxn", retry, |connection| {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(txn_id.clone())))
+                .with_producer_id(ProducerId(producer.id))
+                .with_producer_epoch(producer.epoch)
+                .with_committed(commit);
+            async move {
+                let ours = match version {
+                    TxnVersion::V1 => END_TXN_V1,
+                    TxnVersion::V2 => END_TXN_V2,
+                };
+                let v = connection.negotiate(ApiKey::EndTxn, ours)?;
+                let response: EndTxnResponse =
+                    connection.request(ApiKey::EndTxn, v, &request).await?;
+                let next = (v >= 5).then_some(ProducerIdentity {
+                    id: response.producer_id.0,
+                    epoch: response.producer_epoch,
+                });
+                Ok((response.error_code, None, next))
+            }
+        })
+        .await
+    }
+}
+
+async fn sleep_backoff(backoff: &mut Duration, max: Duration, deadline: Instant) {
+    let until = crate::time::deadline_after(Instant::now(), *backoff).min(deadline);
+    tokio::time::sleep_until(until).await;
+    *backoff = backoff
+        .saturating_mul(2)
+        .min(max.max(Duration::from_millis(1)));
+}

@@ -1,0 +1,599 @@
+//! [`KafkaProducer`]: the crate's own Kafka producer, idempotent by default and
+//! transactional with a `transactional.id`.
+//!
+//! - [`config`]: the settings;
+//! - [`partitioner`]: Java's partition choice (murmur2, sticky);
+//! - [`accumulator`]: batches per partition and sequence bookkeeping (sans-IO);
+//! - [`txn`]: the transaction state machine and coordinator error rules (sans-IO);
+//! - [`coordinator`]: FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn;
+//! - [`cluster`]: Metadata and broker connections;
+//! - [`sender`]: the background task that sends batches and handles the answers.
+
+pub(crate) mod accumulator;
+pub(crate) mod cluster;
+pub(crate) mod config;
+pub(crate) mod coordinator;
+pub(crate) mod partitioner;
+pub(crate) mod sender;
+pub(crate) mod txn;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::accumulator::{Accumulator, AccumulatorConfig, BATCH_OVERHEAD, record_size};
+use self::cluster::{Cluster, TopicMetadata};
+pub use self::config::{Acks, KafkaProducerConfig};
+use self::coordinator::{Coordinator, Retry};
+use self::partitioner::Sticky;
+use self::txn::{Phase, TxnState, TxnVersion};
+use crate::kafka::codec::record_batch::NewRecord;
+use crate::kafka::net::connection::ConnectionConfig;
+use crate::kafka::security::SecurityContext;
+use crate::producer::record::DeliverySender;
+use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
+use crate::time::deadline_after;
+
+/// A record waiting for its topic's metadata.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) id: u64,
+    pub(crate) partition: Option<i32>,
+    pub(crate) record: NewRecord,
+    pub(crate) sender: DeliverySender,
+    pub(crate) deadline: Instant,
+}
+
+/// What the producer's calls and its sender task share, under one lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) accumulator: Accumulator,
+    pub(crate) topics: HashMap<Arc<str>, TopicMetadata>,
+    pub(crate) waiting: HashMap<Arc<str>, VecDeque<Waiting>>,
+    /// Topics whose metadata must be (re)fetched.
+    pub(crate) metadata_wanted: std::collections::HashSet<Arc<str>>,
+    pub(crate) sticky: Sticky,
+    pub(crate) next_record: u64,
+    /// Calls waiting in `flush` (or a commit): open batches go at once.
+    pub(crate) flushing: usize,
+    pub(crate) txn: Option<TxnState>,
+    /// The producer cannot go on (fenced, closed).
+    pub(crate) fatal: Option<ProducerError>,
+    /// Set when the idempotent producer could not bump its epoch.
+    pub(crate) closed: bool,
+}
+
+/// Shared between the handle and the sender task.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: KafkaProducerConfig,
+    pub(crate) state: Mutex<State>,
+    /// Wakes the sender task.
+    pub(crate) wake: Notify,
+    /// Signalled when records complete or batches land.
+    pub(crate) progress: Notify,
+    pub(crate) cluster: Cluster,
+    /// The coordinator, one request at a time.
+    pub(crate) coordinator: tokio::sync::Mutex<Coordinator>,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn retry(&self) -> Retry {
+        Retry {
+            first: self.config.retry_backoff,
+            max: self.config.retry_backoff_max,
+            timeout: self.config.delivery_timeout,
+        }
+    }
+}
+
+/// Kafka's producer, written for this crate: idempotent by default (no duplicates and no
+/// reordering per partition across retries), transactional with a `transactional.id`
+/// (transactions v2 on clusters whose `transaction.version` is 2 or more, v1 otherwise).
+///
+/// [`send`](Producer::send) queues a record and returns at once; a background task spawned
+/// by [`connect`](Self::connect) batches records per partition (`linger.ms`, `batch.size`)
+/// and sends them to the partition leaders. Dropping the producer stops that task: records
+/// not yet written then fail with [`ProducerError::Closed`]; call
+/// [`flush`](Producer::flush) first.
+///
+/// Idempotence details (documented choices): each batch is encoded once with its sequence
+/// and retried byte for byte; after a gap in a partition's sequences (a batch given up,
+/// OUT_OF_ORDER_SEQUENCE_NUMBER at the head of a partition, UNKNOWN_PRODUCER_ID) the
+/// producer waits for its batches in flight, bumps its epoch with InitProducerId and
+/// renumbers the batches still waiting from 0, as Java's producer does since KIP-360.
+///
+/// # Example
+///
+/// ```no_run
+/// use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig, Producer, ProducerRecord};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kafka_share_sink::producer::ProducerError> {
+/// let producer = KafkaProducer::connect(
+///     KafkaProducerConfig::new("127.0.0.1:9092").transactional_id("orders-writer"),
+/// )
+/// .await?;
+/// producer.init_transactions().await?;
+/// producer.begin_transaction()?;
+/// let delivered = producer.send(ProducerRecord::new("orders").key("k").value("v"))?;
+/// producer.commit_transaction().await?;
+/// println!("written at {}", delivered.await?.offset);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct KafkaProducer {
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for KafkaProducer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl KafkaProducer {
+    /// Checks the settings, connects to the cluster and (idempotent producer without a
+    /// transactional id) gets a producer id, then starts the sending task.
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::Config`] for settings out of range; [`ProducerError::Kafka`] when no
+    /// bootstrap server answers or InitProducerId fails; [`ProducerError::Timeout`] when
+    /// that takes longer than `delivery.timeout.ms`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is started until it returns.
+    pub async fn connect(config: KafkaProducerConfig) -> Result<Self, ProducerError> {
+        config.validate()?;
+        let security =
+            SecurityContext::build(&config.security).map_err(|e| ProducerError::Config {
+                key: e.key.to_owned(),
+                reason: e.reason,
+            })?;
+        let connection = ConnectionConfig {
+            security,
+            client_id: config.client_id.as_str().into(),
+            connect_timeout: Duration::from_secs(10).min(config.delivery_timeout),
+            request_timeout: config.request_timeout,
+            ..ConnectionConfig::default()
+        };
+        let timeout = config.delivery_timeout;
+        let cluster =
+            tokio::time::timeout(timeout, Cluster::connect(&config.bootstrap, connection))
+                .await
+                .map_err(|_| ProducerError::Timeout {
+                    timeout,
+                    last: None,
+                })?
+                .map_err(|source| ProducerError::Kafka {
+                    source: Arc::new(source),
+                })?;
+        let idempotent = config.is_idempotent();
+        let transactional = config.transactional_id.is_some();
+        let accumulator = Accumulator::new(AccumulatorConfig {
+            batch_size: config.batch_size,
+            linger: config.linger,
+            max_in_flight: config.max_in_flight,
+            idempotent,
+            transactional,
+            compression: config.compression,
+            retry_backoff: config.retry_backoff,
+            retry_backoff_max: config.retry_backoff_max,
+            delivery_timeout: config.delivery_timeout,
+        });
+        let seed = u64::try_from(now_ms()).unwrap_or(1) ^ u64::from(std::process::id());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                accumulator,
+                topics: HashMap::new(),
+                waiting: HashMap::new(),
+                metadata_wanted: Default::default(),
+                sticky: Sticky::new(seed),
+                next_record: 0,
+                flushing: 0,
+                txn: config.transactional_id.as_ref().map(|_| TxnState::new()),
+                fatal: None,
+                closed: false,
+            }),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            coordinator: tokio::sync::Mutex::new(Coordinator::new(config.transactional_id.clone())),
+            cluster,
+            config,
+        });
+        if idempotent && !transactional {
+            let identity = shared
+                .coordinator
+                .lock()
+                .await
+                .init_producer_id(
+                    &shared.cluster,
+                    shared.config.transaction_timeout,
+                    None,
+                    shared.retry(),
+                )
+                .await?;
+            shared.lock().accumulator.reset_sequences(identity);
+        }
+        let task = tokio::spawn(sender::run(Arc::clone(&shared)));
+        Ok(Self { shared, task })
+    }
+
+    /// Waits until every record with an id below `upto` is complete.
+    async fn wait_complete(&self, upto: u64) {
+        loop {
+            let notified = self.shared.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shared.lock().accumulator.complete_below(upto) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Flushes: open batches go at once; waits for every record sent before.
+    async fn flush_all(&self) {
+        let upto = {
+            let mut state = self.shared.lock();
+            state.flushing += 1;
+            state.next_record
+        };
+        self.shared.wake.notify_one();
+        struct Unflush<'a>(&'a Shared);
+        impl Drop for Unflush<'_> {
+            fn drop(&mut self) {
+                let mut state = self.0.lock();
+                state.flushing = state.flushing.saturating_sub(1);
+            }
+        }
+        let _unflush = Unflush(&self.shared);
+        self.wait_complete(upto).await;
+    }
+
+    fn not_transactional(operation: &'static str) -> ProducerError {
+        ProducerError::NotTransactional { operation }
+    }
+
+    /// After an EndTxn: adopt the next identity (TV2) or bump the epoch (TV1 abort).
+    async fn after_end(
+        &self,
+        version: TxnVersion,
+        next: Option<accumulator::ProducerIdentity>,
+        bump: bool,
+    ) -> Result<(), ProducerError> {
+        match (version, next) {
+            (TxnVersion::V2, Some(identity)) => {
+                self.shared.lock().accumulator.reset_sequences(identity);
+            }
+            _ if bump => {
+                let current = self.shared.lock().accumulator.producer();
+                let identity = self
+                    .shared
+                    .coordinator
+                    .lock()
+                    .await
+                    .init_producer_id(
+                        &self.shared.cluster,
+                        self.shared.config.transaction_timeout,
+                        Some(current),
+                        self.shared.retry(),
+                    )
+                    .await?;
+                self.shared.lock().accumulator.reset_sequences(identity);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn commit(&self) -> Result<(), ProducerError> {
+        self.flush_all().await;
+        let (version, sent_any, producer) = {
+            let state = self.shared.lock();
+            let Some(txn) = state.txn.as_ref() else {
+                return Err(Self::not_transactional("commit_transaction"));
+            };
+            if let Phase::Abortable(error) | Phase::Fatal(error) = &txn.phase {
+                return Err(match error {
+                    e if e.is_fatal() => e.clone(),
+                    e => ProducerError::Abortable {
+                        reason: format!("a send of the transaction failed ({e})"),
+                        source: Some(Arc::new(e.clone())),
+                    },
+                });
+            }
+            (txn.version, txn.sent_any, state.accumulator.producer())
+        };
+        if !sent_any {
+            // Nothing was written: there is nothing to end (TV1 must not end an empty
+            // transaction; TV2 needs no epoch bump for it).
+            return Ok(());
+        }
+        let next = self
+            .shared
+            .coordinator
+            .lock()
+            .await
+            .end_txn(
+                &self.shared.cluster,
+                producer,
+                true,
+                version,
+                self.shared.retry(),
+            )
+            .await?;
+        self.after_end(version, next, false).await
+    }
+
+    async fn abort(&self) -> Result<(), ProducerError> {
+        let aborted = ProducerError::Abortable {
+            reason: "the transaction was aborted".to_owned(),
+            source: None,
+        };
+        {
+            let mut state = self.shared.lock();
+            let done = state.accumulator.fail_waiting(&aborted);
+            for waiting in std::mem::take(&mut state.waiting).into_values().flatten() {
+                state.accumulator.untrack(&[waiting.id]);
+                let _ = waiting.sender.send(Err(aborted.clone()));
+            }
+            let _ = done;
+        }
+        self.shared.progress.notify_waiters();
+        // Wait for the batches in flight.
+        loop {
+            let notified = self.shared.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.shared.lock();
+                if state.accumulator.in_flight() == 0 {
+                    // Answers that came back as retries are not sent again.
+                    state.accumulator.fail_waiting(&aborted);
+                    break;
+                }
+            }
+            notified.await;
+        }
+        self.shared.progress.notify_waiters();
+        let (version, sent_any, producer) = {
+            let state = self.shared.lock();
+            let Some(txn) = state.txn.as_ref() else {
+                return Err(Self::not_transactional("abort_transaction"));
+            };
+            (txn.version, txn.sent_any, state.accumulator.producer())
+        };
+        if !sent_any {
+            return Ok(());
+        }
+        let next = self
+            .shared
+            .coordinator
+            .lock()
+            .await
+            .end_txn(
+                &self.shared.cluster,
+                producer,
+                false,
+                version,
+                self.shared.retry(),
+            )
+            .await?;
+        // TV1: batches given up leave sequence gaps; a new epoch starts them at 0 again.
+        self.after_end(version, next, version == TxnVersion::V1)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Producer for KafkaProducer {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        let new = NewRecord {
+            timestamp: record.timestamp.unwrap_or_else(now_ms),
+            key: record.key,
+            value: record.value,
+            headers: record
+                .headers
+                .iter()
+                .map(|h| (h.key().to_owned(), h.value().cloned()))
+                .collect(),
+        };
+        let size = record_size(&new).saturating_add(BATCH_OVERHEAD);
+        if size > self.shared.config.max_request_size {
+            return Err(ProducerError::RecordTooLarge {
+                size,
+                max: self.shared.config.max_request_size,
+                key: "max.request.size",
+            });
+        }
+        let topic = record.topic;
+        let (sender, future) = DeliveryFuture::channel();
+        {
+            let mut guard = self.shared.lock();
+            let state = &mut *guard;
+            if let Some(error) = &state.fatal {
+                return Err(error.clone());
+            }
+            if state.closed {
+                return Err(ProducerError::Closed);
+            }
+            if let Some(txn) = &state.txn {
+                txn.check_send()?;
+            }
+            let id = state.next_record;
+            state.next_record += 1;
+            let known = match state.topics.get(&topic) {
+                Some(TopicMetadata::Known { leaders, .. })
+                    if !state.waiting.contains_key(&topic) =>
+                {
+                    Some(leaders.len())
+                }
+                _ => None,
+            };
+            match known {
+                Some(count) => {
+                    let partition = match record.partition {
+                        Some(p) if usize::try_from(p).is_ok_and(|p| p < count) => p,
+                        Some(p) => {
+                            return Err(ProducerError::UnknownPartition {
+                                topic: topic.to_string(),
+                                partition: p,
+                            });
+                        }
+                        None => state.sticky.partition(&topic, new.key.as_deref(), count),
+                    };
+                    let closed = state.accumulator.append(
+                        (Arc::clone(&topic), partition),
+                        id,
+                        new,
+                        sender,
+                        Instant::now(),
+                    );
+                    if closed {
+                        state.sticky.batch_closed(&topic, partition);
+                    }
+                }
+                None => {
+                    state.accumulator.track(id);
+                    state.metadata_wanted.insert(Arc::clone(&topic));
+                    state.waiting.entry(topic).or_default().push_back(Waiting {
+                        id,
+                        partition: record.partition,
+                        record: new,
+                        sender,
+                        deadline: deadline_after(
+                            Instant::now(),
+                            self.shared.config.delivery_timeout,
+                        ),
+                    });
+                }
+            }
+        }
+        self.shared.wake.notify_one();
+        Ok(future)
+    }
+
+    async fn flush(&self) -> Result<(), ProducerError> {
+        if let Some(error) = self.shared.lock().fatal.clone() {
+            return Err(error);
+        }
+        self.flush_all().await;
+        Ok(())
+    }
+
+    fn transactional_id(&self) -> Option<&str> {
+        self.shared.config.transactional_id.as_deref()
+    }
+
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        {
+            let mut state = self.shared.lock();
+            let Some(txn) = state.txn.as_mut() else {
+                return Err(Self::not_transactional("init_transactions"));
+            };
+            txn.start_init()?;
+        }
+        let mut coordinator = self.shared.coordinator.lock().await;
+        let result = coordinator
+            .init_producer_id(
+                &self.shared.cluster,
+                self.shared.config.transaction_timeout,
+                None,
+                self.shared.retry(),
+            )
+            .await;
+        let version = coordinator.transaction_version().unwrap_or(TxnVersion::V1);
+        drop(coordinator);
+        let mut state = self.shared.lock();
+        match result {
+            Ok(identity) => {
+                state.accumulator.reset_sequences(identity);
+                if let Some(txn) = state.txn.as_mut() {
+                    txn.init_done(version);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                if error.is_fatal()
+                    && let Some(txn) = state.txn.as_mut()
+                {
+                    txn.phase = Phase::Fatal(error.clone());
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        let version = self
+            .shared
+            .coordinator
+            .try_lock()
+            .ok()
+            .and_then(|c| c.transaction_version());
+        let mut state = self.shared.lock();
+        let Some(txn) = state.txn.as_mut() else {
+            return Err(Self::not_transactional("begin_transaction"));
+        };
+        // Re-evaluated only between transactions; when the coordinator is busy, the
+        // version of the last transaction stays.
+        let version = version.unwrap_or(txn.version);
+        txn.begin(version)
+    }
+
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        {
+            let mut state = self.shared.lock();
+            let Some(txn) = state.txn.as_mut() else {
+                return Err(Self::not_transactional("commit_transaction"));
+            };
+            txn.start_commit()?;
+        }
+        let outcome = self.commit().await;
+        if let Some(txn) = self.shared.lock().txn.as_mut() {
+            txn.finish(&outcome);
+        }
+        outcome
+    }
+
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        {
+            let mut state = self.shared.lock();
+            let Some(txn) = state.txn.as_mut() else {
+                return Err(Self::not_transactional("abort_transaction"));
+            };
+            txn.start_abort()?;
+        }
+        let outcome = self.abort().await;
+        if let Some(txn) = self.shared.lock().txn.as_mut() {
+            match &outcome {
+                Ok(()) => txn.finish(&outcome),
+                Err(error) if error.is_fatal() => txn.phase = Phase::Fatal(error.clone()),
+                Err(ProducerError::Abortable { .. }) => {
+                    // TRANSACTION_ABORTABLE while aborting: Java makes it fatal.
+                    txn.phase = Phase::Fatal(ProducerError::Closed);
+                }
+                Err(error) => txn.phase = Phase::Abortable(error.clone()),
+            }
+        }
+        outcome
+    }
+}

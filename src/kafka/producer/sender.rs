@@ -1,0 +1,703 @@
+//! The sending task: fetches metadata, sends batches to partition leaders, hands each
+//! answer to the [`Accumulator`](super::accumulator::Accumulator), bumps the idempotent
+//! producer's epoch when it must, and adds partitions to a transactions-v1 transaction.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::{StrBytes, VersionRange};
+use tokio::time::Instant;
+use tracing::debug;
+use uuid::Uuid;
+
+use super::accumulator::{BatchOutcome, Drained, Effects, ProducerIdentity, Tp};
+use super::cluster::TopicMetadata;
+use super::txn::{Phase, TxnVersion, code};
+use super::{Shared, State};
+use crate::consumer::ConsumerError;
+use crate::kafka::errors::broker_error;
+use crate::kafka::net::connection::Connection;
+use crate::producer::ProducerError;
+use crate::time::deadline_after;
+
+/// Produce versions before transactions v2 (Java's cap in a v1 transaction).
+const PRODUCE_TV1: VersionRange = VersionRange { min: 3, max: 11 };
+/// Produce versions of transactions v2 that name topics.
+const PRODUCE_TV2_BY_NAME: VersionRange = VersionRange { min: 12, max: 12 };
+/// Produce versions of transactions v2, topic ids allowed.
+const PRODUCE_TV2: VersionRange = VersionRange { min: 12, max: 13 };
+/// Produce versions that name topics.
+const PRODUCE_BY_NAME: VersionRange = VersionRange { min: 3, max: 12 };
+/// Every Produce version of the crate.
+const PRODUCE_ANY: VersionRange = VersionRange { min: 3, max: 13 };
+
+/// Partition errors after which the leader is looked up again.
+const REFRESH_CODES: [i16; 6] = [3, 5, 6, 74, 75, 103];
+
+enum Work {
+    Connected(i32, Result<Connection, ConsumerError>),
+    Produced {
+        node: i32,
+        broker: String,
+        batches: Vec<(Tp, u64, Uuid)>,
+        result: Result<ProduceResponse, ConsumerError>,
+    },
+    Metadata(
+        Vec<Arc<str>>,
+        Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+    ),
+    Bumped(Result<ProducerIdentity, ProducerError>),
+    Added(Vec<Tp>, Result<(), ProducerError>),
+}
+
+/// Runs until the producer is dropped (which aborts it).
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut work: FuturesUnordered<BoxFuture<'static, Work>> = FuturesUnordered::new();
+    let mut connecting: HashSet<i32> = HashSet::new();
+    let mut in_flight: HashMap<i32, usize> = HashMap::new();
+    let mut metadata_busy = false;
+    let mut metadata_at = Instant::now();
+    let mut metadata_backoff = shared.config.retry_backoff;
+    let mut bump_busy = false;
+    let mut bump_at = Instant::now();
+    let mut adding = false;
+    // One Produce request in flight per broker connection for now: two requests of one
+    // connection were seen to reach the broker out of order (OUT_OF_ORDER_SEQUENCE_NUMBER
+    // in the idempotence test), so pipelining waits until the order is guaranteed.
+    let max_in_flight = 1;
+    loop {
+        let now = Instant::now();
+        let mut connect = Vec::new();
+        let mut by_node: HashMap<i32, Vec<Drained>> = HashMap::new();
+        let mut wake_at: Option<Instant>;
+        let txn_version;
+        {
+            let mut guard = shared.lock();
+            let state = &mut *guard;
+            let (done, effects) = state.accumulator.expire(now);
+            apply(state, &effects);
+            let mut progressed = !done.is_empty();
+            progressed |= expire_waiting(state, now, shared.config.delivery_timeout);
+            if progressed {
+                shared.progress.notify_waiters();
+            }
+            if !metadata_busy && !state.metadata_wanted.is_empty() && now >= metadata_at {
+                let topics: Vec<Arc<str>> = state.metadata_wanted.drain().collect();
+                metadata_busy = true;
+                let shared2 = Arc::clone(&shared);
+                work.push(
+                    async move {
+                        let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
+                        let result = shared2.cluster.metadata(&names).await;
+                        Work::Metadata(topics, result)
+                    }
+                    .boxed(),
+                );
+            }
+            if state.accumulator.ready_to_bump() && !bump_busy && now >= bump_at {
+                bump_busy = true;
+                let current = state.accumulator.producer();
+                let shared2 = Arc::clone(&shared);
+                work.push(
+                    async move {
+                        let mut coordinator = shared2.coordinator.lock().await;
+                        let mut result = coordinator
+                            .init_producer_id(
+                                &shared2.cluster,
+                                shared2.config.transaction_timeout,
+                                Some(current),
+                                shared2.retry(),
+                            )
+                            .await;
+                        if result.is_err() {
+                            // The broker may not know the producer any more: a new id.
+                            result = coordinator
+                                .init_producer_id(
+                                    &shared2.cluster,
+                                    shared2.config.transaction_timeout,
+                                    None,
+                                    shared2.retry(),
+                                )
+                                .await;
+                        }
+                        Work::Bumped(result)
+                    }
+                    .boxed(),
+                );
+            }
+            txn_version = state.txn.as_ref().map(|t| t.version);
+            // Transactions v1: partitions join the transaction before their first batch.
+            if !adding
+                && let Some(txn) = state.txn.as_ref()
+                && txn.version == TxnVersion::V1
+                && matches!(txn.phase, Phase::InTransaction | Phase::Committing)
+            {
+                let new: Vec<Tp> = state
+                    .accumulator
+                    .partitions_with_data()
+                    .into_iter()
+                    .filter(|tp| !txn.added.contains(tp))
+                    .collect();
+                if !new.is_empty() {
+                    adding = true;
+                    let producer = state.accumulator.producer();
+                    let shared2 = Arc::clone(&shared);
+                    work.push(
+                        async move {
+                            let result = shared2
+                                .coordinator
+                                .lock()
+                                .await
+                                .add_partitions(&shared2.cluster, producer, &new, shared2.retry())
+                                .await;
+                            Work::Added(new, result)
+                        }
+                        .boxed(),
+                    );
+                }
+            }
+            let flushing = state.flushing > 0
+                || state
+                    .txn
+                    .as_ref()
+                    .is_some_and(|t| matches!(t.phase, Phase::Committing));
+            let topics = &state.topics;
+            let added = state
+                .txn
+                .as_ref()
+                .filter(|t| t.version == TxnVersion::V1)
+                .map(|t| &t.added);
+            let mut refresh = Vec::new();
+            let mut leaders: HashMap<Tp, i32> = HashMap::new();
+            let (drained, closed) = state.accumulator.drain(now, flushing, &mut |tp| {
+                let leader = match topics.get(&tp.0) {
+                    Some(TopicMetadata::Known { leaders, .. }) => usize::try_from(tp.1)
+                        .ok()
+                        .and_then(|p| leaders.get(p))
+                        .copied()
+                        .unwrap_or(-1),
+                    _ => -1,
+                };
+                if leader < 0 {
+                    refresh.push(Arc::clone(&tp.0));
+                    return false;
+                }
+                if added.is_some_and(|a| !a.contains(tp)) {
+                    return false;
+                }
+                if shared.cluster.cached(leader).is_none() {
+                    connect.push(leader);
+                    return false;
+                }
+                if in_flight.get(&leader).copied().unwrap_or(0) >= max_in_flight {
+                    return false;
+                }
+                leaders.insert(tp.clone(), leader);
+                true
+            });
+            for topic in refresh {
+                state.metadata_wanted.insert(topic);
+            }
+            for (topic, partition) in closed {
+                state.sticky.batch_closed(&topic, partition);
+            }
+            if !drained.is_empty()
+                && let Some(txn) = state.txn.as_mut()
+            {
+                txn.sent_any = true;
+            }
+            for batch in drained {
+                if let Some(node) = leaders.get(&batch.tp) {
+                    by_node.entry(*node).or_default().push(batch);
+                }
+            }
+            wake_at = state.accumulator.next_wakeup();
+            for waiting in state.waiting.values().filter_map(|w| w.front()) {
+                wake_at = Some(wake_at.map_or(waiting.deadline, |w| w.min(waiting.deadline)));
+            }
+            if !state.metadata_wanted.is_empty() && !metadata_busy {
+                wake_at = Some(wake_at.map_or(metadata_at, |w| w.min(metadata_at)));
+            }
+            if state.accumulator.bump_pending() && !bump_busy {
+                wake_at = Some(wake_at.map_or(bump_at, |w| w.min(bump_at)));
+            }
+            // Topic ids for Produce v13.
+            for batches in by_node.values() {
+                let _ = batches;
+            }
+            let ids: HashMap<Arc<str>, Uuid> = topics_ids(&state.topics);
+            for (node, batches) in by_node.drain() {
+                let Some(connection) = shared.cluster.cached(node) else {
+                    continue;
+                };
+                *in_flight.entry(node).or_default() += 1;
+                work.push(produce(
+                    &shared,
+                    node,
+                    connection,
+                    batches,
+                    &ids,
+                    txn_version,
+                ));
+            }
+        }
+        for node in connect {
+            if connecting.insert(node) {
+                let shared2 = Arc::clone(&shared);
+                work.push(
+                    async move { Work::Connected(node, shared2.cluster.open(node).await) }.boxed(),
+                );
+            }
+        }
+        let sleep = tokio::time::sleep_until(
+            wake_at.unwrap_or_else(|| deadline_after(Instant::now(), Duration::from_secs(3600))),
+        );
+        tokio::select! {
+            () = shared.wake.notified() => {}
+            () = sleep => {}
+            Some(done) = work.next(), if !work.is_empty() => {
+                match done {
+                    Work::Connected(node, result) => {
+                        connecting.remove(&node);
+                        if let Err(error) = result {
+                            debug!(node, %error, "connection to a leader failed");
+                            // Learn the leaders again, then try again after a pause.
+                            let mut state = shared.lock();
+                            let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
+                            state.metadata_wanted.extend(topics);
+                            metadata_at = deadline_after(Instant::now(), shared.config.retry_backoff);
+                        }
+                    }
+                    Work::Produced { node, broker, batches, result } => {
+                        if let Some(n) = in_flight.get_mut(&node) {
+                            *n = n.saturating_sub(1);
+                        }
+                        handle_produce(&shared, &broker, batches, result, txn_version);
+                        shared.progress.notify_waiters();
+                    }
+                    Work::Metadata(topics, result) => {
+                        metadata_busy = false;
+                        let again = handle_metadata(&shared, &topics, result);
+                        if again {
+                            metadata_at = deadline_after(Instant::now(), metadata_backoff);
+                            metadata_backoff = metadata_backoff
+                                .saturating_mul(2)
+                                .min(shared.config.retry_backoff_max);
+                        } else {
+                            metadata_backoff = shared.config.retry_backoff;
+                        }
+                        shared.progress.notify_waiters();
+                    }
+                    Work::Bumped(result) => {
+                        bump_busy = false;
+                        let mut state = shared.lock();
+                        match result {
+                            Ok(identity) => {
+                                debug!(producer_id = identity.id, epoch = identity.epoch, "epoch bumped");
+                                state.accumulator.reset_sequences(identity);
+                            }
+                            Err(error) => {
+                                debug!(%error, "epoch bump failed, retrying");
+                                bump_at = deadline_after(Instant::now(), shared.config.retry_backoff_max);
+                            }
+                        }
+                    }
+                    Work::Added(partitions, result) => {
+                        adding = false;
+                        let mut state = shared.lock();
+                        match result {
+                            Ok(()) => {
+                                if let Some(txn) = state.txn.as_mut() {
+                                    txn.added.extend(partitions);
+                                }
+                            }
+                            Err(error) => {
+                                if let Some(txn) = state.txn.as_mut() {
+                                    txn.batch_failed(&error);
+                                }
+                                if error.is_fatal() {
+                                    state.fatal = Some(error.clone());
+                                }
+                                let error = ProducerError::Abortable {
+                                    reason: format!("the partitions could not join the transaction ({error})"),
+                                    source: Some(Arc::new(error)),
+                                };
+                                state.accumulator.fail_waiting(&error);
+                                drop(state);
+                                shared.progress.notify_waiters();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn topics_ids(topics: &HashMap<Arc<str>, TopicMetadata>) -> HashMap<Arc<str>, Uuid> {
+    topics
+        .iter()
+        .filter_map(|(t, m)| match m {
+            TopicMetadata::Known { id, .. } => Some((Arc::clone(t), *id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Applies the effects of answers: a transaction's failed batch makes it abortable (or
+/// fatal); a fenced producer stops.
+fn apply(state: &mut State, effects: &Effects) {
+    if let Some(error) = &effects.failed {
+        if let Some(txn) = state.txn.as_mut() {
+            txn.batch_failed(error);
+        }
+        if matches!(error, ProducerError::Fenced { .. }) {
+            state.fatal = Some(error.clone());
+        }
+    }
+}
+
+/// Fails records that waited for their topic's metadata past their delivery timeout.
+fn expire_waiting(state: &mut State, now: Instant, timeout: Duration) -> bool {
+    let mut any = false;
+    let mut empty = Vec::new();
+    for (topic, queue) in &mut state.waiting {
+        while queue.front().is_some_and(|w| w.deadline <= now) {
+            if let Some(w) = queue.pop_front() {
+                state.accumulator.untrack(&[w.id]);
+                let _ = w.sender.send(Err(ProducerError::Timeout {
+                    timeout,
+                    last: Some(Arc::new(ProducerError::UnknownPartition {
+                        topic: topic.to_string(),
+                        partition: w.partition.unwrap_or(-1),
+                    })),
+                }));
+                any = true;
+            }
+        }
+        if queue.is_empty() {
+            empty.push(Arc::clone(topic));
+        }
+    }
+    for topic in empty {
+        state.waiting.remove(&topic);
+    }
+    any
+}
+
+/// Takes a Metadata answer; returns true when some topic must be asked for again.
+fn handle_metadata(
+    shared: &Shared,
+    topics: &[Arc<str>],
+    result: Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+) -> bool {
+    let mut state = shared.lock();
+    let state = &mut *state;
+    let answers = match result {
+        Ok(answers) => answers,
+        Err(error) => {
+            debug!(%error, "metadata failed, retrying");
+            state.metadata_wanted.extend(topics.iter().cloned());
+            return true;
+        }
+    };
+    let mut again = false;
+    let now = Instant::now();
+    for (name, meta) in answers {
+        let Some(topic) = topics.iter().find(|t| ***t == *name).cloned() else {
+            continue;
+        };
+        match meta {
+            TopicMetadata::Known { id, leaders } => {
+                if leaders.iter().any(|l| *l < 0) {
+                    again = true;
+                    state.metadata_wanted.insert(Arc::clone(&topic));
+                }
+                let count = leaders.len();
+                state
+                    .topics
+                    .insert(Arc::clone(&topic), TopicMetadata::Known { id, leaders });
+                if let Some(queue) = state.waiting.remove(&topic) {
+                    for w in queue {
+                        let partition = match w.partition {
+                            Some(p) if usize::try_from(p).is_ok_and(|p| p < count) => p,
+                            Some(p) => {
+                                state.accumulator.untrack(&[w.id]);
+                                let _ = w.sender.send(Err(ProducerError::UnknownPartition {
+                                    topic: topic.to_string(),
+                                    partition: p,
+                                }));
+                                continue;
+                            }
+                            None => state
+                                .sticky
+                                .partition(&topic, w.record.key.as_deref(), count),
+                        };
+                        let closed = state.accumulator.append(
+                            (Arc::clone(&topic), partition),
+                            w.id,
+                            w.record,
+                            w.sender,
+                            now,
+                        );
+                        if closed {
+                            state.sticky.batch_closed(&topic, partition);
+                        }
+                    }
+                }
+            }
+            TopicMetadata::Unknown => {
+                if state.waiting.contains_key(&topic) {
+                    again = true;
+                    state.metadata_wanted.insert(Arc::clone(&topic));
+                }
+            }
+            TopicMetadata::Failed(error) => {
+                if let Some(queue) = state.waiting.remove(&topic) {
+                    let error = ProducerError::Kafka { source: error };
+                    for w in queue {
+                        state.accumulator.untrack(&[w.id]);
+                        let _ = w.sender.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+    again
+}
+
+/// One Produce request to `node` with one batch per partition.
+fn produce(
+    shared: &Arc<Shared>,
+    node: i32,
+    connection: Connection,
+    batches: Vec<Drained>,
+    ids: &HashMap<Arc<str>, Uuid>,
+    txn: Option<TxnVersion>,
+) -> BoxFuture<'static, Work> {
+    let by_id = batches
+        .iter()
+        .all(|b| ids.get(&b.tp.0).is_some_and(|id| !id.is_nil()));
+    let ours = match (txn, by_id) {
+        (Some(TxnVersion::V1), _) => PRODUCE_TV1,
+        (Some(TxnVersion::V2), true) => PRODUCE_TV2,
+        (Some(TxnVersion::V2), false) => PRODUCE_TV2_BY_NAME,
+        (None, true) => PRODUCE_ANY,
+        (None, false) => PRODUCE_BY_NAME,
+    };
+    let version = connection.negotiate(ApiKey::Produce, ours);
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    let mut names: Vec<Arc<str>> = Vec::new();
+    let mut keys = Vec::new();
+    for batch in &batches {
+        let id = ids.get(&batch.tp.0).copied().unwrap_or_default();
+        keys.push((batch.tp.clone(), batch.batch_id, id));
+        let data = PartitionProduceData::default()
+            .with_index(batch.tp.1)
+            .with_records(Some(batch.bytes.clone()));
+        if let Some(i) = names.iter().position(|n| *n == batch.tp.0) {
+            topics[i].partition_data.push(data);
+        } else {
+            names.push(Arc::clone(&batch.tp.0));
+            let topic = TopicProduceData::default().with_partition_data(vec![data]);
+            let topic = if version.as_ref().is_ok_and(|v| *v >= 13) {
+                topic.with_topic_id(id)
+            } else {
+                topic.with_name(TopicName(StrBytes::from_string(batch.tp.0.to_string())))
+            };
+            topics.push(topic);
+        }
+    }
+    let timeout_ms = i32::try_from(shared.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
+    let request = ProduceRequest::default()
+        .with_transactional_id(
+            shared
+                .config
+                .transactional_id
+                .clone()
+                .filter(|_| txn.is_some())
+                .map(|t| TransactionalId(StrBytes::from_string(t))),
+        )
+        .with_acks(shared.config.acks.wire())
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(topics);
+    let broker = connection.broker().to_owned();
+    // The request is queued on the connection when first polled: futures are polled in
+    // the order they are pushed, so requests of one connection keep their order.
+    async move {
+        let result = match version {
+            Ok(version) => connection.request(ApiKey::Produce, version, &request).await,
+            Err(error) => Err(error),
+        };
+        Work::Produced {
+            node,
+            broker,
+            batches: keys,
+            result,
+        }
+    }
+    .boxed()
+}
+
+/// Classifies each batch's answer and hands it to the accumulator.
+fn handle_produce(
+    shared: &Shared,
+    broker: &str,
+    batches: Vec<(Tp, u64, Uuid)>,
+    result: Result<ProduceResponse, ConsumerError>,
+    txn: Option<TxnVersion>,
+) {
+    let now = Instant::now();
+    let mut guard = shared.lock();
+    let state = &mut *guard;
+    match result {
+        Err(error) => {
+            debug!(broker, %error, "produce request failed");
+            let lost = matches!(
+                error,
+                ConsumerError::Connection { .. } | ConsumerError::Timeout(_)
+            );
+            let outcome = if lost || error.is_retriable() {
+                BatchOutcome::Retriable {
+                    error: ProducerError::Kafka {
+                        source: Arc::new(error),
+                    },
+                    unknown: true,
+                }
+            } else {
+                BatchOutcome::Failed(ProducerError::Kafka {
+                    source: Arc::new(error),
+                })
+            };
+            for (tp, id, _) in batches {
+                state.metadata_wanted.insert(Arc::clone(&tp.0));
+                let (_, effects) = state.accumulator.complete(&tp, id, outcome.clone(), now);
+                apply(state, &effects);
+            }
+        }
+        Ok(response) => {
+            for (tp, id, topic_id) in batches {
+                let entry = response
+                    .responses
+                    .iter()
+                    .filter(|t| {
+                        t.name.0.as_str() == &*tp.0
+                            || (!topic_id.is_nil() && t.topic_id == topic_id)
+                    })
+                    .flat_map(|t| &t.partition_responses)
+                    .find(|p| p.index == tp.1);
+                let outcome = match entry {
+                    None => BatchOutcome::Failed(ProducerError::Kafka {
+                        source: Arc::new(ConsumerError::Protocol {
+                            broker: broker.to_owned(),
+                            reason: format!(
+                                "the Produce response has no entry for partition {} of `{}`",
+                                tp.1, tp.0
+                            ),
+                        }),
+                    }),
+                    Some(p) => {
+                        let message = p
+                            .error_message
+                            .as_ref()
+                            .map(|m| m.as_str().to_owned())
+                            .or_else(|| {
+                                p.record_errors.first().and_then(|e| {
+                                    e.batch_index_error_message.as_ref().map(|m| {
+                                        format!("record {}: {}", e.batch_index, m.as_str())
+                                    })
+                                })
+                            });
+                        if REFRESH_CODES.contains(&p.error_code) {
+                            state.metadata_wanted.insert(Arc::clone(&tp.0));
+                        }
+                        classify_partition(
+                            &tp,
+                            p.error_code,
+                            message,
+                            p.base_offset,
+                            p.log_append_time_ms,
+                            txn,
+                            shared.config.transactional_id.as_deref(),
+                        )
+                    }
+                };
+                let (_, effects) = state.accumulator.complete(&tp, id, outcome, now);
+                apply(state, &effects);
+            }
+        }
+    }
+}
+
+/// What a partition's error code means for its batch.
+pub(crate) fn classify_partition(
+    tp: &Tp,
+    error_code: i16,
+    message: Option<String>,
+    base_offset: i64,
+    append_time: i64,
+    txn: Option<TxnVersion>,
+    transactional_id: Option<&str>,
+) -> BatchOutcome {
+    if error_code == 0 {
+        return BatchOutcome::Written {
+            base_offset,
+            append_time,
+        };
+    }
+    if error_code == code::DUPLICATE_SEQUENCE_NUMBER {
+        return BatchOutcome::Duplicate;
+    }
+    let Some(source) = broker_error("Produce", error_code, message) else {
+        return BatchOutcome::Failed(ProducerError::Kafka {
+            source: Arc::new(ConsumerError::Protocol {
+                broker: String::new(),
+                reason: format!("Produce answered error code {error_code}"),
+            }),
+        });
+    };
+    let retriable = source.is_retriable() || error_code == code::CONCURRENT_TRANSACTIONS;
+    let source = Arc::new(source);
+    let rejected = ProducerError::Rejected {
+        topic: tp.0.to_string(),
+        partition: tp.1,
+        source: Arc::clone(&source),
+    };
+    match error_code {
+        code::OUT_OF_ORDER_SEQUENCE_NUMBER => BatchOutcome::OutOfOrder(rejected),
+        code::UNKNOWN_PRODUCER_ID => BatchOutcome::UnknownProducer(rejected),
+        code::PRODUCER_FENCED if txn.is_some() => BatchOutcome::Failed(ProducerError::Fenced {
+            transactional_id: transactional_id.unwrap_or_default().to_owned(),
+            source,
+        }),
+        code::INVALID_PRODUCER_EPOCH | code::INVALID_TXN_STATE | code::TRANSACTION_ABORTABLE
+            if txn.is_some() =>
+        {
+            let reason = if error_code == code::INVALID_PRODUCER_EPOCH {
+                "the broker refused the write with INVALID_PRODUCER_EPOCH: the coordinator has \
+                 aborted the transaction (it was open longer than transaction.timeout.ms) or a \
+                 newer producer took over"
+                    .to_owned()
+            } else {
+                format!("the broker refused the write: {source}")
+            };
+            BatchOutcome::Failed(ProducerError::Abortable {
+                reason,
+                source: Some(Arc::new(rejected)),
+            })
+        }
+        _ if retriable => BatchOutcome::Retriable {
+            error: rejected,
+            unknown: false,
+        },
+        _ => BatchOutcome::Failed(rejected),
+    }
+}
