@@ -352,7 +352,13 @@ async fn end_offset_asks_list_offsets_for_the_latest_with_the_isolation_level() 
     broker.on(ApiKey::ListOffsets, move |r| {
         let asked: ListOffsetsRequest = r.decode().expect("a ListOffsets request");
         seen.fetch_add(1, Ordering::SeqCst);
-        let offset = if asked.isolation_level == 1 { 40 } else { 42 };
+        // As a broker: the isolation level counts for consumers (replica id -1) only; a
+        // replica's request gets the high watermark.
+        let offset = if asked.isolation_level == 1 && asked.replica_id.0 == -1 {
+            40
+        } else {
+            42
+        };
         assert_eq!(asked.topics[0].partitions[0].timestamp, -1);
         let response = ListOffsetsResponse::default().with_topics(vec![
             ListOffsetsTopicResponse::default()

@@ -24,7 +24,7 @@ struct Embedded(EmbeddedBroker);
 
 #[async_trait::async_trait]
 impl Backend for Embedded {
-    fn producer(&self, transactional_id: Option<&str>) -> Box<dyn Producer> {
+    async fn producer(&self, transactional_id: Option<&str>) -> Box<dyn Producer> {
         match transactional_id {
             None => Box::new(self.0.producer()),
             Some(id) => Box::new(self.0.transactional_producer(id).expect("producer")),
@@ -37,7 +37,7 @@ impl Backend for Embedded {
             .expect("create topic");
     }
 
-    fn reader(&self) -> Box<dyn LogReader> {
+    async fn reader(&self) -> Box<dyn LogReader> {
         Box::new(self.0.clone())
     }
 }
@@ -62,7 +62,7 @@ contract!(
     committed_visible_aborted_not,
     read_committed_stops_at_open_transaction,
     zombie_is_fenced,
-    abort_after_failed_send,
+    refused_sends_and_aborts,
     calls_out_of_turn_are_refused,
 );
 

@@ -508,7 +508,13 @@ impl Producer for EmbeddedProducer {
                 Ok(DeliveryFuture::ready(Ok(metadata)))
             }
             Err(error) => {
-                if let Phase::InTransaction { failed, .. } = &mut inner.phase {
+                // As Java's producer: a record refused before it is queued (a partition the
+                // topic does not have) leaves the transaction as it is; the caller knows.
+                // Anything else (fenced, timed out, an unknown topic) spoils it.
+                let refused_up_front = matches!(error, ProducerError::UnknownPartition { partition, .. } if partition >= 0);
+                if let (Phase::InTransaction { failed, .. }, false) =
+                    (&mut inner.phase, refused_up_front)
+                {
                     failed.get_or_insert_with(|| error.clone());
                 }
                 Err(error)

@@ -25,11 +25,11 @@ use crate::support::unique;
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync {
     /// A producer: idempotent without an id, transactional with one.
-    fn producer(&self, transactional_id: Option<&str>) -> Box<dyn Producer>;
+    async fn producer(&self, transactional_id: Option<&str>) -> Box<dyn Producer>;
     /// Creates a topic (and waits until producers and readers can use it).
     async fn create_topic(&self, name: &str, partitions: i32);
     /// A reader of the backend's topics.
-    fn reader(&self) -> Box<dyn LogReader>;
+    async fn reader(&self) -> Box<dyn LogReader>;
 }
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -120,7 +120,7 @@ async fn send(producer: &dyn Producer, record: ProducerRecord) -> i64 {
 pub(crate) async fn order_per_partition(backend: &dyn Backend) {
     let topic = unique("contract-order");
     backend.create_topic(&topic, 2).await;
-    let producer = backend.producer(None);
+    let producer = backend.producer(None).await;
     let mut futures = Vec::new();
     for i in 0..20 {
         let record = ProducerRecord::new(topic.as_str())
@@ -137,7 +137,7 @@ pub(crate) async fn order_per_partition(backend: &dyn Backend) {
         assert!(written.offset > *slot, "offsets rise in send order");
         *slot = written.offset;
     }
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     for partition in 0..2 {
         let expected: Vec<String> = (0..20)
             .filter(|i| i % 2 == partition)
@@ -160,7 +160,7 @@ pub(crate) async fn order_per_partition(backend: &dyn Backend) {
 pub(crate) async fn headers_exact(backend: &dyn Backend) {
     let topic = unique("contract-headers");
     backend.create_topic(&topic, 1).await;
-    let producer = backend.producer(None);
+    let producer = backend.producer(None).await;
     let mut headers = Headers::new();
     headers.push("a", Some("1".into()));
     headers.push("b", None);
@@ -176,7 +176,7 @@ pub(crate) async fn headers_exact(backend: &dyn Backend) {
     )
     .await;
     send(&*producer, ProducerRecord::new(topic.as_str()).key("gone")).await;
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let got = read_until(&*reader, &topic, 0, IsolationLevel::ReadUncommitted, |r| {
         r.len() == 2
     })
@@ -201,7 +201,7 @@ pub(crate) async fn keyed_records_go_to_murmur2_partitions(backend: &dyn Backend
     ];
     let topic = unique("contract-keys");
     backend.create_topic(&topic, 7).await;
-    let producer = backend.producer(None);
+    let producer = backend.producer(None).await;
     let mut partitions = std::collections::BTreeSet::new();
     for (key, hash) in JAVA {
         let expected = (hash & 0x7fff_ffff) % 7;
@@ -212,7 +212,7 @@ pub(crate) async fn keyed_records_go_to_murmur2_partitions(backend: &dyn Backend
             .expect("written");
         assert_eq!(written.partition, expected, "key {key}");
         partitions.insert(expected);
-        let reader = backend.reader();
+        let reader = backend.reader().await;
         let got = read_until(
             &*reader,
             &topic,
@@ -234,7 +234,7 @@ pub(crate) async fn keyed_records_go_to_murmur2_partitions(backend: &dyn Backend
 pub(crate) async fn committed_visible_aborted_not(backend: &dyn Backend) {
     let topic = unique("contract-commit");
     backend.create_topic(&topic, 1).await;
-    let producer = backend.producer(Some(&unique("contract-commit-tx")));
+    let producer = backend.producer(Some(&unique("contract-commit-tx"))).await;
     producer.init_transactions().await.expect("init");
 
     producer.begin_transaction().expect("begin");
@@ -266,7 +266,7 @@ pub(crate) async fn committed_visible_aborted_not(backend: &dyn Backend) {
     .await;
     producer.commit_transaction().await.expect("commit");
 
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let committed = read_until(
         &*reader,
         &topic,
@@ -288,8 +288,8 @@ pub(crate) async fn committed_visible_aborted_not(backend: &dyn Backend) {
 pub(crate) async fn read_committed_stops_at_open_transaction(backend: &dyn Backend) {
     let topic = unique("contract-lso");
     backend.create_topic(&topic, 1).await;
-    let plain = backend.producer(None);
-    let transactional = backend.producer(Some(&unique("contract-lso-tx")));
+    let plain = backend.producer(None).await;
+    let transactional = backend.producer(Some(&unique("contract-lso-tx"))).await;
     transactional.init_transactions().await.expect("init");
 
     let before = send(
@@ -315,7 +315,7 @@ pub(crate) async fn read_committed_stops_at_open_transaction(backend: &dyn Backe
     )
     .await;
 
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let everything = read_until(
         &*reader,
         &topic,
@@ -366,7 +366,7 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     let topic = unique("contract-zombie");
     backend.create_topic(&topic, 1).await;
     let id = unique("contract-zombie-tx");
-    let zombie = backend.producer(Some(&id));
+    let zombie = backend.producer(Some(&id)).await;
     zombie.init_transactions().await.expect("init");
     zombie.begin_transaction().expect("begin");
     send(
@@ -377,7 +377,7 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     )
     .await;
 
-    let successor = backend.producer(Some(&id));
+    let successor = backend.producer(Some(&id)).await;
     successor
         .init_transactions()
         .await
@@ -407,7 +407,7 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     )
     .await;
     successor.commit_transaction().await.expect("commit");
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let committed = read_until(
         &*reader,
         &topic,
@@ -423,13 +423,16 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     );
 }
 
-/// A send that fails inside a transaction (a partition the topic does not have) makes the
-/// transaction abortable: the commit fails with an error that requires an abort, the abort
-/// succeeds, nothing of the transaction is visible, and the next transaction commits.
-pub(crate) async fn abort_after_failed_send(backend: &dyn Backend) {
-    let topic = unique("contract-failed-send");
+/// A record the producer refuses at once (a partition the topic does not have) is not part of
+/// the transaction and does not spoil it, as with Java's producer: `send` itself fails, the
+/// caller knows, and the transaction still commits what was sent. An aborted transaction
+/// leaves nothing visible, and the next one commits.
+pub(crate) async fn refused_sends_and_aborts(backend: &dyn Backend) {
+    let topic = unique("contract-refused-send");
     backend.create_topic(&topic, 1).await;
-    let producer = backend.producer(Some(&unique("contract-failed-send-tx")));
+    let producer = backend
+        .producer(Some(&unique("contract-refused-send-tx")))
+        .await;
     producer.init_transactions().await.expect("init");
 
     producer.begin_transaction().expect("begin");
@@ -437,25 +440,33 @@ pub(crate) async fn abort_after_failed_send(backend: &dyn Backend) {
         &*producer,
         ProducerRecord::new(topic.as_str())
             .partition(0)
-            .value("doomed"),
+            .value("kept"),
     )
     .await;
-    match producer.send(
+    let refused = producer
+        .send(
+            ProducerRecord::new(topic.as_str())
+                .partition(99)
+                .value("nowhere"),
+        )
+        .expect_err("partition 99 does not exist: refused at once");
+    assert!(
+        matches!(
+            refused,
+            ProducerError::UnknownPartition { partition: 99, .. }
+        ),
+        "{refused:?}"
+    );
+    producer.commit_transaction().await.expect("commit");
+
+    producer.begin_transaction().expect("begin");
+    send(
+        &*producer,
         ProducerRecord::new(topic.as_str())
-            .partition(99)
-            .value("nowhere"),
-    ) {
-        Err(_) => {}
-        Ok(future) => {
-            future.await.expect_err("partition 99 does not exist");
-        }
-    }
-    let error = producer
-        .commit_transaction()
-        .await
-        .expect_err("a transaction with a failed send cannot commit");
-    assert!(error.requires_abort(), "{error:?}");
-    assert!(!error.is_fatal(), "{error:?}");
+            .partition(0)
+            .value("dropped"),
+    )
+    .await;
     producer.abort_transaction().await.expect("abort");
 
     producer.begin_transaction().expect("begin after the abort");
@@ -467,7 +478,7 @@ pub(crate) async fn abort_after_failed_send(backend: &dyn Backend) {
     )
     .await;
     producer.commit_transaction().await.expect("commit");
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let committed = read_until(
         &*reader,
         &topic,
@@ -476,7 +487,7 @@ pub(crate) async fn abort_after_failed_send(backend: &dyn Backend) {
         has("next"),
     )
     .await;
-    assert_eq!(values(&committed), ["next"]);
+    assert_eq!(values(&committed), ["kept", "next"]);
 }
 
 /// Calls out of turn fail with [`ProducerError::TransactionState`] and change nothing; a
@@ -485,7 +496,7 @@ pub(crate) async fn abort_after_failed_send(backend: &dyn Backend) {
 pub(crate) async fn calls_out_of_turn_are_refused(backend: &dyn Backend) {
     let topic = unique("contract-state");
     backend.create_topic(&topic, 1).await;
-    let producer = backend.producer(Some(&unique("contract-state-tx")));
+    let producer = backend.producer(Some(&unique("contract-state-tx"))).await;
     producer.init_transactions().await.expect("init");
     let is_state =
         |r: Result<(), ProducerError>| matches!(r, Err(ProducerError::TransactionState { .. }));
@@ -518,7 +529,7 @@ pub(crate) async fn calls_out_of_turn_are_refused(backend: &dyn Backend) {
         .await
         .expect("the transaction is intact");
 
-    let plain = backend.producer(None);
+    let plain = backend.producer(None).await;
     assert_eq!(plain.transactional_id(), None);
     assert!(matches!(
         plain.init_transactions().await,
@@ -529,7 +540,7 @@ pub(crate) async fn calls_out_of_turn_are_refused(backend: &dyn Backend) {
         Err(ProducerError::NotTransactional { .. })
     ));
 
-    let reader = backend.reader();
+    let reader = backend.reader().await;
     let committed = read_until(
         &*reader,
         &topic,
