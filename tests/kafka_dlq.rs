@@ -571,9 +571,19 @@ async fn invalid_settings_fail_before_connecting() {
 /// admin client's default.
 #[tokio::test]
 async fn the_topic_is_created_with_the_queues_client_id_and_timeout() {
-    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest};
+    use kafka_protocol::messages::{
+        ApiKey, CreateTopicsRequest, InitProducerIdResponse, ProducerId,
+    };
 
     let broker = fake_broker::FakeBroker::start().await;
+    // The queue's idempotent producer asks for a producer id.
+    broker.advertise(ApiKey::InitProducerId, 0, 5);
+    broker.on(ApiKey::InitProducerId, |r| {
+        fake_broker::Reply::message(
+            &InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
+            r.version(),
+        )
+    });
     let _dlq = KafkaDeadLetterQueue::connect(
         KafkaDeadLetterQueueConfig::new(broker.addr(), "dlq")
             .client_id("orders-dlq")

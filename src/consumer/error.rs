@@ -154,6 +154,27 @@ impl ConsumerError {
             _ => false,
         }
     }
+
+    /// A copy of a broker's error code answer ([`ConsumerError::Broker`]); `None` for the
+    /// other variants, whose sources cannot be copied.
+    pub(crate) fn duplicate_broker_error(&self) -> Option<ConsumerError> {
+        match self {
+            Self::Broker {
+                api,
+                code,
+                name,
+                message,
+                retriable,
+            } => Some(Self::Broker {
+                api,
+                code: *code,
+                name,
+                message: message.clone(),
+                retriable: *retriable,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Why the acknowledgements of one partition failed, as reported by a commit.

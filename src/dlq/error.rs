@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::consumer::ConsumerError;
 use crate::embedded::EmbeddedError;
+use crate::producer::ProducerError;
 
 /// Why a [`DeadLetterQueue`](super::DeadLetterQueue) could not be set up or could not write
 /// records.
@@ -87,6 +88,17 @@ pub enum DeadLetterError {
         /// The dead-letter topic.
         topic: String,
     },
+    /// The queue's producer failed in another way than a refusal by the partition leader or
+    /// a timeout (e.g. the producer could not get a producer id, or a record is larger than
+    /// it may send).
+    #[error("dead-letter topic `{topic}`: the producer failed")]
+    Producer {
+        /// The dead-letter topic.
+        topic: String,
+        /// The producer's error.
+        #[source]
+        source: ProducerError,
+    },
     /// The embedded broker refused the records.
     #[error("the embedded broker refused the dead-letter records for `{topic}`")]
     Embedded {
@@ -107,6 +119,7 @@ impl DeadLetterError {
             Self::CreateTopic { source, .. }
             | Self::Kafka { source, .. }
             | Self::Rejected { source, .. } => source.is_retriable(),
+            Self::Producer { source, .. } => source.is_retriable(),
             Self::Timeout { .. } | Self::Injected { .. } => true,
             Self::Config { .. } | Self::Embedded { .. } => false,
         }

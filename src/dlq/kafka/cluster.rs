@@ -1,8 +1,6 @@
-//! The dead-letter producer's view of the cluster: the crate's [`KafkaAdmin`] for Metadata
-//! and CreateTopics, one connection per partition leader, and the topic's layout.
-
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+//! The dead-letter queue's view of the cluster: the crate's [`KafkaAdmin`] for Metadata and
+//! CreateTopics, and the topic's layout. The records themselves go through the crate's
+//! producer.
 
 use kafka_protocol::messages::ApiKey;
 use tracing::debug;
@@ -11,7 +9,7 @@ use uuid::Uuid;
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::errors::{api_name, broker_error};
-use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::connection::ConnectionConfig;
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -34,73 +32,28 @@ impl Layout {
     }
 }
 
-/// The admin client, and connections to partition leaders made lazily and replaced when
-/// closed.
+/// The admin client of the queue.
 #[derive(Debug)]
 pub(super) struct Cluster {
     admin: KafkaAdmin,
-    /// Settings of the leader connections (the producer's client id and timeouts).
-    config: ConnectionConfig,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// `host:port` of each broker, by node id, from the last Metadata.
-    brokers: HashMap<i32, String>,
-    /// Connections to partition leaders, by node id.
-    leaders: HashMap<i32, Connection>,
 }
 
 impl Cluster {
-    /// Connects to the first bootstrap server that answers. The admin client gets the same
-    /// settings as the leader connections: the producer's client id and timeouts.
+    /// Connects to the first bootstrap server that answers, with the queue's client id and
+    /// timeouts.
     pub(super) async fn connect(
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
-        let admin = KafkaAdmin::open(bootstrap, config.clone())
+        let admin = KafkaAdmin::open(bootstrap, config)
             .await
             .map_err(Failure::into_consumer)?;
-        Ok(Self {
-            admin,
-            config,
-            state: Mutex::new(State::default()),
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A live connection to broker `node`, made if needed.
-    pub(super) async fn leader(&self, node: i32) -> Result<Connection, ConsumerError> {
-        let address = {
-            let state = self.lock();
-            if let Some(c) = state.leaders.get(&node).filter(|c| !c.is_closed()) {
-                return Ok(c.clone());
-            }
-            state.brokers.get(&node).cloned()
-        };
-        let Some(address) = address else {
-            return Err(ConsumerError::Protocol {
-                broker: format!("node {node}"),
-                reason: format!("the metadata names leader {node} but not its address"),
-            });
-        };
-        let fresh = Connection::connect(&address, &self.config).await?;
-        self.lock().leaders.insert(node, fresh.clone());
-        Ok(fresh)
+        Ok(Self { admin })
     }
 
     /// The layout of `topic`, or `None` when the cluster does not know it.
     pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ConsumerError> {
         let response = self.admin.metadata(Some(&[topic])).await?;
-        self.lock().brokers = response
-            .brokers
-            .iter()
-            .map(|b| (b.node_id.0, address(b.host.as_str(), b.port)))
-            .collect();
         let Some(entry) = response
             .topics
             .iter()
@@ -168,25 +121,9 @@ impl Cluster {
     }
 }
 
-/// `host:port`, with an IPv6 host in brackets.
-fn address(host: &str, port: i32) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_bracket_ipv6_hosts() {
-        assert_eq!(address("127.0.0.1", 9092), "127.0.0.1:9092");
-        assert_eq!(address("kafka-1", 9092), "kafka-1:9092");
-        assert_eq!(address("::1", 9092), "[::1]:9092");
-    }
 
     #[test]
     fn a_layout_is_ready_when_every_partition_has_a_leader() {

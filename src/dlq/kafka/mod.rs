@@ -1,32 +1,31 @@
 //! [`KafkaDeadLetterQueue`]: a dead-letter topic on a Kafka cluster, written with acks=all.
 
-mod batches;
 mod cluster;
 mod config;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::join_all;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use self::batches::{Batch, batches, now_ms};
 use self::cluster::{Cluster, LEADER_NOT_AVAILABLE, Layout};
 pub use self::config::KafkaDeadLetterQueueConfig;
 use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::{api_name, broker_error};
+use kafka_protocol::messages::ApiKey;
+
+use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::ConnectionConfig;
+use crate::kafka::producer::partitioner::partition_for_key;
 use crate::kafka::security::SecurityContext;
+use crate::producer::{
+    Acks, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+};
 use crate::time::deadline_after;
 
-/// `acks=all`: the leader answers once every in-sync replica has the records.
-const ACKS_ALL: i16 = -1;
 /// The first pause between two attempts (Java's `retry.backoff.ms`).
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause between two attempts (Java's `retry.backoff.max.ms`).
@@ -35,17 +34,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on one request (Java's `request.timeout.ms`), below the delivery timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Produce versions that name the topic; v13 names it by id.
-const PRODUCE_BY_NAME: VersionRange = VersionRange { min: 3, max: 12 };
+/// The largest request the queue's producer builds: large, so that the broker's own limit
+/// (`message.max.bytes`, `max.message.bytes`) decides, and says so, rather than a client
+/// default below it.
+const MAX_REQUEST_SIZE: usize = 64 << 20;
 
 /// A dead-letter queue on a Kafka topic.
 ///
 /// [`connect`](Self::connect) creates the topic when it is missing, with 1 partition and
 /// the configured replication factor, as Connect's worker does; an existing topic is used as
-/// it is, whatever its partition count. [`send`](DeadLetterQueue::send) writes with
-/// `acks=all` and without idempotence (as Connect's dead-letter producer), retrying
-/// retriable errors (a leader change, too few in-sync replicas, a lost connection) with
-/// backoff until the delivery timeout. A retry after a lost answer can write a record twice.
+/// it is, whatever its partition count. [`send`](DeadLetterQueue::send) writes through the
+/// crate's [`KafkaProducer`] with `acks=all` and idempotence, retrying retriable errors (a
+/// leader change, too few in-sync replicas, a lost connection) until the delivery timeout;
+/// unlike Connect's dead-letter producer (idempotence off), a retry after a lost answer
+/// never writes a record twice.
 ///
 /// Records are spread as Kafka's Java producer spreads them: a keyed record goes to the
 /// partition `murmur2(key) % partitions`, so records of one key share a partition; the
@@ -55,7 +57,7 @@ const PRODUCE_BY_NAME: VersionRange = VersionRange { min: 3, max: 12 };
 /// Records keep their key, value and headers byte for byte (repeated header keys and null
 /// header values included) and their timestamp (the time of writing when they have none).
 ///
-/// Plaintext connections only, like the rest of the crate's Kafka client.
+/// TLS and SASL as the configured [`Security`](crate::Security) says.
 ///
 /// # Example
 ///
@@ -87,6 +89,8 @@ pub struct KafkaDeadLetterQueue {
     layout: Mutex<Layout>,
     /// Picks the partition of the next `send`'s unkeyed records.
     next_unkeyed: AtomicUsize,
+    /// Writes the records: the crate's one produce path.
+    producer: KafkaProducer,
 }
 
 impl KafkaDeadLetterQueue {
@@ -164,6 +168,18 @@ impl KafkaDeadLetterQueue {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
+        let producer = KafkaProducer::connect(
+            KafkaProducerConfig::new(config.bootstrap_servers())
+                .client_id(config.effective_client_id())
+                .acks(Acks::All)
+                .idempotence(true)
+                .delivery_timeout(timeout)
+                .request_timeout(REQUEST_TIMEOUT.min(timeout))
+                .max_request_size(MAX_REQUEST_SIZE)
+                .security(config.security_value().clone()),
+        )
+        .await
+        .map_err(|source| producer_error(topic, source))?;
         debug!(
             topic,
             partitions = layout.leaders.len(),
@@ -176,6 +192,7 @@ impl KafkaDeadLetterQueue {
             cluster,
             layout: Mutex::new(layout),
             next_unkeyed: AtomicUsize::new(0),
+            producer,
         })
     }
 
@@ -186,225 +203,99 @@ impl KafkaDeadLetterQueue {
             .clone()
     }
 
-    /// Learns the layout again; on failure the old one is kept and the error returned.
-    async fn refresh(&self) -> Result<Layout, DeadLetterError> {
+    /// Learns the layout again (a topic whose partitions grew); on failure the old one is kept.
+    async fn refresh(&self) -> Layout {
         match self.cluster.layout(&self.topic).await {
-            Ok(Some(layout)) => {
+            Ok(Some(layout)) if !layout.leaders.is_empty() => {
                 *self.layout.lock().unwrap_or_else(PoisonError::into_inner) = layout.clone();
-                Ok(layout)
+                layout
             }
-            Ok(None) => Err(self.kafka(ConsumerError::Broker {
-                api: api_name(ApiKey::Metadata),
-                code: 3,
-                name: "UNKNOWN_TOPIC_OR_PARTITION",
-                message: Some(format!("the dead-letter topic `{}` is gone", self.topic)),
-                retriable: true,
-            })),
-            Err(source) => Err(self.kafka(source)),
+            _ => self.layout(),
         }
     }
 
-    fn kafka(&self, source: ConsumerError) -> DeadLetterError {
-        DeadLetterError::Kafka {
-            topic: self.topic.clone(),
-            source,
-        }
-    }
-
-    /// Sends every batch, retrying those that fail retriably, until all are confirmed or
-    /// one fails for good. `last` keeps the latest retriable error for a timeout.
-    async fn deliver(
-        &self,
-        records: Vec<DeadLetterRecord>,
-        last: &mut Option<DeadLetterError>,
-    ) -> Result<(), DeadLetterError> {
-        let mut layout = self.layout();
-        let unkeyed = self.next_unkeyed.fetch_add(1, Ordering::Relaxed);
-        let mut pending = batches(records, layout.leaders.len(), unkeyed, now_ms());
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            // One batch per partition per round: a Produce request carries one batch of a
-            // partition, and later batches of a partition wait for the earlier ones.
-            let mut round: Vec<Batch> = Vec::new();
-            let mut waiting = Vec::new();
-            for batch in pending {
-                if round.iter().any(|b| b.partition == batch.partition) {
-                    waiting.push(batch);
-                } else {
-                    round.push(batch);
-                }
+    /// Hands every record to the producer, then waits for all of them: `Ok` once each is
+    /// written, else the first failure (the others may be written; the caller releases the
+    /// originals all the same, so nothing is lost).
+    ///
+    /// Partitions are picked here, as before the producer was shared: a keyed record goes to
+    /// `murmur2(key) % partitions`, the unkeyed ones of this call together to one partition,
+    /// round robin across calls.
+    async fn deliver(&self, records: Vec<DeadLetterRecord>) -> Result<(), DeadLetterError> {
+        let layout = self.layout();
+        let layout = if layout.leaders.is_empty() {
+            self.refresh().await
+        } else {
+            layout
+        };
+        let partitions = layout.leaders.len().max(1);
+        let unkeyed = self.next_unkeyed.fetch_add(1, Ordering::Relaxed) % partitions;
+        let mut deliveries = Vec::with_capacity(records.len());
+        for record in records {
+            let partition = record
+                .key
+                .as_ref()
+                .map_or(unkeyed, |key| partition_for_key(key, partitions));
+            let mut out = ProducerRecord::new(self.topic.as_str())
+                .partition(i32::try_from(partition).unwrap_or(0))
+                .with_key(record.key)
+                .with_value(record.value)
+                .with_headers(record.headers);
+            if let Some(timestamp) = record.timestamp {
+                out = out.timestamp(timestamp);
             }
-            let outcome = self.produce_round(&layout, &round).await;
-            if let Some(error) = outcome.fatal {
-                warn!(topic = %self.topic, %error, "dead-letter records refused");
+            let delivery = self
+                .producer
+                .send(out)
+                .map_err(|source| producer_error(&self.topic, source))?;
+            deliveries.push(delivery);
+        }
+        for outcome in join_all(deliveries).await {
+            if let Err(source) = outcome {
+                let error = producer_error(&self.topic, source);
+                warn!(topic = %self.topic, %error, "dead-letter records not written");
                 return Err(error);
             }
-            let retry = !outcome.retry.is_empty();
-            if let Some(error) = outcome.last {
-                debug!(topic = %self.topic, %error, "dead-letter records will be retried");
-                *last = Some(error);
-            }
-            pending = round
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| outcome.retry.contains(i))
-                .map(|(_, batch)| batch)
-                .chain(waiting)
-                .collect();
-            if pending.is_empty() {
-                return Ok(());
-            }
-            if retry {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                match self.refresh().await {
-                    Ok(fresh) => layout = fresh,
-                    Err(error) if error.is_retriable() => *last = Some(error),
-                    Err(error) => return Err(error),
-                }
-            }
         }
+        Ok(())
     }
+}
 
-    /// Sends `round` (one batch per partition) to the partitions' leaders, one request per
-    /// leader, all at once.
-    async fn produce_round(&self, layout: &Layout, round: &[Batch]) -> RoundOutcome {
-        let mut outcome = RoundOutcome::default();
-        let mut by_leader: Vec<(i32, Vec<usize>)> = Vec::new();
-        for (i, batch) in round.iter().enumerate() {
-            let leader = usize::try_from(batch.partition)
-                .ok()
-                .and_then(|p| layout.leaders.get(p).copied())
-                .unwrap_or(-1);
-            if leader < 0 {
-                outcome.add([i], self.kafka(no_leader(batch.partition)));
-            } else if let Some((_, indices)) = by_leader.iter_mut().find(|(l, _)| *l == leader) {
-                indices.push(i);
-            } else {
-                by_leader.push((leader, vec![i]));
-            }
-        }
-        let requests = by_leader.iter().map(|(leader, indices)| {
-            let batches: Vec<&Batch> = indices.iter().map(|i| &round[*i]).collect();
-            self.produce_to(*leader, layout, batches)
-        });
-        for ((_, indices), result) in by_leader.iter().zip(join_all(requests).await) {
-            match result {
-                Ok(refused) => {
-                    for (position, error) in refused {
-                        outcome.add([indices[position]], error);
-                    }
-                }
-                Err(error) => outcome.add(indices.iter().copied(), error),
-            }
-        }
-        outcome
-    }
-
-    /// One Produce request to broker `leader` with `batches`: `Err` when the request as a
-    /// whole failed, else the batches the broker refused, by position in `batches`.
-    async fn produce_to(
-        &self,
-        leader: i32,
-        layout: &Layout,
-        batches: Vec<&Batch>,
-    ) -> Result<Vec<(usize, DeadLetterError)>, DeadLetterError> {
-        let connection = self
-            .cluster
-            .leader(leader)
-            .await
-            .map_err(|e| self.kafka(e))?;
-        let key = ApiKey::Produce;
-        let ours = if layout.topic_id.is_nil() {
-            PRODUCE_BY_NAME
-        } else {
-            ProduceRequest::VERSIONS
-        };
-        let version = connection.negotiate(key, ours).map_err(|e| self.kafka(e))?;
-        let topic_data = TopicProduceData::default().with_partition_data(
-            batches
-                .iter()
-                .map(|b| {
-                    PartitionProduceData::default()
-                        .with_index(b.partition)
-                        .with_records(Some(b.bytes.clone()))
-                })
-                .collect(),
-        );
-        let topic_data = if version > PRODUCE_BY_NAME.max {
-            topic_data.with_topic_id(layout.topic_id)
-        } else {
-            topic_data.with_name(TopicName(StrBytes::from_string(self.topic.clone())))
-        };
-        let broker_timeout = REQUEST_TIMEOUT.min(self.delivery_timeout);
-        let request = ProduceRequest::default()
-            .with_acks(ACKS_ALL)
-            .with_timeout_ms(i32::try_from(broker_timeout.as_millis()).unwrap_or(i32::MAX))
-            .with_topic_data(vec![topic_data]);
-        let response: ProduceResponse = connection
-            .request(key, version, &request)
-            .await
-            .map_err(|e| self.kafka(e))?;
-        let mut refused = Vec::new();
-        for (position, batch) in batches.iter().enumerate() {
-            let Some(partition) = response
-                .responses
-                .iter()
-                .flat_map(|t| &t.partition_responses)
-                .find(|p| p.index == batch.partition)
-            else {
-                return Err(self.kafka(ConsumerError::Protocol {
-                    broker: connection.broker().to_owned(),
-                    reason: format!(
-                        "the Produce response has no entry for partition {} of `{}`",
-                        batch.partition, self.topic
-                    ),
-                }));
-            };
-            let message = partition
-                .error_message
-                .as_ref()
-                .map(|m| m.as_str().to_owned())
-                .or_else(|| {
-                    partition.record_errors.first().and_then(|e| {
-                        e.batch_index_error_message
-                            .as_ref()
-                            .map(|m| format!("record {}: {}", e.batch_index, m.as_str()))
-                    })
-                });
-            if let Some(source) = broker_error(api_name(key), partition.error_code, message) {
-                let error = DeadLetterError::Rejected {
-                    topic: self.topic.clone(),
-                    partition: batch.partition,
+/// A producer error as the queue reports it: a refusal by the partition leader as
+/// [`DeadLetterError::Rejected`] with the broker's error, a delivery timeout as
+/// [`DeadLetterError::Timeout`], anything else as [`DeadLetterError::Producer`].
+fn producer_error(topic: &str, error: ProducerError) -> DeadLetterError {
+    match error {
+        ProducerError::Rejected {
+            partition, source, ..
+        } => match source.duplicate_broker_error() {
+            Some(source) => DeadLetterError::Rejected {
+                topic: topic.to_owned(),
+                partition,
+                source,
+            },
+            None => DeadLetterError::Producer {
+                topic: topic.to_owned(),
+                source: ProducerError::Rejected {
+                    topic: topic.to_owned(),
+                    partition,
                     source,
-                };
-                refused.push((position, error));
-            }
-        }
-        Ok(refused)
-    }
-}
-
-/// What one round of Produce requests left to do.
-#[derive(Debug, Default)]
-struct RoundOutcome {
-    /// Positions of the batches to send again.
-    retry: Vec<usize>,
-    /// The latest retriable error.
-    last: Option<DeadLetterError>,
-    /// The first error that is not retriable: the whole `send` fails with it.
-    fatal: Option<DeadLetterError>,
-}
-
-impl RoundOutcome {
-    /// Notes that the batches at `positions` failed with `error`.
-    fn add(&mut self, positions: impl IntoIterator<Item = usize>, error: DeadLetterError) {
-        if error.is_retriable() {
-            self.retry.extend(positions);
-            self.last = Some(error);
-        } else if self.fatal.is_none() {
-            self.fatal = Some(error);
-        }
+                },
+            },
+        },
+        ProducerError::Timeout { timeout, last } => DeadLetterError::Timeout {
+            timeout,
+            last: last.map(|last| {
+                Box::new(DeadLetterError::Producer {
+                    topic: topic.to_owned(),
+                    source: Arc::unwrap_or_clone(last),
+                })
+            }),
+        },
+        source => DeadLetterError::Producer {
+            topic: topic.to_owned(),
+            source,
+        },
     }
 }
 
@@ -418,26 +309,17 @@ impl DeadLetterQueue for KafkaDeadLetterQueue {
         if records.is_empty() {
             return Ok(());
         }
-        let deadline = deadline_after(Instant::now(), self.delivery_timeout);
-        let mut last = None;
-        match tokio::time::timeout_at(deadline, self.deliver(records, &mut last)).await {
+        // The producer bounds each record by the delivery timeout; this bounds the call as
+        // a whole (with a little room for the producer's own timeout to be the one seen).
+        let grace = Duration::from_secs(1);
+        let deadline = deadline_after(Instant::now(), self.delivery_timeout.saturating_add(grace));
+        match tokio::time::timeout_at(deadline, self.deliver(records)).await {
             Ok(result) => result,
             Err(_) => Err(DeadLetterError::Timeout {
                 timeout: self.delivery_timeout,
-                last: last.map(Box::new),
+                last: None,
             }),
         }
-    }
-}
-
-/// The error for a partition without a known leader.
-fn no_leader(partition: i32) -> ConsumerError {
-    ConsumerError::Broker {
-        api: api_name(ApiKey::Metadata),
-        code: LEADER_NOT_AVAILABLE,
-        name: "LEADER_NOT_AVAILABLE",
-        message: Some(format!("partition {partition} has no leader yet")),
-        retriable: true,
     }
 }
 
