@@ -7,8 +7,32 @@
 //! REJECT archives it, RENEW extends its lock, a record that reaches the delivery-count limit
 //! is archived (through the group's dead-letter topic when it has one, as Kafka 4.4 does: see
 //! [`GroupConfig::dead_letter_queue`]), and the in-flight window per partition is bounded.
-//! `close` releases what a consumer still holds; dropping a consumer without closing it is a
-//! crash, and its locks simply expire.
+//! `close` releases what a consumer still holds.
+//!
+//! Where a Kafka 4.4 broker differs from a strict reading of the configs, the group does as
+//! the broker does (the scenarios of `tests/support/share_behaviour.rs` run on both):
+//!
+//! - **Batches.** Records produced together ([`EmbeddedBroker::produce_batch`]) are one
+//!   batch; a single [`produce`](EmbeddedBroker::produce) or producer send is a batch of one.
+//!   In `batch_optimized` mode (the default [`ConsumerOptions::acquire_mode`]) whole batches
+//!   are acquired, so a poll can return more than `max.poll.records`; in `record_limit` mode
+//!   at most that many.
+//! - **The in-flight cap** (`share.partition.max.record.locks`) is checked before acquiring:
+//!   below it, up to the room left is acquired (records available again included), and a
+//!   whole batch can take the window past it (150 records held under a cap of 100); at or
+//!   over it, nothing new is acquired until the window shrinks.
+//! - **Renewing holders.** A poll that presents renewed records again returns only those.
+//! - **Crash or stall.** Dropping a consumer without closing it is a process that died: its
+//!   connection closes and the group releases its records at once, each with the delivery
+//!   count it has (Kafka 4.2+), as a broker does when a client's connection goes away. A
+//!   process that hangs, still connected, is [`EmbeddedShareConsumer::stall`] (or
+//!   [`OnDrop::Stall`]): its records come back only when their locks expire.
+//! - **A new consumer's first records** come at once, unless
+//!   [`ConsumerOptions::first_fetch_delay`] models the second or so a broker takes to
+//!   initialise a share partition.
+//!
+//! Not modelled: the broker's poison-pill isolation (smaller acquisitions, and a record on
+//! its last delivery alone) and its splitting of large acquisitions by `BatchSize`.
 //!
 //! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
 //! broker.
