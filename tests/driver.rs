@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_share_sink::embedded::{
-    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig,
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, OnDrop,
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
@@ -217,11 +217,13 @@ async fn records_are_put_then_accepted_and_committed() {
 async fn crash_between_put_and_acknowledge_redelivers_after_the_lock_timeout() {
     let b = broker(5, 1);
     let (sink, crashed_log) = ScriptedSink::new(&[Outcome::WriteThenHang]);
-    let mut crashing = driver(&b, sink, ConsumerOptions::new());
+    // A process that hangs, still connected: its records wait for their locks to expire
+    // (a process that dies closes its connections and the broker releases them at once).
+    let mut crashing = driver(&b, sink, ConsumerOptions::new().on_drop(OnDrop::Stall));
     crashing.initialize().await.unwrap();
     let hung = tokio::time::timeout(Duration::from_secs(1), crashing.iteration()).await;
     assert!(hung.is_err(), "put never returned");
-    drop(crashing); // the process dies: no acknowledgement, no close
+    drop(crashing); // the process hangs for good: no acknowledgement, no close
     assert_eq!(
         crashed_log.lock().unwrap().written.len(),
         5,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_share_sink::embedded::{
     AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedError, EmbeddedShareConsumer,
-    GroupConfig, ProduceRecord, RecordState,
+    GroupConfig, OnDrop, ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
     AckError, AcknowledgeType, AcknowledgementMode, ConsumerError, ConsumerRecord, ShareConsumer,
@@ -292,12 +292,15 @@ async fn in_flight_window_is_bounded_per_partition() {
     a.acknowledge(&first[2], AcknowledgeType::Release).unwrap();
     a.acknowledge(&first[3], AcknowledgeType::Renew).unwrap();
     a.commit_sync(Duration::from_secs(1)).await.unwrap();
+    // The window (2..4) leaves room for 2 records, re-acquired ones included, as on a
+    // broker (`min(max.poll.records, cap - window)`).
     let next = poll(&mut c).await;
     assert_eq!(
         offsets(&next),
-        vec![2, 4, 5],
-        "released record first, then new ones up to the window"
+        vec![2, 4],
+        "released record first, then new ones until the room is used"
     );
+    assert_eq!(b.share_partition_offsets(GROUP, "t", 0), Some((2, 5)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -368,20 +371,63 @@ async fn close_commits_acks_and_releases_the_rest_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dropped_consumer_keeps_its_locks_until_they_expire() {
-    let b = broker(1, 2, earliest());
+async fn a_stalled_consumer_keeps_its_locks_until_they_expire() {
+    for stall_by_option in [false, true] {
+        let b = broker(1, 2, earliest());
+        let options = if stall_by_option {
+            ConsumerOptions::new().on_drop(OnDrop::Stall)
+        } else {
+            ConsumerOptions::new()
+        };
+        let mut c = consumer(&b, options).await;
+        assert_eq!(poll(&mut c).await.len(), 2);
+        if stall_by_option {
+            drop(c);
+        } else {
+            c.stall();
+        }
+        let mut other = consumer(&b, ConsumerOptions::new()).await;
+        assert!(
+            poll(&mut other).await.is_empty(),
+            "a hung member releases nothing"
+        );
+        assert!(
+            b.record_state(GROUP, "t", 0, 0)
+                .unwrap()
+                .member_id()
+                .is_some()
+        );
+        tokio::time::advance(LOCK).await;
+        let got = poll(&mut other).await;
+        assert_eq!(offsets(&got), vec![0, 1]);
+        assert!(got.iter().all(|r| r.delivery_count() == 2));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_consumer_is_a_closed_connection_and_releases_at_once() {
+    let b = broker(1, 3, earliest().delivery_count_limit(2));
     let mut c = consumer(&b, ConsumerOptions::new()).await;
-    assert_eq!(poll(&mut c).await.len(), 2);
+    let first = poll(&mut c).await;
+    assert_eq!(first.len(), 3);
+    // Acknowledged but never sent: lost with the process.
+    c.acknowledge(&first[0], AcknowledgeType::Accept).unwrap();
     drop(c);
-    let mut other = consumer(&b, ConsumerOptions::new()).await;
-    assert!(
-        poll(&mut other).await.is_empty(),
-        "a crash releases nothing"
-    );
-    tokio::time::advance(LOCK).await;
-    let got = poll(&mut other).await;
-    assert_eq!(offsets(&got), vec![0, 1]);
-    assert!(got.iter().all(|r| r.delivery_count() == 2));
+    for offset in 0..3 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Available, 1),
+            "offset {offset}"
+        );
+    }
+    let mut d = consumer(&b, ConsumerOptions::new()).await;
+    let second = poll(&mut d).await;
+    assert_eq!(offsets(&second), [0, 1, 2]);
+    assert!(second.iter().all(|r| r.delivery_count() == 2));
+    drop(d);
+    // Released at the delivery-count limit: archived.
+    assert_eq!(state(&b, 0), (RecordState::Archived, 2));
+    assert_eq!(b.state_counts(GROUP).archived, 3);
 }
 
 #[tokio::test(start_paused = true)]

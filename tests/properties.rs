@@ -1,14 +1,14 @@
 //! Property test of the embedded share group (KIP-932).
 //!
 //! Several consumers of one group on one [`EmbeddedBroker`] run a random sequence of polls,
-//! acknowledgements, commits, closes, crashes, produces and clock advances, on a paused tokio
-//! clock. A client-side model follows every record (state, delivery count, holder and lock
-//! deadline) from what the consumers do and see, predicts the outcome of every
-//! acknowledgement, and is compared with what the consumers get and with the broker's
-//! inspection API. The invariants checked:
+//! acknowledgements, commits, closes, crashes, stalls, produces and clock advances, on a
+//! paused tokio clock. A client-side model follows every record (state, delivery count,
+//! holder and lock deadline) from what the consumers do and see, predicts the outcome of
+//! every acknowledgement, and is compared with what the consumers get and with the
+//! broker's inspection API. The invariants checked:
 //!
 //! 1. No record is held by two consumers at once: a poll never hands out a record another
-//!    consumer (live or crashed) holds under a valid lock; a renewed record is presented
+//!    consumer (live or stalled) holds under a valid lock; a renewed record is presented
 //!    again to its holder; an acquired record's `member_id` is its last receiver's.
 //! 2. A record whose ACCEPT or REJECT a commit reported as applied, or that inspection showed
 //!    as acknowledged or archived, is never delivered again.
@@ -66,8 +66,12 @@ enum Op {
     Commit(usize),
     /// `close`, then a fresh consumer takes its place.
     Close(usize),
-    /// Drop without closing, then a fresh consumer takes its place.
+    /// Drop without closing (a process that died, its connection closed: its records are
+    /// released at once), then a fresh consumer takes its place.
     Crash(usize),
+    /// `stall` (a process that hangs, still connected: its records wait for their locks to
+    /// expire), then a fresh consumer takes its place.
+    Stall(usize),
     /// `tokio::time::advance` by this many milliseconds.
     Advance(u64),
     /// Produces one more record to this partition (modulo the partition count).
@@ -107,7 +111,8 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (consumer.clone(), ack_type()).prop_map(|(consumer, ack)| Op::AckAll { consumer, ack }),
         2 => consumer.clone().prop_map(Op::Commit),
         1 => consumer.clone().prop_map(Op::Close),
-        1 => consumer.prop_map(Op::Crash),
+        1 => consumer.clone().prop_map(Op::Crash),
+        1 => consumer.prop_map(Op::Stall),
         // Mostly shorter than a lock, so that renewals and late acknowledgements matter;
         // around the lock duration too, to hit `deadline == now` (expired).
         3 => (0u64..=6_000).prop_map(Op::Advance),
@@ -304,8 +309,10 @@ impl Model {
         }
     }
 
-    /// How many records a poll could acquire now: those available again inside each
-    /// partition's in-flight window, plus new ones while the window has room.
+    /// How many records a poll could acquire now (every record is a batch of its own):
+    /// while a partition's in-flight window is below the cap, as many as the room left,
+    /// those available again inside the window first, then new ones; once it is at the
+    /// cap, only those available again inside it.
     fn acquirable(&self) -> i64 {
         self.partitions
             .iter()
@@ -314,8 +321,12 @@ impl Model {
                     .iter()
                     .filter(|r| r.state == Expected::Available)
                     .count() as i64;
-                let room = (self.max_record_locks - (p.end - p.start())).max(0);
-                again + (p.log_end() - p.end).min(room)
+                let room = self.max_record_locks - (p.end - p.start());
+                if room > 0 {
+                    (again + p.log_end() - p.end).min(room)
+                } else {
+                    again
+                }
             })
             .sum()
     }
@@ -478,7 +489,21 @@ impl Harness {
                 self.close(c % n).await?;
                 self.replace(c % n).await
             }
-            Op::Crash(c) => self.replace(c % n).await,
+            Op::Crash(c) => {
+                let member = self.clients[c % n].member;
+                self.replace(c % n).await?;
+                // The old consumer is dropped now: the group releases what it held.
+                self.model.expire(Instant::now());
+                self.model.release_member(member);
+                Ok(())
+            }
+            Op::Stall(c) => {
+                let client = self.new_client(self.clients[c % n].max_poll).await?;
+                std::mem::replace(&mut self.clients[c % n], client)
+                    .consumer
+                    .stall();
+                Ok(())
+            }
             Op::Advance(ms) => {
                 tokio::time::advance(Duration::from_millis(ms)).await;
                 Ok(())
@@ -601,13 +626,16 @@ impl Harness {
             });
         }
 
-        // A poll takes only what it may, and everything it may unless it is full.
+        // A poll that presents renewed records again fetches nothing new (as on a broker);
+        // another takes only what it may, and everything it may unless it is full.
         let fresh = (records.len() - represent.len()) as i64;
         prop_assert!(
             fresh <= acquirable,
             "{fresh} acquired, only {acquirable} acquirable"
         );
-        if records.len() < client.max_poll {
+        if !represent.is_empty() {
+            prop_assert_eq!(fresh, 0, "a renewing poll acquired new records");
+        } else if records.len() < client.max_poll {
             prop_assert_eq!(fresh, acquirable, "a poll with room left records behind");
         }
         for (p, part) in model.partitions.iter().enumerate() {
@@ -809,7 +837,7 @@ impl Harness {
         for c in 0..self.clients.len() {
             self.close(c).await?;
         }
-        // Crashed members' locks run out.
+        // Stalled members' locks run out.
         tokio::time::advance(LOCK).await;
         let known = self.inspect_known()?;
         let counts = self.broker.state_counts(GROUP);

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::EmbeddedError;
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::ShareAcquireMode;
 use crate::producer::IsolationLevel;
 
 /// Where a share group starts reading a partition it has never read (`share.auto.offset.reset`).
@@ -241,12 +242,52 @@ impl GroupConfig {
     }
 }
 
+/// What dropping an [`EmbeddedShareConsumer`](super::EmbeddedShareConsumer) without
+/// [`close`](crate::ShareConsumer::close) stands for.
+///
+/// Both are crashes: nothing the consumer acknowledged but did not send yet reaches the
+/// group, and it does not leave the group politely. They differ in what the broker sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnDrop {
+    /// A process that died: its sockets close, and a Kafka broker ends the member's share
+    /// sessions at once (`ShareSessionCache`'s disconnect listener), releasing every record
+    /// it holds with the delivery count it has (Kafka 4.2+; the count went up when the
+    /// record was acquired), or archiving it if that count is at
+    /// `share.delivery.count.limit`. Other consumers get the records right away.
+    #[default]
+    Disconnect,
+    /// A process that hangs: still connected and a member of the group, it never polls or
+    /// acknowledges again. Its records come back only when their locks expire
+    /// (`share.record.lock.duration.ms`). [`EmbeddedShareConsumer::stall`] does the same
+    /// for one consumer whatever its options say.
+    ///
+    /// [`EmbeddedShareConsumer::stall`]: super::EmbeddedShareConsumer::stall
+    Stall,
+}
+
 /// Settings of one [`EmbeddedShareConsumer`](super::EmbeddedShareConsumer).
+///
+/// ```
+/// use std::time::Duration;
+/// use kafka_share_sink::embedded::{ConsumerOptions, OnDrop};
+/// use kafka_share_sink::ShareAcquireMode;
+///
+/// let options = ConsumerOptions::new()
+///     .max_poll_records(3)
+///     .acquire_mode(ShareAcquireMode::RecordLimit)
+///     .first_fetch_delay(Duration::from_secs(1))
+///     .on_drop(OnDrop::Stall);
+/// # let _ = options;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     pub(crate) max_poll_records: usize,
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) renew: bool,
+    pub(crate) acquire_mode: ShareAcquireMode,
+    pub(crate) first_fetch_delay: Duration,
+    pub(crate) on_drop: OnDrop,
 }
 
 impl Default for ConsumerOptions {
@@ -256,17 +297,23 @@ impl Default for ConsumerOptions {
             max_poll_records: 500,
             acknowledgement_mode: AcknowledgementMode::Explicit,
             renew: true,
+            // share.acquire.mode
+            acquire_mode: ShareAcquireMode::BatchOptimized,
+            first_fetch_delay: Duration::ZERO,
+            on_drop: OnDrop::Disconnect,
         }
     }
 }
 
 impl ConsumerOptions {
-    /// 500 records a poll, explicit acknowledgement.
+    /// 500 records a poll, explicit acknowledgement, `batch_optimized`, no first-fetch
+    /// delay, a drop is a [disconnect](OnDrop::Disconnect).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// `max.poll.records`: at most this many records a poll (at least 1).
+    /// `max.poll.records` (at least 1): a strict bound on a poll in `record_limit` mode, a
+    /// soft one in `batch_optimized` mode (see [`acquire_mode`](Self::acquire_mode)).
     pub fn max_poll_records(mut self, max: usize) -> Self {
         self.max_poll_records = max.max(1);
         self
@@ -283,6 +330,37 @@ impl ConsumerOptions {
     /// sink can be tested against brokers without KIP-1222.
     pub fn renew(mut self, supported: bool) -> Self {
         self.renew = supported;
+        self
+    }
+
+    /// `share.acquire.mode` (KIP-1206), as a Kafka 4.4 broker applies it:
+    ///
+    /// - [`ShareAcquireMode::BatchOptimized`] (the default): whole produce batches are
+    ///   acquired, so a poll returns the whole of the last batch it reaches even past
+    ///   `max.poll.records` (20 records produced together come in one poll with
+    ///   `max_poll_records(3)`, and none are left for a second consumer). Records produced
+    ///   one by one ([`EmbeddedBroker::produce`](super::EmbeddedBroker::produce), a
+    ///   producer's sends) are batches of one; see
+    ///   [`EmbeddedBroker::produce_batch`](super::EmbeddedBroker::produce_batch).
+    /// - [`ShareAcquireMode::RecordLimit`]: at most `max.poll.records` records a poll; the
+    ///   rest of a batch stays available to any consumer.
+    pub fn acquire_mode(mut self, mode: ShareAcquireMode) -> Self {
+        self.acquire_mode = mode;
+        self
+    }
+
+    /// Makes the consumer's polls acquire nothing until `delay` after its first poll, as a
+    /// Kafka broker takes about a second to initialise a share partition (reading its state
+    /// from the share coordinator) before a new consumer's first records. Off (zero) by
+    /// default; turn it on to check that a test or sink waiting for records copes with it.
+    pub fn first_fetch_delay(mut self, delay: Duration) -> Self {
+        self.first_fetch_delay = delay;
+        self
+    }
+
+    /// What dropping the consumer without closing it stands for: see [`OnDrop`].
+    pub fn on_drop(mut self, on_drop: OnDrop) -> Self {
+        self.on_drop = on_drop;
         self
     }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::partition::MemberKey;
-use super::{ConsumerOptions, Shared};
+use super::{ConsumerOptions, OnDrop, Shared};
 use crate::consumer::in_flight::InFlightBatch;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
@@ -23,8 +23,47 @@ use crate::time::deadline_after;
 /// member may fetch from every partition of the topics it subscribes to, so members share
 /// partitions as KIP-932 allows.
 ///
-/// Dropping it without [`close`](ShareConsumer::close) behaves like a crashed process: the
-/// records it holds stay acquired until their locks expire.
+/// Dropping it without [`close`](ShareConsumer::close) is a crash. By default
+/// ([`OnDrop::Disconnect`]) it is the crash of a process, whose connections close: the group
+/// gets the records it held back at once, with the delivery count they have, as a Kafka
+/// broker releases a member's records when its connection goes away. A process that hangs
+/// instead, connected but never polling again, is [`stall`](Self::stall) (or
+/// [`OnDrop::Stall`]): its records come back only when their locks expire.
+///
+/// ```
+/// use std::time::Duration;
+/// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+/// use kafka_share_sink::ShareConsumer;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let broker = EmbeddedBroker::new();
+/// broker.create_topic("orders", 1)?;
+/// let lock = Duration::from_secs(30);
+/// broker.set_group_config(
+///     "sink",
+///     GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest).record_lock_duration(lock),
+/// )?;
+/// broker.produce("orders", ProduceRecord::new().value("a"))?;
+/// let mut survivor = broker.share_consumer("sink");
+/// survivor.subscribe(vec!["orders".into()]).await?;
+///
+/// let mut crashed = broker.share_consumer("sink");
+/// crashed.subscribe(vec!["orders".into()]).await?;
+/// assert_eq!(crashed.poll(Duration::ZERO).await?.len(), 1);
+/// drop(crashed); // its connection closes: released at once
+/// let records = survivor.poll(Duration::ZERO).await?;
+/// assert_eq!(records[0].delivery_count(), 2);
+///
+/// let mut hung = broker.share_consumer("sink");
+/// hung.subscribe(vec!["orders".into()]).await?;
+/// survivor.acknowledge(&records[0], kafka_share_sink::AcknowledgeType::Release)?;
+/// survivor.commit_sync(Duration::from_secs(1)).await?;
+/// assert_eq!(hung.poll(Duration::ZERO).await?.len(), 1);
+/// hung.stall(); // still connected, never polls again: held until the lock expires
+/// assert!(survivor.poll(Duration::ZERO).await?.is_empty());
+/// assert_eq!(survivor.poll(lock).await?[0].delivery_count(), 4);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct EmbeddedShareConsumer {
     shared: Arc<Shared>,
@@ -37,6 +76,8 @@ pub struct EmbeddedShareConsumer {
     /// Outcomes of acknowledgements sent by poll, reported by the next commit.
     unreported: CommitResults,
     lock_timeout: Option<Duration>,
+    /// When the first poll began, for [`ConsumerOptions::first_fetch_delay`].
+    first_poll: Option<Instant>,
     closed: bool,
 }
 
@@ -53,8 +94,17 @@ impl EmbeddedShareConsumer {
             batch: InFlightBatch::default(),
             unreported: CommitResults::new(),
             lock_timeout: None,
+            first_poll: None,
             closed: false,
         }
+    }
+
+    /// Drops the consumer as a process that hangs: it stays a member of the group, holding
+    /// its records until their locks expire, and never polls, acknowledges or leaves again
+    /// ([`OnDrop::Stall`], whatever the options say). Acknowledgements not sent yet are
+    /// lost. A plain drop is a process that died instead: see [`OnDrop`].
+    pub fn stall(mut self) {
+        self.options.on_drop = OnDrop::Stall;
     }
 
     fn ensure_open(&self) -> Result<(), ConsumerError> {
@@ -122,17 +172,30 @@ impl ShareConsumer for EmbeddedShareConsumer {
         let mut renewed = self.batch.renewed();
         self.batch.clear_unheld();
 
-        let deadline = deadline_after(Instant::now(), timeout);
+        let start = Instant::now();
+        let deadline = deadline_after(start, timeout);
+        // A new consumer's share partitions initialise before its first records.
+        let ready = deadline_after(
+            *self.first_poll.get_or_insert(start),
+            self.options.first_fetch_delay,
+        );
         loop {
             let mut changed = pin!(self.shared.changed.notified());
             changed.as_mut().enable();
             let now = Instant::now();
+            if now < ready {
+                if now >= deadline {
+                    return Ok(Vec::new());
+                }
+                tokio::time::sleep_until(ready.min(deadline)).await;
+                continue;
+            }
             let fetched = self.shared.lock().fetch(
                 &self.group_id,
                 self.member,
                 &self.subscription,
                 &renewed,
-                self.options.max_poll_records,
+                &self.options,
                 now,
             );
             renewed.clear();
@@ -253,5 +316,18 @@ impl ShareConsumer for EmbeddedShareConsumer {
 
     fn acknowledgement_mode(&self) -> AcknowledgementMode {
         self.options.acknowledgement_mode
+    }
+}
+
+impl Drop for EmbeddedShareConsumer {
+    /// A crash: see [`OnDrop`].
+    fn drop(&mut self) {
+        if self.closed || self.options.on_drop == OnDrop::Stall {
+            return;
+        }
+        // The connection closed: the broker ends the member's sessions, releasing what it
+        // holds with the delivery counts it has (Kafka 4.2+), and the member is gone.
+        self.shared.lock().leave(&self.group_id, self.member);
+        self.shared.changed.notify_waiters();
     }
 }

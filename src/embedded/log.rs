@@ -6,6 +6,13 @@
 //! record, with an offset of its own, as in Kafka); then it is marked with the outcome, so
 //! readers need no aborted-transaction index. The last stable offset is the first offset of
 //! the oldest transaction still open in the partition, or the log end when none is.
+//!
+//! Entries are appended in produce batches, as a Kafka log holds record batches: records
+//! produced together ([`EmbeddedBroker::produce_batch`]) form one batch, every other append
+//! (a single produce, a producer's send, a marker, a dead letter) a batch of its own. Share
+//! groups acquire whole batches in `batch_optimized` mode.
+//!
+//! [`EmbeddedBroker::produce_batch`]: super::EmbeddedBroker::produce_batch
 
 use std::collections::HashMap;
 
@@ -93,6 +100,8 @@ pub(crate) struct PartitionLog {
     entries: Vec<StoredRecord>,
     /// The first offset of each producer's open transaction in this partition.
     open: HashMap<i64, i64>,
+    /// The first offset of every batch, ascending: a batch runs up to the next one's start.
+    batch_starts: Vec<i64>,
 }
 
 impl PartitionLog {
@@ -122,10 +131,31 @@ impl PartitionLog {
         self.entries.get(usize::try_from(offset).ok()?)
     }
 
-    /// Appends an entry outside transactions and returns its offset.
+    /// One past the last offset of the batch holding `offset` (the log end for an offset
+    /// past it).
+    pub(crate) fn batch_end(&self, offset: i64) -> i64 {
+        let next = self.batch_starts.partition_point(|start| *start <= offset);
+        self.batch_starts
+            .get(next)
+            .copied()
+            .unwrap_or_else(|| self.end())
+    }
+
+    /// Appends an entry outside transactions, as a batch of its own, and returns its offset.
     pub(crate) fn push(&mut self, record: StoredRecord) -> i64 {
         let offset = self.end();
+        self.batch_starts.push(offset);
         self.entries.push(record);
+        offset
+    }
+
+    /// Appends entries outside transactions as one batch and returns the first offset.
+    pub(crate) fn push_batch(&mut self, records: Vec<StoredRecord>) -> i64 {
+        let offset = self.end();
+        if !records.is_empty() {
+            self.batch_starts.push(offset);
+            self.entries.extend(records);
+        }
         offset
     }
 
@@ -133,6 +163,7 @@ impl PartitionLog {
     /// if needed) and returns its offset.
     pub(crate) fn push_transactional(&mut self, mut record: StoredRecord, producer_id: i64) -> i64 {
         let offset = self.end();
+        self.batch_starts.push(offset);
         self.open.entry(producer_id).or_insert(offset);
         record.producer_id = Some(producer_id);
         record.kind = EntryKind::Transactional(TxnStatus::Open);
@@ -159,6 +190,7 @@ impl PartitionLog {
             }
         }
         let offset = self.end();
+        self.batch_starts.push(offset);
         self.entries.push(StoredRecord {
             key: None,
             value: None,
@@ -210,6 +242,29 @@ mod tests {
         );
         assert_eq!(visible(&log, IsolationLevel::ReadCommitted), [0, 1, 3]);
         assert_eq!(visible(&log, IsolationLevel::ReadUncommitted), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn batches_end_where_the_next_begins() {
+        let mut log = PartitionLog::default();
+        log.push(record("single")); // 0
+        assert_eq!(
+            log.push_batch(vec![record("a"), record("b"), record("c")]),
+            1
+        );
+        assert_eq!(
+            log.push_batch(Vec::new()),
+            4,
+            "an empty batch writes nothing"
+        );
+        log.push_transactional(record("t"), 7); // 4
+        log.end_transaction(7, TxnOutcome::Commit, 0); // 5
+        assert_eq!(log.batch_end(0), 1);
+        for offset in 1..4 {
+            assert_eq!(log.batch_end(offset), 4, "offset {offset}");
+        }
+        assert_eq!((log.batch_end(4), log.batch_end(5)), (5, 6));
+        assert_eq!(log.batch_end(99), 6, "past the log: its end");
     }
 
     #[test]

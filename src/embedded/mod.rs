@@ -7,8 +7,32 @@
 //! REJECT archives it, RENEW extends its lock, a record that reaches the delivery-count limit
 //! is archived (through the group's dead-letter topic when it has one, as Kafka 4.4 does: see
 //! [`GroupConfig::dead_letter_queue`]), and the in-flight window per partition is bounded.
-//! `close` releases what a consumer still holds; dropping a consumer without closing it is a
-//! crash, and its locks simply expire.
+//! `close` releases what a consumer still holds.
+//!
+//! Where a Kafka 4.4 broker differs from a strict reading of the configs, the group does as
+//! the broker does (the scenarios of `tests/support/share_behaviour.rs` run on both):
+//!
+//! - **Batches.** Records produced together ([`EmbeddedBroker::produce_batch`]) are one
+//!   batch; a single [`produce`](EmbeddedBroker::produce) or producer send is a batch of one.
+//!   In `batch_optimized` mode (the default [`ConsumerOptions::acquire_mode`]) whole batches
+//!   are acquired, so a poll can return more than `max.poll.records`; in `record_limit` mode
+//!   at most that many.
+//! - **The in-flight cap** (`share.partition.max.record.locks`) is checked before acquiring:
+//!   below it, up to the room left is acquired (records available again included), and a
+//!   whole batch can take the window past it (150 records held under a cap of 100); at or
+//!   over it, nothing new is acquired until the window shrinks.
+//! - **Renewing holders.** A poll that presents renewed records again returns only those.
+//! - **Crash or stall.** Dropping a consumer without closing it is a process that died: its
+//!   connection closes and the group releases its records at once, each with the delivery
+//!   count it has (Kafka 4.2+), as a broker does when a client's connection goes away. A
+//!   process that hangs, still connected, is [`EmbeddedShareConsumer::stall`] (or
+//!   [`OnDrop::Stall`]): its records come back only when their locks expire.
+//! - **A new consumer's first records** come at once, unless
+//!   [`ConsumerOptions::first_fetch_delay`] models the second or so a broker takes to
+//!   initialise a share partition.
+//!
+//! Not modelled: the broker's poison-pill isolation (smaller acquisitions, and a record on
+//! its last delivery alone) and its splitting of large acquisitions by `BatchSize`.
 //!
 //! It runs the quickstart, and your own tests of a [`SinkTask`](crate::SinkTask) without a
 //! broker.
@@ -99,13 +123,13 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use self::config::DeadLetterTopic;
-pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig};
+pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig, OnDrop};
 pub use self::consumer::EmbeddedShareConsumer;
 pub use self::dlq::EmbeddedDeadLetterQueue;
 pub use self::error::EmbeddedError;
 use self::log::{PartitionLog, StoredRecord, TxnOutcome};
 pub use self::partition::RecordState;
-use self::partition::{Acquired, DeadLetter, MemberKey, SharePartition};
+use self::partition::{AcquireRequest, Acquired, DeadLetter, MemberKey, SharePartition};
 pub use self::producer::{EmbeddedProducer, EmbeddedProducerConfig, LostCommit};
 use self::txn::{Coordinator, Ended};
 use crate::consumer::in_flight::PartitionAcks;
@@ -177,6 +201,12 @@ impl ProduceRecord {
     pub fn timestamp(mut self, millis: i64) -> Self {
         self.timestamp = Some(millis);
         self
+    }
+
+    /// The log entry, stamped with the current time unless it has a timestamp.
+    fn stored(self) -> StoredRecord {
+        let timestamp = self.timestamp.unwrap_or_else(now_millis);
+        StoredRecord::plain(self.key, self.value, self.headers, timestamp, None)
     }
 }
 
@@ -449,17 +479,19 @@ impl State {
         (key, member_id)
     }
 
-    /// Acquires records of the subscribed topics for `member`, after re-presenting the
-    /// renewed records it still holds.
+    /// Re-presents the renewed records `member` still holds; only when there are none,
+    /// acquires records of the subscribed topics for it (as on a Kafka broker, where the
+    /// fetch that carries a RENEW fetches nothing new).
     pub(crate) fn fetch(
         &mut self,
         group_id: &str,
         member: MemberKey,
         topics: &[String],
         renewed: &[RecordId],
-        max: usize,
+        options: &ConsumerOptions,
         now: Instant,
     ) -> Fetched {
+        let max = options.max_poll_records;
         self.expire_transactions(now);
         let State {
             topics: logs,
@@ -497,7 +529,7 @@ impl State {
             }
         }
         let mut acquired: Vec<Acquired> = Vec::new();
-        if !targets.is_empty() {
+        if !targets.is_empty() && records.is_empty() {
             let first = group.cursor % targets.len();
             group.cursor = group.cursor.wrapping_add(1);
             for i in 0..targets.len() {
@@ -510,6 +542,8 @@ impl State {
                 let isolation = config.isolation_level;
                 // Under read_committed nothing past the last stable offset is acquired.
                 let readable = log.log(p).map_or(0, |l| l.end_for(isolation));
+                let batch_end =
+                    |offset: i64| log.log(p).map_or(offset + 1, |l| l.batch_end(offset));
                 let share = group
                     .partitions
                     .entry((Arc::clone(&log.name), p))
@@ -525,14 +559,15 @@ impl State {
                 // again while only such records came.
                 loop {
                     acquired.clear();
-                    share.acquire(
+                    let request = AcquireRequest {
                         member,
                         now,
-                        readable,
-                        max - records.len(),
-                        config,
-                        &mut acquired,
-                    );
+                        log_end: readable,
+                        max: max - records.len(),
+                        mode: options.acquire_mode,
+                        batch_end: &batch_end,
+                    };
+                    share.acquire(&request, config, &mut acquired);
                     records.reserve(acquired.len());
                     let mut skipped = false;
                     for a in &acquired {
@@ -598,7 +633,7 @@ impl State {
         results
     }
 
-    /// Appends a record to `topic` and returns where it landed.
+    /// Appends a record to `topic`, as a batch of its own, and returns where it landed.
     pub(crate) fn append(
         &mut self,
         topic: &str,
@@ -610,33 +645,41 @@ impl State {
             .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
         let count = log.partitions.len();
         let partition = match (record.partition, &record.key) {
-            (Some(p), _) => usize::try_from(p)
-                .ok()
-                .filter(|p| *p < count)
-                .ok_or_else(|| EmbeddedError::UnknownPartition {
-                    topic: topic.to_owned(),
-                    partition: p,
-                    partitions: count,
-                })?,
+            (Some(p), _) => log.index(topic, p)?,
             (None, Some(key)) => (fnv1a(key) % count as u64) as usize,
             (None, None) => {
                 log.next_partition = (log.next_partition + 1) % count;
                 log.next_partition
             }
         };
-        let timestamp = record.timestamp.unwrap_or_else(now_millis);
-        let offset = log.partitions[partition].push(StoredRecord::plain(
-            record.key,
-            record.value,
-            record.headers,
-            timestamp,
-            None,
-        ));
+        let offset = log.partitions[partition].push(record.stored());
         Ok(RecordId::new(
             Arc::clone(&log.name),
             i32::try_from(partition).unwrap_or(i32::MAX),
             offset,
         ))
+    }
+
+    /// Appends records to one partition of `topic` as one batch and returns where they
+    /// landed, in order.
+    pub(crate) fn append_batch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Vec<ProduceRecord>,
+    ) -> Result<Vec<RecordId>, EmbeddedError> {
+        let log = self
+            .topics
+            .get_mut(topic)
+            .ok_or_else(|| EmbeddedError::UnknownTopic(topic.to_owned()))?;
+        let index = log.index(topic, partition)?;
+        let count = records.len();
+        let first = log.partitions[index]
+            .push_batch(records.into_iter().map(ProduceRecord::stored).collect());
+        Ok((first..)
+            .take(count)
+            .map(|offset| RecordId::new(Arc::clone(&log.name), partition, offset))
+            .collect())
     }
 
     /// Releases every record the member holds and removes it from the group.
@@ -671,6 +714,18 @@ impl State {
 }
 
 impl Topic {
+    /// The index of `partition`, or the error naming it.
+    fn index(&self, topic: &str, partition: i32) -> Result<usize, EmbeddedError> {
+        usize::try_from(partition)
+            .ok()
+            .filter(|p| *p < self.partitions.len())
+            .ok_or_else(|| EmbeddedError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+                partitions: self.partitions.len(),
+            })
+    }
+
     fn end_offset(&self, partition: i32) -> i64 {
         usize::try_from(partition)
             .ok()
@@ -785,11 +840,62 @@ impl EmbeddedBroker {
         Ok(())
     }
 
-    /// Appends a record and returns where it landed.
+    /// Appends a record, as a batch of its own, and returns where it landed.
     pub fn produce(&self, topic: &str, record: ProduceRecord) -> Result<RecordId, EmbeddedError> {
         let id = self.shared.lock().append(topic, record)?;
         self.shared.changed.notify_waiters();
         Ok(id)
+    }
+
+    /// Appends records to one partition as one batch, as a Kafka producer's single produce
+    /// request for a partition writes one record batch, and returns where they landed, in
+    /// order. Each record goes to `partition`, whatever partition it names itself. An empty
+    /// list writes nothing.
+    ///
+    /// Batches matter to share groups: in `batch_optimized` mode (the default
+    /// [`acquire_mode`](ConsumerOptions::acquire_mode)) a consumer acquires whole batches,
+    /// so it can get more than `max.poll.records` records, and the in-flight window can pass
+    /// [`partition_max_record_locks`](GroupConfig::partition_max_record_locks).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, ConsumerOptions, EmbeddedBroker, GroupConfig, ProduceRecord};
+    /// use kafka_share_sink::{ShareAcquireMode, ShareConsumer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
+    /// let batch = (0..20).map(|i| ProduceRecord::new().value(format!("v{i}"))).collect();
+    /// let ids = broker.produce_batch("orders", 0, batch)?;
+    /// assert_eq!((ids[0].offset(), ids[19].offset()), (0, 19));
+    ///
+    /// let mut whole = broker.share_consumer_with("sink", ConsumerOptions::new().max_poll_records(3));
+    /// whole.subscribe(vec!["orders".into()]).await?;
+    /// assert_eq!(whole.poll(Duration::from_secs(1)).await?.len(), 20, "the whole batch");
+    ///
+    /// broker.produce_batch("orders", 0, (0..20).map(|_| ProduceRecord::new()).collect())?;
+    /// let strict = ConsumerOptions::new()
+    ///     .max_poll_records(3)
+    ///     .acquire_mode(ShareAcquireMode::RecordLimit);
+    /// let mut limited = broker.share_consumer_with("sink", strict);
+    /// limited.subscribe(vec!["orders".into()]).await?;
+    /// assert_eq!(limited.poll(Duration::from_secs(1)).await?.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddedError::UnknownTopic`] and [`EmbeddedError::UnknownPartition`].
+    pub fn produce_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Vec<ProduceRecord>,
+    ) -> Result<Vec<RecordId>, EmbeddedError> {
+        let ids = self.shared.lock().append_batch(topic, partition, records)?;
+        self.shared.changed.notify_waiters();
+        Ok(ids)
     }
 
     /// An idempotent producer without transactions: see [`EmbeddedProducer`].

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::GroupConfig;
 use crate::consumer::{AckError, AcknowledgeType};
+use crate::kafka::ShareAcquireMode;
 use crate::time::deadline_after;
 
 /// Member numbers inside the embedded broker.
@@ -100,6 +101,19 @@ impl Slot {
         self.deadline = None;
         dead_letter
     }
+}
+
+/// What one fetch asks of a share partition.
+pub(crate) struct AcquireRequest<'a> {
+    pub(crate) member: MemberKey,
+    pub(crate) now: Instant,
+    /// Where the readable log ends (the high watermark, or the last stable offset).
+    pub(crate) log_end: i64,
+    /// `max.poll.records` left for this partition.
+    pub(crate) max: usize,
+    pub(crate) mode: ShareAcquireMode,
+    /// One past the last offset of the produce batch holding an offset.
+    pub(crate) batch_end: &'a dyn Fn(i64) -> i64,
 }
 
 /// One acquired record: its offset and delivery count.
@@ -306,51 +320,101 @@ impl SharePartition {
         }
     }
 
-    /// Acquires up to `max` records for `member`, lowest offsets first: records available
-    /// again inside the window, then new records up to `log_end`, as long as the in-flight
-    /// window stays below the record-lock limit.
+    /// Acquires records for the request's member, lowest offsets first: records available
+    /// again inside the window, then new records up to the request's log end, as a Kafka
+    /// 4.4 broker does (`SharePartition.acquire`):
+    ///
+    /// - The in-flight window (from the start to the end offset) is compared with
+    ///   `share.partition.max.record.locks` before acquiring, not per record: while it is
+    ///   below the cap, up to `min(max, cap - window)` records are acquired, and in
+    ///   `batch_optimized` mode the last batch is taken whole, so the window can pass the
+    ///   cap; once it is at or over the cap, only records available again inside it are
+    ///   acquired.
+    /// - `batch_optimized`: whole produce batches (of the records still available in them),
+    ///   so a fetch can return more than `max`; `record_limit`: at most `max` records. A new
+    ///   batch enters the window whole in both modes; in `record_limit` its records past
+    ///   `max` stay available there.
     pub(crate) fn acquire(
         &mut self,
-        member: MemberKey,
-        now: Instant,
-        log_end: i64,
-        max: usize,
+        request: &AcquireRequest<'_>,
         config: &GroupConfig,
         out: &mut Vec<Acquired>,
     ) {
+        let &AcquireRequest {
+            member,
+            now,
+            log_end,
+            max,
+            mode,
+            batch_end,
+        } = request;
         self.expire(now, config);
         let deadline = deadline_after(now, config.record_lock_duration);
-        let mut taken = 0;
-        for i in 0..self.slots.len() {
-            if taken == max {
-                return;
-            }
-            if self.slots[i].state == RecordState::Available {
-                out.push(self.lock(i, member, deadline));
-                taken += 1;
-            }
-        }
+        let strict = mode == ShareAcquireMode::RecordLimit;
         let limit = i64::try_from(config.partition_max_record_locks).unwrap_or(i64::MAX);
-        // New records, acquired for the first time.
-        let room = (log_end - self.end).min(limit - (self.end - self.start));
-        let new = usize::try_from(room).unwrap_or(0).min(max - taken);
-        if new == 0 {
+        let room = limit.saturating_sub(self.end - self.start);
+        let budget = if room > 0 {
+            max.min(usize::try_from(room).unwrap_or(usize::MAX))
+        } else {
+            max
+        };
+        let mut taken = 0;
+        // Records available again inside the window, batch by batch.
+        let mut i = 0;
+        while i < self.slots.len() && taken < budget {
+            if self.slots[i].state != RecordState::Available {
+                i += 1;
+                continue;
+            }
+            let stop = if strict {
+                i + 1
+            } else {
+                let offset = self.start + i as i64;
+                let batch_end = batch_end(offset).min(self.end).max(offset + 1);
+                usize::try_from(batch_end - self.start).unwrap_or(self.slots.len())
+            };
+            for j in i..stop.min(self.slots.len()) {
+                if self.slots[j].state == RecordState::Available {
+                    out.push(self.lock(j, member, deadline));
+                    taken += 1;
+                }
+            }
+            i = stop;
+        }
+        if room <= 0 || taken >= budget || log_end <= self.end {
             return;
         }
+        // New records, acquired for the first time.
+        let first = self.end;
+        let remaining = i64::try_from(budget - taken).unwrap_or(i64::MAX);
+        let wanted_end = first.saturating_add(remaining).min(log_end);
+        let window_end = batch_end(wanted_end - 1).min(log_end).max(wanted_end);
+        let acquired_end = if strict { wanted_end } else { window_end };
+        let new = usize::try_from(window_end - first).unwrap_or(0);
         out.reserve(new);
-        for _ in 0..new {
-            self.slots.push_back(Slot {
-                state: RecordState::Acquired,
-                delivery_count: 1,
-                owner: Some(member),
-                deadline: Some(deadline),
-            });
-            out.push(Acquired {
-                offset: self.end,
-                delivery_count: 1,
-            });
-            self.end += 1;
+        self.slots.reserve(new);
+        for offset in first..window_end {
+            if offset < acquired_end {
+                self.slots.push_back(Slot {
+                    state: RecordState::Acquired,
+                    delivery_count: 1,
+                    owner: Some(member),
+                    deadline: Some(deadline),
+                });
+                out.push(Acquired {
+                    offset,
+                    delivery_count: 1,
+                });
+            } else {
+                self.slots.push_back(Slot {
+                    state: RecordState::Available,
+                    delivery_count: 0,
+                    owner: None,
+                    deadline: None,
+                });
+            }
         }
+        self.end = window_end;
         self.next_deadline = Some(self.next_deadline.map_or(deadline, |n| n.min(deadline)));
     }
 
@@ -464,6 +528,27 @@ mod tests {
             .partition_max_record_locks(4)
     }
 
+    /// Every offset a batch of its own.
+    fn single(offset: i64) -> i64 {
+        offset + 1
+    }
+
+    fn request(
+        member: MemberKey,
+        now: Instant,
+        log_end: i64,
+        max: usize,
+    ) -> AcquireRequest<'static> {
+        AcquireRequest {
+            member,
+            now,
+            log_end,
+            max,
+            mode: ShareAcquireMode::BatchOptimized,
+            batch_end: &single,
+        }
+    }
+
     fn acquire(
         p: &mut SharePartition,
         member: MemberKey,
@@ -472,8 +557,77 @@ mod tests {
         max: usize,
     ) -> Vec<Acquired> {
         let mut out = Vec::new();
-        p.acquire(member, now, log_end, max, &config(), &mut out);
+        p.acquire(&request(member, now, log_end, max), &config(), &mut out);
         out
+    }
+
+    fn offsets(acquired: &[Acquired]) -> Vec<i64> {
+        acquired.iter().map(|a| a.offset).collect()
+    }
+
+    /// Batches of ten: 0..10, 10..20, ...
+    fn tens(offset: i64) -> i64 {
+        (offset / 10 + 1) * 10
+    }
+
+    #[test]
+    fn batch_optimized_takes_whole_batches_and_may_pass_the_cap() {
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        let batched = |member, max| AcquireRequest {
+            batch_end: &tens,
+            ..request(member, now, 40, max)
+        };
+        // max 3: the whole first batch.
+        p.acquire(&batched(1, 3), &config(), &mut out);
+        assert_eq!(offsets(&out), (0..10).collect::<Vec<_>>());
+        // The window (10) is past the cap (4): nothing new, for anyone.
+        out.clear();
+        p.acquire(&batched(2, 3), &config(), &mut out);
+        assert!(out.is_empty());
+        // Released records come back batch-aligned, even past the cap.
+        let release: Vec<_> = (2..10).map(|o| (o, AcknowledgeType::Release)).collect();
+        p.acknowledge(1, &release, now, &config()).unwrap();
+        p.acknowledge(
+            1,
+            &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)],
+            now,
+            &config(),
+        )
+        .unwrap();
+        assert_eq!((p.start_offset(), p.end_offset()), (2, 10));
+        out.clear();
+        p.acquire(&batched(2, 1), &config(), &mut out);
+        assert_eq!(
+            offsets(&out),
+            (2..10).collect::<Vec<_>>(),
+            "the rest of the batch"
+        );
+        assert!(out.iter().all(|a| a.delivery_count == 2));
+    }
+
+    #[test]
+    fn record_limit_takes_at_most_max_and_leaves_the_rest_of_the_batch_available() {
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        let strict = |member, max| AcquireRequest {
+            batch_end: &tens,
+            mode: ShareAcquireMode::RecordLimit,
+            ..request(member, now, 40, max)
+        };
+        p.acquire(&strict(1, 3), &config(), &mut out);
+        assert_eq!(offsets(&out), [0, 1, 2]);
+        assert_eq!(p.end_offset(), 10, "the whole batch entered the window");
+        assert_eq!(
+            p.slot(5).map(|s| (s.state, s.delivery_count)),
+            Some((RecordState::Available, 0))
+        );
+        out.clear();
+        p.acquire(&strict(2, 3), &config(), &mut out);
+        assert_eq!(offsets(&out), [3, 4, 5], "inside the window, past the cap");
+        assert!(out.iter().all(|a| a.delivery_count == 1));
     }
 
     #[test]
@@ -570,14 +724,14 @@ mod tests {
         let mut p = SharePartition::new(0);
         let mut out = Vec::new();
         // Offset 0 times out on all three deliveries; offset 1 is rejected on its first.
-        p.acquire(1, now, 2, 2, &config, &mut out);
+        p.acquire(&request(1, now, 2, 2), &config, &mut out);
         p.acknowledge(1, &[(1, AcknowledgeType::Reject)], now, &config)
             .unwrap();
         for _ in 0..3 {
             now += Duration::from_secs(10);
             p.expire(now, &config);
             out.clear();
-            p.acquire(1, now, 2, 2, &config, &mut out);
+            p.acquire(&request(1, now, 2, 2), &config, &mut out);
         }
         assert!(out.is_empty(), "neither is delivered again");
         let state = |p: &SharePartition, o| p.slot(o).map(|s| (s.state, s.delivery_count));
@@ -617,7 +771,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..3 {
             out.clear();
-            p.acquire(7, now, 1, 1, &config, &mut out);
+            p.acquire(&request(7, now, 1, 1), &config, &mut out);
             assert!(p.release_member(7, &config));
         }
         assert_eq!(p.slot(0).map(|s| s.state), Some(RecordState::Archiving));
