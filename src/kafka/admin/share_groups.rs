@@ -128,7 +128,9 @@ impl KafkaAdmin {
     /// # Example
     ///
     /// ```no_run
-    /// # async fn show(admin: &kafka_share_sink::KafkaAdmin) -> Result<(), kafka_share_sink::AdminError> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::AdminError> {
+    /// # let admin = kafka_share_sink::KafkaAdmin::connect("127.0.0.1:9092").await?;
     /// let group = admin.describe_share_group("order-sink").await?;
     /// println!("{} ({}), epoch {}", group.group_id, group.state, group.group_epoch);
     /// for member in &group.members {

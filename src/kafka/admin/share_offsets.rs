@@ -76,7 +76,9 @@ impl KafkaAdmin {
     /// # Example
     ///
     /// ```no_run
-    /// # async fn lag(admin: &kafka_share_sink::KafkaAdmin) -> Result<(), kafka_share_sink::AdminError> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::AdminError> {
+    /// # let admin = kafka_share_sink::KafkaAdmin::connect("127.0.0.1:9092").await?;
     /// for p in admin.share_group_offsets("order-sink").await? {
     ///     println!("{}-{}: start {:?}, lag {:?}", p.topic, p.partition, p.start_offset, p.lag);
     /// }
@@ -143,7 +145,7 @@ impl KafkaAdmin {
     /// (AlterShareGroupOffsets, to the group's coordinator). The group's consumers then get the
     /// records from there on, delivery counts starting afresh.
     ///
-    /// The group must be empty: stop (or [`close`](crate::KafkaShareConsumer::close)) its
+    /// The group must be empty: stop (or [`close`](crate::ShareConsumer::close)) its
     /// consumers first, as for `kafka-share-groups.sh --reset-offsets`.
     ///
     /// # Errors
@@ -186,7 +188,9 @@ impl KafkaAdmin {
     ///
     /// ```no_run
     /// use kafka_share_sink::ResetTo;
-    /// # async fn replay(admin: &kafka_share_sink::KafkaAdmin) -> Result<(), kafka_share_sink::AdminError> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::AdminError> {
+    /// # let admin = kafka_share_sink::KafkaAdmin::connect("127.0.0.1:9092").await?;
     /// let set = admin.reset_share_group_offsets("order-sink", "orders", ResetTo::Earliest).await?;
     /// println!("start offsets now {set:?}");
     /// # Ok(())

@@ -64,7 +64,9 @@ impl KafkaAdmin {
     /// # Example
     ///
     /// ```no_run
-    /// # async fn make(admin: &kafka_share_sink::KafkaAdmin) -> Result<(), kafka_share_sink::AdminError> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::AdminError> {
+    /// # let admin = kafka_share_sink::KafkaAdmin::connect("127.0.0.1:9092").await?;
     /// admin
     ///     .create_topic_with("customers", 3, 1, &[("cleanup.policy", "compact")])
     ///     .await?;
