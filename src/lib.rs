@@ -54,6 +54,10 @@ pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskSt
 pub use crate::kafka::admin::{
     AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement, ShareGroupConfigs,
 };
+pub use crate::kafka::admin::{
+    OffsetSpec, ResetTo, ShareGroupDescription, ShareGroupMember, ShareGroupPartitionOffsets,
+    ShareGroupState, TopicConfigs,
+};
 pub use crate::kafka::security::{
     OAuthToken, ParseSecurityProtocolError, SaslSettings, Secret, Security, SecurityProtocol,
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,

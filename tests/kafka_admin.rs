@@ -15,12 +15,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fake_broker::{FakeBroker, RESOURCE_GROUP, RESOURCE_TOPIC, Reply};
+use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    ApiKey, CreateTopicsRequest, DescribeConfigsRequest, DescribeShareGroupOffsetsRequest, GroupId,
+    IncrementalAlterConfigsRequest, ShareGroupDescribeResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use kafka_share_sink::{
     AcknowledgeType, AdminError, ConsumerError, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
-    KafkaShareConsumerConfig, ShareConsumer,
+    KafkaShareConsumerConfig, OffsetSpec, ResetTo, ShareConsumer, ShareGroupPartitionOffsets,
+    ShareGroupState,
 };
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
@@ -866,4 +870,699 @@ async fn without_copy_record_a_dead_letter_has_only_the_context_headers() {
         dead_letter_headers(&f, 0, 2, "Offset delivery count exceeded the threshold.")
     );
     f.clean_up().await;
+}
+
+// Share groups, offsets, partitions and records: what `kafka-share-groups.sh`,
+// `kafka-configs.sh`, `kafka-topics.sh` and `kafka-delete-records.sh` do, against a real broker.
+
+/// A topic of `partitions` partitions and a group reading it from the earliest offset.
+struct ShareFixture {
+    bootstrap: String,
+    admin: KafkaAdmin,
+    topic: String,
+    group: String,
+}
+
+async fn share_fixture(test: &str, partitions: i32) -> Option<ShareFixture> {
+    let bootstrap = support::bootstrap(test)?;
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    let topic = support::unique(test);
+    let group = support::unique(&format!("{test}-group"));
+    admin
+        .create_topic(&topic, partitions, 1)
+        .await
+        .expect("topic");
+    admin
+        .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
+        .await
+        .expect("group");
+    support::share_group_config_until(&admin, &group, |c| {
+        c.get("share.auto.offset.reset") == Some("earliest")
+    })
+    .await;
+    Some(ShareFixture {
+        bootstrap,
+        admin,
+        topic,
+        group,
+    })
+}
+
+impl ShareFixture {
+    /// Produces `n` records `value-{from+i}` to `partition`, in one batch.
+    async fn produce(&self, partition: i32, from: usize, n: usize) {
+        let client = ClientBuilder::new(vec![self.bootstrap.clone()])
+            .build()
+            .await
+            .expect("rskafka client");
+        let partition = client
+            .partition_client(self.topic.clone(), partition, UnknownTopicHandling::Retry)
+            .await
+            .expect("partition client");
+        let records = (from..from + n)
+            .map(|i| Record {
+                key: None,
+                value: Some(format!("value-{i}").into_bytes()),
+                headers: BTreeMap::new(),
+                timestamp: chrono::Utc::now(),
+            })
+            .collect();
+        partition
+            .produce(records, Compression::NoCompression)
+            .await
+            .expect("produce");
+    }
+
+    async fn consumer(&self, client_id: &str) -> KafkaShareConsumer {
+        let mut consumer = KafkaShareConsumer::connect(
+            KafkaShareConsumerConfig::new(&self.bootstrap, &self.group)
+                .client_id(client_id)
+                .fetch_max_wait(Duration::from_millis(200)),
+        )
+        .await
+        .expect("consumer");
+        consumer
+            .subscribe(vec![self.topic.clone()])
+            .await
+            .expect("subscribe");
+        consumer
+    }
+
+    /// Polls until `n` records came or `within` passed, accepting and committing each.
+    async fn accept(
+        consumer: &mut KafkaShareConsumer,
+        n: usize,
+        within: Duration,
+    ) -> Vec<(i32, i64)> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut got = Vec::new();
+        while got.len() < n && tokio::time::Instant::now() < deadline {
+            let records = consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .expect("poll");
+            for record in &records {
+                consumer
+                    .acknowledge(record, AcknowledgeType::Accept)
+                    .expect("ack");
+                got.push((record.partition(), record.offset()));
+            }
+            if !records.is_empty() {
+                let results = consumer
+                    .commit_sync(Duration::from_secs(10))
+                    .await
+                    .expect("commit");
+                assert!(results.is_success(), "{results:?}");
+            }
+        }
+        got.sort_unstable();
+        got
+    }
+
+    /// Reads the group's offsets until `done` holds (the share coordinator writes them a
+    /// moment after the acknowledgements), for at most 20 s.
+    async fn offsets_until(
+        &self,
+        done: impl Fn(&[ShareGroupPartitionOffsets]) -> bool,
+    ) -> Vec<ShareGroupPartitionOffsets> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let offsets = self
+                .admin
+                .share_group_offsets(&self.group)
+                .await
+                .expect("offsets");
+            if done(&offsets) {
+                return offsets;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the group's offsets never showed the change: {offsets:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn clean_up(&self) {
+        self.admin.delete_topic(&self.topic).await.expect("delete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_a_share_group_with_two_live_members() {
+    let Some(f) = share_fixture("admin_describe_group", 2).await else {
+        return;
+    };
+    let unknown = support::unique("admin-no-such-group");
+    let error = f
+        .admin
+        .describe_share_group(&unknown)
+        .await
+        .expect_err("no such group");
+    assert!(
+        matches!(&error, AdminError::GroupNotFound { call: "describe_share_group", group, .. } if *group == unknown),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains(&unknown), "{error}");
+
+    f.produce(0, 0, 2).await;
+    f.produce(1, 2, 2).await;
+    let mut a = f.consumer("member-a").await;
+    let mut b = f.consumer("member-b").await;
+    // Both members poll (and so heartbeat) until the group shows both with an assignment.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let description = loop {
+        let _ = a.poll(Duration::from_millis(100)).await.expect("poll a");
+        let _ = b.poll(Duration::from_millis(100)).await.expect("poll b");
+        let description = f
+            .admin
+            .describe_share_group(&f.group)
+            .await
+            .expect("describe");
+        if description.members.len() == 2
+            && description.members.iter().all(|m| !m.assignment.is_empty())
+            && description.assignment_epoch == description.group_epoch
+        {
+            break description;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group never showed two assigned members: {description:?}"
+        );
+    };
+    eprintln!("{description:#?}");
+    assert_eq!(description.group_id, f.group);
+    assert_eq!(description.state, ShareGroupState::Stable);
+    assert!(description.group_epoch > 0, "{description:?}");
+    let mut client_ids: Vec<&str> = description
+        .members
+        .iter()
+        .map(|m| m.client_id.as_str())
+        .collect();
+    client_ids.sort_unstable();
+    assert_eq!(client_ids, ["member-a", "member-b"]);
+    let mut assigned = std::collections::BTreeSet::new();
+    for member in &description.members {
+        assert!(!member.member_id.is_empty());
+        assert!(member.host.contains("127.0.0.1"), "{member:?}");
+        assert!(member.member_epoch > 0, "{member:?}");
+        assert_eq!(member.subscribed_topics, std::slice::from_ref(&f.topic));
+        assert_eq!(
+            member.assignment.keys().collect::<Vec<_>>(),
+            [&f.topic],
+            "{member:?}"
+        );
+        assigned.extend(member.assignment[&f.topic].iter().copied());
+    }
+    assert_eq!(assigned.into_iter().collect::<Vec<_>>(), [0, 1]);
+
+    for consumer in [&mut a, &mut b] {
+        consumer
+            .close(Duration::from_secs(10))
+            .await
+            .expect("close");
+    }
+    let after = f
+        .admin
+        .describe_share_group(&f.group)
+        .await
+        .expect("describe");
+    assert_eq!(after.state, ShareGroupState::Empty, "{after:?}");
+    assert!(after.members.is_empty());
+    f.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_group_offsets_show_start_offset_and_lag_after_part_is_consumed() {
+    let Some(f) = share_fixture("admin_offsets_lag", 1).await else {
+        return;
+    };
+    f.produce(0, 0, 4).await;
+    let mut consumer = f.consumer("lag").await;
+    let got = ShareFixture::accept(&mut consumer, 4, Duration::from_secs(30)).await;
+    assert_eq!(got, [(0, 0), (0, 1), (0, 2), (0, 3)]);
+    consumer
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+    f.produce(0, 4, 6).await;
+
+    // Ten records, four of them accepted: six to go. The start offset need not move past
+    // the accepted ones at once (the broker records them as done past the start offset,
+    // which the lag counts), but it never passes what was done.
+    let offsets = f
+        .offsets_until(|o| o.len() == 1 && o[0].lag == Some(6))
+        .await;
+    let p = &offsets[0];
+    assert!(
+        p.start_offset.is_some_and(|s| (0..=4).contains(&s)),
+        "{p:?}"
+    );
+    assert_eq!((p.topic.as_str(), p.partition), (f.topic.as_str(), 0));
+    assert!(p.leader_epoch.is_some_and(|e| e >= 0), "{p:?}");
+    eprintln!("{offsets:?}");
+
+    let error = f
+        .admin
+        .share_group_offsets(&support::unique("admin-no-offsets"))
+        .await;
+    // A group that never existed: the broker either knows nothing (not found) or reports no
+    // partitions; either way no offsets.
+    match error {
+        Ok(offsets) => assert!(offsets.is_empty(), "{offsets:?}"),
+        Err(e) => assert!(matches!(e, AdminError::GroupNotFound { .. }), "{e:?}"),
+    }
+    f.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn altering_resetting_and_deleting_offsets_need_an_empty_group() {
+    let Some(f) = share_fixture("admin_alter_offsets", 2).await else {
+        return;
+    };
+    f.produce(0, 0, 5).await;
+    f.produce(1, 5, 3).await;
+    let mut consumer = f.consumer("alter").await;
+    let got = ShareFixture::accept(&mut consumer, 8, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 8, "{got:?}");
+
+    // A member is still in the group: every change is refused, saying what to do.
+    let error = f
+        .admin
+        .alter_share_group_offsets(&f.group, &[(&f.topic, 0, 0)])
+        .await
+        .expect_err("group not empty");
+    assert!(
+        matches!(&error, AdminError::GroupNotEmpty { call: "alter_share_group_offsets", group, .. } if *group == f.group),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("stop") && error.to_string().contains(&f.group),
+        "{error}"
+    );
+    eprintln!("{error}");
+    let error = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Earliest)
+        .await
+        .expect_err("group not empty");
+    assert!(
+        matches!(
+            &error,
+            AdminError::GroupNotEmpty {
+                call: "reset_share_group_offsets",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let error = f
+        .admin
+        .delete_share_group_offsets(&f.group, &[&f.topic])
+        .await
+        .expect_err("group not empty");
+    assert!(
+        matches!(
+            &error,
+            AdminError::GroupNotEmpty {
+                call: "delete_share_group_offsets",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+
+    consumer
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+
+    // Empty now: alter one partition, then reset the topic three ways.
+    f.admin
+        .alter_share_group_offsets(&f.group, &[(&f.topic, 0, 2)])
+        .await
+        .expect("alter");
+    f.offsets_until(|o| {
+        o.iter()
+            .any(|p| p.partition == 0 && p.start_offset == Some(2))
+    })
+    .await;
+    let set = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Latest)
+        .await
+        .expect("to latest");
+    assert_eq!(set, BTreeMap::from([(0, 5), (1, 3)]));
+    f.offsets_until(|o| {
+        o.iter()
+            .map(|p| (p.partition, p.start_offset, p.lag))
+            .collect::<Vec<_>>()
+            == [(0, Some(5), Some(0)), (1, Some(3), Some(0))]
+    })
+    .await;
+    let set = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Offset(4))
+        .await
+        .expect("to offset");
+    assert_eq!(
+        set,
+        BTreeMap::from([(0, 4), (1, 3)]),
+        "kept within each log"
+    );
+    let set = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Earliest)
+        .await
+        .expect("to earliest");
+    assert_eq!(set, BTreeMap::from([(0, 0), (1, 0)]));
+    f.offsets_until(|o| o.iter().all(|p| p.start_offset == Some(0)) && o.len() == 2)
+        .await;
+
+    let error = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Offset(-3))
+        .await
+        .expect_err("negative");
+    assert!(
+        matches!(&error, AdminError::InvalidArgument { .. }),
+        "{error:?}"
+    );
+    let error = f
+        .admin
+        .alter_share_group_offsets(&f.group, &[(&f.topic, 7, 0)])
+        .await
+        .expect_err("no partition 7");
+    eprintln!("{error}");
+    assert!(
+        matches!(&error, AdminError::Broker { message: Some(m), .. } if m.contains("partition 7")),
+        "{error:?}"
+    );
+
+    f.admin
+        .delete_share_group_offsets(&f.group, &[&f.topic])
+        .await
+        .expect("delete");
+    f.offsets_until(|o| o.iter().all(|p| p.topic != f.topic))
+        .await;
+    f.clean_up().await;
+}
+
+/// Issue 16: a consumer that was closed but not dropped kept its connections open, and a new
+/// member got nothing for 30 s after the group's offsets were reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_close_a_reset_to_earliest_redelivers_to_a_new_member_at_once() {
+    let Some(f) = share_fixture("admin_reset_after_close", 1).await else {
+        return;
+    };
+    f.produce(0, 0, 5).await;
+    let mut a = f.consumer("first").await;
+    let got = ShareFixture::accept(&mut a, 5, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 5, "{got:?}");
+    a.close(Duration::from_secs(10)).await.expect("close");
+    // `a` stays alive (closed, not dropped) until the end of the test.
+
+    let set = f
+        .admin
+        .reset_share_group_offsets(&f.group, &f.topic, ResetTo::Earliest)
+        .await
+        .expect("reset");
+    assert_eq!(set, BTreeMap::from([(0, 0)]));
+
+    let mut b = f.consumer("second").await;
+    let again = ShareFixture::accept(&mut b, 5, Duration::from_secs(10)).await;
+    assert_eq!(
+        again,
+        [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)],
+        "the new member got the records again within 10 s"
+    );
+    b.close(Duration::from_secs(10)).await.expect("close b");
+    drop(a);
+    f.clean_up().await;
+}
+
+#[tokio::test]
+async fn create_a_topic_with_configs_and_read_them_back() {
+    let Some(admin) = admin("create_topic_with_configs").await else {
+        return;
+    };
+    let topic = support::unique("admin-compact");
+    admin
+        .create_topic_with(
+            &topic,
+            2,
+            1,
+            &[("cleanup.policy", "compact"), ("retention.ms", "3600000")],
+        )
+        .await
+        .expect("create");
+    let configs = admin.topic_config(&topic).await.expect("describe");
+    assert_eq!(configs.get("cleanup.policy"), Some("compact"));
+    assert!(configs.is_set_on_topic("cleanup.policy"));
+    assert_eq!(configs.get("retention.ms"), Some("3600000"));
+    assert!(configs.get("segment.bytes").is_some(), "defaults too");
+    assert!(!configs.is_set_on_topic("segment.bytes"));
+    assert_eq!(admin.partitions(&topic).await.expect("partitions").len(), 2);
+
+    let error = admin
+        .create_topic_with(
+            &support::unique("admin-bad-config"),
+            1,
+            1,
+            &[("cleanup.policy", "sometimes")],
+        )
+        .await
+        .expect_err("bad value");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Broker {
+                call: "create_topic_with",
+                name: "INVALID_CONFIG",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let missing = support::unique("admin-no-topic");
+    let error = admin.topic_config(&missing).await.expect_err("no topic");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Broker {
+                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    admin.delete_topic(&topic).await.expect("delete");
+}
+
+#[tokio::test]
+async fn create_partitions_grows_a_topic() {
+    let Some(admin) = admin("create_partitions").await else {
+        return;
+    };
+    let topic = support::unique("admin-grow");
+    admin.create_topic(&topic, 1, 1).await.expect("create");
+    admin.create_partitions(&topic, 3).await.expect("grow");
+    let placements = admin.partitions(&topic).await.expect("partitions");
+    assert_eq!(
+        placements.iter().map(|p| p.partition).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert!(placements.iter().all(|p| p.leader.is_some()));
+    let error = admin
+        .create_partitions(&topic, 2)
+        .await
+        .expect_err("cannot shrink");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Broker {
+                call: "create_partitions",
+                name: "INVALID_PARTITIONS",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    admin.delete_topic(&topic).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_and_a_share_consumer_skips_them() {
+    let Some(f) = share_fixture("admin_delete_records", 1).await else {
+        return;
+    };
+    f.produce(0, 0, 4).await;
+    f.produce(0, 4, 6).await;
+    assert_eq!(
+        f.admin
+            .list_offsets(&f.topic, OffsetSpec::Earliest)
+            .await
+            .expect("earliest"),
+        BTreeMap::from([(0, 0)])
+    );
+    let low = f
+        .admin
+        .delete_records(&f.topic, &[(0, 6)])
+        .await
+        .expect("delete records");
+    assert_eq!(low, BTreeMap::from([(0, 6)]));
+    assert_eq!(
+        f.admin
+            .list_offsets(&f.topic, OffsetSpec::Earliest)
+            .await
+            .expect("earliest"),
+        BTreeMap::from([(0, 6)])
+    );
+    assert_eq!(
+        f.admin
+            .list_offsets(&f.topic, OffsetSpec::Latest)
+            .await
+            .expect("latest"),
+        BTreeMap::from([(0, 10)])
+    );
+    let error = f
+        .admin
+        .delete_records(&f.topic, &[(0, 50)])
+        .await
+        .expect_err("past the end");
+    assert!(
+        matches!(&error, AdminError::Broker { name: "OFFSET_OUT_OF_RANGE", message: Some(m), .. } if m.contains("partition 0")),
+        "{error:?}"
+    );
+    let error = f
+        .admin
+        .delete_records(&f.topic, &[(9, 1)])
+        .await
+        .expect_err("no partition 9");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Broker {
+                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+
+    let mut consumer = f.consumer("after-delete").await;
+    let got = ShareFixture::accept(&mut consumer, 4, Duration::from_secs(30)).await;
+    assert_eq!(
+        got,
+        [(0, 6), (0, 7), (0, 8), (0, 9)],
+        "the deleted ones skipped"
+    );
+    let more = ShareFixture::accept(&mut consumer, 1, Duration::from_secs(2)).await;
+    assert!(more.is_empty(), "{more:?}");
+    consumer
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+
+    // -1: everything written so far.
+    let low = f
+        .admin
+        .delete_records(&f.topic, &[(0, -1)])
+        .await
+        .expect("delete all");
+    assert_eq!(low, BTreeMap::from([(0, 10)]));
+    f.clean_up().await;
+}
+
+// Share-group answers a real broker does not give, against the fake broker.
+
+#[tokio::test]
+async fn a_hostile_share_group_offsets_answer_is_an_error_not_a_panic() {
+    let broker = FakeBroker::start().await;
+    broker.advertise(ApiKey::DescribeShareGroupOffsets, 0, 1);
+    // Throttle time, then a Groups count of u32::MAX - 1 (a 5-byte varint) and nothing more.
+    broker.on(ApiKey::DescribeShareGroupOffsets, |_| {
+        Reply::Body(bytes::Bytes::from_static(&[
+            0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0x0f,
+        ]))
+    });
+    let admin = KafkaAdmin::connect(&broker.addr()).await.expect("connect");
+    let error = admin
+        .share_group_offsets("g")
+        .await
+        .expect_err("undecodable");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Connection {
+                call: "share_group_offsets",
+                ..
+            } | AdminError::Protocol {
+                call: "share_group_offsets",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let [request] = broker
+        .requests_of(ApiKey::DescribeShareGroupOffsets)
+        .try_into()
+        .expect("one request");
+    assert_eq!(request.version(), 1, "v1, for the lag");
+    let body: DescribeShareGroupOffsetsRequest = {
+        // v1 requests are v0 bytes.
+        let mut bytes = request.body.clone();
+        kafka_protocol::protocol::Decodable::decode(&mut bytes, 0).expect("decodes")
+    };
+    assert_eq!(body.groups[0].group_id.as_str(), "g");
+    assert_eq!(body.groups[0].topics, None, "every topic");
+}
+
+#[tokio::test]
+async fn a_loading_coordinator_is_asked_again_and_a_missing_group_is_a_protocol_error() {
+    let broker = FakeBroker::start().await;
+    broker.advertise(ApiKey::ShareGroupDescribe, 1, 1);
+    let described = |code: i16, state: &'static str| {
+        ShareGroupDescribeResponse::default().with_groups(vec![
+            DescribedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_error_code(code)
+                .with_group_state(StrBytes::from_static_str(state))
+                .with_group_epoch(3)
+                .with_assignment_epoch(3),
+        ])
+    };
+    let loading = described(14, "");
+    broker.once(ApiKey::ShareGroupDescribe, move |_| {
+        Reply::message(&loading, 1)
+    });
+    let stable = described(0, "Stable");
+    broker.once(ApiKey::ShareGroupDescribe, move |_| {
+        Reply::message(&stable, 1)
+    });
+    broker.once(ApiKey::ShareGroupDescribe, |_| {
+        Reply::message(&ShareGroupDescribeResponse::default(), 1)
+    });
+    let admin = KafkaAdmin::connect(&broker.addr()).await.expect("connect");
+    let group = admin.describe_share_group("g").await.expect("asked again");
+    assert_eq!(group.state, ShareGroupState::Stable);
+    assert_eq!((group.group_epoch, group.assignment_epoch), (3, 3));
+    assert!(group.members.is_empty());
+    assert_eq!(broker.count(ApiKey::ShareGroupDescribe), 2);
+    assert_eq!(broker.count(ApiKey::FindCoordinator), 2, "found again");
+
+    let error = admin
+        .describe_share_group("g")
+        .await
+        .expect_err("no entry for the group");
+    assert!(
+        matches!(
+            &error,
+            AdminError::Protocol {
+                call: "describe_share_group",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }

@@ -100,6 +100,37 @@ pub enum AdminError {
         /// How long the call waited.
         waited: Duration,
     },
+    /// The share group has members, and the call changes what only an empty group may have
+    /// changed: its offsets (`alter_share_group_offsets`, `reset_share_group_offsets`,
+    /// `delete_share_group_offsets`), as `kafka-share-groups.sh` also refuses.
+    #[error(
+        "KafkaAdmin::{call}: share group `{group}` still has active members; stop (or close) \
+         its consumers first, wait until describe_share_group shows it Empty, then try again{}",
+        message.as_deref().map(|m| format!(" (broker: {m})")).unwrap_or_default()
+    )]
+    GroupNotEmpty {
+        /// The call, e.g. `"alter_share_group_offsets"`.
+        call: &'static str,
+        /// The group.
+        group: String,
+        /// The broker's explanation, if it gave one.
+        message: Option<String>,
+    },
+    /// The group does not exist (no member ever joined it and it has no offsets), or it is not
+    /// a share group.
+    #[error(
+        "KafkaAdmin::{call}: share group `{group}` was not found, or is not a share group; \
+         check the name (a share group exists once a consumer has joined it){}",
+        message.as_deref().map(|m| format!(" (broker: {m})")).unwrap_or_default()
+    )]
+    GroupNotFound {
+        /// The call, e.g. `"describe_share_group"`.
+        call: &'static str,
+        /// The group.
+        group: String,
+        /// The broker's explanation, if it gave one.
+        message: Option<String>,
+    },
     /// The broker offers no version of a request the call needs.
     #[error(
         "KafkaAdmin::{call}: broker {broker} does not support {api} {wanted}; this call needs a \
@@ -150,6 +181,8 @@ impl AdminError {
             | Self::Authentication { call, .. }
             | Self::Timeout { call, .. }
             | Self::Broker { call, .. }
+            | Self::GroupNotEmpty { call, .. }
+            | Self::GroupNotFound { call, .. }
             | Self::NotSettled { call, .. }
             | Self::Unsupported { call, .. }
             | Self::Connection { call, .. }
@@ -164,6 +197,8 @@ impl AdminError {
             Self::Connect { source, .. } => source.is_retriable(),
             Self::Timeout { .. } | Self::NotSettled { .. } | Self::Connection { .. } => true,
             Self::Broker { retriable, .. } => *retriable,
+            // Not without a change: the consumers must stop, or the group be made.
+            Self::GroupNotEmpty { .. } | Self::GroupNotFound { .. } => false,
             Self::InvalidArgument { .. }
             | Self::Unsupported { .. }
             | Self::Protocol { .. }
@@ -198,6 +233,20 @@ pub(crate) enum Failure {
     },
     /// An argument is not valid.
     InvalidArgument(String),
+    /// The share group has members, and the request needs it empty.
+    GroupNotEmpty {
+        /// The group.
+        group: String,
+        /// The broker's explanation.
+        message: Option<String>,
+    },
+    /// The group does not exist, or is not a share group.
+    GroupNotFound {
+        /// The group.
+        group: String,
+        /// The broker's explanation.
+        message: Option<String>,
+    },
     /// What the connection or the broker said: a broker error code, an undecodable answer,
     /// a lost connection, a missing API.
     Client(ConsumerError),
@@ -238,6 +287,16 @@ impl Failure {
             Self::Timeout { api, timeout } => AdminError::Timeout { call, api, timeout },
             Self::NotSettled { what, waited } => AdminError::NotSettled { call, what, waited },
             Self::InvalidArgument(reason) => AdminError::InvalidArgument { call, reason },
+            Self::GroupNotEmpty { group, message } => AdminError::GroupNotEmpty {
+                call,
+                group,
+                message,
+            },
+            Self::GroupNotFound { group, message } => AdminError::GroupNotFound {
+                call,
+                group,
+                message,
+            },
             Self::Client(error) => match error {
                 ConsumerError::Broker {
                     api,
@@ -291,6 +350,12 @@ impl Failure {
                 key: "admin".to_owned(),
                 reason,
             },
+            Self::GroupNotEmpty { group, message } | Self::GroupNotFound { group, message } => {
+                ConsumerError::Config {
+                    key: "group.id".to_owned(),
+                    reason: message.unwrap_or_else(|| format!("share group `{group}`")),
+                }
+            }
         }
     }
 }

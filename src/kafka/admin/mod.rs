@@ -7,6 +7,11 @@
 //! - `configs`: share-group configs, and a share group's dead-letter queue.
 //! - `metadata`: the Metadata request, partition placements, and waiting for a change to show.
 //! - `leaders`: moving a partition's leader.
+//! - `share_groups`: describing a share group, finding its coordinator.
+//! - `share_offsets`, `share_offsets_wire`: a share group's offsets and lag (and the
+//!   DescribeShareGroupOffsets v1 codec), altering, resetting and deleting them.
+//! - `records`: listing offsets, adding partitions, deleting records.
+//! - `topic_configs`: creating a topic with configs, reading a topic's configs.
 //!
 //! This file holds the client, its connection and what every call uses: sending one request,
 //! and turning a call's failure into its [`AdminError`].
@@ -16,6 +21,11 @@ mod configs;
 mod error;
 mod leaders;
 mod metadata;
+mod records;
+mod share_groups;
+mod share_offsets;
+mod share_offsets_wire;
+mod topic_configs;
 mod topics;
 
 use std::future::Future;
@@ -33,6 +43,10 @@ pub use self::configs::ShareGroupConfigs;
 pub use self::error::AdminError;
 pub(crate) use self::error::Failure;
 pub use self::metadata::PartitionPlacement;
+pub use self::records::OffsetSpec;
+pub use self::share_groups::{ShareGroupDescription, ShareGroupMember, ShareGroupState};
+pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
+pub use self::topic_configs::TopicConfigs;
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};

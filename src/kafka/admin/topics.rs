@@ -176,7 +176,7 @@ impl KafkaAdmin {
     }
 
     /// Sends CreateTopics for `topic` and waits for its `partitions` partitions to have leaders.
-    async fn create(
+    pub(super) async fn create(
         &self,
         name: &str,
         topic: CreatableTopic,
