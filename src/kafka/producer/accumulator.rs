@@ -298,6 +298,15 @@ impl Accumulator {
         }
     }
 
+    /// True when the partition has an open batch a record can still join (the sender then
+    /// knows of it: no need to wake it for one more record).
+    pub(crate) fn has_open_batch(&self, tp: &Tp) -> bool {
+        self.partitions
+            .get(tp)
+            .and_then(|p| p.queued.back())
+            .is_some_and(|b| !b.closed)
+    }
+
     /// Appends a record to the partition's open batch (or a new one). Returns true when a
     /// batch of the partition was closed by it (full), for the sticky partitioner.
     pub(crate) fn append(

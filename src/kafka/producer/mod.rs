@@ -426,6 +426,7 @@ impl Producer for KafkaProducer {
         }
         let topic = record.topic;
         let (sender, future) = DeliveryFuture::channel();
+        let mut wake = true;
         {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
@@ -460,16 +461,17 @@ impl Producer for KafkaProducer {
                         }
                         None => state.sticky.partition(&topic, new.key.as_deref(), count),
                     };
-                    let closed = state.accumulator.append(
-                        (Arc::clone(&topic), partition),
-                        id,
-                        new,
-                        sender,
-                        Instant::now(),
-                    );
+                    let tp = (Arc::clone(&topic), partition);
+                    let joined_open = state.accumulator.has_open_batch(&tp);
+                    let closed = state
+                        .accumulator
+                        .append(tp, id, new, sender, Instant::now());
                     if closed {
                         state.sticky.batch_closed(&topic, partition);
                     }
+                    // The sender needs waking only for a batch it does not know of yet (its
+                    // linger deadline) or one that is full: not once per record.
+                    wake = closed || !joined_open;
                 }
                 None => {
                     state.accumulator.track(id);
@@ -487,7 +489,9 @@ impl Producer for KafkaProducer {
                 }
             }
         }
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok(future)
     }
 

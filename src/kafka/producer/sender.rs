@@ -193,11 +193,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 if added.is_some_and(|a| !a.contains(tp)) {
                     return false;
                 }
-                if shared.cluster.cached(leader).is_none() {
-                    connect.push(leader);
+                // The cheap check first: this runs for every ready partition on every turn.
+                if in_flight.get(&leader).copied().unwrap_or(0) >= max_in_flight {
                     return false;
                 }
-                if in_flight.get(&leader).copied().unwrap_or(0) >= max_in_flight {
+                if shared.cluster.cached(leader).is_none() {
+                    connect.push(leader);
                     return false;
                 }
                 leaders.insert(tp.clone(), leader);
