@@ -18,6 +18,13 @@
 # Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
 # the no-op sink and with a sink whose put takes 10 ms per batch.
 #
+# Then a producer row: this crate's KafkaProducer (examples/bench_producer.rs) against Java's
+# org.apache.kafka.tools.ProducerPerformance, in turns P J P J ..., each writing BENCH_PRODUCER_RECORDS
+# records of BENCH_RECORD_SIZE bytes (null keys, one random payload of letters, as the Java tool) to a
+# fresh topic of BENCH_PARTITIONS partitions with the same settings (Java's defaults: acks=all,
+# idempotence on, linger.ms 5, batch.size 16384, no compression; BENCH_PRODUCER_ROW_PROPS for both).
+# Each times from its first send to its last acknowledgement; CPU and RSS as for the consumers.
+#
 # Per run: records/s and MB/s with group join left out (the clock starts when the first records
 # reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
 # (GNU time), and, sampled from /proc every BENCH_RSS_INTERVAL s, the RSS and CPU of the client and
@@ -31,7 +38,7 @@
 #   BENCH_RECORD_SIZE      value size in bytes, null keys [1024]
 #   BENCH_PARTITIONS       partitions of the main topic [6]
 #   BENCH_ROUNDS           rounds of the clients [3]
-#   BENCH_CLIENTS          clients per round, in order [A B C]
+#   BENCH_CLIENTS          clients per round, in order; empty skips the consumer rounds [A B C]
 #   BENCH_FETCH_MAX_BYTES  fetch.max.bytes of A and C and --fetch-size of B [52428800, A's default]
 #   BENCH_MAX_POLL_RECORDS max.poll.records of all three [500, the default of all three]
 #   BENCH_A_COMMIT         A's commit policy: every | records:N | interval:MS [every, the driver's default]
@@ -40,6 +47,9 @@
 #   BENCH_JAVA_HEAP        JVM heap options of B [-Xmx512m, kafka.sh's tool default]
 #   BENCH_GROUP_CONFIG     extra share-group configs, space separated k=v [none]
 #   BENCH_PRODUCER_PROPS   extra producer properties, space separated k=v [none: Java defaults]
+#   BENCH_PRODUCER_ROUNDS  rounds of the producer row; 0 skips it [BENCH_ROUNDS]
+#   BENCH_PRODUCER_RECORDS records per producer run [BENCH_RECORDS]
+#   BENCH_PRODUCER_ROW_PROPS  producer properties of both P and J, space separated k=v [none]
 #   BENCH_SCALE_DRIVERS    driver counts of the scale-out row; empty skips it [1 2 4 8]
 #   BENCH_SCALE_PARTITIONS partitions of the scale-out topic [2]
 #   BENCH_SCALE_RECORDS    records of the scale-out topic [BENCH_RECORDS]
@@ -81,7 +91,7 @@ RECORDS="${BENCH_RECORDS:-1000000}"
 RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
 PARTITIONS="${BENCH_PARTITIONS:-6}"
 ROUNDS="${BENCH_ROUNDS:-3}"
-CLIENTS="${BENCH_CLIENTS:-A B C}"
+CLIENTS="${BENCH_CLIENTS-A B C}"
 FETCH_MAX_BYTES="${BENCH_FETCH_MAX_BYTES:-52428800}"
 MAX_POLL_RECORDS="${BENCH_MAX_POLL_RECORDS:-500}"
 A_COMMIT="${BENCH_A_COMMIT:-every}"
@@ -90,6 +100,9 @@ RUNTIME="${BENCH_RUNTIME:-multi}"
 JAVA_HEAP="${BENCH_JAVA_HEAP:--Xmx512m}"
 GROUP_CONFIG="${BENCH_GROUP_CONFIG:-}"
 PRODUCER_PROPS="${BENCH_PRODUCER_PROPS:-}"
+PRODUCER_ROUNDS="${BENCH_PRODUCER_ROUNDS:-$ROUNDS}"
+PRODUCER_RECORDS="${BENCH_PRODUCER_RECORDS:-$RECORDS}"
+PRODUCER_ROW_PROPS="${BENCH_PRODUCER_ROW_PROPS:-}"
 SCALE_DRIVERS="${BENCH_SCALE_DRIVERS-1 2 4 8}"
 SCALE_PARTITIONS="${BENCH_SCALE_PARTITIONS:-2}"
 SCALE_RECORDS="${BENCH_SCALE_RECORDS:-$RECORDS}"
@@ -108,6 +121,7 @@ export KAFKA_VERSION
 
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 A_BIN="$TARGET_DIR/release/examples/bench_consumer"
+P_BIN="$TARGET_DIR/release/examples/bench_producer"
 PEERS_TARGET="$TARGET_DIR/bench-peers"
 C_BIN="$PEERS_TARGET/release/krafka_share_consumer"
 TIME_FMT='elapsed=%e user=%U sys=%S maxrss_kb=%M'
@@ -120,6 +134,9 @@ for n in "$RECORDS" "$RECORD_SIZE" "$PARTITIONS" "$ROUNDS" "$FETCH_MAX_BYTES" "$
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive integer (check the BENCH_* variables)"
 done
 [[ "$WARMUP_RECORDS" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP_RECORDS: '$WARMUP_RECORDS'"
+[[ "$PRODUCER_ROUNDS" =~ ^[0-9]+$ ]] || die "BENCH_PRODUCER_ROUNDS: '$PRODUCER_ROUNDS'"
+[[ "$PRODUCER_RECORDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PRODUCER_RECORDS: '$PRODUCER_RECORDS'"
+for kv in $PRODUCER_ROW_PROPS; do [[ "$kv" == ?*=* ]] || die "BENCH_PRODUCER_ROW_PROPS: '$kv' is not k=v"; done
 for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
 [[ "$TLS" == 0 || "$TLS" == 1 ]] || die "BENCH_TLS: '$TLS' (0 or 1)"
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
@@ -170,6 +187,11 @@ log "results in $OUT"
 log "building client A (release)"
 nice -n "$NICE" cargo build --release --example bench_consumer >"$OUT/build-a.log" 2>&1 \
   || { tail -n 30 "$OUT/build-a.log" >&2; die "building A failed"; }
+if ((PRODUCER_ROUNDS > 0)); then
+  log "building producer P (release)"
+  nice -n "$NICE" cargo build --release --example bench_producer >"$OUT/build-p.log" 2>&1 \
+    || { tail -n 30 "$OUT/build-p.log" >&2; die "building P failed"; }
+fi
 if [[ " $CLIENTS " == *" C "* || "$PROFILE" == 1 ]]; then
   log "building client C (benches/peers, release, --locked)"
   nice -n "$NICE" cargo build --release --locked --manifest-path benches/peers/Cargo.toml \
@@ -467,7 +489,7 @@ cat "$OUT/env.txt" >&2
 
 # --- main rounds ------------------------------------------------------------------------------
 TOPIC="bench-$RUN_ID-p$PARTITIONS"
-produce "$TOPIC" "$PARTITIONS" "$RECORDS"
+[[ -z "$CLIENTS" ]] || produce "$TOPIC" "$PARTITIONS" "$RECORDS"
 # A fresh broker JVM is not yet compiled hot: the first runs on it are slower whoever runs them.
 if ((WARMUP_RECORDS > 0)); then
   for client in $CLIENTS; do
@@ -495,6 +517,51 @@ if [[ -n "$SCALE_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
     for k in $SCALE_DRIVERS; do
       run_client scale 1 A "$SCALE_TOPIC" "$SCALE_RECORDS" "$k" "$put_ms"
     done
+  done
+fi
+
+# --- producer row -----------------------------------------------------------------------------
+# P: examples/bench_producer; J: Java's ProducerPerformance. Same topic layout, records and
+# properties; a fresh topic per run. One line per run in producer.tsv.
+PRODUCER_RUNS="$OUT/producer.tsv"
+printf 'round\tclient\trecords\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tcpu_us_per_record\tpeak_rss_MB\tbroker_cpu_us_per_record\n' >"$PRODUCER_RUNS"
+run_producer() { # run_producer ROUND CLIENT
+  local round="$1" client="$2" kv
+  local name="producer-r$round-$client" topic="bench-$RUN_ID-producer-r$round-$client"
+  admin create-topic --topic "$topic" --partitions "$PARTITIONS"
+  sleep "$PAUSE"
+  log "run $name: $PRODUCER_RECORDS records to $topic"
+  local -a p_props=() j_props=()
+  for kv in $PRODUCER_ROW_PROPS; do p_props+=(--producer-property "$kv"); j_props+=("$kv"); done
+  case "$client" in
+    P) measure "$name" "$P_BIN" --bootstrap "$BOOTSTRAP" --topic "$topic" --records "$PRODUCER_RECORDS" \
+         --record-size "$RECORD_SIZE" "${p_props[@]}" ;;
+    J) measure "$name" env KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
+         org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records "$PRODUCER_RECORDS" \
+         --record-size "$RECORD_SIZE" --throughput -1 \
+         --producer-props "bootstrap.servers=$BOOTSTRAP" "${j_props[@]}" ;;
+  esac
+  # Both print "N records sent, R records/sec (M MB/sec), ..." last.
+  local line
+  line="$(grep -E '^[0-9]+ records sent, ' "$OUT/$name.out" | tail -n 1)"
+  [[ -n "$line" ]] || die "$name printed no summary line (see $OUT/$name.out)"
+  awk -v line="$line" -v t="$(cat "$OUT/$name.time")" -v tck="$CLK_TCK" -v round="$round" -v client="$client" \
+      -v expected="$PRODUCER_RECORDS" -v size="$RECORD_SIZE" '
+    function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
+    { bcpu[NR] = $4 }
+    END {
+      split(line, w, " "); records = w[1]; rps = w[4]
+      if (records != expected) { print "wrote " records " records, not " expected > "/dev/stderr"; exit 1 }
+      cpu = field(t, "user") + field(t, "sys"); wms = rps > 0 ? records / rps * 1000 : 0
+      bw = (NR > 1 && bcpu[1] >= 0 && bcpu[NR] >= 0) ? sprintf("%.3f", (bcpu[NR] - bcpu[1]) / tck * 1e6 / records) : "na"
+      printf "%s\t%s\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.3f\t%.1f\t%s\n", round, client, records, wms, rps,
+        rps * size / 1048576, cpu, cpu * 1e6 / records, field(t, "maxrss_kb") / 1024, bw
+    }' "$OUT/$name.samples" | tee -a "$PRODUCER_RUNS" >&2 || die "$name: bad run"
+}
+if ((PRODUCER_ROUNDS > 0)); then
+  for ((round = 1; round <= PRODUCER_ROUNDS; round++)); do
+    run_producer "$round" P
+    run_producer "$round" J
   done
 fi
 
@@ -668,6 +735,33 @@ summarize() {
       }
     }' "$RUNS"
 }
+summarize_producer() {
+  awk -F'\t' '
+    function median(a, n,   i, j, t, b, m) {
+      m = 0
+      for (i = 1; i <= n; i++) if (a[i] != "" && a[i] != "na") b[++m] = a[i] + 0
+      if (!m) return "na"
+      for (i = 2; i <= m; i++) for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+      return m % 2 ? b[(m + 1) / 2] : (b[m / 2] + b[m / 2 + 1]) / 2
+    }
+    function f(x, fmt) { return x == "na" || x == "" ? "–" : sprintf(fmt, x) }
+    NR == 1 { next }
+    { r = $1; c = $2; if (r > rounds) rounds = r; rps[r, c] = $5; cpu[r, c] = $8; rss[r, c] = $9; bk[r, c] = $10 }
+    END {
+      if (!rounds) exit
+      print "Producer row (P = this crate, J = Java ProducerPerformance; rec/s from first send to last acknowledgement;"
+      print "CPU µs per record = user+sys of the whole process; broker µs per record over the whole run):"
+      print ""
+      print "| round | P rec/s | J rec/s | P/J | P CPU µs/rec | J CPU µs/rec | J ÷ P CPU | P RSS MB | J RSS MB | broker for P | for J |"
+      print "|---|---|---|---|---|---|---|---|---|---|---|"
+      for (r = 1; r <= rounds; r++) {
+        q[r] = rps[r, "J"] > 0 ? rps[r, "P"] / rps[r, "J"] : "na"; qc[r] = cpu[r, "P"] > 0 ? cpu[r, "J"] / cpu[r, "P"] : "na"
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rps[r, "P"], "%.0f"), f(rps[r, "J"], "%.0f"), f(q[r], "%.2f"),
+          f(cpu[r, "P"], "%.2f"), f(cpu[r, "J"], "%.2f"), f(qc[r], "%.1f"), f(rss[r, "P"], "%.1f"), f(rss[r, "J"], "%.1f"), f(bk[r, "P"], "%.2f"), f(bk[r, "J"], "%.2f")
+      }
+      printf "| median | | | **%s** | | | **%s** | | | | |\n", f(median(q, rounds), "%.2f"), f(median(qc, rounds), "%.1f")
+    }' "$PRODUCER_RUNS"
+}
 {
   echo '```'
   cat "$OUT/env.txt"
@@ -675,10 +769,18 @@ summarize() {
   echo
   summarize
   echo
+  summarize_producer
+  echo
   echo 'Raw runs (runs.tsv; warmup runs are not in the tables above):'
   echo
   echo '```'
   cat "$RUNS"
+  echo '```'
+  echo
+  echo 'Producer runs (producer.tsv):'
+  echo
+  echo '```'
+  cat "$PRODUCER_RUNS"
   echo '```'
 } >"$OUT/summary.md"
 echo >&2
