@@ -110,3 +110,9 @@ async fn a_new_consumer_gets_its_first_records_after_initialisation() {
         "the delay was applied: {took:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins() {
+    let b = Embedded::new(share_behaviour::UNSUBSCRIBE_GROUP);
+    share_behaviour::unsubscribe_releases_what_it_holds_and_subscribe_rejoins(&b).await;
+}

@@ -164,3 +164,11 @@ async fn a_new_consumer_gets_its_first_records_after_initialisation() {
         share_behaviour::a_new_consumer_gets_its_first_records_after_initialisation(&b).await;
     eprintln!("a new consumer's first records came {took:?} after its first poll");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins() {
+    let Some(b) = Kafka::new("parity_unsubscribe", share_behaviour::UNSUBSCRIBE_GROUP).await else {
+        return;
+    };
+    share_behaviour::unsubscribe_releases_what_it_holds_and_subscribe_rejoins(&b).await;
+}

@@ -316,8 +316,29 @@ impl Future for PendingCommit {
 /// next one).
 #[async_trait]
 pub trait ShareConsumer: Send {
-    /// Subscribes to these topics, replacing any earlier subscription.
+    /// Subscribes to these topics, replacing any earlier subscription. An empty list is
+    /// [`unsubscribe`](Self::unsubscribe), as in Java.
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError>;
+
+    /// Leaves the subscription, as Java's `unsubscribe`: the acknowledgements made so far are
+    /// sent (their outcome is reported by the next commit), every other record this consumer
+    /// holds is released, and the member leaves the group. `poll` then fails with
+    /// [`ConsumerError::NotSubscribed`] until `subscribe` is called again, which rejoins. A
+    /// consumer without a subscription returns at once.
+    ///
+    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped, the subscription is gone but the records held may stay
+    /// locked until their locks expire.
+    async fn unsubscribe(&mut self) -> Result<(), ConsumerError> {
+        Err(ConsumerError::Unsupported {
+            broker: "this ShareConsumer".to_owned(),
+            api: "unsubscribe",
+            wanted: "an implementation of ShareConsumer::unsubscribe".to_owned(),
+        })
+    }
 
     /// The subscribed topics.
     fn subscription(&self) -> Vec<String>;
@@ -433,6 +454,10 @@ pub trait ShareConsumer: Send {
 impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         (**self).subscribe(topics).await
+    }
+
+    async fn unsubscribe(&mut self) -> Result<(), ConsumerError> {
+        (**self).unsubscribe().await
     }
 
     fn subscription(&self) -> Vec<String> {

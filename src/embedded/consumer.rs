@@ -150,7 +150,38 @@ impl EmbeddedShareConsumer {
 impl ShareConsumer for EmbeddedShareConsumer {
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         self.ensure_open()?;
+        if topics.is_empty() {
+            return self.unsubscribe().await;
+        }
         self.subscription = normalize_subscription(topics)?;
+        Ok(())
+    }
+
+    /// Sends the acknowledgements made so far (reported by the next commit), releases every
+    /// other record held by leaving the group, and joins it again as a new member without a
+    /// subscription.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it completes before its first `.await` point.
+    async fn unsubscribe(&mut self) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.subscription.is_empty() {
+            return Ok(());
+        }
+        let sent = self.send_acknowledgements(false);
+        self.unreported.merge(sent);
+        let (member, member_id) = {
+            let mut state = self.shared.lock();
+            state.leave(&self.group_id, self.member);
+            state.join(&self.group_id)
+        };
+        self.member = member;
+        self.member_id = member_id;
+        self.shared.changed.notify_waiters();
+        self.batch.clear();
+        self.subscription.clear();
+        self.first_poll = None;
         Ok(())
     }
 

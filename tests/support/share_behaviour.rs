@@ -292,3 +292,73 @@ pub(crate) async fn a_new_consumer_gets_its_first_records_after_initialisation(
     close(c).await;
     took
 }
+
+/// The group of [`unsubscribe_releases_what_it_holds_and_subscribe_rejoins`]: a lock long
+/// enough that a release by lock expiry cannot pass for one at once.
+pub(crate) const UNSUBSCRIBE_GROUP: Group = Group {
+    lock: Duration::from_secs(30),
+    max_record_locks: None,
+};
+
+/// `unsubscribe` (as Java's) sends what was acknowledged, releases the rest at once, and
+/// leaves: polls fail with `NotSubscribed` until `subscribe` rejoins, and an empty
+/// `subscribe` means the same.
+pub(crate) async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins(b: &dyn Backend) {
+    use kafka_share_sink::ConsumerError;
+
+    b.produce_batch(5).await;
+    let mut leaver = b.consumer(500, BATCH).await;
+    let topics = leaver.subscription();
+    let held = first_records(leaver.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(offsets(&held), [0, 1, 2, 3, 4]);
+    leaver
+        .acknowledge(&held[0], AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let mut other = b.consumer(500, BATCH).await;
+    let started = Instant::now();
+    leaver.unsubscribe().await.expect("unsubscribe");
+    assert!(leaver.subscription().is_empty());
+    assert!(matches!(
+        leaver.poll(Duration::ZERO).await,
+        Err(ConsumerError::NotSubscribed)
+    ));
+    leaver
+        .unsubscribe()
+        .await
+        .expect("a second unsubscribe does nothing");
+    let again = first_records(other.as_mut(), UNSUBSCRIBE_GROUP.lock / 2).await;
+    assert!(
+        started.elapsed() < UNSUBSCRIBE_GROUP.lock,
+        "released at once, not by the lock"
+    );
+    assert_eq!(
+        offsets(&again),
+        [1, 2, 3, 4],
+        "the accepted record stays accepted"
+    );
+    assert_eq!(counts(&again), [2; 4]);
+    accept(other.as_mut(), &again).await;
+
+    leaver
+        .subscribe(topics.clone())
+        .await
+        .expect("subscribe rejoins");
+    b.produce_batch(1).await;
+    let fresh = first_records(leaver.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(
+        offsets(&fresh),
+        [5],
+        "the member rejoined and fetches again"
+    );
+    accept(leaver.as_mut(), &fresh).await;
+    leaver
+        .subscribe(Vec::new())
+        .await
+        .expect("an empty subscribe unsubscribes");
+    assert!(matches!(
+        leaver.poll(Duration::ZERO).await,
+        Err(ConsumerError::NotSubscribed)
+    ));
+    close(leaver).await;
+    close(other).await;
+}

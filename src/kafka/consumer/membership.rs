@@ -233,6 +233,15 @@ impl Membership {
     pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
         let result = self.send_leave(timeout).await;
         self.close_connections();
+        // Out of the group: no assignment, and a later `subscribe` joins again at epoch 0.
+        {
+            let mut state = self.shared.lock();
+            state.epoch = 0;
+            state.assignment.clear();
+            state.assignment_version = state.assignment_version.wrapping_add(1);
+            state.heartbeat_sent = false;
+        }
+        self.shared.changed.notify_waiters();
         result
     }
 

@@ -295,6 +295,9 @@ impl ShareConsumer for KafkaShareConsumer {
     /// Cancel safe: nothing waits.
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         self.ensure_open()?;
+        if topics.is_empty() {
+            return self.unsubscribe().await;
+        }
         let topics = normalize_subscription(topics)?;
         self.subscription = topics.clone();
         self.engine.send(Command::Subscribe(topics.clone()))?;
@@ -304,6 +307,45 @@ impl ShareConsumer for KafkaShareConsumer {
 
     fn subscription(&self) -> Vec<String> {
         self.subscription.clone()
+    }
+
+    /// Hands the acknowledgements made so far to the engine (the next commit reports their
+    /// outcome), closes every share session with the final epoch (which releases the other
+    /// records held, and drops records fetched but not yet polled), and leaves the group,
+    /// within the request timeout; what could not be done in time is logged at WARN, and the
+    /// records concerned come back when their locks expire. `subscribe` rejoins.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped, the subscription is gone, the sessions are closed in the
+    /// background and the member may stay in the group until its session times out.
+    async fn unsubscribe(&mut self) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.subscription.is_empty() {
+            return Ok(());
+        }
+        self.hand_over_acks(false)?;
+        self.batch.clear();
+        self.last_records.clear();
+        self.to_present.clear();
+        self.renew_answer = None;
+        self.subscription.clear();
+        let (reply, answer) = oneshot::channel();
+        self.engine.send(Command::Unsubscribe(reply))?;
+        let timeout = self.config.request_timeout;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(results)) => self.unreported.merge(results),
+            Ok(Err(_)) => return Err(ConsumerError::Closed),
+            Err(_) => tracing::warn!(
+                ?timeout,
+                "unsubscribe: the share sessions did not close in time; the records held \
+                 come back when their locks expire"
+            ),
+        }
+        if let Err(error) = self.membership.leave(timeout).await {
+            tracing::warn!(%error, "unsubscribe could not leave the share group");
+        }
+        Ok(())
     }
 
     /// Returns by `timeout` (plus the time to hand over records already fetched), whatever

@@ -88,6 +88,10 @@ pub(crate) enum Command {
     Subscribe(Vec<String>),
     /// Acknowledgements to send with the next request to each partition's leader.
     Acknowledge(Vec<(TopicPartition, Vec<AckRange>)>),
+    /// Leave the subscription: close every share session with the final epoch (sending the
+    /// pending acknowledgements, releasing the rest), drop what was fetched, then answer
+    /// with the outcomes gathered since the last commit and stay idle until a `Subscribe`.
+    Unsubscribe(oneshot::Sender<CommitResults>),
     /// Send every pending acknowledgement now; answer with the outcomes gathered since the
     /// last commit once those queued before this command are settled. If the receiver is
     /// gone by then, the outcomes wait for the next commit.
@@ -132,6 +136,7 @@ impl EngineHandle {
             fetch_retry_at: None,
             commits: Vec::new(),
             closing: None,
+            leaving: None,
             close_sent: false,
             polled: false,
             seen_assignment: 0,
@@ -189,6 +194,8 @@ struct Engine {
     /// Commits waiting for the acknowledgements queued up to their sequence number.
     commits: Vec<(u64, oneshot::Sender<CommitResults>)>,
     closing: Option<oneshot::Sender<CommitResults>>,
+    /// An unsubscribe waiting for its sessions to close.
+    leaving: Option<oneshot::Sender<CommitResults>>,
     close_sent: bool,
     /// A poll has been made, so prefetch may start.
     polled: bool,
@@ -217,8 +224,11 @@ impl Engine {
             let now = Instant::now();
             self.step(now);
             if self.close_sent && !self.book.in_flight() {
-                self.finish_close();
-                break;
+                if self.closing.is_some() {
+                    self.finish_close();
+                    break;
+                }
+                self.finish_leave();
             }
             if consumer_gone && self.closing.is_none() {
                 break;
@@ -270,6 +280,10 @@ impl Engine {
             Command::Close(reply) => {
                 self.closing = Some(reply);
             }
+            Command::Unsubscribe(reply) => {
+                self.subscription.clear();
+                self.leaving = Some(reply);
+            }
         }
     }
 
@@ -289,7 +303,8 @@ impl Engine {
         }
         let (version, assignment) = self.membership.assignment();
         self.seen_assignment = version;
-        let closing = self.closing.is_some();
+        // Closing or leaving the subscription: the sessions end with the final epoch.
+        let closing = self.closing.is_some() || self.leaving.is_some();
 
         let unknown_ack_partition = self
             .book
@@ -652,6 +667,23 @@ impl Engine {
             } else {
                 i += 1;
             }
+        }
+    }
+
+    /// The sessions are closed after an unsubscribe: what was fetched was released with them.
+    fn finish_leave(&mut self) {
+        self.close_sent = false;
+        self.book.reset_sessions();
+        {
+            let mut slots = self.mailbox.lock();
+            slots.records.clear();
+            slots.wanted = false;
+        }
+        let results = self.book.take_results();
+        if let Some(reply) = self.leaving.take()
+            && let Err(results) = reply.send(results)
+        {
+            self.book.restore_results(results);
         }
     }
 

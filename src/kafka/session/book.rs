@@ -319,6 +319,14 @@ impl SessionBook {
         self.results.merge(newer);
     }
 
+    /// Every session is gone (closed with the final epoch): the next fetch to any leader
+    /// opens a new one.
+    pub(crate) fn reset_sessions(&mut self) {
+        for session in self.nodes.values_mut() {
+            session.reset();
+        }
+    }
+
     /// A new connection to `node`: whatever session it had went with the old one.
     pub(crate) fn connection_reset(&mut self, node: NodeId) {
         if let Some(session) = self.nodes.get_mut(&node) {
