@@ -116,3 +116,9 @@ async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins() {
     let b = Embedded::new(share_behaviour::UNSUBSCRIBE_GROUP);
     share_behaviour::unsubscribe_releases_what_it_holds_and_subscribe_rejoins(&b).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_commit_callback_sees_every_outcome_once() {
+    let b = Embedded::new(share_behaviour::CALLBACK_GROUP);
+    share_behaviour::the_commit_callback_sees_every_outcome_once(&b).await;
+}

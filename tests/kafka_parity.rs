@@ -172,3 +172,11 @@ async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins() {
     };
     share_behaviour::unsubscribe_releases_what_it_holds_and_subscribe_rejoins(&b).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commit_callback_sees_every_outcome_once() {
+    let Some(b) = Kafka::new("parity_callback", share_behaviour::CALLBACK_GROUP).await else {
+        return;
+    };
+    share_behaviour::the_commit_callback_sees_every_outcome_once(&b).await;
+}

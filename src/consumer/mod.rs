@@ -443,6 +443,46 @@ pub trait ShareConsumer: Send {
         BrokerDeadLetterQueue::Unknown
     }
 
+    /// Sets (or with `None` removes) the acknowledgement commit callback, Java's
+    /// `setAcknowledgementCommitCallback`: it is called with the per-partition outcome of
+    /// every acknowledgement, each outcome once, from inside this consumer's `poll`,
+    /// `commit_sync`, `commit_async`, `unsubscribe` and `close`, on the caller's task. That
+    /// includes acknowledgements that rode on a fetch, which no commit reports otherwise until
+    /// the next one. The calls still return their outcomes as before.
+    ///
+    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use kafka_share_sink::embedded::EmbeddedBroker;
+    /// use kafka_share_sink::{CommitResults, ShareConsumer};
+    ///
+    /// let broker = EmbeddedBroker::new();
+    /// let mut consumer = broker.share_consumer("sink");
+    /// let seen: Arc<Mutex<Vec<CommitResults>>> = Arc::default();
+    /// let sink = Arc::clone(&seen);
+    /// consumer.set_acknowledgement_commit_callback(Some(Box::new(move |results| {
+    ///     sink.lock().unwrap().push(results.clone());
+    /// })))?;
+    /// # Ok::<(), kafka_share_sink::ConsumerError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConsumerError::Unsupported`] from an implementation without callbacks.
+    fn set_acknowledgement_commit_callback(
+        &mut self,
+        callback: Option<AcknowledgementCommitCallback>,
+    ) -> Result<(), ConsumerError> {
+        let _ = callback;
+        Err(ConsumerError::Unsupported {
+            broker: "this ShareConsumer".to_owned(),
+            api: "set_acknowledgement_commit_callback",
+            wanted: "an implementation of ShareConsumer::set_acknowledgement_commit_callback"
+                .to_owned(),
+        })
+    }
+
     /// The group and member identity.
     fn group_metadata(&self) -> GroupMetadata;
 
@@ -450,8 +490,54 @@ pub trait ShareConsumer: Send {
     fn acknowledgement_mode(&self) -> AcknowledgementMode;
 }
 
+/// What [`ShareConsumer::set_acknowledgement_commit_callback`] takes: called with the
+/// outcomes of acknowledgements, per partition, each once.
+pub type AcknowledgementCommitCallback = Box<dyn FnMut(&CommitResults) + Send>;
+
+/// Where a consumer keeps its [`AcknowledgementCommitCallback`] (printable for `Debug`).
+#[derive(Default)]
+pub(crate) struct CallbackSlot(Option<AcknowledgementCommitCallback>);
+
+impl fmt::Debug for CallbackSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<acknowledgement commit callback>)"
+        } else {
+            "None"
+        })
+    }
+}
+
+impl CallbackSlot {
+    /// Sets or removes the callback.
+    pub(crate) fn set(&mut self, callback: Option<AcknowledgementCommitCallback>) {
+        self.0 = callback;
+    }
+
+    /// True when a callback is set.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Calls the callback with `fresh`, unless there is none or `fresh` is empty.
+    pub(crate) fn call(&mut self, fresh: &CommitResults) {
+        if let Some(callback) = self.0.as_mut()
+            && !fresh.is_empty()
+        {
+            callback(fresh);
+        }
+    }
+}
+
 #[async_trait]
 impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
+    fn set_acknowledgement_commit_callback(
+        &mut self,
+        callback: Option<AcknowledgementCommitCallback>,
+    ) -> Result<(), ConsumerError> {
+        (**self).set_acknowledgement_commit_callback(callback)
+    }
+
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         (**self).subscribe(topics).await
     }

@@ -11,8 +11,9 @@ use super::partition::MemberKey;
 use super::{ConsumerOptions, OnDrop, Shared};
 use crate::consumer::in_flight::InFlightBatch;
 use crate::consumer::{
-    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
-    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
+    AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
+    CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
+    normalize_subscription,
 };
 use crate::record::ConsumerRecord;
 use crate::time::deadline_after;
@@ -78,6 +79,8 @@ pub struct EmbeddedShareConsumer {
     lock_timeout: Option<Duration>,
     /// When the first poll began, for [`ConsumerOptions::first_fetch_delay`].
     first_poll: Option<Instant>,
+    /// The acknowledgement commit callback, if set.
+    callback: CallbackSlot,
     closed: bool,
 }
 
@@ -95,6 +98,7 @@ impl EmbeddedShareConsumer {
             unreported: CommitResults::new(),
             lock_timeout: None,
             first_poll: None,
+            callback: CallbackSlot::default(),
             closed: false,
         }
     }
@@ -134,6 +138,8 @@ impl EmbeddedShareConsumer {
         }
         // Released and rejected records, and a shrunken window, may unblock other members.
         self.shared.changed.notify_waiters();
+        // Every outcome is known here, once: the callback gets it now.
+        self.callback.call(&results);
         results
     }
 
@@ -290,6 +296,17 @@ impl ShareConsumer for EmbeddedShareConsumer {
 
     async fn commit_sync(&mut self, _timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.commit_now()
+    }
+
+    /// The callback is called as the group answers, which in process is at once: from
+    /// inside the call that sends the acknowledgements.
+    fn set_acknowledgement_commit_callback(
+        &mut self,
+        callback: Option<AcknowledgementCommitCallback>,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        self.callback.set(callback);
+        Ok(())
     }
 
     fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {

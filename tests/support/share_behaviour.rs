@@ -362,3 +362,80 @@ pub(crate) async fn unsubscribe_releases_what_it_holds_and_subscribe_rejoins(b: 
     close(leaver).await;
     close(other).await;
 }
+
+/// The group of [`the_commit_callback_sees_every_outcome_once`].
+pub(crate) const CALLBACK_GROUP: Group = Group {
+    lock: Duration::from_secs(30),
+    max_record_locks: None,
+};
+
+/// The acknowledgement commit callback (Java's `AcknowledgementCommitCallback`) gets every
+/// acknowledgement's outcome once: of acknowledgements that rode on a fetch (without any
+/// commit), of a `commit_sync`, and of `close`.
+pub(crate) async fn the_commit_callback_sees_every_outcome_once(b: &dyn Backend) {
+    use std::sync::{Arc, Mutex};
+
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let mut c = b.consumer(500, BATCH).await;
+    c.set_acknowledgement_commit_callback(Some(Box::new(move |results| {
+        for (tp, result) in results.iter() {
+            sink.lock().unwrap().push((tp.to_string(), result.is_ok()));
+        }
+    })))
+    .expect("callbacks are supported");
+    let count = || seen.lock().unwrap().len();
+
+    b.produce_batch(3).await;
+    let first = first_records(c.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(offsets(&first), [0, 1, 2]);
+    for r in &first {
+        c.acknowledge(r, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    // No commit: the acknowledgements ride on the next fetches, and their outcome reaches
+    // the callback from inside a later poll.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the ridden acknowledgement was never reported"
+        );
+        let records = c.poll(POLL).await.expect("poll");
+        assert!(records.is_empty());
+    }
+    assert_eq!(count(), 1, "{:?}", seen.lock().unwrap());
+
+    b.produce_batch(1).await;
+    let second = first_records(c.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(offsets(&second), [3]);
+    c.acknowledge(&second[0], AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let results = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert!(results.is_success(), "{results:?}");
+    assert_eq!(
+        count(),
+        2,
+        "the commit's outcome, once: {:?}",
+        seen.lock().unwrap()
+    );
+    let again = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert!(again.is_empty());
+    assert_eq!(count(), 2, "nothing new, nothing reported");
+
+    b.produce_batch(1).await;
+    let third = first_records(c.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(offsets(&third), [4]);
+    c.acknowledge(&third[0], AcknowledgeType::Accept)
+        .expect("acknowledge");
+    c.close(Duration::from_secs(10)).await.expect("close");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "close reports its outcome too: {seen:?}");
+    assert!(seen.iter().all(|(_, ok)| *ok), "{seen:?}");
+}

@@ -11,7 +11,7 @@ pub(crate) mod group_configs;
 pub(crate) mod membership;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,8 +26,9 @@ use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
-    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerError,
-    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
+    AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
+    CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
+    normalize_subscription,
 };
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -115,6 +116,10 @@ pub struct KafkaShareConsumer {
     renew_answer: Option<oneshot::Receiver<CommitResults>>,
     /// Partitions whose acknowledgements failed in the last outcome seen.
     last_ack_failures: BTreeSet<TopicPartition>,
+    /// The acknowledgement commit callback, if set.
+    callback: CallbackSlot,
+    /// Outcomes `commit_async` futures received, for the callback at the next call.
+    async_outcomes: Arc<Mutex<CommitResults>>,
     closed: bool,
 }
 
@@ -220,6 +225,8 @@ impl KafkaShareConsumer {
             to_present: Vec::new(),
             renew_answer: None,
             last_ack_failures: BTreeSet::new(),
+            callback: CallbackSlot::default(),
+            async_outcomes: Arc::default(),
             closed: false,
         })
     }
@@ -251,6 +258,30 @@ impl KafkaShareConsumer {
     }
 
     /// Notes which partitions failed in outcomes that pass through here.
+    /// Gives `fresh` outcomes to the acknowledgement commit callback, if any.
+    fn notify(&mut self, fresh: &CommitResults) {
+        self.callback.call(fresh);
+    }
+
+    /// Outcomes the engine set aside for the callback, and those `commit_async` futures
+    /// received: the first are given to the callback and returned (for the commit that
+    /// reports them), the second only given to the callback (their future reported them).
+    fn take_settled(&mut self) -> CommitResults {
+        if !self.callback.is_set() {
+            return CommitResults::new();
+        }
+        let settled = std::mem::take(&mut self.engine.mailbox.lock().settled);
+        let resolved = std::mem::take(
+            &mut *self
+                .async_outcomes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.notify(&resolved);
+        self.notify(&settled);
+        settled
+    }
+
     fn saw(&mut self, results: &CommitResults) {
         self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
     }
@@ -334,7 +365,12 @@ impl ShareConsumer for KafkaShareConsumer {
         self.engine.send(Command::Unsubscribe(reply))?;
         let timeout = self.config.request_timeout;
         match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(results)) => self.unreported.merge(results),
+            Ok(Ok(results)) => {
+                self.notify(&results);
+                let settled = self.take_settled();
+                self.unreported.merge(settled);
+                self.unreported.merge(results);
+            }
             Ok(Err(_)) => return Err(ConsumerError::Closed),
             Err(_) => tracing::warn!(
                 ?timeout,
@@ -390,6 +426,7 @@ impl ShareConsumer for KafkaShareConsumer {
                 Ok(Ok(results)) => {
                     self.renew_answer = None;
                     self.saw(&results);
+                    self.notify(&results);
                     self.unreported.merge(results);
                 }
                 Ok(Err(_)) => {
@@ -399,6 +436,8 @@ impl ShareConsumer for KafkaShareConsumer {
                 Err(_) => return Ok(Vec::new()),
             }
         }
+        let settled = self.take_settled();
+        self.unreported.merge(settled);
         let again = self.renewed_again();
         if !again.is_empty() {
             return Ok(self.present(again));
@@ -500,7 +539,9 @@ impl ShareConsumer for KafkaShareConsumer {
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(results)) => {
                 self.saw(&results);
+                self.notify(&results);
                 let mut all = std::mem::take(&mut self.unreported);
+                all.merge(self.take_settled());
                 all.merge(results);
                 Ok(all)
             }
@@ -519,8 +560,19 @@ impl ShareConsumer for KafkaShareConsumer {
         let (reply, answer) = oneshot::channel();
         self.engine.send(Command::Commit(reply))?;
         let mut earlier = std::mem::take(&mut self.unreported);
+        earlier.merge(self.take_settled());
+        // With a callback, the outcomes this future receives reach it at the next call.
+        let for_callback = self
+            .callback
+            .is_set()
+            .then(|| Arc::clone(&self.async_outcomes));
         Ok(PendingCommit::new(async move {
             let results = answer.await.map_err(|_| ConsumerError::Closed)?;
+            if let Some(slot) = for_callback {
+                slot.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .merge(results.clone());
+            }
             earlier.merge(results);
             Ok(earlier)
         }))
@@ -549,6 +601,7 @@ impl ShareConsumer for KafkaShareConsumer {
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
         let sent = handed.and_then(|_| self.engine.send(Command::Close(reply)));
+        let mut closing_outcomes = None;
         let work = async {
             if let Err(e) = sent {
                 // The engine is gone (it only stops when the consumer does): nothing to send.
@@ -557,12 +610,17 @@ impl ShareConsumer for KafkaShareConsumer {
                 for (tp, e) in results.failures() {
                     tracing::warn!(%tp, error = %e, "acknowledgement failed during close");
                 }
+                closing_outcomes = Some(results);
             }
             self.membership.leave(timeout).await
         };
         let outcome = tokio::time::timeout(timeout, work).await;
         // Also when the leave was cut short by the timeout.
         self.membership.close_connections();
+        self.take_settled();
+        if let Some(results) = closing_outcomes {
+            self.notify(&results);
+        }
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(
@@ -576,6 +634,25 @@ impl ShareConsumer for KafkaShareConsumer {
                  sees the connection close or their locks expire"
             ),
         }
+        Ok(())
+    }
+
+    /// Outcomes of acknowledgements that rode on a fetch reach the callback at the next
+    /// call of this consumer after their answer; the outcomes a `commit_async` future
+    /// receives reach it at the next call after the future completes.
+    fn set_acknowledgement_commit_callback(
+        &mut self,
+        callback: Option<AcknowledgementCommitCallback>,
+    ) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        let collect = callback.is_some();
+        if !collect {
+            // What was set aside for the old callback goes to the next commit instead.
+            let settled = std::mem::take(&mut self.engine.mailbox.lock().settled);
+            self.unreported.merge(settled);
+        }
+        self.callback.set(callback);
+        self.engine.mailbox.lock().collect = collect;
         Ok(())
     }
 

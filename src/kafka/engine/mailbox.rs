@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::consumer::ConsumerError;
+use crate::consumer::{CommitResults, ConsumerError};
 use crate::record::ConsumerRecord;
 
 /// State behind the mailbox's lock.
@@ -27,6 +27,11 @@ pub(crate) struct Slots {
     pub(crate) lock_timeout: Option<Duration>,
     /// The engine stopped (closed, or its consumer went away).
     pub(crate) stopped: bool,
+    /// The consumer has an acknowledgement commit callback: the engine moves outcomes that
+    /// no commit is waiting for (acknowledgements that rode on fetches) to `settled`.
+    pub(crate) collect: bool,
+    /// Outcomes moved here for the callback, taken by the consumer's next call.
+    pub(crate) settled: CommitResults,
 }
 
 /// Shared by a [`KafkaShareConsumer`](crate::KafkaShareConsumer) and its engine task.

@@ -363,6 +363,18 @@ impl Engine {
             self.send(request, fetch);
         }
         self.answer_commits();
+        self.hand_over_outcomes();
+    }
+
+    /// With an acknowledgement commit callback, outcomes no commit waits for (those of
+    /// acknowledgements that rode on fetches) go to the mailbox for the consumer's next call.
+    fn hand_over_outcomes(&mut self) {
+        if !self.book.has_results() || !self.mailbox.lock().collect {
+            return;
+        }
+        let results = self.book.take_results();
+        self.mailbox.lock().settled.merge(results);
+        self.mailbox.announce();
     }
 
     /// The fetch settings if a fetch is wanted now: a poll waits, or prefetch wants more.

@@ -308,6 +308,11 @@ impl SessionBook {
     }
 
     /// Takes the outcomes gathered since the last call.
+    /// True when outcomes wait to be taken.
+    pub(crate) fn has_results(&self) -> bool {
+        !self.results.is_empty()
+    }
+
     pub(crate) fn take_results(&mut self) -> CommitResults {
         std::mem::take(&mut self.results)
     }
