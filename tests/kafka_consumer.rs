@@ -915,3 +915,55 @@ async fn record_limit_makes_max_poll_records_strict() {
     first.close(Duration::from_secs(10)).await.expect("close");
     second.close(Duration::from_secs(10)).await.expect("close");
 }
+
+/// `max.partition.fetch.bytes`: ShareFetch has no per-partition limit since v1, and the
+/// broker splits a request's `MaxBytes` evenly over its partitions, so the consumer asks for
+/// at most this much per partition. 40 batches of 10 records of about 1 KiB in one partition:
+/// with 16 KiB per partition a poll gets a couple of batches, not the 500 records
+/// `max.poll.records` and `fetch.max.bytes` would allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_partition_fetch_bytes_bounds_what_one_fetch_returns() {
+    let Some(f) = fixture_with_lock("partition_fetch_bytes", 1, 30_000).await else {
+        return;
+    };
+    let big = |i: usize| Record {
+        key: None,
+        value: Some(vec![b'v'; 1000 + i % 7]),
+        headers: BTreeMap::new(),
+        timestamp: chrono::Utc::now(),
+    };
+    for batch in 0..40 {
+        produce(
+            &f,
+            0,
+            (batch * 10..batch * 10 + 10).map(big).collect(),
+            Compression::NoCompression,
+        )
+        .await;
+    }
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .max_partition_fetch_bytes(16 * 1024)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut c = KafkaShareConsumer::connect(config).await.expect("connects");
+    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
+    let mut sizes = Vec::new();
+    let mut total = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while total < 400 {
+        assert!(tokio::time::Instant::now() < deadline, "got {total} of 400");
+        let records = c.poll(Duration::from_millis(500)).await.expect("poll");
+        for r in &records {
+            c.acknowledge(r, AcknowledgeType::Accept).expect("ack");
+        }
+        if !records.is_empty() {
+            sizes.push(records.len());
+            total += records.len();
+        }
+    }
+    assert_eq!(total, 400);
+    assert!(
+        sizes.iter().all(|n| *n <= 40),
+        "each fetch about 16 KiB of 1 KiB records: {sizes:?}"
+    );
+    c.close(Duration::from_secs(10)).await.expect("close");
+}

@@ -30,6 +30,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) connect_timeout: Option<Duration>,
     /// `share.acquire.mode`.
     pub(crate) share_acquire_mode: Option<ShareAcquireMode>,
+    /// `max.partition.fetch.bytes`.
+    pub(crate) max_partition_fetch_bytes: Option<i32>,
     /// `security.protocol` with its `ssl.*` and `sasl.*` settings.
     pub(crate) security: Security,
 }
@@ -173,6 +175,7 @@ impl Clients {
             fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
             request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
             connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
+            max_partition_fetch_bytes: int("max.partition.fetch.bytes", 1)?,
             share_acquire_mode: merged
                 .get("share.acquire.mode")
                 .map(|raw| {

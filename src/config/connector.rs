@@ -452,6 +452,9 @@ impl ConnectorConfig {
         if let Some(mode) = s.share_acquire_mode {
             config = config.share_acquire_mode(mode);
         }
+        if let Some(bytes) = s.max_partition_fetch_bytes {
+            config = config.max_partition_fetch_bytes(bytes);
+        }
         if let Some(n) = s.fetch_min_bytes {
             config = config.fetch_min_bytes(n);
         }
@@ -824,6 +827,7 @@ mod tests {
             ("share.acknowledgement.mode", "implicit"),
             ("consumer.override.max.poll.records", "10"),
             ("consumer.override.share.acquire.mode", "record_limit"),
+            ("consumer.override.max.partition.fetch.bytes", "65536"),
             ("consumer.override.fetch.min.bytes", "5"),
             ("consumer.override.fetch.max.bytes", "1000"),
             ("consumer.override.request.timeout.ms", "7000"),
@@ -845,6 +849,7 @@ mod tests {
         assert_eq!(c.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Implicit);
         assert_eq!(c.share_acquire_mode, ShareAcquireMode::RecordLimit);
+        assert_eq!(c.max_partition_fetch_bytes, Some(65_536));
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) acknowledgement_mode: AcknowledgementMode,
     pub(crate) prefetch_records: usize,
     pub(crate) share_acquire_mode: ShareAcquireMode,
+    pub(crate) max_partition_fetch_bytes: Option<i32>,
     pub(crate) group_config_refresh: Duration,
     pub(crate) security: Security,
 }
@@ -101,6 +102,7 @@ impl KafkaShareConsumerConfig {
             acknowledgement_mode: AcknowledgementMode::Explicit,
             prefetch_records: 0,
             share_acquire_mode: ShareAcquireMode::BatchOptimized,
+            max_partition_fetch_bytes: None,
             group_config_refresh: Duration::from_secs(300),
             security: Security::plaintext(),
         }
@@ -171,6 +173,16 @@ impl KafkaShareConsumerConfig {
     /// fetch with the application's processing.
     pub fn prefetch_records(mut self, records: usize) -> Self {
         self.prefetch_records = records;
+        self
+    }
+
+    /// `max.partition.fetch.bytes` (not set by default; at least 1): about how many bytes a
+    /// fetch returns per partition. ShareFetch (v1, Kafka 4.1, and later) has no limit per
+    /// partition; the broker divides a request's `fetch.max.bytes` evenly over the partitions
+    /// it fetches, so each request asks for at most this many bytes times its partitions. As
+    /// in Java, a first batch larger than the limit still comes whole.
+    pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
+        self.max_partition_fetch_bytes = Some(bytes.max(1));
         self
     }
 

@@ -198,6 +198,7 @@ impl KafkaShareConsumer {
                 max_poll_records: config.max_poll_records,
                 fetch_min_bytes: config.fetch_min_bytes,
                 fetch_max_bytes: config.fetch_max_bytes,
+                partition_max_bytes: config.max_partition_fetch_bytes,
                 fetch_max_wait: config.fetch_max_wait,
                 request_timeout: config.request_timeout,
                 // A strict max.poll.records fetches nothing ahead (as Java's record_limit).

@@ -75,6 +75,7 @@ pub(crate) struct EngineConfig {
     pub(crate) max_poll_records: i32,
     pub(crate) fetch_min_bytes: i32,
     pub(crate) fetch_max_bytes: i32,
+    pub(crate) partition_max_bytes: Option<i32>,
     pub(crate) fetch_max_wait: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) prefetch_records: usize,
@@ -406,6 +407,7 @@ impl Engine {
             max_bytes: self.config.fetch_max_bytes,
             max_records: self.config.max_poll_records,
             record_limit: self.config.share_acquire_mode == ShareAcquireMode::RecordLimit,
+            partition_max_bytes: self.config.partition_max_bytes,
         })
     }
 

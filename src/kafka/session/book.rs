@@ -142,6 +142,10 @@ pub(crate) struct FetchSettings {
     pub(crate) max_records: i32,
     /// `share.acquire.mode=record_limit`: at most `max_records` acquired, one leader at a time.
     pub(crate) record_limit: bool,
+    /// `max.partition.fetch.bytes`, if set: ShareFetch v1+ has no per-partition limit, and
+    /// the broker splits `MaxBytes` evenly over the request's partitions, so a request asks
+    /// for at most this much per partition it fetches.
+    pub(crate) partition_max_bytes: Option<i32>,
 }
 
 /// What the engine knows when it asks for requests.
@@ -203,6 +207,18 @@ pub(crate) struct SessionBook {
     /// The leader of the last acquiring fetch: with `record_limit` the next one starts
     /// after it, so every leader gets its turn.
     last_acquired_from: Option<NodeId>,
+}
+
+/// The `MaxBytes` of a ShareFetch of `partitions` partitions: `fetch.max.bytes`, or less
+/// when `max.partition.fetch.bytes` times the partition count is less.
+fn request_max_bytes(settings: &FetchSettings, partitions: usize) -> i32 {
+    match settings.partition_max_bytes {
+        Some(per_partition) if partitions > 0 => {
+            let count = i32::try_from(partitions).unwrap_or(i32::MAX);
+            settings.max_bytes.min(per_partition.saturating_mul(count))
+        }
+        _ => settings.max_bytes,
+    }
 }
 
 /// Acknowledgements that could not be sent fail with this; their records are redelivered.
@@ -529,7 +545,7 @@ impl SessionBook {
             share_session_epoch: session.epoch,
             max_wait_ms: if fetching { settings.max_wait_ms } else { 0 },
             min_bytes: settings.min_bytes,
-            max_bytes: settings.max_bytes,
+            max_bytes: request_max_bytes(&settings, target.len()),
             max_records: settings.max_records,
             batch_size: settings.max_records,
             share_acquire_mode: if settings.record_limit {

@@ -57,6 +57,7 @@ impl World {
                 max_bytes: 1 << 20,
                 max_records: 500,
                 record_limit,
+                partition_max_bytes: None,
             }),
             flush,
         }
@@ -181,6 +182,23 @@ fn a_session_opens_at_epoch_zero_then_counts_and_adds_only_new_partitions() {
         .flatten()
         .collect();
     assert_eq!(forgot, vec![1]);
+}
+
+#[test]
+fn max_partition_fetch_bytes_bounds_a_request_by_its_partitions() {
+    let settings = |per: Option<i32>| FetchSettings {
+        max_wait_ms: 500,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        max_records: 500,
+        record_limit: false,
+        partition_max_bytes: per,
+    };
+    assert_eq!(request_max_bytes(&settings(None), 3), 1 << 20);
+    assert_eq!(request_max_bytes(&settings(Some(1000)), 3), 3000);
+    assert_eq!(request_max_bytes(&settings(Some(1 << 20)), 3), 1 << 20);
+    assert_eq!(request_max_bytes(&settings(Some(i32::MAX)), 3), 1 << 20);
+    assert_eq!(request_max_bytes(&settings(Some(1000)), 0), 1 << 20);
 }
 
 #[test]
