@@ -56,8 +56,8 @@ pub use crate::kafka::admin::{
     AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement, ShareGroupConfigs,
 };
 pub use crate::kafka::admin::{
-    OffsetSpec, ResetTo, ShareGroupDescription, ShareGroupMember, ShareGroupPartitionOffsets,
-    ShareGroupState, TopicConfigs,
+    GroupResource, OffsetSpec, ResetTo, ResourceConfigs, ShareGroupDescription, ShareGroupMember,
+    ShareGroupPartitionOffsets, ShareGroupState, TopicConfigs, TopicResource,
 };
 pub use crate::kafka::security::{
     OAuthToken, ParseSecurityProtocolError, SaslSettings, Secret, Security, SecurityProtocol,

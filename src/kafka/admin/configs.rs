@@ -2,6 +2,7 @@
 //! resource type GROUP, and the share group's dead-letter queue (KIP-1191).
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -25,30 +26,48 @@ const CONFIG_OPERATION_SET: i8 = 0;
 /// IncrementalAlterConfigs operation DELETE: back to the default.
 const CONFIG_OPERATION_DELETE: i8 = 1;
 
-/// The configs of a share group, as a broker describes them
-/// ([`KafkaAdmin::share_group_config`]): every group config the broker knows, each with the
-/// value in force for the group.
-///
-/// A value the group does not set itself is the broker's default, as the broker reports it:
-/// a Kafka 4.4 broker fills in its own `group.share.*` settings (e.g.
-/// `share.delivery.count.limit` from `group.share.delivery.count.limit`).
-/// [`is_set_on_group`](Self::is_set_on_group) tells the two apart.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ShareGroupConfigs {
-    /// Name → (value, whether the group sets it itself).
+/// The configs of one resource (a share group, a topic) as a broker describes them: every
+/// config the broker knows for it, each with the value in force and whether the resource
+/// sets it itself. Read as [`ShareGroupConfigs`] and [`TopicConfigs`](super::TopicConfigs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceConfigs<R> {
+    /// Name → (value, whether the resource sets it itself).
     entries: BTreeMap<String, (Option<String>, bool)>,
+    resource: PhantomData<R>,
 }
 
-impl ShareGroupConfigs {
-    /// The value of config `name` (e.g. `share.auto.offset.reset`), if the broker knows the
-    /// config and the value is not sensitive.
+impl<R> Default for ResourceConfigs<R> {
+    fn default() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            resource: PhantomData,
+        }
+    }
+}
+
+impl<R> ResourceConfigs<R> {
+    /// The configs a DescribeConfigs answer described, each set on the resource itself when
+    /// its source is `own_source`.
+    pub(super) fn described(described: group_configs::Described, own_source: i8) -> Self {
+        Self {
+            entries: described
+                .entries
+                .into_iter()
+                .map(|(name, entry)| (name, (entry.value, entry.source == own_source)))
+                .collect(),
+            resource: PhantomData,
+        }
+    }
+
+    /// The value of config `name`, if the broker described it and the value is not
+    /// sensitive.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.entries.get(name)?.0.as_deref()
     }
 
-    /// True when the group sets `name` itself (DescribeConfigs source `GROUP_CONFIG`), false
-    /// when the value is a default, or the broker does not know the config.
-    pub fn is_set_on_group(&self, name: &str) -> bool {
+    /// True when the resource sets `name` itself, false for a default (or a config the
+    /// broker does not know).
+    pub fn is_set(&self, name: &str) -> bool {
         self.entries.get(name).is_some_and(|(_, set)| *set)
     }
 
@@ -67,6 +86,27 @@ impl ShareGroupConfigs {
     /// True when the broker described none.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// The kind of [`ShareGroupConfigs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupResource {}
+
+/// The configs of a share group, as a broker describes them
+/// ([`KafkaAdmin::share_group_config`]).
+///
+/// A value the group does not set itself is the broker's default, as the broker reports it:
+/// a Kafka 4.4 broker fills in its own `group.share.*` settings (e.g.
+/// `share.delivery.count.limit` from `group.share.delivery.count.limit`).
+/// [`is_set_on_group`](Self::is_set_on_group) tells the two apart.
+pub type ShareGroupConfigs = ResourceConfigs<GroupResource>;
+
+impl ShareGroupConfigs {
+    /// True when the group sets `name` itself (DescribeConfigs source `GROUP_CONFIG`), false
+    /// when the value is a default, or the broker does not know the config.
+    pub fn is_set_on_group(&self, name: &str) -> bool {
+        self.is_set(name)
     }
 
     /// `share.delivery.count.limit` (Kafka 4.3+), when described and a whole number from 1
@@ -148,13 +188,7 @@ impl KafkaAdmin {
                 negotiate_and_send(&connection, ApiKey::DescribeConfigs, &request).await?;
             let described =
                 group_configs::parse(connection.broker(), response, RESOURCE_GROUP, group_id)?;
-            Ok(ShareGroupConfigs {
-                entries: described
-                    .entries
-                    .into_iter()
-                    .map(|(name, entry)| (name, (entry.value, entry.source == SOURCE_GROUP_CONFIG)))
-                    .collect(),
-            })
+            Ok(ShareGroupConfigs::described(described, SOURCE_GROUP_CONFIG))
         })
         .await
     }

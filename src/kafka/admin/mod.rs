@@ -39,14 +39,14 @@ use tokio::sync::Mutex;
 use tracing::debug;
 
 pub use self::builder::KafkaAdminBuilder;
-pub use self::configs::ShareGroupConfigs;
+pub use self::configs::{GroupResource, ResourceConfigs, ShareGroupConfigs};
 pub use self::error::AdminError;
 pub(crate) use self::error::Failure;
 pub use self::metadata::PartitionPlacement;
 pub use self::records::OffsetSpec;
 pub use self::share_groups::{ShareGroupDescription, ShareGroupMember, ShareGroupState};
 pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
-pub use self::topic_configs::TopicConfigs;
+pub use self::topic_configs::{TopicConfigs, TopicResource};
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};

@@ -2,53 +2,29 @@
 //! (DescribeConfigs on resource type TOPIC), as `kafka-topics.sh --create --config` and
 //! `kafka-configs.sh --describe --entity-type topics` do.
 
-use std::collections::BTreeMap;
-
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{ApiKey, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::configs::ResourceConfigs;
 use super::{AdminError, Failure, KafkaAdmin, negotiate_and_send, topic_name};
 use crate::kafka::consumer::group_configs::{self, RESOURCE_TOPIC};
 
 /// DescribeConfigs config source TOPIC_CONFIG: set on the topic itself.
 const SOURCE_TOPIC_CONFIG: i8 = 1;
 
+/// The kind of [`TopicConfigs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicResource {}
+
 /// The configs of a topic as a broker describes them ([`KafkaAdmin::topic_config`]): every
 /// topic config, each with the value in force.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TopicConfigs {
-    /// Name → (value, whether the topic sets it itself).
-    entries: BTreeMap<String, (Option<String>, bool)>,
-}
+pub type TopicConfigs = ResourceConfigs<TopicResource>;
 
 impl TopicConfigs {
-    /// The value of config `name` (e.g. `cleanup.policy`), if the broker described it and the
-    /// value is not sensitive.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.entries.get(name)?.0.as_deref()
-    }
-
     /// True when the topic sets `name` itself (source `TOPIC_CONFIG`), false for a default.
     pub fn is_set_on_topic(&self, name: &str) -> bool {
-        self.entries.get(name).is_some_and(|(_, set)| *set)
-    }
-
-    /// Every config, in name order, with its value.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.entries
-            .iter()
-            .map(|(name, (value, _))| (name.as_str(), value.as_deref()))
-    }
-
-    /// How many configs the broker described.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// True when the broker described none.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.is_set(name)
     }
 }
 
@@ -122,13 +98,7 @@ impl KafkaAdmin {
             let described =
                 group_configs::parse(connection.broker(), response, RESOURCE_TOPIC, topic)
                     .map_err(Failure::Client)?;
-            Ok(TopicConfigs {
-                entries: described
-                    .entries
-                    .into_iter()
-                    .map(|(name, entry)| (name, (entry.value, entry.source == SOURCE_TOPIC_CONFIG)))
-                    .collect(),
-            })
+            Ok(TopicConfigs::described(described, SOURCE_TOPIC_CONFIG))
         })
         .await
     }
