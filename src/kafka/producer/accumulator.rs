@@ -6,9 +6,13 @@
 //!
 //! - A batch gets its producer id, epoch and base sequence when it is first sent, and is
 //!   encoded once: every retry sends the same bytes (never re-batched).
-//! - Up to `max_in_flight` batches of a partition are in flight. After any failure of a
-//!   partition's batch, the partition sends one batch at a time, lowest sequence first,
-//!   until nothing waits for a retry: retries never overtake each other.
+//! - Up to `max_in_flight` batches of a partition are in flight, once one batch of the
+//!   partition was confirmed under the current epoch (before that, one at a time: a broker
+//!   that has no state for the producer on a partition takes any first sequence, so a
+//!   second batch could be written while the first failed, e.g. with NOT_LEADER right
+//!   after the topic was created). After any failure of a partition's batch, the partition
+//!   sends one batch at a time, lowest sequence first, until nothing waits for a retry:
+//!   retries never overtake each other.
 //! - DUPLICATE_SEQUENCE_NUMBER is success (offset -1).
 //! - A batch given up with its sequence (rejected, timed out, out of order at the head of
 //!   the partition) leaves a gap: later batches of the partition get OUT_OF_ORDER from the
@@ -166,6 +170,11 @@ struct PartitionState {
     next_sequence: i32,
     /// The sequence of the first batch given up, until the next epoch bump.
     gap_at: Option<i32>,
+    /// A batch of the partition was confirmed under the current producer epoch. Until then
+    /// one batch at a time is sent: a broker with no state for the producer on the
+    /// partition accepts any first sequence, so a later batch could be written before an
+    /// earlier one that failed.
+    acked: bool,
 }
 
 impl PartitionState {
@@ -287,6 +296,7 @@ impl Accumulator {
         for state in self.partitions.values_mut() {
             state.next_sequence = 0;
             state.gap_at = None;
+            state.acked = false;
             for batch in &mut state.unacked {
                 let sequence = state.next_sequence;
                 state.next_sequence = state
@@ -402,7 +412,12 @@ impl Accumulator {
                 });
                 continue;
             }
-            if bump_pending || in_flight >= max_in_flight {
+            let window = if state.acked || !self.config.idempotent {
+                max_in_flight
+            } else {
+                1
+            };
+            if bump_pending || in_flight >= window {
                 continue;
             }
             let several = state.queued.len() > 1;
@@ -468,11 +483,13 @@ impl Accumulator {
                 append_time,
             } => {
                 if let Some(batch) = state.unacked.remove(position) {
+                    state.acked = true;
                     batch.succeed(base_offset, append_time, &mut done);
                 }
             }
             BatchOutcome::Duplicate => {
                 if let Some(batch) = state.unacked.remove(position) {
+                    state.acked = true;
                     batch.succeed(-1, -1, &mut done);
                 }
             }
@@ -745,11 +762,38 @@ mod tests {
         (acc, futures)
     }
 
+    /// As [`filled`], after a first batch (record id 1000) was confirmed: the partition
+    /// pipelines. The `n` batches get sequences from 1.
+    fn pipelining(
+        config: AccumulatorConfig,
+        n: usize,
+        now: Instant,
+    ) -> (Accumulator, Vec<DeliveryFuture>) {
+        let (mut acc, _) = filled(config, 0, now);
+        let (sender, _first) = DeliveryFuture::channel();
+        acc.append(tp(), 1000, record(1000), sender, now);
+        confirm_first(&mut acc, now);
+        let mut futures = Vec::new();
+        for i in 0..n {
+            let (sender, future) = DeliveryFuture::channel();
+            acc.append(tp(), i as u64, record(i), sender, now);
+            futures.push(future);
+        }
+        (acc, futures)
+    }
+
     fn drain(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
         acc.drain(now, false, &mut |_| true).0
     }
 
     /// Drains until nothing more is sent now.
+    /// Sends and confirms the first batch, so that the partition may pipeline.
+    fn confirm_first(acc: &mut Accumulator, now: Instant) {
+        let first = drain(acc, now);
+        assert_eq!(first.len(), 1);
+        acc.complete(&tp(), first[0].batch_id, written(0), now);
+    }
+
     fn drain_all(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
         let mut out = Vec::new();
         loop {
@@ -790,25 +834,28 @@ mod tests {
     #[test]
     fn at_most_max_in_flight_batches_per_partition_with_consecutive_sequences() {
         let now = Instant::now();
-        let (mut acc, _futures) = filled(config(true, false), 7, now);
+        let (mut acc, _futures) = filled(config(true, false), 8, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1, "the first batch of a partition goes alone");
+        acc.complete(&tp(), first[0].batch_id, written(100), now);
         let sent = drain_all(&mut acc, now);
         assert_eq!(sent.len(), 5, "the in-flight window");
         let sequences: Vec<i32> = sent.iter().map(|d| header(&d.bytes).2).collect();
-        assert_eq!(sequences, vec![0, 1, 2, 3, 4]);
+        assert_eq!(sequences, vec![1, 2, 3, 4, 5]);
         assert!(sent.iter().all(|d| header(&d.bytes).0 == 7));
         assert_eq!(acc.in_flight(), 5);
         // One answer frees one place.
-        let (done, _) = acc.complete(&tp(), sent[0].batch_id, written(100), now);
-        assert_eq!(done, vec![0]);
+        let (done, _) = acc.complete(&tp(), sent[0].batch_id, written(101), now);
+        assert_eq!(done, vec![1]);
         let more = drain_all(&mut acc, now);
         assert_eq!(more.len(), 1);
-        assert_eq!(header(&more[0].bytes).2, 5);
+        assert_eq!(header(&more[0].bytes).2, 6);
     }
 
     #[test]
     fn retries_go_one_at_a_time_lowest_sequence_first_with_the_same_bytes() {
         let now = Instant::now();
-        let (mut acc, futures) = filled(config(true, false), 4, now);
+        let (mut acc, futures) = pipelining(config(true, false), 4, now);
         let sent = drain_all(&mut acc, now);
         assert_eq!(sent.len(), 4);
         // A cut connection: every batch failed, maybe written.
@@ -838,7 +885,7 @@ mod tests {
     #[test]
     fn new_batches_wait_until_the_retries_are_done() {
         let now = Instant::now();
-        let (mut acc, _futures) = filled(config(true, false), 2, now);
+        let (mut acc, _futures) = pipelining(config(true, false), 2, now);
         let sent = drain_all(&mut acc, now);
         acc.complete(&tp(), sent[0].batch_id, retriable(false), now);
         acc.complete(&tp(), sent[1].batch_id, retriable(false), now);
@@ -854,7 +901,25 @@ mod tests {
         assert_eq!(next.len(), 2);
         assert_eq!(next[0].batch_id, sent[1].batch_id);
         assert_eq!(next[0].bytes, sent[1].bytes);
-        assert_eq!(header(&next[1].bytes).2, 2, "the new batch follows");
+        assert_eq!(header(&next[1].bytes).2, 3, "the new batch follows");
+    }
+
+    #[test]
+    fn nothing_overtakes_a_first_batch_that_failed() {
+        let now = Instant::now();
+        let (mut acc, _futures) = filled(config(true, false), 3, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1);
+        // NOT_LEADER_OR_FOLLOWER right after the topic was created.
+        acc.complete(&tp(), first[0].batch_id, retriable(false), now);
+        let later = now + SECOND;
+        let retry = drain_all(&mut acc, later);
+        assert_eq!(retry.len(), 1, "the first batch again, alone");
+        assert_eq!(retry[0].bytes, first[0].bytes);
+        acc.complete(&tp(), retry[0].batch_id, written(0), later);
+        let rest = drain_all(&mut acc, later);
+        let sequences: Vec<i32> = rest.iter().map(|d| header(&d.bytes).2).collect();
+        assert_eq!(sequences, vec![1, 2], "then pipelined");
     }
 
     #[test]
@@ -877,7 +942,7 @@ mod tests {
     #[test]
     fn out_of_order_behind_an_unwritten_batch_is_retried() {
         let now = Instant::now();
-        let (mut acc, mut futures) = filled(config(true, false), 2, now);
+        let (mut acc, mut futures) = pipelining(config(true, false), 2, now);
         let sent = drain_all(&mut acc, now);
         acc.complete(&tp(), sent[0].batch_id, retriable(false), now);
         let (done, effects) = acc.complete(
@@ -901,7 +966,7 @@ mod tests {
     #[test]
     fn out_of_order_at_the_head_fails_the_batch_and_bumps_the_epoch() {
         let now = Instant::now();
-        let (mut acc, mut futures) = filled(config(true, false), 3, now);
+        let (mut acc, mut futures) = pipelining(config(true, false), 3, now);
         let sent = drain_all(&mut acc, now);
         let (done, effects) = acc.complete(
             &tp(),
@@ -947,7 +1012,7 @@ mod tests {
     #[test]
     fn a_bump_waits_until_writes_of_unknown_outcome_are_resolved() {
         let now = Instant::now();
-        let (mut acc, _futures) = filled(config(true, false), 2, now);
+        let (mut acc, _futures) = pipelining(config(true, false), 2, now);
         let sent = drain_all(&mut acc, now);
         // The first answer was lost; the second batch is rejected for good.
         acc.complete(&tp(), sent[0].batch_id, retriable(true), now);
@@ -993,7 +1058,7 @@ mod tests {
     #[test]
     fn in_a_transaction_a_gap_fails_without_a_bump() {
         let now = Instant::now();
-        let (mut acc, mut futures) = filled(config(true, true), 2, now);
+        let (mut acc, mut futures) = pipelining(config(true, true), 2, now);
         let sent = drain_all(&mut acc, now);
         let (done, effects) = acc.complete(
             &tp(),
