@@ -32,7 +32,7 @@ async fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
 }
 
 async fn read_all(bootstrap: &str, topic: &str, partition: i32) -> Vec<RecordAndOffset> {
-    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
+    let client = ClientBuilder::new(bootstrap.split(',').map(str::to_owned).collect())
         .build()
         .await
         .expect("rskafka client");

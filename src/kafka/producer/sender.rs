@@ -63,6 +63,10 @@ enum Work {
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut work: FuturesUnordered<BoxFuture<'static, Work>> = FuturesUnordered::new();
     let mut connecting: HashSet<i32> = HashSet::new();
+    // Per broker whose connection failed: when to try again, and the next pause. Without
+    // it a refused connection (a crashed leader) would be retried at once, over and over,
+    // and the metadata that names the new leader never asked for.
+    let mut reconnect: HashMap<i32, (Instant, Duration)> = HashMap::new();
     let mut in_flight: HashMap<i32, usize> = HashMap::new();
     let mut metadata_busy = false;
     let mut metadata_at = Instant::now();
@@ -197,7 +201,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     return false;
                 }
                 if shared.cluster.cached(leader).is_none() {
-                    connect.push(leader);
+                    if reconnect.get(&leader).is_none_or(|(at, _)| *at <= now) {
+                        connect.push(leader);
+                    }
                     return false;
                 }
                 if in_flight.get(&leader).copied().unwrap_or(0) >= max_in_flight {
@@ -228,6 +234,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             if !state.metadata_wanted.is_empty() && !metadata_busy {
                 wake_at = Some(wake_at.map_or(metadata_at, |w| w.min(metadata_at)));
+            }
+            if let Some(at) = reconnect
+                .values()
+                .map(|(at, _)| *at)
+                .filter(|at| *at > now)
+                .min()
+            {
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
             if state.accumulator.bump_pending() && !bump_busy {
                 wake_at = Some(wake_at.map_or(bump_at, |w| w.min(bump_at)));
@@ -271,13 +285,25 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 match done {
                     Work::Connected(node, result) => {
                         connecting.remove(&node);
-                        if let Err(error) = result {
-                            debug!(node, %error, "connection to a leader failed");
-                            // Learn the leaders again, then try again after a pause.
-                            let mut state = shared.lock();
-                            let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
-                            state.metadata_wanted.extend(topics);
-                            metadata_at = deadline_after(Instant::now(), shared.config.retry_backoff);
+                        match result {
+                            Ok(_) => {
+                                reconnect.remove(&node);
+                            }
+                            Err(error) => {
+                                debug!(node, %error, "connection to a leader failed");
+                                // Learn the leaders again now; this broker again after a
+                                // pause that doubles up to retry.backoff.max.ms.
+                                let pause = reconnect.get(&node).map_or(
+                                    shared.config.retry_backoff,
+                                    |(_, pause)| {
+                                        pause.saturating_mul(2).min(shared.config.retry_backoff_max)
+                                    },
+                                );
+                                reconnect.insert(node, (deadline_after(Instant::now(), pause), pause));
+                                let mut state = shared.lock();
+                                let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
+                                state.metadata_wanted.extend(topics);
+                            }
                         }
                     }
                     Work::Produced { node, broker, batches, result } => {
