@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use kafka_share_sink::KafkaAdmin;
 use kafka_share_sink::producer::{
-    KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+    IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, LogReader, Producer,
+    ProducerError, ProducerRecord,
 };
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::UnknownTopicHandling;
@@ -31,7 +32,7 @@ async fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
 }
 
 async fn read_all(bootstrap: &str, topic: &str, partition: i32) -> Vec<RecordAndOffset> {
-    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
+    let client = ClientBuilder::new(bootstrap.split(',').map(str::to_owned).collect())
         .build()
         .await
         .expect("rskafka client");
@@ -109,6 +110,119 @@ async fn idempotent_sends_keep_order_per_partition_without_duplicates() {
         }
     }
     assert_eq!(total, 600, "every record once");
+}
+
+/// A small xorshift generator: random moments without a dependency.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cuts_while_pipelining_lose_and_reorder_nothing() {
+    let Some(bootstrap) = support::bootstrap("connection_cuts") else {
+        return;
+    };
+    let topic = topic(&bootstrap, "producer-cuts", 3).await;
+    let producer = std::sync::Arc::new(
+        KafkaProducer::connect(
+            KafkaProducerConfig::new(&bootstrap)
+                .linger(Duration::from_millis(1))
+                .batch_size(1024)
+                .max_in_flight(5)
+                .delivery_timeout(Duration::from_secs(60)),
+        )
+        .await
+        .expect("connect"),
+    );
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    println!("seed {seed}");
+    let cutter = {
+        let producer = std::sync::Arc::clone(&producer);
+        let mut seed = next_random(&mut seed);
+        tokio::spawn(async move {
+            let mut cuts = 0;
+            for _ in 0..25 {
+                let pause = 5 + next_random(&mut seed) % 20;
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                producer.disconnect();
+                cuts += 1;
+            }
+            cuts
+        })
+    };
+    const RECORDS: usize = 4000;
+    let mut futures = Vec::with_capacity(RECORDS);
+    for i in 0..RECORDS {
+        let record = ProducerRecord::new(topic.as_str())
+            .key(format!("k{}", i % 13))
+            .value(i.to_string());
+        futures.push(producer.send(record).expect("queued"));
+        if i % 20 == 19 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let cuts = cutter.await.expect("cutter");
+    assert!(cuts >= 20, "{cuts} cuts");
+    tokio::time::timeout(Duration::from_secs(90), producer.flush())
+        .await
+        .expect("flush in time")
+        .expect("flush");
+    // What each partition must hold: the records sent to it, in send order, once.
+    let mut expected = std::collections::HashMap::<i32, Vec<usize>>::new();
+    for (i, future) in futures.into_iter().enumerate() {
+        let meta = future.await.expect("delivered despite the cuts");
+        expected.entry(meta.partition).or_default().push(i);
+    }
+    assert_eq!(expected.len(), 3, "keys spread over the partitions");
+    let reader = KafkaLogReader::builder(&bootstrap)
+        .client_id("producer-cuts-check")
+        .connect()
+        .await
+        .expect("reader");
+    for (partition, sent) in &expected {
+        let end = reader
+            .end_offset(&topic, *partition, IsolationLevel::ReadUncommitted)
+            .await
+            .expect("end offset");
+        let read: Vec<usize> = reader
+            .read_until(
+                &topic,
+                *partition,
+                0,
+                end,
+                IsolationLevel::ReadUncommitted,
+                Duration::from_secs(30),
+            )
+            .await
+            .expect("read back")
+            .iter()
+            .map(|r| {
+                String::from_utf8(r.value().expect("a value").to_vec())
+                    .expect("utf8")
+                    .parse()
+                    .expect("a number")
+            })
+            .collect();
+        assert_eq!(
+            &read, sent,
+            "partition {partition}: every record once, in send order (KafkaLogReader)"
+        );
+        let read: Vec<usize> = read_all(&bootstrap, &topic, *partition)
+            .await
+            .iter()
+            .map(|r| value(r).parse().expect("a number"))
+            .collect();
+        assert_eq!(
+            &read, sent,
+            "partition {partition}: every record once, in send order (rskafka)"
+        );
+    }
 }
 
 #[tokio::test]

@@ -28,6 +28,11 @@
 //!   keys), with source GROUP_CONFIG, TOPIC_CONFIG or STATIC_BROKER_CONFIG; an unknown topic is
 //!   UNKNOWN_TOPIC_OR_PARTITION and a broker other than this node INVALID_REQUEST, as a real
 //!   broker answers. A topic made by CreateTopics keeps the configs it was created with.
+//! - **InitProducerId**, **Produce**, **AddPartitionsToTxn** (v0–v3), **EndTxn** (*not
+//!   advertised by default*: [`FakeBroker::advertise`] them): a new producer id 4000 with
+//!   epoch 0, or the same id with the next epoch when the request names one; every
+//!   partition written at base offset 0 (no offsets are kept); every partition added;
+//!   the transaction ended (v5+: with the next epoch).
 //! - **ShareFetch**: holds the request for its `MaxWaitMs` (at most 5 s), then answers every
 //!   requested partition with no records and no error. **ShareAcknowledge**: no error for
 //!   every partition.
@@ -58,6 +63,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -69,7 +77,12 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
@@ -823,6 +836,82 @@ fn default_answer(inner: &Inner, request: &Request) -> anyhow::Result<Option<(By
                 &response,
                 version,
                 LOCK_TIMEOUT_MS,
+            ))
+        }
+        ApiKey::InitProducerId => {
+            let request: InitProducerIdRequest = request.decode()?;
+            let (id, epoch) = if request.producer_id.0 < 0 {
+                (4000, 0)
+            } else {
+                (
+                    request.producer_id.0,
+                    request.producer_epoch.saturating_add(1),
+                )
+            };
+            now(encode(
+                &InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(id))
+                    .with_producer_epoch(epoch),
+                version,
+            ))
+        }
+        ApiKey::Produce => {
+            let request: ProduceRequest = request.decode()?;
+            let responses = request
+                .topic_data
+                .iter()
+                .map(|t| {
+                    TopicProduceResponse::default()
+                        .with_name(t.name.clone())
+                        .with_topic_id(t.topic_id)
+                        .with_partition_responses(
+                            t.partition_data
+                                .iter()
+                                .map(|p| {
+                                    PartitionProduceResponse::default()
+                                        .with_index(p.index)
+                                        .with_log_append_time_ms(-1)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            now(encode(
+                &ProduceResponse::default().with_responses(responses),
+                version,
+            ))
+        }
+        ApiKey::AddPartitionsToTxn if version <= 3 => {
+            let request: AddPartitionsToTxnRequest = request.decode()?;
+            let results = request
+                .v3_and_below_topics
+                .iter()
+                .map(|t| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_results_by_partition(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(*p)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            now(encode(
+                &AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results),
+                version,
+            ))
+        }
+        ApiKey::EndTxn => {
+            let request: EndTxnRequest = request.decode()?;
+            now(encode(
+                &EndTxnResponse::default()
+                    .with_producer_id(request.producer_id)
+                    .with_producer_epoch(request.producer_epoch.saturating_add(1)),
+                version,
             ))
         }
         _ => Ok(None),

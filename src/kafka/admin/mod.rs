@@ -187,6 +187,16 @@ impl KafkaAdmin {
         self.connection().await.map_err(Failure::into_consumer)
     }
 
+    /// Closes the connection now, as a network failure would (requests waiting on it fail;
+    /// the next call connects again). Does nothing while a call is replacing it.
+    pub(crate) fn disconnect(&self) {
+        if let Ok(current) = self.connection.try_lock()
+            && let Some(connection) = current.as_ref()
+        {
+            connection.close();
+        }
+    }
+
     /// The connection, made again first if it closed or was dropped.
     async fn connection(&self) -> Result<Connection, Failure> {
         let mut current = self.connection.lock().await;

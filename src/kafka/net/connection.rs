@@ -34,6 +34,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -179,6 +180,40 @@ struct Frame {
     head: Bytes,
     /// The encoded request body.
     body: Bytes,
+}
+
+/// A request queued by [`Connection::queue`]: [`response`](Self::response) waits for its
+/// answer.
+#[derive(Debug)]
+pub(crate) struct Queued<Resp> {
+    connection: Connection,
+    key: ApiKey,
+    version: i16,
+    response: oneshot::Receiver<Result<Bytes, ConsumerError>>,
+    decoded: PhantomData<fn() -> Resp>,
+}
+
+impl<Resp: Decodable + HeaderVersion> Queued<Resp> {
+    /// Waits for the response and decodes it; the errors of [`Connection::request`] but
+    /// [`ConsumerError::Timeout`] (no timeout applies).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the answer of a dropped request is discarded when it arrives.
+    pub(crate) async fn response(self) -> Result<Resp, ConsumerError> {
+        let connection = &self.connection;
+        let frame = self
+            .response
+            .await
+            .map_err(|_| connection.inner.shared.closed_error())??;
+        let body = connection.strip_header(
+            self.key,
+            self.version,
+            Resp::header_version(self.version),
+            frame,
+        )?;
+        connection.decode_body(self.key, self.version, body)
+    }
 }
 
 /// What the handles, the reader task and the writer task share.
@@ -1012,6 +1047,61 @@ impl Connection {
         version: i16,
         body: Bytes,
     ) -> Result<Bytes, ConsumerError> {
+        let response = self.enqueue(key, version, body).await?;
+        let frame = response
+            .await
+            .map_err(|_| self.inner.shared.closed_error())??;
+        debug!(bytes = frame.len(), "response received");
+        Ok(frame)
+    }
+
+    /// Queues `req` (version `version` of `key`) and returns once its frame is in the
+    /// writer's queue, with a [`Queued`] to await its response.
+    ///
+    /// Frames are written in the order they are queued and a broker answers one
+    /// connection's requests in that order. Several [`request`](Self::request) futures
+    /// give no such order: each queues its frame when it is first polled *and* nothing
+    /// makes it wait (a full queue, a re-authentication, tokio's cooperative budget), so a
+    /// later future can overtake an earlier one. A caller whose requests must reach the
+    /// broker in order (a producer pipelining batches of one partition) awaits this for
+    /// each request in turn, and the responses afterwards.
+    ///
+    /// No timeout applies: bound both steps with the caller's own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before it returns, the request was either queued whole (its
+    /// answer is discarded) or not at all.
+    pub(crate) fn queue<'c, Req, Resp>(
+        &'c self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> impl Future<Output = Result<Queued<Resp>, ConsumerError>> + Send + use<'c, Req, Resp>
+    where
+        Req: Encodable,
+        Resp: Decodable + HeaderVersion,
+    {
+        let body = self.encode(key, version, req);
+        async move {
+            let response = self.enqueue(key, version, body?).await?;
+            Ok(Queued {
+                connection: self.clone(),
+                key,
+                version,
+                response,
+                decoded: PhantomData,
+            })
+        }
+    }
+
+    /// Queues the request frame; where its response frame will arrive.
+    async fn enqueue(
+        &self,
+        key: ApiKey,
+        version: i16,
+        body: Bytes,
+    ) -> Result<oneshot::Receiver<Result<Bytes, ConsumerError>>, ConsumerError> {
         let shared = &self.inner.shared;
         if self.is_closed() {
             return Err(shared.closed_error());
@@ -1047,9 +1137,7 @@ impl Connection {
         permit.send(Frame { head, body });
         drop(gate);
         debug!(bytes, "request queued");
-        let frame = response.await.map_err(|_| shared.closed_error())??;
-        debug!(bytes = frame.len(), "response received");
-        Ok(frame)
+        Ok(response)
     }
 
     /// The length prefix and request header of a frame.

@@ -6,9 +6,13 @@
 //!
 //! - A batch gets its producer id, epoch and base sequence when it is first sent, and is
 //!   encoded once: every retry sends the same bytes (never re-batched).
-//! - Up to `max_in_flight` batches of a partition are in flight. After any failure of a
-//!   partition's batch, the partition sends one batch at a time, lowest sequence first,
-//!   until nothing waits for a retry: retries never overtake each other.
+//! - Up to `max_in_flight` batches of a partition are in flight, once one batch of the
+//!   partition was confirmed under the current epoch (before that, one at a time: a broker
+//!   that has no state for the producer on a partition takes any first sequence, so a
+//!   second batch could be written while the first failed, e.g. with NOT_LEADER right
+//!   after the topic was created). After any failure of a partition's batch, the partition
+//!   sends one batch at a time, lowest sequence first, until nothing waits for a retry:
+//!   retries never overtake each other.
 //! - DUPLICATE_SEQUENCE_NUMBER is success (offset -1).
 //! - A batch given up with its sequence (rejected, timed out, out of order at the head of
 //!   the partition) leaves a gap: later batches of the partition get OUT_OF_ORDER from the
@@ -166,6 +170,11 @@ struct PartitionState {
     next_sequence: i32,
     /// The sequence of the first batch given up, until the next epoch bump.
     gap_at: Option<i32>,
+    /// A batch of the partition was confirmed under the current producer epoch. Until then
+    /// one batch at a time is sent: a broker with no state for the producer on the
+    /// partition accepts any first sequence, so a later batch could be written before an
+    /// earlier one that failed.
+    acked: bool,
 }
 
 impl PartitionState {
@@ -287,6 +296,7 @@ impl Accumulator {
         for state in self.partitions.values_mut() {
             state.next_sequence = 0;
             state.gap_at = None;
+            state.acked = false;
             for batch in &mut state.unacked {
                 let sequence = state.next_sequence;
                 state.next_sequence = state
@@ -411,7 +421,12 @@ impl Accumulator {
                 });
                 continue;
             }
-            if bump_pending || in_flight >= max_in_flight {
+            let window = if state.acked || !self.config.idempotent {
+                max_in_flight
+            } else {
+                1
+            };
+            if bump_pending || in_flight >= window {
                 continue;
             }
             let several = state.queued.len() > 1;
@@ -477,11 +492,13 @@ impl Accumulator {
                 append_time,
             } => {
                 if let Some(batch) = state.unacked.remove(position) {
+                    state.acked = true;
                     batch.succeed(base_offset, append_time, &mut done);
                 }
             }
             BatchOutcome::Duplicate => {
                 if let Some(batch) = state.unacked.remove(position) {
+                    state.acked = true;
                     batch.succeed(-1, -1, &mut done);
                 }
             }
@@ -691,4 +708,422 @@ fn encoded(batch: &mut Batch, producer: ProducerIdentity, config: &AccumulatorCo
     let bytes = encode_batch(&batch.records, &options);
     batch.encoded = Some(bytes.clone());
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::consumer::ConsumerError;
+    use crate::producer::DeliveryFuture;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn config(idempotent: bool, transactional: bool) -> AccumulatorConfig {
+        AccumulatorConfig {
+            // Every record fills its batch: one record, one batch.
+            batch_size: 1,
+            linger: Duration::ZERO,
+            max_in_flight: 5,
+            idempotent,
+            transactional,
+            compression: Compression::None,
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: SECOND,
+            delivery_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn tp() -> Tp {
+        (Arc::from("t"), 0)
+    }
+
+    fn error() -> ProducerError {
+        ProducerError::Kafka {
+            source: Arc::new(ConsumerError::Timeout(SECOND)),
+        }
+    }
+
+    fn record(i: usize) -> NewRecord {
+        NewRecord {
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(format!("v{i}"))),
+            headers: Vec::new(),
+        }
+    }
+
+    /// An accumulator with producer 7, epoch 0 and `n` one-record batches of partition 0.
+    fn filled(
+        config: AccumulatorConfig,
+        n: usize,
+        now: Instant,
+    ) -> (Accumulator, Vec<DeliveryFuture>) {
+        let mut acc = Accumulator::new(config);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        let mut futures = Vec::new();
+        for i in 0..n {
+            let (sender, future) = DeliveryFuture::channel();
+            acc.append(tp(), i as u64, record(i), sender, now);
+            futures.push(future);
+        }
+        (acc, futures)
+    }
+
+    /// As [`filled`], after a first batch (record id 1000) was confirmed: the partition
+    /// pipelines. The `n` batches get sequences from 1.
+    fn pipelining(
+        config: AccumulatorConfig,
+        n: usize,
+        now: Instant,
+    ) -> (Accumulator, Vec<DeliveryFuture>) {
+        let (mut acc, _) = filled(config, 0, now);
+        let (sender, _first) = DeliveryFuture::channel();
+        acc.append(tp(), 1000, record(1000), sender, now);
+        confirm_first(&mut acc, now);
+        let mut futures = Vec::new();
+        for i in 0..n {
+            let (sender, future) = DeliveryFuture::channel();
+            acc.append(tp(), i as u64, record(i), sender, now);
+            futures.push(future);
+        }
+        (acc, futures)
+    }
+
+    fn drain(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
+        acc.drain(now, false, &mut |_| true).0
+    }
+
+    /// Drains until nothing more is sent now.
+    /// Sends and confirms the first batch, so that the partition may pipeline.
+    fn confirm_first(acc: &mut Accumulator, now: Instant) {
+        let first = drain(acc, now);
+        assert_eq!(first.len(), 1);
+        acc.complete(&tp(), first[0].batch_id, written(0), now);
+    }
+
+    fn drain_all(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
+        let mut out = Vec::new();
+        loop {
+            let more = drain(acc, now);
+            if more.is_empty() {
+                return out;
+            }
+            out.extend(more);
+        }
+    }
+
+    /// (producer id, epoch, base sequence) of an encoded batch.
+    fn header(bytes: &Bytes) -> (i64, i16, i32) {
+        let id = i64::from_be_bytes(bytes[43..51].try_into().unwrap());
+        let epoch = i16::from_be_bytes(bytes[51..53].try_into().unwrap());
+        let sequence = i32::from_be_bytes(bytes[53..57].try_into().unwrap());
+        (id, epoch, sequence)
+    }
+
+    fn written(offset: i64) -> BatchOutcome {
+        BatchOutcome::Written {
+            base_offset: offset,
+            append_time: -1,
+        }
+    }
+
+    fn retriable(unknown: bool) -> BatchOutcome {
+        BatchOutcome::Retriable {
+            error: error(),
+            unknown,
+        }
+    }
+
+    fn outcome(future: DeliveryFuture) -> Option<Result<RecordMetadata, ProducerError>> {
+        future.now_or_never()
+    }
+
+    #[test]
+    fn at_most_max_in_flight_batches_per_partition_with_consecutive_sequences() {
+        let now = Instant::now();
+        let (mut acc, _futures) = filled(config(true, false), 8, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1, "the first batch of a partition goes alone");
+        acc.complete(&tp(), first[0].batch_id, written(100), now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 5, "the in-flight window");
+        let sequences: Vec<i32> = sent.iter().map(|d| header(&d.bytes).2).collect();
+        assert_eq!(sequences, vec![1, 2, 3, 4, 5]);
+        assert!(sent.iter().all(|d| header(&d.bytes).0 == 7));
+        assert_eq!(acc.in_flight(), 5);
+        // One answer frees one place.
+        let (done, _) = acc.complete(&tp(), sent[0].batch_id, written(101), now);
+        assert_eq!(done, vec![1]);
+        let more = drain_all(&mut acc, now);
+        assert_eq!(more.len(), 1);
+        assert_eq!(header(&more[0].bytes).2, 6);
+    }
+
+    #[test]
+    fn retries_go_one_at_a_time_lowest_sequence_first_with_the_same_bytes() {
+        let now = Instant::now();
+        let (mut acc, futures) = pipelining(config(true, false), 4, now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 4);
+        // A cut connection: every batch failed, maybe written.
+        for d in &sent[..3] {
+            acc.complete(&tp(), d.batch_id, retriable(true), now);
+        }
+        // Nothing is retried while a batch of the partition is still in flight.
+        let later = now + SECOND;
+        assert!(drain_all(&mut acc, later).is_empty());
+        acc.complete(&tp(), sent[3].batch_id, retriable(true), now);
+        // Not before the backoff.
+        assert!(drain_all(&mut acc, now).is_empty());
+        for (i, original) in sent.iter().enumerate() {
+            let retry = drain_all(&mut acc, later + SECOND * i as u32);
+            assert_eq!(retry.len(), 1, "one retry at a time");
+            assert_eq!(retry[0].batch_id, original.batch_id, "in sequence order");
+            assert_eq!(retry[0].bytes, original.bytes, "byte for byte");
+            acc.complete(&tp(), retry[0].batch_id, written(10 + i as i64), later);
+        }
+        let offsets: Vec<i64> = futures
+            .into_iter()
+            .map(|f| outcome(f).unwrap().unwrap().offset)
+            .collect();
+        assert_eq!(offsets, vec![10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn new_batches_wait_until_the_retries_are_done() {
+        let now = Instant::now();
+        let (mut acc, _futures) = pipelining(config(true, false), 2, now);
+        let sent = drain_all(&mut acc, now);
+        acc.complete(&tp(), sent[0].batch_id, retriable(false), now);
+        acc.complete(&tp(), sent[1].batch_id, retriable(false), now);
+        let (sender, _late) = DeliveryFuture::channel();
+        acc.append(tp(), 99, record(99), sender, now);
+        let later = now + SECOND;
+        let retry = drain_all(&mut acc, later);
+        assert_eq!(retry.len(), 1);
+        assert_eq!(retry[0].batch_id, sent[0].batch_id);
+        acc.complete(&tp(), retry[0].batch_id, written(0), later);
+        // The last retry goes first; once none waits, the new batch may follow it.
+        let next = drain_all(&mut acc, later);
+        assert_eq!(next.len(), 2);
+        assert_eq!(next[0].batch_id, sent[1].batch_id);
+        assert_eq!(next[0].bytes, sent[1].bytes);
+        assert_eq!(header(&next[1].bytes).2, 3, "the new batch follows");
+    }
+
+    #[test]
+    fn nothing_overtakes_a_first_batch_that_failed() {
+        let now = Instant::now();
+        let (mut acc, _futures) = filled(config(true, false), 3, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1);
+        // NOT_LEADER_OR_FOLLOWER right after the topic was created.
+        acc.complete(&tp(), first[0].batch_id, retriable(false), now);
+        let later = now + SECOND;
+        let retry = drain_all(&mut acc, later);
+        assert_eq!(retry.len(), 1, "the first batch again, alone");
+        assert_eq!(retry[0].bytes, first[0].bytes);
+        acc.complete(&tp(), retry[0].batch_id, written(0), later);
+        let rest = drain_all(&mut acc, later);
+        let sequences: Vec<i32> = rest.iter().map(|d| header(&d.bytes).2).collect();
+        assert_eq!(sequences, vec![1, 2], "then pipelined");
+    }
+
+    #[test]
+    fn a_duplicate_is_a_success_without_offset() {
+        let now = Instant::now();
+        let (mut acc, futures) = filled(config(true, false), 1, now);
+        let sent = drain_all(&mut acc, now);
+        let (done, effects) = acc.complete(&tp(), sent[0].batch_id, BatchOutcome::Duplicate, now);
+        assert_eq!(done, vec![0]);
+        assert!(!effects.gap && effects.failed.is_none());
+        let meta = outcome(futures.into_iter().next().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(meta.offset, -1);
+        assert_eq!(meta.partition, 0);
+        assert!(acc.complete_below(1));
+        assert!(!acc.bump_pending());
+    }
+
+    #[test]
+    fn out_of_order_behind_an_unwritten_batch_is_retried() {
+        let now = Instant::now();
+        let (mut acc, mut futures) = pipelining(config(true, false), 2, now);
+        let sent = drain_all(&mut acc, now);
+        acc.complete(&tp(), sent[0].batch_id, retriable(false), now);
+        let (done, effects) = acc.complete(
+            &tp(),
+            sent[1].batch_id,
+            BatchOutcome::OutOfOrder(error()),
+            now,
+        );
+        assert!(done.is_empty(), "not failed");
+        assert!(!effects.gap && !acc.bump_pending());
+        let later = now + SECOND;
+        for (i, original) in sent.iter().enumerate() {
+            let retry = drain_all(&mut acc, later);
+            assert_eq!(retry.len(), 1);
+            assert_eq!(retry[0].batch_id, original.batch_id);
+            acc.complete(&tp(), original.batch_id, written(i as i64), later);
+        }
+        assert!(outcome(futures.remove(1)).unwrap().is_ok());
+    }
+
+    #[test]
+    fn out_of_order_at_the_head_fails_the_batch_and_bumps_the_epoch() {
+        let now = Instant::now();
+        let (mut acc, mut futures) = pipelining(config(true, false), 3, now);
+        let sent = drain_all(&mut acc, now);
+        let (done, effects) = acc.complete(
+            &tp(),
+            sent[0].batch_id,
+            BatchOutcome::OutOfOrder(error()),
+            now,
+        );
+        assert_eq!(done, vec![0]);
+        assert!(effects.gap);
+        assert!(outcome(futures.remove(0)).unwrap().is_err());
+        assert!(acc.bump_pending());
+        assert!(!acc.ready_to_bump(), "batches still in flight");
+        // The later batches are refused too: not written, kept for the new epoch.
+        for d in &sent[1..] {
+            let (done, _) = acc.complete(&tp(), d.batch_id, BatchOutcome::OutOfOrder(error()), now);
+            assert!(done.is_empty());
+        }
+        assert!(acc.ready_to_bump());
+        // Nothing is sent until the bump.
+        assert!(drain_all(&mut acc, now + SECOND).is_empty());
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 });
+        let mut resent = Vec::new();
+        let mut at = now + SECOND;
+        while resent.len() < 2 {
+            let more = drain_all(&mut acc, at);
+            for d in &more {
+                acc.complete(&tp(), d.batch_id, written(resent.len() as i64), at);
+            }
+            resent.extend(more);
+            at += SECOND;
+        }
+        let headers: Vec<(i64, i16, i32)> = resent.iter().map(|d| header(&d.bytes)).collect();
+        assert_eq!(
+            headers,
+            vec![(7, 1, 0), (7, 1, 1)],
+            "renumbered from 0 under the new epoch"
+        );
+        for future in futures {
+            assert!(outcome(future).unwrap().is_ok());
+        }
+    }
+
+    #[test]
+    fn a_bump_waits_until_writes_of_unknown_outcome_are_resolved() {
+        let now = Instant::now();
+        let (mut acc, _futures) = pipelining(config(true, false), 2, now);
+        let sent = drain_all(&mut acc, now);
+        // The first answer was lost; the second batch is rejected for good.
+        acc.complete(&tp(), sent[0].batch_id, retriable(true), now);
+        let (_, effects) =
+            acc.complete(&tp(), sent[1].batch_id, BatchOutcome::Failed(error()), now);
+        assert!(effects.gap && acc.bump_pending());
+        assert!(!acc.ready_to_bump(), "the lost answer is unresolved");
+        let (sender, _late) = DeliveryFuture::channel();
+        acc.append(tp(), 9, record(9), sender, now);
+        // Only the unresolved batch goes, under the old epoch and sequence.
+        let later = now + SECOND;
+        let retry = drain_all(&mut acc, later);
+        assert_eq!(retry.len(), 1);
+        assert_eq!(retry[0].bytes, sent[0].bytes);
+        acc.complete(&tp(), retry[0].batch_id, BatchOutcome::Duplicate, later);
+        assert!(acc.ready_to_bump());
+    }
+
+    #[test]
+    fn unknown_producer_keeps_the_batch_for_the_new_epoch() {
+        let now = Instant::now();
+        let (mut acc, futures) = filled(config(true, false), 1, now);
+        let sent = drain_all(&mut acc, now);
+        let (done, effects) = acc.complete(
+            &tp(),
+            sent[0].batch_id,
+            BatchOutcome::UnknownProducer(error()),
+            now,
+        );
+        assert!(done.is_empty());
+        assert!(effects.gap && acc.ready_to_bump());
+        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 });
+        let retry = drain_all(&mut acc, now + SECOND);
+        assert_eq!(retry.len(), 1);
+        assert_eq!(header(&retry[0].bytes), (8, 0, 0));
+        acc.complete(&tp(), retry[0].batch_id, written(5), now + SECOND);
+        let meta = outcome(futures.into_iter().next().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(meta.offset, 5);
+    }
+
+    #[test]
+    fn in_a_transaction_a_gap_fails_without_a_bump() {
+        let now = Instant::now();
+        let (mut acc, mut futures) = pipelining(config(true, true), 2, now);
+        let sent = drain_all(&mut acc, now);
+        let (done, effects) = acc.complete(
+            &tp(),
+            sent[0].batch_id,
+            BatchOutcome::OutOfOrder(error()),
+            now,
+        );
+        assert_eq!(done, vec![0]);
+        assert!(effects.gap && effects.failed.is_some());
+        assert!(!acc.bump_pending(), "a transaction aborts instead");
+        let (done, effects) = acc.complete(
+            &tp(),
+            sent[1].batch_id,
+            BatchOutcome::UnknownProducer(error()),
+            now,
+        );
+        assert_eq!(done, vec![1]);
+        assert!(effects.failed.is_some());
+        assert!(outcome(futures.remove(1)).unwrap().is_err());
+    }
+
+    #[test]
+    fn the_delivery_timeout_fails_waiting_batches_but_not_those_in_flight() {
+        let now = Instant::now();
+        let mut config = config(true, false);
+        config.max_in_flight = 1;
+        let (mut acc, mut futures) = filled(config, 3, now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 1);
+        let past = now + Duration::from_secs(11);
+        let (done, effects) = acc.expire(past);
+        assert_eq!(done, vec![1, 2], "the queued ones, not the one in flight");
+        assert!(!effects.gap, "queued batches have no sequence yet");
+        assert!(matches!(
+            outcome(futures.remove(1)).unwrap(),
+            Err(ProducerError::Timeout { .. })
+        ));
+        // A retry due after the deadline is given up, leaving a gap.
+        let (done, effects) = acc.complete(&tp(), sent[0].batch_id, retriable(false), past);
+        assert_eq!(done, vec![0]);
+        assert!(effects.gap && acc.bump_pending());
+        let Err(ProducerError::Timeout { last, .. }) = outcome(futures.remove(0)).unwrap() else {
+            panic!("a timeout");
+        };
+        assert!(last.is_some(), "names the last error");
+    }
+
+    #[test]
+    fn a_retry_waiting_past_its_deadline_expires_with_a_gap() {
+        let now = Instant::now();
+        let (mut acc, _futures) = filled(config(true, false), 1, now);
+        let sent = drain_all(&mut acc, now);
+        acc.complete(&tp(), sent[0].batch_id, retriable(false), now);
+        assert_eq!(acc.expire(now + SECOND).0, Vec::<u64>::new());
+        let (done, effects) = acc.expire(now + Duration::from_secs(10));
+        assert_eq!(done, vec![0]);
+        assert!(effects.gap && acc.bump_pending());
+    }
 }

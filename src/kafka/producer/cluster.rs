@@ -40,6 +40,8 @@ pub(crate) struct Cluster {
 struct State {
     brokers: HashMap<i32, String>,
     connections: HashMap<i32, Connection>,
+    /// The latest connection opened to each coordinator address, for [`Cluster::disconnect`].
+    coordinators: HashMap<String, Connection>,
 }
 
 impl Cluster {
@@ -94,7 +96,27 @@ impl Cluster {
 
     /// Opens a connection to `host:port` (a coordinator).
     pub(crate) async fn open_address(&self, address: &str) -> Result<Connection, ConsumerError> {
-        Connection::connect(address, &self.config).await
+        let fresh = Connection::connect(address, &self.config).await?;
+        let mut state = self.lock();
+        state.coordinators.retain(|_, c| !c.is_closed());
+        state.coordinators.insert(address.to_owned(), fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Closes every connection now: to the brokers, the coordinators and the admin
+    /// client's. Requests waiting on them fail with a connection error; the next ones
+    /// connect again.
+    pub(crate) fn disconnect(&self) {
+        let closing: Vec<Connection> = {
+            let mut state = self.lock();
+            let mut all: Vec<Connection> = state.connections.drain().map(|(_, c)| c).collect();
+            all.extend(state.coordinators.drain().map(|(_, c)| c));
+            all
+        };
+        for connection in closing {
+            connection.close();
+        }
+        self.admin.disconnect();
     }
 
     /// Metadata of `topics`.

@@ -236,6 +236,36 @@ impl KafkaProducer {
         Ok(Self { shared, task })
     }
 
+    /// Closes every connection of the producer now, as a network failure would: to the
+    /// partition leaders, the transaction coordinator and the bootstrap broker. Requests in
+    /// flight fail and are handled like any lost connection: Produce requests are retried
+    /// (on a new connection, in sequence order, so an idempotent producer still writes each
+    /// record once and in order), coordinator requests are retried, except an EndTxn whose
+    /// answer is lost, which makes the commit fail with
+    /// [`ProducerError::CommitOutcomeUnknown`]. The next requests connect again.
+    ///
+    /// It is meant for fault-injection tests of code built on the producer; a running
+    /// application has no reason to call it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig, Producer, ProducerRecord};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::producer::ProducerError> {
+    /// let producer = KafkaProducer::connect(KafkaProducerConfig::new("127.0.0.1:9092")).await?;
+    /// let delivered = producer.send(ProducerRecord::new("orders").value("v"))?;
+    /// producer.disconnect();
+    /// // Still written once: the batch is sent again on a new connection.
+    /// delivered.await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn disconnect(&self) {
+        self.shared.cluster.disconnect();
+        self.shared.wake.notify_one();
+    }
+
     /// Waits until every record with an id below `upto` is complete.
     async fn wait_complete(&self, upto: u64) {
         loop {

@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
     ApiKey, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::debug;
 use uuid::Uuid;
@@ -62,6 +63,10 @@ enum Work {
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut work: FuturesUnordered<BoxFuture<'static, Work>> = FuturesUnordered::new();
     let mut connecting: HashSet<i32> = HashSet::new();
+    // Per broker whose connection failed: when to try again, and the next pause. Without
+    // it a refused connection (a crashed leader) would be retried at once, over and over,
+    // and the metadata that names the new leader never asked for.
+    let mut reconnect: HashMap<i32, (Instant, Duration)> = HashMap::new();
     let mut in_flight: HashMap<i32, usize> = HashMap::new();
     let mut metadata_busy = false;
     let mut metadata_at = Instant::now();
@@ -69,10 +74,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut bump_busy = false;
     let mut bump_at = Instant::now();
     let mut adding = false;
-    // One Produce request in flight per broker connection for now: two requests of one
-    // connection were seen to reach the broker out of order (OUT_OF_ORDER_SEQUENCE_NUMBER
-    // in the idempotence test), so pipelining waits until the order is guaranteed.
-    let max_in_flight = 1;
+    // Up to `max.in.flight.requests.per.connection` Produce requests per broker. They must
+    // reach the broker in the order their batches got their sequences: each request's
+    // frame is queued only after the previous request's to that broker (`order`), whatever
+    // order `work` polls the futures in (see `produce`).
+    let max_in_flight = shared.config.max_in_flight.max(1);
+    let mut order: HashMap<i32, oneshot::Receiver<()>> = HashMap::new();
     loop {
         let now = Instant::now();
         let mut connect = Vec::new();
@@ -198,7 +205,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     return false;
                 }
                 if shared.cluster.cached(leader).is_none() {
-                    connect.push(leader);
+                    if reconnect.get(&leader).is_none_or(|(at, _)| *at <= now) {
+                        connect.push(leader);
+                    }
                     return false;
                 }
                 leaders.insert(tp.clone(), leader);
@@ -227,23 +236,32 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             if !state.metadata_wanted.is_empty() && !metadata_busy {
                 wake_at = Some(wake_at.map_or(metadata_at, |w| w.min(metadata_at)));
             }
+            if let Some(at) = reconnect
+                .values()
+                .map(|(at, _)| *at)
+                .filter(|at| *at > now)
+                .min()
+            {
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
             if state.accumulator.bump_pending() && !bump_busy {
                 wake_at = Some(wake_at.map_or(bump_at, |w| w.min(bump_at)));
             }
             // Topic ids for Produce v13.
-            for batches in by_node.values() {
-                let _ = batches;
-            }
             let ids: HashMap<Arc<str>, Uuid> = topics_ids(&state.topics);
             for (node, batches) in by_node.drain() {
-                let Some(connection) = shared.cluster.cached(node) else {
-                    continue;
-                };
+                let connection = shared.cluster.cached(node);
+                let (queued, next) = oneshot::channel();
+                let previous = order.insert(node, next);
                 *in_flight.entry(node).or_default() += 1;
                 work.push(produce(
                     &shared,
-                    node,
-                    connection,
+                    Target {
+                        node,
+                        connection,
+                        previous,
+                        queued,
+                    },
                     batches,
                     &ids,
                     txn_version,
@@ -268,13 +286,25 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 match done {
                     Work::Connected(node, result) => {
                         connecting.remove(&node);
-                        if let Err(error) = result {
-                            debug!(node, %error, "connection to a leader failed");
-                            // Learn the leaders again, then try again after a pause.
-                            let mut state = shared.lock();
-                            let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
-                            state.metadata_wanted.extend(topics);
-                            metadata_at = deadline_after(Instant::now(), shared.config.retry_backoff);
+                        match result {
+                            Ok(_) => {
+                                reconnect.remove(&node);
+                            }
+                            Err(error) => {
+                                debug!(node, %error, "connection to a leader failed");
+                                // Learn the leaders again now; this broker again after a
+                                // pause that doubles up to retry.backoff.max.ms.
+                                let pause = reconnect.get(&node).map_or(
+                                    shared.config.retry_backoff,
+                                    |(_, pause)| {
+                                        pause.saturating_mul(2).min(shared.config.retry_backoff_max)
+                                    },
+                                );
+                                reconnect.insert(node, (deadline_after(Instant::now(), pause), pause));
+                                let mut state = shared.lock();
+                                let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
+                                state.metadata_wanted.extend(topics);
+                            }
                         }
                     }
                     Work::Produced { node, broker, batches, result } => {
@@ -475,15 +505,65 @@ fn handle_metadata(
     again
 }
 
-/// One Produce request to `node` with one batch per partition.
+/// Where a Produce request goes, and its place in that broker's order.
+struct Target {
+    node: i32,
+    /// The broker's connection; `None` when it closed since the batches were drained (the
+    /// request then fails as if it had been cut).
+    connection: Option<Connection>,
+    /// Resolves (or is dropped) once the previous request to the broker is queued.
+    previous: Option<oneshot::Receiver<()>>,
+    /// Dropped once this request is queued (or given up).
+    queued: oneshot::Sender<()>,
+}
+
+/// One Produce request to a broker with one batch per partition.
+///
+/// The futures are polled by a `FuturesUnordered`, whose order of first polls is not the
+/// order of the pushes once one future must wait (tokio's cooperative budget can make the
+/// connection's queue say "later" to one future and "now" to the next). So the request is
+/// queued on the connection only after the previous request to the same broker was:
+/// batches of a partition reach the broker in sequence order, never
+/// OUT_OF_ORDER_SEQUENCE_NUMBER from our own pipelining.
 fn produce(
     shared: &Arc<Shared>,
-    node: i32,
-    connection: Connection,
+    target: Target,
     batches: Vec<Drained>,
     ids: &HashMap<Arc<str>, Uuid>,
     txn: Option<TxnVersion>,
 ) -> BoxFuture<'static, Work> {
+    let Target {
+        node,
+        connection,
+        previous,
+        queued,
+    } = target;
+    let Some(connection) = connection else {
+        let keys = batches
+            .iter()
+            .map(|b| {
+                let id = ids.get(&b.tp.0).copied().unwrap_or_default();
+                (b.tp.clone(), b.batch_id, id)
+            })
+            .collect();
+        let error = ConsumerError::Connection {
+            broker: format!("node {node}"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the connection closed before the request was sent",
+            ),
+        };
+        return async move {
+            drop(queued);
+            Work::Produced {
+                node,
+                broker: format!("node {node}"),
+                batches: keys,
+                result: Err(error),
+            }
+        }
+        .boxed();
+    };
     let by_id = batches
         .iter()
         .all(|b| ids.get(&b.tp.0).is_some_and(|id| !id.is_nil()));
@@ -531,12 +611,23 @@ fn produce(
         .with_timeout_ms(timeout_ms)
         .with_topic_data(topics);
     let broker = connection.broker().to_owned();
-    // The request is queued on the connection when first polled: futures are polled in
-    // the order they are pushed, so requests of one connection keep their order.
+    let timeout = shared.config.request_timeout;
     async move {
-        let result = match version {
-            Ok(version) => connection.request(ApiKey::Produce, version, &request).await,
-            Err(error) => Err(error),
+        let exchange = async {
+            if let Some(previous) = previous {
+                // Err: the previous request was dropped; it is not waited for either.
+                let _ = previous.await;
+            }
+            let version = version?;
+            let sent = connection
+                .queue::<_, ProduceResponse>(ApiKey::Produce, version, &request)
+                .await;
+            drop(queued);
+            sent?.response().await
+        };
+        let result = match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(ConsumerError::Timeout(timeout)),
         };
         Work::Produced {
             node,
@@ -695,9 +786,11 @@ pub(crate) fn classify_partition(
                 source: Some(Arc::new(rejected)),
             })
         }
+        // REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND: the leader may have
+        // written the batch; an epoch bump must not renumber it before it is resolved.
         _ if retriable => BatchOutcome::Retriable {
             error: rejected,
-            unknown: false,
+            unknown: matches!(error_code, 7 | 20),
         },
         _ => BatchOutcome::Failed(rejected),
     }

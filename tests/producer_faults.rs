@@ -1,0 +1,307 @@
+//! `KafkaProducer` against the fake broker: coordinator and partition errors a real broker
+//! gives only under load or failure (CONCURRENT_TRANSACTIONS, TRANSACTION_ABORTABLE, a lost
+//! EndTxn answer), the choice of transactions v1 by the `transaction.version` feature, and
+//! Produce answers that cannot be decoded or leave a partition out.
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, EndTxnRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+};
+use kafka_share_sink::ConsumerError;
+use kafka_share_sink::producer::{
+    KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+};
+
+const TOPIC: &str = "out";
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+const TRANSACTION_ABORTABLE: i16 = 120;
+
+/// A broker with the producer's APIs (Produce up to v12, EndTxn up to v5) and
+/// `transaction.version` at `level`.
+async fn broker(level: Option<i16>) -> FakeBroker {
+    let broker = FakeBroker::start().await;
+    broker.add_topic(TOPIC, 2);
+    broker.advertise(ApiKey::InitProducerId, 0, 5);
+    broker.advertise(ApiKey::Produce, 3, 12);
+    broker.advertise(ApiKey::EndTxn, 0, 5);
+    broker.advertise(ApiKey::AddPartitionsToTxn, 0, 5);
+    broker.set_feature("transaction.version", level);
+    broker
+}
+
+fn config(broker: &FakeBroker) -> KafkaProducerConfig {
+    KafkaProducerConfig::new(broker.addr())
+        .linger(Duration::from_millis(1))
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
+        .delivery_timeout(Duration::from_secs(10))
+}
+
+async fn transactional(broker: &FakeBroker) -> KafkaProducer {
+    let producer = KafkaProducer::connect(config(broker).transactional_id("faults"))
+        .await
+        .expect("connect");
+    producer.init_transactions().await.expect("init");
+    producer
+}
+
+fn record(partition: i32, value: &str) -> ProducerRecord {
+    ProducerRecord::new(TOPIC)
+        .partition(partition)
+        .value(value.to_owned())
+}
+
+/// A Produce answer with `code` for every partition of the request.
+fn produce_error(request: &fake_broker::Request, code: i16) -> Reply {
+    let produce: ProduceRequest = request.decode().expect("a Produce request");
+    let responses = produce
+        .topic_data
+        .iter()
+        .map(|t| {
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+                .with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_error_code(code)
+                                .with_base_offset(-1)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    Reply::message(
+        &ProduceResponse::default().with_responses(responses),
+        request.version(),
+    )
+}
+
+fn committed_flags(broker: &FakeBroker) -> Vec<bool> {
+    broker
+        .requests_of(ApiKey::EndTxn)
+        .iter()
+        .map(|r| r.decode::<EndTxnRequest>().expect("EndTxn").committed)
+        .collect()
+}
+
+#[tokio::test]
+async fn concurrent_transactions_on_init_producer_id_is_retried() {
+    let broker = broker(Some(2)).await;
+    for _ in 0..2 {
+        broker.once(ApiKey::InitProducerId, |r| {
+            Reply::message(
+                &InitProducerIdResponse::default().with_error_code(CONCURRENT_TRANSACTIONS),
+                r.version(),
+            )
+        });
+    }
+    let producer = transactional(&broker).await;
+    assert_eq!(
+        broker.count(ApiKey::InitProducerId),
+        3,
+        "asked again until the previous transaction is done"
+    );
+    producer.begin_transaction().expect("begin");
+    let sent = producer.send(record(0, "a")).expect("queued");
+    producer.commit_transaction().await.expect("commit");
+    sent.await.expect("written");
+    assert_eq!(committed_flags(&broker), vec![true]);
+}
+
+#[tokio::test]
+async fn transaction_abortable_on_produce_makes_the_transaction_abort_only() {
+    let broker = broker(Some(2)).await;
+    broker.once(ApiKey::Produce, |r| produce_error(r, TRANSACTION_ABORTABLE));
+    let producer = transactional(&broker).await;
+    producer.begin_transaction().expect("begin");
+    let refused = producer.send(record(0, "refused")).expect("queued");
+    let error = refused.await.expect_err("refused by the broker");
+    assert!(
+        matches!(error, ProducerError::Abortable { .. }),
+        "{error:?}"
+    );
+    let error = producer
+        .commit_transaction()
+        .await
+        .expect_err("no commit after a refused write");
+    assert!(error.requires_abort(), "{error:?}");
+    assert!(!error.is_fatal(), "{error:?}");
+    assert!(
+        committed_flags(&broker).is_empty(),
+        "no EndTxn(commit) was sent"
+    );
+    producer.abort_transaction().await.expect("abort");
+    assert_eq!(committed_flags(&broker), vec![false]);
+    // The producer goes on with the next transaction.
+    producer.begin_transaction().expect("begin again");
+    let sent = producer.send(record(0, "after")).expect("queued");
+    producer.commit_transaction().await.expect("commit");
+    sent.await.expect("written");
+    assert_eq!(committed_flags(&broker), vec![false, true]);
+}
+
+#[tokio::test]
+async fn a_lost_end_txn_answer_is_commit_outcome_unknown() {
+    let broker = broker(Some(2)).await;
+    broker.once(ApiKey::EndTxn, |_| Reply::Close);
+    let producer = transactional(&broker).await;
+    producer.begin_transaction().expect("begin");
+    drop(producer.send(record(1, "x")).expect("queued"));
+    let error = producer
+        .commit_transaction()
+        .await
+        .expect_err("the answer was lost");
+    assert!(
+        matches!(error, ProducerError::CommitOutcomeUnknown { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        broker.count(ApiKey::EndTxn),
+        1,
+        "a commit whose outcome is unknown is not sent again by itself"
+    );
+}
+
+#[tokio::test]
+async fn transaction_version_1_uses_the_v1_protocol_even_when_v2_is_offered() {
+    let broker = broker(Some(1)).await;
+    let producer = transactional(&broker).await;
+    for round in 0..2 {
+        producer.begin_transaction().expect("begin");
+        let sent: Vec<_> = (0..2)
+            .map(|p| {
+                producer
+                    .send(record(p, &format!("{round}-{p}")))
+                    .expect("queued")
+            })
+            .collect();
+        producer.commit_transaction().await.expect("commit");
+        for s in sent {
+            s.await.expect("written");
+        }
+    }
+    let add = broker.requests_of(ApiKey::AddPartitionsToTxn);
+    assert!(!add.is_empty(), "v1 adds the partitions to the transaction");
+    assert!(
+        add.iter().all(|r| r.version() <= 3),
+        "AddPartitionsToTxn v0-v3"
+    );
+    let produce = broker.requests_of(ApiKey::Produce);
+    assert!(!produce.is_empty());
+    assert!(
+        produce.iter().all(|r| r.version() <= 11),
+        "Produce before v12: {:?}",
+        produce.iter().map(|r| r.version()).collect::<Vec<_>>()
+    );
+    let end = broker.requests_of(ApiKey::EndTxn);
+    assert_eq!(end.len(), 2);
+    assert!(end.iter().all(|r| r.version() <= 4), "EndTxn before v5");
+    assert_eq!(committed_flags(&broker), vec![true, true]);
+}
+
+#[tokio::test]
+async fn transaction_version_2_adds_partitions_implicitly() {
+    let broker = broker(Some(2)).await;
+    let producer = transactional(&broker).await;
+    producer.begin_transaction().expect("begin");
+    let sent = producer.send(record(0, "v2")).expect("queued");
+    producer.commit_transaction().await.expect("commit");
+    sent.await.expect("written");
+    assert_eq!(broker.count(ApiKey::AddPartitionsToTxn), 0);
+    assert!(
+        broker
+            .requests_of(ApiKey::Produce)
+            .iter()
+            .all(|r| r.version() == 12)
+    );
+    assert!(
+        broker
+            .requests_of(ApiKey::EndTxn)
+            .iter()
+            .all(|r| r.version() == 5)
+    );
+}
+
+#[tokio::test]
+async fn a_garbled_produce_answer_is_retried_and_the_record_written_once() {
+    let broker = broker(None).await;
+    broker.once(ApiKey::Produce, |_| Reply::Garbled);
+    let producer = KafkaProducer::connect(config(&broker))
+        .await
+        .expect("connect");
+    let sent = producer.send(record(0, "v")).expect("queued");
+    producer.flush().await.expect("flush");
+    sent.await.expect("written by the second attempt");
+    let produce = broker.requests_of(ApiKey::Produce);
+    assert_eq!(produce.len(), 2);
+    assert_eq!(
+        produce[0].decode::<ProduceRequest>().unwrap().topic_data,
+        produce[1].decode::<ProduceRequest>().unwrap().topic_data,
+        "the same batch, byte for byte"
+    );
+}
+
+#[tokio::test]
+async fn produce_answers_that_never_decode_end_in_a_typed_timeout() {
+    let broker = broker(None).await;
+    // A body that claims 126 topics and holds none.
+    broker.on(ApiKey::Produce, |_| {
+        Reply::Body(Bytes::from_static(&[0x7f, 0xff, 0xff]))
+    });
+    let producer = KafkaProducer::connect(
+        config(&broker)
+            .delivery_timeout(Duration::from_secs(2))
+            .request_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect("connect");
+    let sent = producer.send(record(0, "v")).expect("queued");
+    let error = tokio::time::timeout(Duration::from_secs(10), sent)
+        .await
+        .expect("completes within its delivery timeout")
+        .expect_err("never written");
+    let ProducerError::Timeout {
+        last: Some(last), ..
+    } = &error
+    else {
+        panic!("a delivery timeout: {error:?}");
+    };
+    assert!(
+        matches!(&**last, ProducerError::Kafka { source } if matches!(**source, ConsumerError::Garbled { .. })),
+        "the last error says the answer could not be decoded: {last:?}"
+    );
+    assert!(broker.count(ApiKey::Produce) >= 2, "retried meanwhile");
+}
+
+#[tokio::test]
+async fn a_produce_answer_without_the_partition_fails_the_batch() {
+    let broker = broker(None).await;
+    broker.once(ApiKey::Produce, |r| {
+        Reply::message(&ProduceResponse::default(), r.version())
+    });
+    let producer = KafkaProducer::connect(config(&broker))
+        .await
+        .expect("connect");
+    let sent = producer.send(record(1, "v")).expect("queued");
+    let error = sent.await.expect_err("no answer for the partition");
+    let ProducerError::Kafka { source } = &error else {
+        panic!("a Kafka error: {error:?}");
+    };
+    assert!(
+        matches!(&**source, ConsumerError::Protocol { reason, .. } if reason.contains("partition 1")),
+        "{source:?}"
+    );
+    // The producer goes on (after renewing its epoch).
+    let next = producer.send(record(1, "w")).expect("queued");
+    next.await.expect("written");
+}
