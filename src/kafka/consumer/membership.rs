@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse, TopicName,
+    ApiKey, GroupId, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::sync::Notify;
@@ -22,6 +21,7 @@ use crate::consumer::ConsumerError;
 use crate::kafka::errors::broker_error;
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::coordinator::{GROUP, find_coordinator_address};
 
 const NOT_COORDINATOR: i16 = 16;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -347,37 +347,8 @@ pub(crate) async fn find_coordinator(
     via: &Connection,
     config: &ConnectionConfig,
 ) -> Result<Connection, ConsumerError> {
-    let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
-    let key = StrBytes::from_string(group_id.to_owned());
-    let mut request = FindCoordinatorRequest::default().with_key_type(0);
-    if version >= 4 {
-        request = request.with_coordinator_keys(vec![key]);
-    } else {
-        request = request.with_key(key);
-    }
-    let response: FindCoordinatorResponse = via
-        .request(ApiKey::FindCoordinator, version, &request)
-        .await?;
-    let (code, message, host, port) = if version >= 4 {
-        let Some(c) = response.coordinators.into_iter().next() else {
-            return Err(ConsumerError::Protocol {
-                broker: via.broker().to_owned(),
-                reason: "FindCoordinator answered with no coordinator".to_owned(),
-            });
-        };
-        (c.error_code, c.error_message, c.host, c.port)
-    } else {
-        (
-            response.error_code,
-            response.error_message,
-            response.host,
-            response.port,
-        )
-    };
-    if let Some(e) = broker_error("FindCoordinator", code, message.map(|m| m.to_string())) {
-        return Err(e);
-    }
-    Connection::connect(&format!("{host}:{port}"), config).await
+    let address = find_coordinator_address(via, GROUP, group_id).await?;
+    Connection::connect(&address, config).await
 }
 
 /// Consecutive failures of the heartbeat (or the coordinator lookup) before one is logged as a

@@ -10,6 +10,7 @@ use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::errors::broker_error;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::coordinator::broker_address;
 
 /// UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -130,7 +131,7 @@ impl Cluster {
             for b in &response.brokers {
                 state
                     .brokers
-                    .insert(b.node_id.0, address(b.host.as_str(), b.port));
+                    .insert(b.node_id.0, broker_address(b.host.as_str(), b.port));
             }
         }
         let mut out = Vec::new();
@@ -172,14 +173,5 @@ impl Cluster {
             out.push(((*topic).to_owned(), meta));
         }
         Ok(out)
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-pub(crate) fn address(host: &str, port: i32) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }

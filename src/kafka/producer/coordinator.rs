@@ -9,19 +9,19 @@ use std::time::Duration;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProducerId, TopicName, TransactionalId,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use tokio::time::Instant;
 use tracing::debug;
 
 use super::accumulator::{ProducerIdentity, Tp};
-use super::cluster::{Cluster, address};
+use super::cluster::Cluster;
 use super::txn::{Action, CoordinatorCall, TxnVersion, classify, code, coordinator_error};
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::broker_error;
 use crate::kafka::net::connection::Connection;
+use crate::kafka::net::coordinator::{TRANSACTION, find_coordinator_address};
 use crate::producer::ProducerError;
 
 /// The feature that selects the transaction protocol.
@@ -85,37 +85,8 @@ impl Coordinator {
             self.connection = Some(via.clone());
             return Ok(via);
         };
-        let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
-        let key = StrBytes::from_string(id);
-        let mut request = FindCoordinatorRequest::default().with_key_type(1);
-        request = if version >= 4 {
-            request.with_coordinator_keys(vec![key])
-        } else {
-            request.with_key(key)
-        };
-        let response: FindCoordinatorResponse = via
-            .request(ApiKey::FindCoordinator, version, &request)
-            .await?;
-        let (code, message, host, port) = if version >= 4 {
-            let Some(c) = response.coordinators.into_iter().next() else {
-                return Err(ConsumerError::Protocol {
-                    broker: via.broker().to_owned(),
-                    reason: "FindCoordinator answered with no coordinator".to_owned(),
-                });
-            };
-            (c.error_code, c.error_message, c.host, c.port)
-        } else {
-            (
-                response.error_code,
-                response.error_message,
-                response.host,
-                response.port,
-            )
-        };
-        if let Some(e) = broker_error("FindCoordinator", code, message.map(|m| m.to_string())) {
-            return Err(e);
-        }
-        let fresh = cluster.open_address(&address(host.as_str(), port)).await?;
+        let address = find_coordinator_address(&via, TRANSACTION, &id).await?;
+        let fresh = cluster.open_address(&address).await?;
         debug!(
             coordinator = fresh.broker(),
             "transaction coordinator found"

@@ -352,9 +352,21 @@ impl KafkaProducer {
             }
             (txn.version, txn.sent_any, state.accumulator.producer())
         };
+        self.end_transaction(true, version, sent_any, producer)
+            .await
+    }
+
+    /// Ends the transaction with EndTxn (commit or abort), unless nothing was written: then
+    /// there is nothing to end (transactions v1 must not end an empty transaction; v2 needs
+    /// no epoch bump for it).
+    async fn end_transaction(
+        &self,
+        commit: bool,
+        version: TxnVersion,
+        sent_any: bool,
+        producer: accumulator::ProducerIdentity,
+    ) -> Result<(), ProducerError> {
         if !sent_any {
-            // Nothing was written: there is nothing to end (TV1 must not end an empty
-            // transaction; TV2 needs no epoch bump for it).
             return Ok(());
         }
         let next = self
@@ -365,12 +377,15 @@ impl KafkaProducer {
             .end_txn(
                 &self.shared.cluster,
                 producer,
-                true,
+                commit,
                 version,
                 self.shared.retry(),
             )
             .await?;
-        self.after_end(version, next, false).await
+        // An abort under v1: batches given up leave sequence gaps; a new epoch starts them
+        // at 0 again.
+        self.after_end(version, next, !commit && version == TxnVersion::V1)
+            .await
     }
 
     async fn abort(&self) -> Result<(), ProducerError> {
@@ -411,24 +426,7 @@ impl KafkaProducer {
             };
             (txn.version, txn.sent_any, state.accumulator.producer())
         };
-        if !sent_any {
-            return Ok(());
-        }
-        let next = self
-            .shared
-            .coordinator
-            .lock()
-            .await
-            .end_txn(
-                &self.shared.cluster,
-                producer,
-                false,
-                version,
-                self.shared.retry(),
-            )
-            .await?;
-        // TV1: batches given up leave sequence gaps; a new epoch starts them at 0 again.
-        self.after_end(version, next, version == TxnVersion::V1)
+        self.end_transaction(false, version, sent_any, producer)
             .await
     }
 }

@@ -1,0 +1,82 @@
+//! Finding a coordinator (FindCoordinator): the group coordinator of a share group, the
+//! transaction coordinator of a transactional id.
+
+use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::{Message, StrBytes};
+
+use super::connection::Connection;
+use crate::consumer::ConsumerError;
+use crate::kafka::errors::broker_error;
+
+/// FindCoordinator key type GROUP.
+pub(crate) const GROUP: i8 = 0;
+/// FindCoordinator key type TRANSACTION.
+pub(crate) const TRANSACTION: i8 = 1;
+
+/// Asks `via` for the coordinator of `key` (of `key_type`, [`GROUP`] or [`TRANSACTION`]) and
+/// returns its `host:port`.
+///
+/// # Errors
+///
+/// The broker's error for the key (e.g. COORDINATOR_NOT_AVAILABLE, retriable), an answer
+/// without a coordinator, and the request's own errors.
+pub(crate) async fn find_coordinator_address(
+    via: &Connection,
+    key_type: i8,
+    key: &str,
+) -> Result<String, ConsumerError> {
+    let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
+    let key = StrBytes::from_string(key.to_owned());
+    let request = FindCoordinatorRequest::default().with_key_type(key_type);
+    // v4 asks for a batch of keys; earlier versions for one.
+    let request = if version >= 4 {
+        request.with_coordinator_keys(vec![key])
+    } else {
+        request.with_key(key)
+    };
+    let response: FindCoordinatorResponse = via
+        .request(ApiKey::FindCoordinator, version, &request)
+        .await?;
+    let (code, message, host, port) = if version >= 4 {
+        let Some(c) = response.coordinators.into_iter().next() else {
+            return Err(ConsumerError::Protocol {
+                broker: via.broker().to_owned(),
+                reason: "FindCoordinator answered with no coordinator".to_owned(),
+            });
+        };
+        (c.error_code, c.error_message, c.host, c.port)
+    } else {
+        (
+            response.error_code,
+            response.error_message,
+            response.host,
+            response.port,
+        )
+    };
+    if let Some(e) = broker_error("FindCoordinator", code, message.map(|m| m.to_string())) {
+        return Err(e);
+    }
+    Ok(broker_address(host.as_str(), port))
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+pub(crate) fn broker_address(host: &str, port: i32) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_bracket_ipv6_hosts() {
+        assert_eq!(broker_address("127.0.0.1", 9092), "127.0.0.1:9092");
+        assert_eq!(broker_address("kafka-1", 9092), "kafka-1:9092");
+        assert_eq!(broker_address("::1", 9092), "[::1]:9092");
+        assert_eq!(broker_address("[::1]", 9092), "[::1]:9092");
+    }
+}
