@@ -380,7 +380,9 @@ impl Engine {
 
     /// The fetch settings if a fetch is wanted now: a poll waits, or prefetch wants more.
     fn fetch_settings(&self, now: Instant) -> Option<FetchSettings> {
-        if self.fetch_retry_at.is_some_and(|at| now < at) {
+        // Without a subscription (after an unsubscribe, before the membership has dropped the
+        // old assignment) nothing is acquired: nobody could poll it.
+        if self.subscription.is_empty() || self.fetch_retry_at.is_some_and(|at| now < at) {
             return None;
         }
         let slots = self.mailbox.lock();
