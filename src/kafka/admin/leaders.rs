@@ -21,6 +21,7 @@ use super::{
 };
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, check};
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
@@ -129,7 +130,7 @@ impl KafkaAdmin {
             .await?
             .brokers;
         for broker in brokers {
-            let address = format!("{}:{}", broker.host.as_str(), broker.port);
+            let address = broker_address(broker.host.as_str(), broker.port);
             let Ok(other) = Connection::connect(&address, &self.config).await else {
                 debug!(broker = address, "unreachable; it serves nothing either");
                 continue;

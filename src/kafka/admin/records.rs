@@ -22,6 +22,7 @@ use super::{
 };
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error, check};
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 
 /// ListOffsets' timestamp for the log start offset.
@@ -341,7 +342,7 @@ impl KafkaAdmin {
                         ),
                     })
                 })?;
-            let address = format!("{}:{}", broker.host.as_str(), broker.port);
+            let address = broker_address(broker.host.as_str(), broker.port);
             let leader = Connection::connect(&address, &self.config)
                 .await
                 .map_err(|source| Failure::Connect {

@@ -42,6 +42,7 @@ use tracing::{debug, info, warn};
 
 use crate::consumer::{BrokerDeadLetterQueue, ConsumerError, DEFAULT_DELIVERY_COUNT_LIMIT};
 use crate::kafka::errors::{api_name, check};
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::time::deadline_after;
 
@@ -494,7 +495,7 @@ async fn broker_configs(
         .request(ApiKey::Metadata, version, &request)
         .await?;
     let address = |b: &kafka_protocol::messages::metadata_response::MetadataResponseBroker| {
-        format!("{}:{}", b.host.as_str(), b.port)
+        broker_address(b.host.as_str(), b.port)
     };
     let here = metadata
         .brokers

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 use crate::kafka::session::book::{NodeId, SessionPartition};
 use crate::record::TopicPartition;
@@ -127,9 +128,10 @@ pub(crate) async fn fetch_metadata(
         ..Cluster::default()
     };
     for broker in response.brokers {
-        cluster
-            .brokers
-            .insert(broker.node_id.0, format!("{}:{}", broker.host, broker.port));
+        cluster.brokers.insert(
+            broker.node_id.0,
+            broker_address(broker.host.as_str(), broker.port),
+        );
     }
     for topic in response.topics {
         let Some(name) = topic.name else { continue };

@@ -4,3 +4,26 @@
 pub(crate) mod bootstrap;
 pub(crate) mod connection;
 pub(crate) mod coordinator;
+
+/// `host:port` of a broker as Metadata or FindCoordinator name it, with an IPv6 host in
+/// brackets.
+pub(crate) fn broker_address(host: &str, port: i32) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_bracket_ipv6_hosts() {
+        assert_eq!(broker_address("127.0.0.1", 9092), "127.0.0.1:9092");
+        assert_eq!(broker_address("kafka-1", 9092), "kafka-1:9092");
+        assert_eq!(broker_address("::1", 9092), "[::1]:9092");
+        assert_eq!(broker_address("[::1]", 9092), "[::1]:9092");
+    }
+}

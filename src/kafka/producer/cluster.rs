@@ -9,8 +9,8 @@ use uuid::Uuid;
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::errors::broker_error;
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
-use crate::kafka::net::coordinator::broker_address;
 
 /// UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;

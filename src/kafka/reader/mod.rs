@@ -30,6 +30,7 @@ use self::fetch::{Ask, Fetched};
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::producer::{IsolationLevel, LogRead, LogReader};
 use crate::record::ConsumerRecord;
@@ -213,7 +214,7 @@ impl KafkaLogReader {
         state.brokers = response
             .brokers
             .iter()
-            .map(|b| (b.node_id.0, address(b.host.as_str(), b.port)))
+            .map(|b| (b.node_id.0, broker_address(b.host.as_str(), b.port)))
             .collect();
         let fail = |code: i16, what: String| {
             broker_error(metadata_api, code, Some(what)).unwrap_or_else(|| {
@@ -518,15 +519,6 @@ fn worth_retrying(error: &ConsumerError) -> bool {
     }
 }
 
-/// `host:port`, with an IPv6 host in brackets.
-fn address(host: &str, port: i32) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,11 +537,5 @@ mod tests {
             broker: "b".into(),
             reason: "r".into()
         }));
-    }
-
-    #[test]
-    fn addresses_bracket_ipv6_hosts() {
-        assert_eq!(address("127.0.0.1", 9092), "127.0.0.1:9092");
-        assert_eq!(address("::1", 9092), "[::1]:9092");
     }
 }
