@@ -396,28 +396,16 @@ impl State {
     /// Expires the locks of every partition `group_id` has read, and writes the records that
     /// entered ARCHIVING (unless held). Returns true if anything changed.
     fn expire_group(&mut self, group_id: &str, now: Instant) -> bool {
-        let State {
-            topics,
-            groups,
-            dead_letter_writes_held,
-            ..
-        } = self;
-        let Some(group) = groups.get_mut(group_id) else {
+        let Some(group) = self.groups.get_mut(group_id) else {
             return false;
         };
         let mut changed = false;
-        for ((topic, partition), share) in &mut group.partitions {
+        for share in group.partitions.values_mut() {
             changed |= share.expire(now, &group.config);
-            changed |= settle(
-                topics,
-                group_id,
-                &group.config,
-                (topic, *partition),
-                share,
-                *dead_letter_writes_held,
-            );
         }
-        changed
+        // Expiry reads only the share partitions' locks, so writing the dead letters after
+        // every partition expired is the same as after each.
+        self.settle_group(group_id) || changed
     }
 
     /// Writes the records of `group_id` that entered ARCHIVING (unless held). Returns true if
