@@ -11,7 +11,7 @@ use kafka_protocol::messages::delete_records_request::{
 };
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
+    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
     DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
 };
 use kafka_protocol::protocol::Message;
@@ -21,6 +21,7 @@ use super::{
     topic_name, with_topic,
 };
 use crate::consumer::ConsumerError;
+use crate::kafka::codec::client_list_offsets;
 use crate::kafka::errors::{api_name, broker_error, check};
 use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
@@ -251,9 +252,7 @@ impl KafkaAdmin {
         let mut offsets = BTreeMap::new();
         for (connection, led) in &leaders.by_leader {
             let version = negotiate(connection, key, ListOffsetsRequest::VERSIONS)?;
-            // Replica id -1: a client. The default (0) asks as broker 0's replica fetcher.
-            let request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
+            let request = client_list_offsets()
                 .with_timeout_ms(if version >= 10 {
                     self.broker_timeout_ms
                 } else {

@@ -4,3 +4,12 @@
 
 pub(crate) mod record_batch;
 pub(crate) mod share_v2;
+
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
+
+/// A ListOffsets request as a client sends it: replica id -1. kafka-protocol's default (0)
+/// makes the broker answer as to broker 0's replica fetcher, which ignores the isolation
+/// level (no last stable offset for `read_committed`).
+pub(crate) fn client_list_offsets() -> ListOffsetsRequest {
+    ListOffsetsRequest::default().with_replica_id(BrokerId(-1))
+}

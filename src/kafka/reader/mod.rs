@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    TopicName,
+    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
 };
 use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use tracing::debug;
@@ -29,6 +28,7 @@ pub use self::builder::KafkaLogReaderBuilder;
 use self::fetch::{Ask, Fetched};
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::codec::client_list_offsets;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
@@ -415,10 +415,7 @@ impl KafkaLogReader {
             .negotiate(ApiKey::ListOffsets, ours)
             .map_err(at)?;
         let timeout_ms = i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
-        // Replica id -1: a consumer. The crate's default (0) makes the broker answer as to
-        // broker 0's replica fetcher, which ignores the isolation level (no LSO).
-        let request = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
+        let request = client_list_offsets()
             .with_isolation_level(fetch::isolation_level(isolation))
             .with_timeout_ms(if version >= 10 { timeout_ms } else { 0 })
             .with_topics(vec![
