@@ -750,6 +750,7 @@ impl Topic {
             timestamp: stored.timestamp,
             timestamp_type: TimestampType::CreateTime,
             delivery_count,
+            leader_epoch: None,
         }))
     }
 }

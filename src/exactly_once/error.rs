@@ -1,0 +1,71 @@
+//! [`ExactlyOnceError`]: why the exactly-once iteration cannot start or go on.
+
+use crate::BoxError;
+use crate::consumer::ConsumerError;
+use crate::producer::ProducerError;
+
+/// Why the exactly-once path could not be set up or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExactlyOnceError {
+    /// The cluster lacks what the exactly-once iteration needs.
+    #[error("exactly-once delivery is not possible on this cluster: it needs {capability}")]
+    MissingCapability {
+        /// What is missing, and how to get it.
+        capability: &'static str,
+    },
+    /// A setting is wrong.
+    #[error("invalid exactly-once config `{key}`: {reason}")]
+    Config {
+        /// The setting.
+        key: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// The ledger topic is unusable.
+    #[error("the exactly-once ledger topic `{topic}` cannot be used: {reason}")]
+    Ledger {
+        /// The ledger topic.
+        topic: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// The transactional producer failed.
+    #[error("the transactional producer failed")]
+    Producer(#[source] ProducerError),
+    /// A request to the cluster failed.
+    #[error("{operation} failed")]
+    Cluster {
+        /// What was asked.
+        operation: &'static str,
+        /// Why it failed.
+        #[source]
+        source: BoxError,
+    },
+    /// Reading the ledger failed.
+    #[error("reading the ledger failed")]
+    Read(#[source] ConsumerError),
+}
+
+impl ExactlyOnceError {
+    /// A failed cluster request.
+    pub(crate) fn cluster(
+        operation: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Cluster {
+            operation,
+            source: Box::new(source),
+        }
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Producer(e) => e.is_retriable() || e.requires_abort(),
+            Self::Read(e) => e.is_retriable(),
+            Self::Cluster { .. } => true,
+            Self::MissingCapability { .. } | Self::Config { .. } | Self::Ledger { .. } => false,
+        }
+    }
+}
