@@ -109,9 +109,11 @@ impl ShareAcknowledgements {
 
     /// `(partition, offset, type)` for every acknowledgement.
     pub fn offsets(&self) -> impl Iterator<Item = (&TopicPartition, i64, AcknowledgeType)> {
-        self.partitions
-            .iter()
-            .flat_map(|(tp, batches)| batches.iter().flat_map(move |b| b.iter().map(move |(o, a)| (tp, o, a))))
+        self.partitions.iter().flat_map(|(tp, batches)| {
+            batches
+                .iter()
+                .flat_map(move |b| b.iter().map(move |(o, a)| (tp, o, a)))
+        })
     }
 
     /// The number of acknowledged offsets.

@@ -55,17 +55,25 @@ impl ClusterCapabilities {
 
     /// Whether KIP-1289's atomic acknowledgements can be used.
     pub fn atomic_acknowledgements(&self) -> bool {
-        self.share_version >= 3 && self.transaction_version >= 2 && self.transactional_share_acknowledge
+        self.share_version >= 3
+            && self.transaction_version >= 2
+            && self.transactional_share_acknowledge
     }
 
     /// What ledger mode lacks here, if anything.
     pub(crate) fn ledger_missing(&self) -> Option<&'static str> {
         if self.transaction_version < 2 {
-            Some("transaction.version 2 (transactions v2, KIP-890) finalized on the cluster: run `kafka-features.sh upgrade --feature transaction.version=2`")
+            Some(
+                "transaction.version 2 (transactions v2, KIP-890) finalized on the cluster: run `kafka-features.sh upgrade --feature transaction.version=2`",
+            )
         } else if !self.renew {
-            Some("RENEW acknowledgements (Kafka 4.2 or newer: ShareAcknowledge v2); Kafka 4.1 and older brokers cannot tell this client it still owns a record before it commits")
+            Some(
+                "RENEW acknowledgements (Kafka 4.2 or newer: ShareAcknowledge v2); Kafka 4.1 and older brokers cannot tell this client it still owns a record before it commits",
+            )
         } else if !self.renew_enabled_for_group {
-            Some("RENEW enabled for the share group: set the group's share.renew.acknowledge.enable=true")
+            Some(
+                "RENEW enabled for the share group: set the group's share.renew.acknowledge.enable=true",
+            )
         } else {
             None
         }
@@ -161,7 +169,10 @@ mod tests {
 
     #[test]
     fn kafka_4_4_gets_the_ledger_and_kip_1289_gets_atomic_acknowledgements() {
-        assert_eq!(choose_mode(&kafka_4_4(), ModePreference::Auto), Ok(ExactlyOnceMode::Ledger));
+        assert_eq!(
+            choose_mode(&kafka_4_4(), ModePreference::Auto),
+            Ok(ExactlyOnceMode::Ledger)
+        );
         let kip = kafka_4_4()
             .with_share_version(3)
             .with_transactional_share_acknowledge(true);
@@ -169,25 +180,47 @@ mod tests {
             choose_mode(&kip, ModePreference::Auto),
             Ok(ExactlyOnceMode::AtomicAcknowledgements)
         );
-        assert_eq!(choose_mode(&kip, ModePreference::Ledger), Ok(ExactlyOnceMode::Ledger));
-        assert!(choose_mode(&kafka_4_4(), ModePreference::Atomic)
-            .unwrap_err()
-            .contains("share.version 3"));
+        assert_eq!(
+            choose_mode(&kip, ModePreference::Ledger),
+            Ok(ExactlyOnceMode::Ledger)
+        );
+        assert!(
+            choose_mode(&kafka_4_4(), ModePreference::Atomic)
+                .unwrap_err()
+                .contains("share.version 3")
+        );
     }
 
     #[test]
     fn each_missing_capability_is_named() {
         let tv1 = kafka_4_4().with_transaction_version(1);
-        assert!(choose_mode(&tv1, ModePreference::Auto).unwrap_err().contains("transaction.version 2"));
+        assert!(
+            choose_mode(&tv1, ModePreference::Auto)
+                .unwrap_err()
+                .contains("transaction.version 2")
+        );
         let kafka_4_1 = kafka_4_4().with_renew(false, false);
-        assert!(choose_mode(&kafka_4_1, ModePreference::Auto).unwrap_err().contains("4.2"));
+        assert!(
+            choose_mode(&kafka_4_1, ModePreference::Auto)
+                .unwrap_err()
+                .contains("4.2")
+        );
         let off = kafka_4_4().with_renew(true, false);
-        assert!(choose_mode(&off, ModePreference::Auto)
-            .unwrap_err()
-            .contains("share.renew.acknowledge.enable"));
+        assert!(
+            choose_mode(&off, ModePreference::Auto)
+                .unwrap_err()
+                .contains("share.renew.acknowledge.enable")
+        );
         // share.version 3 without the RPC in a form we speak: not atomic, ledger still works.
         let draft = kafka_4_4().with_share_version(3);
-        assert_eq!(choose_mode(&draft, ModePreference::Auto), Ok(ExactlyOnceMode::Ledger));
-        assert!(choose_mode(&draft, ModePreference::Atomic).unwrap_err().contains("not final"));
+        assert_eq!(
+            choose_mode(&draft, ModePreference::Auto),
+            Ok(ExactlyOnceMode::Ledger)
+        );
+        assert!(
+            choose_mode(&draft, ModePreference::Atomic)
+                .unwrap_err()
+                .contains("not final")
+        );
     }
 }

@@ -37,7 +37,11 @@ pub trait ExactlyOnceCluster: LogReader {
     /// # Cancel safety
     ///
     /// Dropped, the topic may or may not have been created; calling again is harmless.
-    async fn create_ledger_topic(&self, topic: &str, partitions: i32) -> Result<(), ExactlyOnceError>;
+    async fn create_ledger_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<(), ExactlyOnceError>;
 
     /// The current leader epoch of each partition asked for (partitions without a known
     /// leader are left out).
@@ -61,6 +65,25 @@ pub trait ExactlyOnceCluster: LogReader {
         group_id: &str,
         topic: &str,
     ) -> Result<HashMap<i32, i64>, ExactlyOnceError>;
+
+    /// The first offset still in `partition` of `topic` (the log start offset).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    async fn ledger_start_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<i64, ExactlyOnceError>;
+
+    /// The transactional ids the cluster knows that start with `prefix`, to find the
+    /// producers of task slots that no longer exist.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, ExactlyOnceError>;
 
     /// Fences `transactional_id`: bumps its producer epoch so that an older producer with that
     /// id can no longer write, and aborts its open transaction.

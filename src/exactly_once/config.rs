@@ -112,7 +112,9 @@ impl ExactlyOnceConfig {
         if self.connector.trim().is_empty() {
             return Err(ExactlyOnceError::Config {
                 key: "name",
-                reason: "the connector name makes the transactional ids and the ledger topic; set one".to_owned(),
+                reason:
+                    "the connector name makes the transactional ids and the ledger topic; set one"
+                        .to_owned(),
             });
         }
         if self.tasks_max == 0 || self.task_id >= self.tasks_max {

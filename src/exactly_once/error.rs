@@ -30,6 +30,22 @@ pub enum ExactlyOnceError {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// A redelivery check waited too long for other tasks' transactions on the ledger.
+    #[error(
+        "ledger `{topic}` partition {partition} stayed below offset {high_watermark} for {waited:?}: \
+         a transaction of another task is open there (it ends within its transaction.timeout.ms); \
+         the records were released and are checked again"
+    )]
+    LedgerWait {
+        /// The ledger topic.
+        topic: String,
+        /// The ledger partition.
+        partition: i32,
+        /// The high watermark the read had to reach.
+        high_watermark: i64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// The transactional producer failed.
     #[error("the transactional producer failed")]
     Producer(#[source] ProducerError),
@@ -64,7 +80,7 @@ impl ExactlyOnceError {
         match self {
             Self::Producer(e) => e.is_retriable() || e.requires_abort(),
             Self::Read(e) => e.is_retriable(),
-            Self::Cluster { .. } => true,
+            Self::Cluster { .. } | Self::LedgerWait { .. } => true,
             Self::MissingCapability { .. } | Self::Config { .. } | Self::Ledger { .. } => false,
         }
     }

@@ -491,14 +491,10 @@ fn decode_share(
             acquired.each_within(missing, &mut out.gaps);
         }
         if let Some(delivery_count) = acquired.delivery_count(offset) {
-            out.records.push(convert(
-                topic,
-                partition,
-                record,
-                timestamp_type,
-                delivery_count,
-            )
-            .with_leader_epoch(leader_epoch));
+            out.records.push(
+                convert(topic, partition, record, timestamp_type, delivery_count)
+                    .with_leader_epoch(leader_epoch),
+            );
         }
         cursor = offset.checked_add(1);
     }
