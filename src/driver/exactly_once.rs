@@ -135,10 +135,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// producer, and fences the orphans of a shrunk task count.
     pub(super) async fn initialize_exactly_once(&mut self) -> Result<()> {
         let group = self.consumer.group_metadata().group_id().to_owned();
+        let implicit = self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit;
+        let topics = self.config.topics.clone();
         let mut eos = self.exactly_once.take().ok_or(Error::NotInitialized)?;
+        // Nothing of `self` is borrowed inside: the future stays Send for any consumer.
         let result = async {
             eos.config.validate()?;
-            if self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit {
+            if implicit {
                 return Err(Error::Config {
                     key: "share.acknowledgement.mode",
                     reason: "the exactly-once iteration settles records one by one after its \
@@ -169,8 +172,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let mode = choose_mode(&capabilities, eos.config.mode)
                 .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
             if mode == ExactlyOnceMode::Ledger {
-                eos.ledger =
-                    Some(prepare_ledger(&*eos.cluster, &eos.config, &self.config.topics).await?);
+                eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, &topics).await?);
             }
             eos.producer
                 .init_transactions()
