@@ -4,7 +4,7 @@
 //! cargo run --features exactly-once --example eos_mirror -- \
 //!     --bootstrap 127.0.0.1:9092 --topic orders --group mirror --prefix backup. \
 //!     [--connector mirror] [--task 0] [--tasks 1] [--transaction-timeout-ms 10000] \
-//!     [--idle-exit-secs 0] [--strict false]
+//!     [--idle-exit-secs 0] [--strict false] [--max-poll-records 500]
 //! ```
 //!
 //! Each record of `--topic` is copied to `<prefix><topic>` in a transaction that also claims
@@ -61,6 +61,9 @@ async fn main() -> BoxResult<()> {
         .map_or(Ok(10_000), |v| v.parse())?;
     let idle_exit: u64 = args.get("idle-exit-secs").map_or(Ok(0), |v| v.parse())?;
     let strict: bool = args.get("strict").map_or(Ok(false), |v| v.parse())?;
+    let max_poll_records: i32 = args
+        .get("max-poll-records")
+        .map_or(Ok(500), |v| v.parse())?;
 
     let eos = ExactlyOnceConfig::new(connector, task, tasks).with_strict(strict);
     let producer_config = KafkaProducerConfig::new(bootstrap.clone())
@@ -70,7 +73,9 @@ async fn main() -> BoxResult<()> {
     let cluster = KafkaExactlyOnceCluster::connect(&producer_config).await?;
     let producer = KafkaProducer::connect(producer_config).await?;
     let consumer = KafkaShareConsumer::connect(
-        KafkaShareConsumerConfig::new(bootstrap, group).client_id(format!("eos-mirror-{task}")),
+        KafkaShareConsumerConfig::new(bootstrap, group)
+            .client_id(format!("eos-mirror-{task}"))
+            .max_poll_records(max_poll_records),
     )
     .await?;
     let config = DriverConfig::new([topic]).poll_timeout(Duration::from_millis(500));

@@ -5,12 +5,13 @@
 //! own Fetch reader (`support/read_committed.rs`), independent of the crate's.
 #![cfg(feature = "exactly-once")]
 
+#[path = "support/eos.rs"]
+mod eos;
 #[path = "support/read_committed.rs"]
 mod read_committed;
 #[allow(unreachable_pub)]
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,93 +27,8 @@ use kafka_share_sink::{
     DriverConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareSinkTask,
 };
 
-struct Setup {
-    bootstrap: String,
-    source: String,
-    target: String,
-    group: String,
-}
-
-const PARTITIONS: i32 = 3;
-
-async fn setup(bootstrap: String, records: usize) -> Setup {
-    let source = support::unique("eos-src");
-    let target = format!("copy.{source}");
-    let group = support::unique("eos-group");
-    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
-    admin
-        .create_topic(&source, PARTITIONS, 1)
-        .await
-        .expect("source");
-    admin
-        .create_topic(&target, PARTITIONS, 1)
-        .await
-        .expect("target");
-    admin
-        .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
-        .await
-        .expect("group config");
-    let producer = KafkaProducer::connect(KafkaProducerConfig::new(bootstrap.clone()))
-        .await
-        .expect("producer");
-    let mut sends = Vec::with_capacity(records);
-    for i in 0..records {
-        let partition = i32::try_from(i).expect("small") % PARTITIONS;
-        sends.push(
-            producer
-                .send(
-                    ProducerRecord::new(source.as_str())
-                        .partition(partition)
-                        .value(format!("r-{i}")),
-                )
-                .expect("send"),
-        );
-    }
-    producer.flush().await.expect("flush");
-    for s in sends {
-        s.await.expect("delivered");
-    }
-    Setup {
-        bootstrap,
-        source,
-        target,
-        group,
-    }
-}
-
-/// Every value of the target, read `read_committed`, with how often it was seen.
-async fn output(s: &Setup) -> BTreeMap<String, usize> {
-    let mut seen = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        for record in read_committed::read_committed(&s.bootstrap, &s.target, p).await {
-            let value = String::from_utf8(record.value.map(|v| v.to_vec()).unwrap_or_default())
-                .expect("utf8");
-            *seen.entry(value).or_insert(0) += 1;
-        }
-    }
-    seen
-}
-
-fn assert_exactly_once(seen: &BTreeMap<String, usize>, records: usize) {
-    let duplicates: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(
-        duplicates.is_empty(),
-        "duplicates in the output: {duplicates:?}"
-    );
-    let missing: Vec<usize> = (0..records)
-        .filter(|i| !seen.contains_key(&format!("r-{i}")))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} records missing, e.g. {:?}",
-        missing.len(),
-        &missing[..missing.len().min(10)]
-    );
-    assert_eq!(seen.len(), records, "unexpected values in the output");
-}
-
 async fn driver(
-    s: &Setup,
+    s: &eos::Setup,
     task: u32,
     tasks: u32,
     wrap: impl FnOnce(KafkaProducer) -> Arc<dyn Producer>,
@@ -141,16 +57,9 @@ async fn driver(
     driver
 }
 
-/// Whether the group has finished every source record (share-group lag 0 everywhere).
-async fn settled(s: &Setup) -> bool {
-    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
-    let offsets = admin.share_group_offsets(&s.group).await.expect("offsets");
-    offsets.len() == PARTITIONS as usize && offsets.iter().all(|o| o.lag == Some(0))
-}
-
 /// Runs the drivers until the output has `records` values and the group finished every
 /// source record (or 60 s pass).
-async fn drain(s: &Setup, drivers: &mut [ShareSinkTask<KafkaShareConsumer>], records: usize) {
+async fn drain(s: &eos::Setup, drivers: &mut [ShareSinkTask<KafkaShareConsumer>], records: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         for d in drivers.iter_mut() {
@@ -160,8 +69,8 @@ async fn drain(s: &Setup, drivers: &mut [ShareSinkTask<KafkaShareConsumer>], rec
                 Err(e) => panic!("iteration failed: {e:?}"),
             }
         }
-        let seen = output(s).await;
-        if seen.len() >= records && settled(s).await {
+        let seen = eos::output(s).await;
+        if seen.len() >= records && eos::settled(s).await {
             return;
         }
         assert!(
@@ -180,7 +89,7 @@ async fn ledger_mode_on_kafka_4_4_mirrors_exactly_once_with_two_tasks() {
         return;
     };
     let records = 3_000;
-    let s = setup(bootstrap, records).await;
+    let s = eos::setup(bootstrap, records, 1).await;
     let mut drivers = vec![
         driver(&s, 0, 2, |p| Arc::new(p)).await,
         driver(&s, 1, 2, |p| Arc::new(p)).await,
@@ -193,7 +102,7 @@ async fn ledger_mode_on_kafka_4_4_mirrors_exactly_once_with_two_tasks() {
     for d in &mut drivers {
         d.close().await.expect("close");
     }
-    assert_exactly_once(&output(&s).await, records);
+    eos::assert_exactly_once(&eos::output(&s).await, records);
     let ledger = KafkaAdmin::connect(&s.bootstrap)
         .await
         .expect("admin")
@@ -202,7 +111,7 @@ async fn ledger_mode_on_kafka_4_4_mirrors_exactly_once_with_two_tasks() {
         .expect("the ledger topic was created");
     assert_eq!(
         ledger.len(),
-        PARTITIONS as usize,
+        eos::PARTITIONS as usize,
         "one ledger partition per source partition"
     );
 }
@@ -252,7 +161,7 @@ async fn dies_at_commit(after: bool, test: &str) {
         return;
     };
     let records = 600;
-    let s = setup(bootstrap, records).await;
+    let s = eos::setup(bootstrap, records, 1).await;
     let mut first = driver(&s, 0, 1, |inner| {
         Arc::new(DiesAtCommit {
             inner,
@@ -282,7 +191,7 @@ async fn dies_at_commit(after: bool, test: &str) {
     drain(&s, std::slice::from_mut(&mut again), records).await;
     let metrics = again.metrics();
     again.close().await.expect("close");
-    assert_exactly_once(&output(&s).await, records);
+    eos::assert_exactly_once(&eos::output(&s).await, records);
     if after {
         assert!(
             metrics.records_already_claimed > 0,
