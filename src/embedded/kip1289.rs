@@ -9,6 +9,7 @@
 //! producer, by the coordinator after `transaction.timeout.ms`, or by a new producer with the
 //! same transactional id) makes them available with their delivery count unchanged.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -153,6 +154,10 @@ impl Default for Kip1289State {
         }
     }
 }
+
+/// The acknowledgements of one share partition in a request: (topic, partition) and
+/// (offset, disposition) pairs.
+type PartitionStaging = ((Arc<str>, i32), Vec<(i64, Disposition)>);
 
 /// Why staging share acknowledgements was refused, as the draft's broker answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,7 +321,7 @@ impl State {
             return Ok(());
         }
         // Per partition: the topic name the group keys it by, and the acknowledgements.
-        let mut partitions: Vec<((std::sync::Arc<str>, i32), Vec<(i64, Disposition)>)> = Vec::new();
+        let mut partitions: Vec<PartitionStaging> = Vec::new();
         for (tp, batches) in acks.iter() {
             let mut list = Vec::new();
             for batch in batches {
@@ -412,7 +417,7 @@ impl State {
         &mut self,
         group_id: &str,
         member: MemberKey,
-        partitions: &[((std::sync::Arc<str>, i32), Vec<(i64, Disposition)>)],
+        partitions: &[PartitionStaging],
         now: Instant,
     ) -> Result<(), String> {
         let Some(group) = self.groups.get_mut(group_id) else {
@@ -491,7 +496,7 @@ impl EmbeddedBroker {
             .groups
             .get(group_id)?
             .partitions
-            .get(&(std::sync::Arc::from(topic), partition))?;
+            .get(&(Arc::from(topic), partition))?;
         share
             .staged(offset)
             .map(|s| (s.producer_id, s.producer_epoch))
