@@ -48,6 +48,15 @@
 //! ([`GroupConfig::isolation_level`]); markers are never delivered.
 //! [`EmbeddedBroker::fail_next_commit`] loses a commit's answer.
 //!
+//! With the `exactly-once` feature the group also implements the draft of KIP-1289:
+//! acknowledgements staged into a producer transaction
+//! ([`Producer::send_share_acknowledgements`](crate::producer::Producer::send_share_acknowledgements),
+//! `EmbeddedShareConsumer::take_acknowledgements_for_transaction`) wait as `TxPending` until
+//! the transaction ends, with the draft's unsettled rules as switches (`Kip1289Rules`), and
+//! the broker is an `ExactlyOnceCluster`. For the exactly-once tests, faults can be
+//! injected: [`EmbeddedBroker::fail_over`] (a leader change that forgets acquisitions, with
+//! leader epochs on every record) and [`EmbeddedBroker::bump_member_epoch`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig};
