@@ -4,7 +4,7 @@
 //! cargo run --features exactly-once --example eos_mirror -- \
 //!     --bootstrap 127.0.0.1:9092 --topic orders --group mirror --prefix backup. \
 //!     [--connector mirror] [--task 0] [--tasks 1] [--transaction-timeout-ms 10000] \
-//!     [--idle-exit-secs 0] [--strict false] [--max-poll-records 500]
+//!     [--idle-exit-secs 0] [--strict false] [--max-poll-records 500] [--pause-ms 0]
 //! ```
 //!
 //! Each record of `--topic` is copied to `<prefix><topic>` in a transaction that also claims
@@ -64,6 +64,9 @@ async fn main() -> BoxResult<()> {
     let max_poll_records: i32 = args
         .get("max-poll-records")
         .map_or(Ok(500), |v| v.parse())?;
+    // A pause after each iteration: a slower pipeline, for crash tests that must kill it
+    // while it works.
+    let pause = Duration::from_millis(args.get("pause-ms").map_or(Ok(0), |v| v.parse())?);
 
     let eos = ExactlyOnceConfig::new(connector, task, tasks).with_strict(strict);
     let producer_config = KafkaProducerConfig::new(bootstrap.clone())
@@ -105,6 +108,9 @@ async fn main() -> BoxResult<()> {
             Ok(report) => {
                 if report.records > 0 || report.accepted > 0 {
                     last_records = Instant::now();
+                }
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
                 }
             }
             Err(e) if e.is_retriable() => {

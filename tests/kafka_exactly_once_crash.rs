@@ -79,6 +79,8 @@ impl Workers {
                 // Small transactions: many of them, so that kills land mid-run.
                 "--max-poll-records".into(),
                 "100".into(),
+                "--pause-ms".into(),
+                "40".into(),
             ],
             children: Vec::new(),
             log_dir,
@@ -205,7 +207,7 @@ async fn crash_run(bootstrap: String, replicas: i16, chaos: Chaos<'_>) {
     let mut chaos_tasks = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(600);
     while mid_run_kills < KILLS {
-        tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
+        tokio::time::sleep(Duration::from_millis(150 + rng.below(450))).await;
         let unfinished = lag(&admin, &s.group).await;
         assert_ne!(
             unfinished,

@@ -86,7 +86,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// broker.produce("orders", ProduceRecord::new().value("o1"))?;
     ///
     /// let eos = ExactlyOnceConfig::new("mirror", 0, 1);
-    /// let producer = broker.transactional_producer(eos.transactional_id())?;
+    /// let producer = broker.transactional_producer(&eos.transactional_id())?;
     /// let config = DriverConfig::new(["orders"]).poll_timeout(Duration::from_millis(10));
     /// let mut driver = ShareSinkTask::new(
     ///     Box::new(MirrorTask::with_prefix("backup.")),

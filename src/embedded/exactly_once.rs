@@ -112,6 +112,27 @@ impl ExactlyOnceCluster for EmbeddedBroker {
             .unwrap_or_default())
     }
 
+    async fn ledger_start_offset(
+        &self,
+        _topic: &str,
+        _partition: i32,
+    ) -> Result<i64, ExactlyOnceError> {
+        // The embedded log never deletes records.
+        Ok(0)
+    }
+
+    async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, ExactlyOnceError> {
+        let state = self.shared.lock();
+        let mut ids: Vec<String> = state
+            .coordinator
+            .transactional_ids()
+            .filter(|id| id.starts_with(prefix))
+            .map(str::to_owned)
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     async fn fence_transactional_id(&self, transactional_id: &str) -> Result<(), ExactlyOnceError> {
         let mut state = self.shared.lock();
         state.expire_transactions(Instant::now());

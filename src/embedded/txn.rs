@@ -98,6 +98,12 @@ pub(crate) struct Coordinator {
 }
 
 impl Coordinator {
+    /// Every transactional id the coordinator knows.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) fn transactional_ids(&self) -> impl Iterator<Item = &str> {
+        self.ids.keys().map(String::as_str)
+    }
+
     /// A fresh producer id (for idempotent producers, and new transactional ids).
     pub(crate) fn allocate_producer_id(&mut self) -> i64 {
         let id = self.next_producer_id;
