@@ -10,6 +10,8 @@
 //! --examples`; `cargo test` and `scripts/test.sh` do).
 #![cfg(feature = "exactly-once")]
 
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/eos.rs"]
 mod eos;
 #[path = "support/read_committed.rs"]
@@ -190,8 +192,8 @@ fn java_read_committed(bootstrap: &str, topic: &str) -> BTreeMap<String, usize> 
     seen
 }
 
-/// Mid-run chaos beside the kills: `(after this many kills, what)`.
-type Chaos<'a> = &'a (dyn Fn(usize) -> Option<tokio::task::JoinHandle<()>> + Sync);
+/// Mid-run chaos beside the kills: after this many kills, what (a task to wait for).
+type Chaos<'a> = &'a (dyn Fn(usize, &eos::Setup) -> Option<tokio::task::JoinHandle<()>> + Sync);
 
 async fn crash_run(bootstrap: String, replicas: i16, chaos: Chaos<'_>) {
     let s = eos::setup(bootstrap, RECORDS, replicas).await;
@@ -218,7 +220,7 @@ async fn crash_run(bootstrap: String, replicas: i16, chaos: Chaos<'_>) {
         workers.kill_and_restart(task);
         mid_run_kills += 1;
         eprintln!("kill {mid_run_kills}: task {task}, {unfinished:?} records unfinished");
-        if let Some(handle) = chaos(mid_run_kills) {
+        if let Some(handle) = chaos(mid_run_kills, &s) {
             chaos_tasks.push(handle);
         }
         assert!(
@@ -256,5 +258,52 @@ async fn two_mirror_processes_killed_twenty_times_duplicate_and_lose_nothing() {
     else {
         return;
     };
-    crash_run(bootstrap, 1, &|_| None).await;
+    crash_run(bootstrap, 1, &|_, _| None).await;
+}
+
+/// Moves the leader of every partition of `topic` to the next broker of 1..=3.
+fn move_leaders(bootstrap: String, topic: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+        for p in admin.partitions(&topic).await.expect("partitions") {
+            let to = p.leader.map_or(1, |l| l % 3 + 1);
+            admin
+                .move_leader(&topic, p.partition, to)
+                .await
+                .expect("leader moved");
+            eprintln!("moved the leader of {topic}-{} to broker {to}", p.partition);
+        }
+    })
+}
+
+/// The same on three brokers (source, target and ledger replicated three times), with the
+/// leaders of the source and of the ledger moved, and broker 2 killed for five seconds,
+/// while the processes are being killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the three-node cluster: KAFKA_NODES=3 scripts/kafka.sh start (scripts/test.sh does)"]
+async fn on_three_brokers_with_leader_moves_and_a_broker_killed() {
+    let Some((bootstrap, script)) =
+        cluster::cluster("on_three_brokers_with_leader_moves_and_a_broker_killed")
+    else {
+        return;
+    };
+    let chaos = move |kills: usize, s: &eos::Setup| match kills {
+        4 => Some(move_leaders(s.bootstrap.clone(), s.source.clone())),
+        8 => {
+            let script = script.clone();
+            Some(tokio::task::spawn_blocking(move || {
+                let killed = cluster::Killed::node(&script, 2);
+                eprintln!("broker 2 killed");
+                std::thread::sleep(Duration::from_secs(5));
+                drop(killed);
+                eprintln!("broker 2 started again");
+            }))
+        }
+        14 => Some(move_leaders(
+            s.bootstrap.clone(),
+            format!("{}.eos-ledger", s.group),
+        )),
+        _ => None,
+    };
+    crash_run(bootstrap, 3, &chaos).await;
 }

@@ -17,9 +17,10 @@
 //! outcome, a new `init_transactions`) leaves all of it or none of it visible to
 //! `read_committed`; idempotent sends write every record once and in order.
 
+#[path = "support/cluster.rs"]
+mod cluster;
 mod support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,63 +36,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The node the tests kill (node 1 is the cluster's only controller).
 const VICTIM: i32 = 2;
-
-/// The bootstrap list and the `scripts/kafka.sh` of the cluster, or `None` to skip.
-fn cluster(test: &str) -> Option<(String, PathBuf)> {
-    support::bootstrap(test)?;
-    let bootstrap = match std::env::var("KAFKA_MULTI_BOOTSTRAP") {
-        Ok(list) if !list.trim().is_empty() => list.trim().to_owned(),
-        _ if std::env::var("KAFKA_REQUIRE_BROKER").as_deref() == Ok("1") => panic!(
-            "{test}: KAFKA_REQUIRE_BROKER=1 but KAFKA_MULTI_BOOTSTRAP is not set: start a cluster \
-             with KAFKA_NODES=3 scripts/kafka.sh start and export what `scripts/kafka.sh env` prints"
-        ),
-        _ => {
-            eprintln!("SKIPPED {test}: needs a multi-broker cluster (KAFKA_MULTI_BOOTSTRAP)");
-            return None;
-        }
-    };
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let ours = std::fs::read_to_string(root.join("target/kafka/cluster/bootstrap")).ok();
-    if ours.as_deref().map(str::trim) != Some(bootstrap.as_str()) {
-        assert!(
-            std::env::var("KAFKA_REQUIRE_BROKER").as_deref() != Ok("1"),
-            "{test}: KAFKA_MULTI_BOOTSTRAP is not the cluster of scripts/kafka.sh"
-        );
-        eprintln!("SKIPPED {test}: the cluster is not the one of scripts/kafka.sh");
-        return None;
-    }
-    Some((bootstrap, root.join("scripts/kafka.sh")))
-}
-
-/// Kills a node now; starts it again when dropped (even when the test fails), so later
-/// tests find every broker.
-struct Killed {
-    script: PathBuf,
-    node: String,
-}
-
-impl Killed {
-    fn node(script: &PathBuf, node: i32) -> Self {
-        let node = node.to_string();
-        let status = std::process::Command::new(script)
-            .args(["kill-node", &node])
-            .status()
-            .expect("run scripts/kafka.sh");
-        assert!(status.success(), "kill-node {node}: {status}");
-        Self {
-            script: script.clone(),
-            node,
-        }
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(&self.script)
-            .args(["start-node", &self.node])
-            .status();
-    }
-}
 
 /// A fresh topic whose partitions all have the victim as leader, replicated on all nodes.
 async fn topic(admin: &KafkaAdmin, prefix: &str, partitions: usize) -> String {
@@ -175,7 +119,7 @@ const PER_PARTITION: usize = 300;
 const PARTITIONS: usize = 2;
 
 async fn transaction_survives_a_kill(test: &str, coordinator: bool) {
-    let Some((bootstrap, script)) = cluster(test) else {
+    let Some((bootstrap, script)) = cluster::cluster(test) else {
         return;
     };
     let _serial = SERIAL.lock().await;
@@ -209,7 +153,7 @@ async fn transaction_survives_a_kill(test: &str, coordinator: bool) {
         send(i, &mut sent);
     }
     producer.flush().await.expect("the first half is written");
-    let killed = Killed::node(&script, VICTIM);
+    let killed = cluster::Killed::node(&script, VICTIM);
     for i in PER_PARTITION / 2..PER_PARTITION {
         send(i, &mut sent);
         if i % 30 == 0 {
@@ -285,7 +229,7 @@ async fn a_transaction_whose_coordinator_crashes_is_all_or_nothing() {
 #[ignore = "needs the multi-broker cluster of scripts/kafka.sh; scripts/test.sh runs it"]
 async fn idempotent_sends_across_a_leader_crash_have_no_duplicates_and_keep_order() {
     let test = "producer-leader-kill-idem";
-    let Some((bootstrap, script)) = cluster(test) else {
+    let Some((bootstrap, script)) = cluster::cluster(test) else {
         return;
     };
     let _serial = SERIAL.lock().await;
@@ -308,7 +252,7 @@ async fn idempotent_sends_across_a_leader_crash_have_no_duplicates_and_keep_orde
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if i == RECORDS / 3 {
-            killed = Some(Killed::node(&script, VICTIM));
+            killed = Some(cluster::Killed::node(&script, VICTIM));
         }
     }
     tokio::time::timeout(Duration::from_secs(90), producer.flush())

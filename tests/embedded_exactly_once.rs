@@ -1,0 +1,616 @@
+//! The exactly-once iteration on the embedded group, in both modes, under random fault
+//! schedules: crashes at every call the driver makes to its producer or consumer (the process
+//! dies there: every later call hangs and the driver is dropped), stalls at a call (time runs
+//! on: locks expire and the coordinator times transactions out, e.g. between the claim and
+//! the renewal), lock expiry between iterations, leader fail-overs that forget acquisitions,
+//! member-epoch bumps, a zombie producer with the same transactional id, and two workers
+//! racing on the same records. After the schedule, clean workers drain the group; then a
+//! `read_committed` view of the output must hold each input's outputs exactly once, and every
+//! input must be settled (none lost).
+#![cfg(feature = "exactly-once")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, EmbeddedBroker, EmbeddedProducer, EmbeddedProducerConfig,
+    EmbeddedShareConsumer, GroupConfig, ProduceRecord,
+};
+use kafka_share_sink::exactly_once::{
+    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceMode, ShareAcknowledgements,
+    TransactionalOutput,
+};
+use kafka_share_sink::producer::{
+    DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
+};
+use kafka_share_sink::{
+    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, ConsumerRecord,
+    DriverConfig, GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask,
+    TaskConfig, TaskError,
+};
+use proptest::prelude::*;
+use tokio::sync::Notify;
+
+const INPUTS: usize = 24;
+const PARTITIONS: i32 = 2;
+const GROUP: &str = "eos";
+const LOCK: Duration = Duration::from_secs(15);
+const TXN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Input `r-<i>` has `i % 3` outputs `r-<i>/<j>`: none, one or two.
+fn outputs_of(i: usize) -> usize {
+    i % 3
+}
+
+/// The task: `put_transactional` takes as long as `slow` says (a slow sink).
+struct Fanout {
+    slow: Arc<std::sync::Mutex<Duration>>,
+}
+
+#[async_trait]
+impl SinkTask for Fanout {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        let slow = *self.slow.lock().expect("slow");
+        if !slow.is_zero() {
+            tokio::time::sleep(slow).await;
+        }
+        for record in records {
+            let value = std::str::from_utf8(record.value().as_bytes().expect("bytes value"))
+                .expect("utf8")
+                .to_owned();
+            let i: usize = value[2..].parse().expect("r-<i>");
+            for j in 0..outputs_of(i) {
+                output.send(
+                    ProducerRecord::new("out")
+                        .partition(record.partition())
+                        .value(format!("{value}/{j}")),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a worker's calls do: go on, die at the n-th call, or stall there.
+#[derive(Debug, Default)]
+struct Fault {
+    calls: AtomicUsize,
+    crash_at: Option<usize>,
+    stall_at: Option<(usize, Duration)>,
+    crashed: AtomicBool,
+    died: Notify,
+}
+
+enum Call {
+    Go,
+    Stall(Duration),
+    Dead,
+}
+
+impl Fault {
+    fn new(crash_at: Option<usize>, stall_at: Option<(usize, Duration)>) -> Arc<Self> {
+        Arc::new(Self {
+            crash_at,
+            stall_at,
+            ..Self::default()
+        })
+    }
+
+    fn call(&self) -> Call {
+        if self.crashed.load(Ordering::SeqCst) {
+            return Call::Dead;
+        }
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.crash_at == Some(n) {
+            self.crashed.store(true, Ordering::SeqCst);
+            self.died.notify_one();
+            return Call::Dead;
+        }
+        match self.stall_at {
+            Some((at, d)) if at == n => Call::Stall(d),
+            _ => Call::Go,
+        }
+    }
+
+    /// For async calls: hangs forever once dead, sleeps through a stall.
+    async fn gate(&self) {
+        match self.call() {
+            Call::Go => {}
+            Call::Stall(d) => tokio::time::sleep(d).await,
+            Call::Dead => std::future::pending().await,
+        }
+    }
+
+    /// For the per-record calls between the round trips: they fail once dead, and do not
+    /// count as steps (a crash there is a crash at the round trip before or after).
+    fn dead(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+}
+
+/// The fault in force for a worker, swapped between iterations.
+type FaultSlot = Arc<std::sync::Mutex<Arc<Fault>>>;
+
+fn current(slot: &FaultSlot) -> Arc<Fault> {
+    Arc::clone(&slot.lock().expect("fault slot"))
+}
+
+#[derive(Debug)]
+struct FaultyProducer {
+    inner: EmbeddedProducer,
+    fault: FaultSlot,
+}
+
+fn dead_producer() -> ProducerError {
+    ProducerError::Closed
+}
+
+#[async_trait]
+impl Producer for FaultyProducer {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_producer());
+        }
+        self.inner.send(record)
+    }
+    async fn flush(&self) -> Result<(), ProducerError> {
+        current(&self.fault).gate().await;
+        self.inner.flush().await
+    }
+    fn transactional_id(&self) -> Option<&str> {
+        self.inner.transactional_id()
+    }
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        current(&self.fault).gate().await;
+        self.inner.init_transactions().await
+    }
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_producer());
+        }
+        self.inner.begin_transaction()
+    }
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        current(&self.fault).gate().await;
+        self.inner.commit_transaction().await
+    }
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        current(&self.fault).gate().await;
+        self.inner.abort_transaction().await
+    }
+    async fn send_share_acknowledgements(
+        &self,
+        acknowledgements: &ShareAcknowledgements,
+        group: &GroupMetadata,
+    ) -> Result<(), ProducerError> {
+        current(&self.fault).gate().await;
+        self.inner
+            .send_share_acknowledgements(acknowledgements, group)
+            .await
+    }
+}
+
+struct FaultyConsumer {
+    inner: EmbeddedShareConsumer,
+    fault: FaultSlot,
+}
+
+fn dead_consumer() -> ConsumerError {
+    ConsumerError::Closed
+}
+
+#[async_trait]
+impl ShareConsumer for FaultyConsumer {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.inner.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.inner.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        current(&self.fault).gate().await;
+        self.inner.poll(timeout).await
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_consumer());
+        }
+        self.inner.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_consumer());
+        }
+        self.inner.hold_offset(topic, partition, offset)
+    }
+    fn supports_renew(&self) -> bool {
+        self.inner.supports_renew()
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        current(&self.fault).gate().await;
+        self.inner.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_consumer());
+        }
+        self.inner.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.inner.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.inner.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.inner.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.inner.acknowledgement_mode()
+    }
+    fn take_acknowledgements_for_transaction(
+        &mut self,
+    ) -> Result<ShareAcknowledgements, ConsumerError> {
+        if current(&self.fault).dead() {
+            return Err(dead_consumer());
+        }
+        self.inner.take_acknowledgements_for_transaction()
+    }
+}
+
+type Driver = ShareSinkTask<FaultyConsumer>;
+
+struct Worker {
+    driver: Driver,
+    fault: FaultSlot,
+    slow: Arc<std::sync::Mutex<Duration>>,
+    member: String,
+}
+
+impl Worker {
+    fn set_fault(&self, fault: Arc<Fault>) {
+        *self.fault.lock().expect("fault slot") = fault;
+    }
+}
+
+async fn worker(broker: &EmbeddedBroker, task: u32, fault: Arc<Fault>) -> Option<Worker> {
+    let slot: FaultSlot = Arc::new(std::sync::Mutex::new(Arc::clone(&fault)));
+    let eos = ExactlyOnceConfig::new("eos", task, 2).with_barrier_timeout(Duration::from_secs(60));
+    let producer = broker
+        .producer_with(
+            EmbeddedProducerConfig::new()
+                .transactional_id(eos.transactional_id())
+                .transaction_timeout(TXN_TIMEOUT),
+        )
+        .expect("producer");
+    let inner = broker.share_consumer(GROUP);
+    let consumer = FaultyConsumer {
+        inner,
+        fault: Arc::clone(&slot),
+    };
+    let producer = FaultyProducer {
+        inner: producer,
+        fault: Arc::clone(&slot),
+    };
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let slow = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let task = Fanout {
+        slow: Arc::clone(&slow),
+    };
+    let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    );
+    // A crash during initialize (init_transactions) leaves no worker.
+    let ok = tokio::select! {
+        biased;
+        () = fault.died.notified() => false,
+        r = driver.initialize() => r.is_ok() && !fault.crashed.load(Ordering::SeqCst),
+    };
+    if !ok {
+        return None;
+    }
+    let member = driver.consumer().group_metadata().member_id().to_owned();
+    Some(Worker {
+        driver,
+        fault: slot,
+        slow,
+        member,
+    })
+}
+
+/// Runs one iteration; `false` when the worker died (it must be dropped).
+async fn iterate(w: &mut Worker) -> bool {
+    let fault = current(&w.fault);
+    let result = tokio::select! {
+        biased;
+        () = fault.died.notified() => return false,
+        r = w.driver.iteration_exactly_once() => r,
+    };
+    if fault.crashed.load(Ordering::SeqCst) {
+        return false;
+    }
+    match result {
+        Ok(_) => true,
+        Err(e) if e.is_retriable() => true,
+        // A fenced zombie, or a driver that cannot go on: it stops, as a process would.
+        Err(_) => false,
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// One iteration of a worker (started if absent), dying at its n-th call or stalling.
+    Iterate {
+        worker: u32,
+        crash_at: Option<usize>,
+        stall_at: Option<(usize, u64)>,
+    },
+    /// Both workers iterate at once, the first slow in its `put` (or stalling at a later
+    /// call): they race on records whose locks run out meanwhile.
+    Race {
+        put_secs: u64,
+        stall_at: usize,
+        stall_secs: u64,
+    },
+    /// Time passes between iterations.
+    Sleep { secs: u64 },
+    /// The share-partition leader changes and forgets acquisitions.
+    FailOver { partition: i32 },
+    /// The group bumps a worker's member epoch.
+    BumpEpoch { worker: u32 },
+    /// A new instance of the worker's task starts while the old one lives on (a zombie,
+    /// which then tries an iteration).
+    Zombie { worker: u32 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0..2u32, proptest::option::weighted(0.6, 0..10usize), proptest::option::weighted(0.2, (0..10usize, 5..40u64)))
+            .prop_map(|(worker, crash_at, stall_at)| Step::Iterate { worker, crash_at, stall_at }),
+        2 => (prop_oneof![Just(0u64), 16..40u64], 0..10usize, 5..40u64)
+            .prop_map(|(put_secs, stall_at, stall_secs)| Step::Race { put_secs, stall_at, stall_secs }),
+        1 => (1..30u64).prop_map(|secs| Step::Sleep { secs }),
+        1 => (0..PARTITIONS).prop_map(|partition| Step::FailOver { partition }),
+        1 => (0..2u32).prop_map(|worker| Step::BumpEpoch { worker }),
+        1 => (0..2u32).prop_map(|worker| Step::Zombie { worker }),
+    ]
+}
+
+fn broker(mode: ExactlyOnceMode) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("in", PARTITIONS as usize).expect("in");
+    broker
+        .create_topic("out", PARTITIONS as usize)
+        .expect("out");
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(10),
+        )
+        .expect("group");
+    if mode == ExactlyOnceMode::Ledger {
+        // Kafka 4.4: no KIP-1289.
+        broker.set_capabilities(
+            ClusterCapabilities::none()
+                .with_share_version(2)
+                .with_transaction_version(2)
+                .with_renew(true, true),
+        );
+    }
+    for i in 0..INPUTS {
+        let partition = i32::try_from(i).expect("small") % PARTITIONS;
+        broker
+            .produce(
+                "in",
+                ProduceRecord::new()
+                    .partition(partition)
+                    .value(format!("r-{i}")),
+            )
+            .expect("produce");
+    }
+    broker
+}
+
+async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let broker = broker(mode);
+    let mut slots: [Option<Worker>; 2] = [None, None];
+    let mut zombies: Vec<Worker> = Vec::new();
+    for step in steps {
+        match step {
+            Step::Iterate {
+                worker: w,
+                crash_at,
+                stall_at,
+            } => {
+                let i = w as usize;
+                if slots[i].is_none() {
+                    slots[i] = worker(&broker, w, Fault::new(None, None)).await;
+                }
+                if let Some(mut w) = slots[i].take() {
+                    // The faults apply to this iteration only.
+                    w.set_fault(Fault::new(
+                        crash_at,
+                        stall_at.map(|(n, s)| (n, Duration::from_secs(s))),
+                    ));
+                    if iterate(&mut w).await {
+                        w.set_fault(Fault::new(None, None));
+                        slots[i] = Some(w);
+                    }
+                }
+            }
+            Step::Race {
+                put_secs,
+                stall_at,
+                stall_secs,
+            } => {
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if slot.is_none() {
+                        *slot = worker(
+                            &broker,
+                            u32::try_from(i).expect("0 or 1"),
+                            Fault::new(None, None),
+                        )
+                        .await;
+                    }
+                }
+                if let [Some(a), Some(b)] = &mut slots {
+                    *a.slow.lock().expect("slow") = Duration::from_secs(put_secs);
+                    a.set_fault(Fault::new(
+                        None,
+                        Some((stall_at, Duration::from_secs(stall_secs))),
+                    ));
+                    let (alive_a, alive_b) = tokio::join!(iterate(a), async {
+                        tokio::time::sleep(LOCK + Duration::from_secs(1)).await;
+                        iterate(b).await
+                    });
+                    a.set_fault(Fault::new(None, None));
+                    *a.slow.lock().expect("slow") = Duration::ZERO;
+                    if !alive_a {
+                        slots[0] = None;
+                    }
+                    if !alive_b {
+                        slots[1] = None;
+                    }
+                }
+            }
+            Step::Sleep { secs } => tokio::time::sleep(Duration::from_secs(secs)).await,
+            Step::FailOver { partition } => {
+                broker.fail_over("in", partition).expect("fail over");
+            }
+            Step::BumpEpoch { worker: w } => {
+                if let Some(current) = &slots[w as usize] {
+                    // A member that left (-1) or rejoined has nothing to bump.
+                    let _ = broker.bump_member_epoch(GROUP, &current.member);
+                }
+            }
+            Step::Zombie { worker: w } => {
+                let i = w as usize;
+                let old = slots[i].take();
+                slots[i] = worker(&broker, w, Fault::new(None, None)).await;
+                if let Some(mut zombie) = old {
+                    // The old instance tries once more: it must be fenced or do no harm.
+                    if iterate(&mut zombie).await {
+                        zombies.push(zombie);
+                    }
+                }
+            }
+        }
+    }
+    drop(slots);
+    drop(zombies);
+
+    // Clean workers drain everything.
+    let mut a = worker(&broker, 0, Fault::new(None, None))
+        .await
+        .expect("clean worker 0");
+    let mut b = worker(&broker, 1, Fault::new(None, None))
+        .await
+        .expect("clean worker 1");
+    for round in 0.. {
+        let counts = broker.state_counts(GROUP);
+        if counts.acknowledged == INPUTS as u64 {
+            break;
+        }
+        prop_assert!(round < 400, "not drained: {counts:?}");
+        prop_assert_eq!(
+            counts.archived,
+            0,
+            "an input was archived (delivery limit): {:?}",
+            counts
+        );
+        iterate(&mut a).await;
+        iterate(&mut b).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // The read_committed view of the output.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let end = broker
+            .end_offset("out", p, IsolationLevel::ReadCommitted)
+            .await
+            .expect("end");
+        let mut from = 0;
+        while from < end {
+            let read = broker
+                .read(
+                    "out",
+                    p,
+                    from,
+                    IsolationLevel::ReadCommitted,
+                    Duration::ZERO,
+                )
+                .await
+                .expect("read");
+            for r in &read.records {
+                let v = String::from_utf8(r.value().expect("value").to_vec()).expect("utf8");
+                *seen.entry(v).or_insert(0) += 1;
+            }
+            prop_assert!(read.next_offset > from, "read made no progress");
+            from = read.next_offset;
+        }
+    }
+    let mut expected = BTreeMap::new();
+    for i in 0..INPUTS {
+        for j in 0..outputs_of(i) {
+            expected.insert(format!("r-{i}/{j}"), 1);
+        }
+    }
+    prop_assert_eq!(
+        seen,
+        expected,
+        "the read_committed output is not each input's outputs exactly once"
+    );
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ledger_mode_is_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
+        runtime().block_on(run_schedule(ExactlyOnceMode::Ledger, steps))?;
+    }
+
+    #[test]
+    fn atomic_acknowledgements_are_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
+        runtime().block_on(run_schedule(ExactlyOnceMode::AtomicAcknowledgements, steps))?;
+    }
+}
