@@ -614,3 +614,98 @@ proptest! {
         runtime().block_on(run_schedule(ExactlyOnceMode::AtomicAcknowledgements, steps))?;
     }
 }
+
+/// A task whose `put_transactional` always fails retriably.
+struct AlwaysFails;
+
+#[async_trait]
+impl SinkTask for AlwaysFails {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+    async fn put_transactional(
+        &mut self,
+        _: &[SinkRecord],
+        _: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        Err(TaskError::retriable("the target is away"))
+    }
+}
+
+/// Released on its last allowed delivery, a record would be archived by the group (lost):
+/// with a dead-letter queue, the exactly-once iteration dead-letters it in its transaction.
+#[tokio::test(start_paused = true)]
+async fn a_record_failing_on_its_last_delivery_is_dead_lettered_in_the_transaction() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        broker.create_topic("dlq", 1).expect("dlq");
+        broker
+            .set_group_config(
+                GROUP,
+                GroupConfig::new()
+                    .auto_offset_reset(AutoOffsetReset::Earliest)
+                    .record_lock_duration(LOCK)
+                    .delivery_count_limit(2),
+            )
+            .expect("group");
+        let eos = ExactlyOnceConfig::new("eos", 0, 1);
+        let producer = broker
+            .transactional_producer(&eos.transactional_id())
+            .expect("producer");
+        let queue = broker.dead_letter_queue("dlq").expect("queue");
+        let config = DriverConfig::new(["in"])
+            .poll_timeout(Duration::from_millis(50))
+            .dead_letter_queue(Arc::new(queue), false);
+        let mut driver =
+            ShareSinkTask::new(Box::new(AlwaysFails), broker.share_consumer(GROUP), config)
+                .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+        driver.initialize().await.expect("initialize");
+        assert_eq!(driver.exactly_once_mode(), Some(mode));
+        let first = driver
+            .iteration_exactly_once()
+            .await
+            .expect("first delivery");
+        assert_eq!(first.released, INPUTS, "{mode}: first delivery released");
+        let mut dead_lettered = 0;
+        for _ in 0..10 {
+            dead_lettered += driver
+                .iteration_exactly_once()
+                .await
+                .expect("last delivery")
+                .dead_lettered;
+            if dead_lettered == INPUTS {
+                break;
+            }
+        }
+        assert_eq!(
+            dead_lettered, INPUTS,
+            "{mode}: every record dead-lettered on its last delivery"
+        );
+        driver.close().await.expect("close");
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(
+            counts.archived, INPUTS as u64,
+            "{mode}: rejected after the commit: {counts:?}"
+        );
+        let letters = broker
+            .read("dlq", 0, 0, IsolationLevel::ReadCommitted, Duration::ZERO)
+            .await
+            .expect("read dlq");
+        assert_eq!(
+            letters.records.len(),
+            INPUTS,
+            "{mode}: each dead letter committed once"
+        );
+        let out = broker
+            .end_offset("out", 0, IsolationLevel::ReadCommitted)
+            .await
+            .expect("out");
+        assert_eq!(out, 0, "{mode}: no output");
+    }
+}

@@ -375,72 +375,89 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let started = Instant::now();
         let put = self.task.put_transactional(&batch, &mut output).await;
         let elapsed = started.elapsed();
+        // Records that will not be processed: written to the dead-letter queue (when set) in
+        // the transaction, and rejected after it.
+        let mut dead: Vec<(ConsumerRecord, Failure)> = failed
+            .into_iter()
+            .map(|(r, f)| {
+                let failure = Failure::of_stage(&f);
+                (r, failure)
+            })
+            .collect();
+        let mut processed = raw;
         if let Err(error) = put {
             self.metrics.put_failures += 1;
-            let ids: Vec<RecordId> = raw
-                .iter()
-                .chain(failed.iter().map(|(r, _)| r))
-                .map(ConsumerRecord::id)
-                .collect();
-            if error.is_retriable() {
-                tracing::warn!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+            if !error.is_retriable() {
+                let ids: Vec<RecordId> = processed
+                    .iter()
+                    .chain(dead.iter().map(|(r, _)| r))
+                    .map(ConsumerRecord::id)
+                    .collect();
+                tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
                 self.release_all(ids.into_iter(), &mut report)?;
+                if let Err(e) = self.commit_acknowledgements().await {
+                    tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                }
+                return Err(Error::Task {
+                    stage: TaskStage::Put,
+                    source: error,
+                });
+            }
+            // Released for another attempt, except records on their last allowed delivery
+            // when a dead-letter queue is set: released, the group would archive them (lost),
+            // so they are dead-lettered in this iteration's transaction instead.
+            let last = self.last_delivery_limit();
+            let dead_letter = self.config.dead_letter.is_some();
+            let failure = Failure::of_put(&error);
+            let mut released = Vec::new();
+            for record in processed.drain(..) {
+                if dead_letter && record.delivery_count() >= last {
+                    dead.push((record, failure.clone()));
+                } else {
+                    released.push(record.id());
+                }
+            }
+            tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+            self.release_all(released.into_iter(), &mut report)?;
+            if dead.is_empty() {
                 tokio::time::sleep(error.backoff().unwrap_or(self.config.retriable_backoff)).await;
                 return Ok(report);
             }
-            tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
-            self.release_all(ids.into_iter(), &mut report)?;
-            if let Err(e) = self.commit_acknowledgements().await {
-                tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
-            }
-            return Err(Error::Task {
-                stage: TaskStage::Put,
-                source: error,
-            });
+            output = TransactionalOutput::new();
+        } else {
+            self.metrics.put_batches += 1;
+            self.metrics.put_time_total += elapsed;
+            self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
         }
-        self.metrics.put_batches += 1;
-        self.metrics.put_time_total += elapsed;
-        self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
 
         // What goes into the transaction.
         let mut sends: Vec<ProducerRecord> = output.take();
         let outputs = sends.len();
-        let mut finished: Vec<Finished> = raw
+        let mut finished: Vec<Finished> = processed
             .iter()
             .map(|r| Finished {
                 id: r.id(),
                 ack: AcknowledgeType::Accept,
             })
             .collect();
-        if !failed.is_empty() {
-            let failed: Vec<(ConsumerRecord, Failure)> = failed
-                .into_iter()
-                .map(|(r, f)| {
-                    let failure = Failure::of_stage(&f);
-                    (r, failure)
-                })
-                .collect();
+        if !dead.is_empty() {
             if let Some(queue) = self.config.dead_letter.clone() {
-                for letter in self.dead_letters(&failed) {
+                for letter in self.dead_letters(&dead) {
                     sends.push(dead_letter_record(queue.topic(), letter));
                 }
-                self.metrics.dlq_produce_requests += failed.len() as u64;
+                self.metrics.dlq_produce_requests += dead.len() as u64;
+                report.dead_lettered += dead.len();
             }
-            self.metrics.records_skipped += failed.len() as u64;
-            finished.extend(failed.iter().map(|(r, _)| Finished {
+            self.metrics.records_skipped += dead.len() as u64;
+            finished.extend(dead.iter().map(|(r, _)| Finished {
                 id: r.id(),
                 ack: AcknowledgeType::Reject,
             }));
-            report.dead_lettered += if self.config.dead_letter.is_some() {
-                failed.len()
-            } else {
-                0
-            };
         }
         match self.transact(eos, mode, sends, &finished).await {
             Ok(()) => {
                 self.metrics.transactions_committed += 1;
-                self.metrics.records_put += raw.len() as u64;
+                self.metrics.records_put += processed.len() as u64;
                 if report.dead_lettered > 0 {
                     self.metrics.records_dead_lettered += report.dead_lettered as u64;
                 }
@@ -830,6 +847,7 @@ async fn prepare_ledger(
     }
     let partitions = match cluster.partition_count(&topic).await? {
         Some(n) => {
+            check_ledger_settings(cluster, &topic).await?;
             if n < widest {
                 tracing::warn!(ledger = %topic, partitions = n, source_partitions = widest, "the ledger topic has fewer partitions than the source: source partitions share ledger partitions, and redelivery checks wait for more transactions");
             }
@@ -843,6 +861,41 @@ async fn prepare_ledger(
         }
     };
     Ok(Ledger::new(topic, partitions))
+}
+
+/// Refuses a compacted ledger and warns of a short retention.
+async fn check_ledger_settings(
+    cluster: &dyn ExactlyOnceCluster,
+    topic: &str,
+) -> std::result::Result<(), ExactlyOnceError> {
+    if let Some(policy) = cluster.topic_config(topic, "cleanup.policy").await? {
+        if policy.contains("compact") {
+            return Err(ExactlyOnceError::Ledger {
+                topic: topic.to_owned(),
+                reason: format!(
+                    "its cleanup.policy is `{policy}`: compaction keeps only the last claim of \
+                     each source partition and forgets the others, so redelivered records \
+                     would be processed twice; set cleanup.policy=delete"
+                ),
+            });
+        }
+    }
+    if let Some(retention) = cluster.topic_config(topic, "retention.ms").await? {
+        let week = 7 * 24 * 3600 * 1000;
+        if retention
+            .parse::<i64>()
+            .is_ok_and(|ms| (0..week).contains(&ms))
+        {
+            tracing::warn!(
+                ledger = %topic,
+                retention_ms = %retention,
+                "the ledger keeps claims for less than a week: a record redelivered after its \
+                 claim was deleted is processed again (a duplicate); keep claims longer than \
+                 any consumer outage"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Fences the transactional ids of task slots at and above `tasks.max`.

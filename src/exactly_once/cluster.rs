@@ -43,6 +43,21 @@ pub trait ExactlyOnceCluster: LogReader {
         partitions: i32,
     ) -> Result<(), ExactlyOnceError>;
 
+    /// The value of topic-level setting `key` of `topic` (for example `cleanup.policy`), or
+    /// `None` when it is not known. The default knows none.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    async fn topic_config(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<String>, ExactlyOnceError> {
+        let _ = (topic, key);
+        Ok(None)
+    }
+
     /// The current leader epoch of each partition asked for (partitions without a known
     /// leader are left out).
     ///

@@ -187,6 +187,19 @@ impl ExactlyOnceCluster for KafkaExactlyOnceCluster {
         }
     }
 
+    async fn topic_config(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<String>, ExactlyOnceError> {
+        let configs = self
+            .admin
+            .topic_config(topic)
+            .await
+            .map_err(|e| ExactlyOnceError::cluster("reading the ledger topic's settings", e))?;
+        Ok(configs.get(key).map(str::to_owned))
+    }
+
     async fn leader_epochs(
         &self,
         partitions: &[TopicPartition],
