@@ -29,7 +29,9 @@ const TOPIC_ALREADY_EXISTS: i16 = 36;
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// let config = KafkaProducerConfig::new("localhost:9092").transactional_id("mirror-eos-0");
 /// let cluster = KafkaExactlyOnceCluster::connect(&config).await?;
+/// println!("connected: {cluster:?}");
 /// # Ok(()) }
+/// # fn main() { let _ = f; }
 /// ```
 #[derive(Debug)]
 pub struct KafkaExactlyOnceCluster {
