@@ -20,6 +20,7 @@
 //! have their locks renewed at half their duration while the process lives.
 
 mod config;
+mod export;
 mod failure;
 mod held;
 mod metrics;
@@ -300,12 +301,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             State::Failed => return Err(Error::Failed),
             State::Closed => return Err(Error::Closed),
         }
+        // The fields are documented in the `telemetry` module.
         let span = tracing::debug_span!(
             "iteration",
+            connector = %self.config.connector_name,
+            task = self.config.task_id,
             group = %self.consumer.group_metadata().group_id(),
             records = tracing::field::Empty,
         );
         let result = self.iterate().instrument(span).await;
+        self.export_metrics();
         if let Err(error) = &result {
             if !error.is_retriable() {
                 self.state = State::Failed;
@@ -1091,6 +1096,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch.clear();
         self.held.clear();
         tracing::info!(metrics = ?self.metrics, "sink task closed");
+        self.export_metrics();
         first_error.map_or(Ok(()), Err)
     }
 
