@@ -12,18 +12,19 @@
 //! use std::time::Duration;
 //! use kafka_share_sink::embedded::{EmbeddedBroker, GroupConfig, AutoOffsetReset, ProduceRecord};
 //! use kafka_share_sink::supervisor::{Supervisor, SupervisorConfig, TaskParts};
-//! use kafka_share_sink::{DriverConfig, SinkRecord, SinkTask, TaskError};
+//! use kafka_share_sink::{DriverConfig, SinkRecord, SinkTask, TaskConfig, TaskError};
 //!
 //! struct Discard;
 //! #[async_trait::async_trait]
 //! impl SinkTask for Discard {
+//!     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> { Ok(()) }
 //!     async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> { Ok(()) }
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let broker = EmbeddedBroker::new();
 //! broker.create_topic("events", 2)?;
-//! broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest));
+//! broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
 //! for i in 0..10 {
 //!     broker.produce("events", ProduceRecord::new().value(format!("{i}")))?;
 //! }
