@@ -203,7 +203,8 @@ impl Shared {
             f(status);
             #[cfg(feature = "metrics")]
             crate::telemetry::export::task_status(
-                &MetricLabels::new(self.connector.clone(), task, String::new()),
+                &self.connector,
+                task,
                 status.state.as_str(),
                 status.restarts,
             );

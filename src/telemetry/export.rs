@@ -107,10 +107,14 @@ pub(crate) fn consumer(l: &MetricLabels, metrics: &ConsumerMetrics) {
     }
 }
 
-/// Records a supervised task's state and restarts.
-pub(crate) fn task_status(l: &MetricLabels, state: &'static str, restarts: u64) {
+/// Records a supervised task's state and restarts, labelled with the connector and task
+/// (the group is its consumer's business).
+pub(crate) fn task_status(connector: &str, task: u32, state: &'static str, restarts: u64) {
     describe();
-    let labels = labels(l);
+    let labels = vec![
+        Label::new("connector", connector.to_owned()),
+        Label::new("task", task.to_string()),
+    ];
     for candidate in ["running", "restarting", "failed", "stopped"] {
         let mut with_state = labels.clone();
         with_state.push(Label::new("state", candidate));

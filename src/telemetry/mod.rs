@@ -21,7 +21,7 @@
 //! | gauge | `put-batch-avg-time-ms`, `put-batch-max-time-ms`, `share-records-awaiting-flush` |
 //! | counter (consumer) | `records-consumed-total`, `bytes-consumed-total`, `acknowledgements-send-total`, `acknowledgements-error-total`, `share-consumer-poll-total`, `share-consumer-commit-total`, `share-consumer-commit-failures-total` |
 //! | gauge (consumer) | `records-per-request-avg`, `records-per-request-max`, `share-consumer-poll-time-seconds-total` |
-//! | gauge (supervisor) | `status` with a `state` label (`running`, `restarting`, `failed`, `stopped`; 1 for the task's state, 0 otherwise), `share-task-restarts-total` |
+//! | gauge (supervisor, labelled `connector` and `task` only) | `status` with a `state` label (`running`, `restarting`, `failed`, `stopped`; 1 for the task's state, 0 otherwise), `share-task-restarts-total` |
 //!
 //! Connect's `*-rate` metrics are left out: a metrics backend derives rates from the totals
 //! (`rate(sink_record_read_total[1m])`). The driver's counters start at zero for every new
