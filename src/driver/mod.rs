@@ -280,6 +280,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// One round: poll → convert → `put` → acknowledge → commit when due.
     ///
+    /// Runs in a DEBUG tracing span `iteration` (fields: see the
+    /// [`telemetry`](crate::telemetry#tracing) module); with the feature `metrics` the
+    /// counters are recorded after it.
+    ///
     /// A retriable `put` error is handled here (the report says what was released or
     /// retained) and is not returned. A fatal error is returned once; every later call
     /// returns [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the
