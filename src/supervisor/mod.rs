@@ -354,13 +354,15 @@ where
             }
             self.shared.update(task, |s| s.state = TaskState::Running);
             let started = Instant::now();
-            let attempt = AbortOnDrop(tokio::spawn(attempt(
+            // Its own tokio task: a panic in the sink ends the attempt, not the supervisor.
+            let mut running = AbortOnDrop(tokio::spawn(attempt(
                 Arc::clone(&self.factory),
                 Arc::clone(&self.shared),
                 task,
                 stopping.clone(),
             )));
-            let error: BoxError = match (&mut { attempt }.0).await {
+            let joined = (&mut running.0).await;
+            let error: BoxError = match joined {
                 Ok(Ok(())) => {
                     self.shared.update(task, |s| s.state = TaskState::Stopped);
                     return Ok(());

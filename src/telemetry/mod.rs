@@ -23,6 +23,9 @@
 //! | gauge (consumer) | `records-per-request-avg`, `records-per-request-max`, `share-consumer-poll-time-seconds-total` |
 //! | gauge (supervisor, labelled `connector` and `task` only) | `status` with a `state` label (`running`, `restarting`, `failed`, `stopped`; 1 for the task's state, 0 otherwise), `share-task-restarts-total` |
 //!
+//! Install the recorder before the first driver runs: the metric descriptions (help texts)
+//! are recorded once per process, with the first export.
+//!
 //! Connect's `*-rate` metrics are left out: a metrics backend derives rates from the totals
 //! (`rate(sink_record_read_total[1m])`). The driver's counters start at zero for every new
 //! driver, so a task restarted by the supervisor starts its counters again, which Prometheus
