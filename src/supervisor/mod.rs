@@ -104,6 +104,11 @@ impl TaskParts<crate::KafkaShareConsumer> {
     /// # Errors
     ///
     /// A config that does not resolve, a dead-letter queue or consumer that cannot connect.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, the clients connected so far are dropped with it; nothing was
+    /// subscribed or acquired yet.
     pub async fn connect(
         worker: &crate::Properties,
         connector: &crate::Properties,
