@@ -193,6 +193,11 @@ pub enum Error {
     /// The share consumer failed.
     #[error("share consumer failed")]
     Consumer(#[from] ConsumerError),
+
+    /// The exactly-once iteration could not be set up or go on.
+    #[cfg(feature = "exactly-once")]
+    #[error("exactly-once delivery failed")]
+    ExactlyOnce(#[from] crate::exactly_once::ExactlyOnceError),
 }
 
 impl Error {
@@ -204,6 +209,8 @@ impl Error {
         match self {
             Self::Consumer(e) => e.is_retriable(),
             Self::DeadLetter(e) => e.is_retriable(),
+            #[cfg(feature = "exactly-once")]
+            Self::ExactlyOnce(e) => e.is_retriable(),
             _ => false,
         }
     }

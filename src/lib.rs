@@ -23,6 +23,8 @@ pub mod dlq;
 mod driver;
 pub mod embedded;
 mod error;
+#[cfg(feature = "exactly-once")]
+pub mod exactly_once;
 mod kafka;
 pub mod plugins;
 pub mod producer;

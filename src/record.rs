@@ -221,6 +221,7 @@ pub struct ConsumerRecord {
     timestamp: i64,
     timestamp_type: TimestampType,
     delivery_count: u16,
+    leader_epoch: Option<i32>,
 }
 
 impl ConsumerRecord {
@@ -237,7 +238,20 @@ impl ConsumerRecord {
             timestamp: -1,
             timestamp_type: TimestampType::NoTimestampType,
             delivery_count: 1,
+            leader_epoch: None,
         }
+    }
+
+    /// Sets the leader epoch of the batch the record came in (`None` when unknown).
+    pub fn with_leader_epoch(mut self, leader_epoch: Option<i32>) -> Self {
+        self.leader_epoch = leader_epoch;
+        self
+    }
+
+    /// The leader epoch of the partition when the record was appended (the record batch's
+    /// `partitionLeaderEpoch`, Java's `ConsumerRecord.leaderEpoch()`), if known.
+    pub fn leader_epoch(&self) -> Option<i32> {
+        self.leader_epoch
     }
 
     /// Sets the key (`None` is a null key).
@@ -343,6 +357,7 @@ impl ConsumerRecord {
             timestamp: parts.timestamp,
             timestamp_type: parts.timestamp_type,
             delivery_count: parts.delivery_count,
+            leader_epoch: parts.leader_epoch,
         }
     }
 
@@ -358,6 +373,7 @@ impl ConsumerRecord {
             timestamp: self.timestamp,
             timestamp_type: self.timestamp_type,
             delivery_count: self.delivery_count,
+            leader_epoch: self.leader_epoch,
         }
     }
 }
@@ -374,6 +390,7 @@ pub(crate) struct RecordParts {
     pub(crate) timestamp: i64,
     pub(crate) timestamp_type: TimestampType,
     pub(crate) delivery_count: u16,
+    pub(crate) leader_epoch: Option<i32>,
 }
 
 /// A converted key, value or header value, as the sink task sees it.

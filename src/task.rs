@@ -228,6 +228,30 @@ pub trait SinkTask: Send {
     async fn stop(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
+
+    /// The exactly-once entry point
+    /// ([`ShareSinkTask::iteration_exactly_once`](crate::ShareSinkTask::iteration_exactly_once)):
+    /// derives the records to produce from a batch and adds them to `output`. The driver
+    /// sends them in one transaction with what settles the batch, so a `read_committed`
+    /// reader sees each input's outputs exactly once.
+    ///
+    /// It may be called again with the same records after an aborted attempt (the transaction
+    /// then discarded the earlier outputs), so it must not have side effects outside
+    /// `output`. A retriable error aborts the transaction and releases the batch; a fatal one
+    /// aborts it, rejects the batch (dead-lettered first when a queue is set) and stops the
+    /// driver. The default fails fatally: implement it, or use
+    /// [`MirrorTask`](crate::exactly_once::MirrorTask).
+    #[cfg(feature = "exactly-once")]
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut crate::exactly_once::TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        let _ = (records, output);
+        Err(TaskError::fatal(
+            "this task does not implement SinkTask::put_transactional, which the exactly-once iteration calls",
+        ))
+    }
 }
 
 #[async_trait]
@@ -249,6 +273,15 @@ impl<T: SinkTask + ?Sized> SinkTask for Box<T> {
     }
     async fn stop(&mut self) -> Result<(), TaskError> {
         (**self).stop().await
+    }
+
+    #[cfg(feature = "exactly-once")]
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut crate::exactly_once::TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        (**self).put_transactional(records, output).await
     }
 }
 

@@ -270,6 +270,24 @@ impl InFlightBatch {
         out
     }
 
+    /// The first acknowledgement not sent yet whose type `pick` picks.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) fn first_unsent(
+        &self,
+        pick: impl Fn(AcknowledgeType) -> bool,
+    ) -> Option<(RecordId, AcknowledgeType)> {
+        self.entries.iter().find_map(|e| match e.ack {
+            Some(ack) if !e.sent && pick(ack) => {
+                let tp = &self.partitions[e.partition as usize];
+                Some((
+                    RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset),
+                    ack,
+                ))
+            }
+            _ => None,
+        })
+    }
+
     /// The records whose last sent acknowledgement was RENEW and that are not held: they are
     /// still acquired and are presented again by the next poll, as in Java.
     pub(crate) fn renewed(&self) -> Vec<RecordId> {

@@ -488,6 +488,25 @@ pub trait ShareConsumer: Send {
 
     /// Explicit or implicit acknowledgement.
     fn acknowledgement_mode(&self) -> AcknowledgementMode;
+
+    /// Takes every acknowledgement made since the last poll or commit (not yet sent) out of
+    /// this consumer, to be staged into a producer transaction with
+    /// [`Producer::send_share_acknowledgements`](crate::producer::Producer::send_share_acknowledgements)
+    /// (KIP-1289). The consumer no longer sends them, and no longer holds their records: the
+    /// transaction settles them. Only ACCEPT and REJECT may be taken; a pending RELEASE or
+    /// RENEW fails with [`ConsumerError::Config`] and nothing is taken.
+    ///
+    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    #[cfg(feature = "exactly-once")]
+    fn take_acknowledgements_for_transaction(
+        &mut self,
+    ) -> Result<crate::exactly_once::ShareAcknowledgements, ConsumerError> {
+        Err(ConsumerError::Unsupported {
+            broker: "this ShareConsumer".to_owned(),
+            api: "take_acknowledgements_for_transaction",
+            wanted: "a share consumer whose cluster stages share acknowledgements in transactions (KIP-1289)".to_owned(),
+        })
+    }
 }
 
 /// What [`ShareConsumer::set_acknowledgement_commit_callback`] takes: called with the
@@ -611,6 +630,13 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn group_metadata(&self) -> GroupMetadata {
         (**self).group_metadata()
+    }
+
+    #[cfg(feature = "exactly-once")]
+    fn take_acknowledgements_for_transaction(
+        &mut self,
+    ) -> Result<crate::exactly_once::ShareAcknowledgements, ConsumerError> {
+        (**self).take_acknowledgements_for_transaction()
     }
 
     fn acknowledgement_mode(&self) -> AcknowledgementMode {

@@ -76,6 +76,16 @@ pub struct DriverMetrics {
     /// Times the driver stopped polling to wait for the task to flush
     /// (`share-flush-waits-total`).
     pub flush_waits: u64,
+    /// Exactly-once iteration: transactions committed.
+    pub transactions_committed: u64,
+    /// Exactly-once iteration: transactions aborted (their records are delivered again).
+    pub transactions_aborted: u64,
+    /// Exactly-once ledger mode: records found claimed by a committed transaction and
+    /// accepted without being processed again.
+    pub records_already_claimed: u64,
+    /// Exactly-once ledger mode: ledger partitions read up to a fresh high watermark to check
+    /// redelivered records.
+    pub ledger_checks: u64,
 }
 
 impl DriverMetrics {

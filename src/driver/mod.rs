@@ -20,6 +20,8 @@
 //! have their locks renewed at half their duration while the process lives.
 
 mod config;
+#[cfg(feature = "exactly-once")]
+mod exactly_once;
 mod export;
 mod failure;
 mod held;
@@ -175,6 +177,8 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     metrics: DriverMetrics,
     warned_partial_durability: bool,
     warned_no_renew: bool,
+    #[cfg(feature = "exactly-once")]
+    exactly_once: Option<Box<exactly_once::ExactlyOnce>>,
 }
 
 impl<C: ShareConsumer> std::fmt::Debug for ShareSinkTask<C> {
@@ -215,6 +219,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             metrics: DriverMetrics::default(),
             warned_partial_durability: false,
             warned_no_renew: false,
+            #[cfg(feature = "exactly-once")]
+            exactly_once: None,
         }
     }
 
@@ -252,6 +258,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.consumer.subscribe(self.config.topics.clone()).await?;
         self.check_broker_dead_letter_queue()?;
+        #[cfg(feature = "exactly-once")]
+        if self.is_exactly_once() {
+            if let Err(e) = self.initialize_exactly_once().await {
+                self.state = State::Failed;
+                return Err(e);
+            }
+        }
         let context = SinkTaskContext::new(
             self.consumer.group_metadata().group_id(),
             self.config.task_config.clone(),
@@ -304,6 +317,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             State::Created => return Err(Error::NotInitialized),
             State::Failed => return Err(Error::Failed),
             State::Closed => return Err(Error::Closed),
+        }
+        #[cfg(feature = "exactly-once")]
+        if self.is_exactly_once() {
+            return Err(Error::Config {
+                key: "exactly.once",
+                reason: "this driver was set up with with_exactly_once: call \
+                         iteration_exactly_once (or run_exactly_once)"
+                    .to_owned(),
+            });
         }
         // The fields are documented in the `telemetry` module.
         let span = tracing::debug_span!(
@@ -872,6 +894,31 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.config.dead_letter.is_some()
     }
 
+    /// The dead letters of `records`, with Connect's context headers when configured.
+    pub(super) fn dead_letters(
+        &self,
+        records: &[(ConsumerRecord, Failure)],
+    ) -> Vec<DeadLetterRecord> {
+        records
+            .iter()
+            .map(|(record, failure)| {
+                let letter = DeadLetterRecord::new(record);
+                if !self.config.dead_letter_context_headers {
+                    return letter;
+                }
+                let context = ErrorContext::new_dyn(
+                    &self.config.connector_name,
+                    self.config.task_id,
+                    failure.stage,
+                    &failure.class_name,
+                    &failure.error,
+                    failure.exception_class,
+                );
+                letter.with_context(&context)
+            })
+            .collect()
+    }
+
     /// Settles records that will not be processed: written to the dead-letter queue first
     /// when one is set (and RELEASEd instead if that write fails, so nothing is dropped),
     /// then REJECTed. Returns how many were rejected.
@@ -890,24 +937,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         let n = records.len();
         if let Some(queue) = self.config.dead_letter.clone() {
-            let letters: Vec<DeadLetterRecord> = records
-                .iter()
-                .map(|(record, failure)| {
-                    let letter = DeadLetterRecord::new(record);
-                    if !self.config.dead_letter_context_headers {
-                        return letter;
-                    }
-                    let context = ErrorContext::new_dyn(
-                        &self.config.connector_name,
-                        self.config.task_id,
-                        failure.stage,
-                        &failure.class_name,
-                        &failure.error,
-                        failure.exception_class,
-                    );
-                    letter.with_context(&context)
-                })
-                .collect();
+            let letters = self.dead_letters(&records);
             self.metrics.dlq_produce_requests += n as u64;
             if let Err(error) = queue.send(letters).await {
                 self.metrics.dlq_produce_failures += n as u64;

@@ -102,7 +102,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Converts and transforms one record, retrying retriable failures for
     /// `errors.retry.timeout` with Connect's backoff. `Ok(None)`: filtered.
-    async fn process(
+    pub(super) async fn process(
         &mut self,
         record: &ConsumerRecord,
     ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
@@ -140,7 +140,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// Connect's `LogReporter`, through tracing, under `errors.log.enable`.
-    fn log_error(&mut self, record: &ConsumerRecord, failure: &StageFailure) {
+    pub(super) fn log_error(&mut self, record: &ConsumerRecord, failure: &StageFailure) {
         let (enabled, include_messages) = self.config.errors.log_value();
         if !enabled {
             return;
@@ -182,7 +182,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// `errors.tolerance=none`: RELEASE everything this poll brought (the failing record, the
     /// records converted before it, those not reached yet), commit, and fail the task.
-    async fn stop_on_record_error(
+    pub(super) async fn stop_on_record_error(
         &mut self,
         record: ConsumerRecord,
         failure: StageFailure,

@@ -58,6 +58,7 @@ pub struct GroupConfig {
     pub(crate) partition_max_record_locks: usize,
     pub(crate) dead_letter_queue: Option<DeadLetterTopic>,
     pub(crate) isolation_level: IsolationLevel,
+    pub(crate) renew_acknowledge_enable: bool,
 }
 
 /// A group's dead-letter topic (KIP-1191): `errors.deadletterqueue.topic.name` and
@@ -82,6 +83,8 @@ impl Default for GroupConfig {
             dead_letter_queue: None,
             // share.isolation.level
             isolation_level: IsolationLevel::ReadUncommitted,
+            // share.renew.acknowledge.enable (4.3+)
+            renew_acknowledge_enable: true,
         }
     }
 }
@@ -203,6 +206,40 @@ impl GroupConfig {
     /// ```
     pub fn isolation_level(mut self, isolation: IsolationLevel) -> Self {
         self.isolation_level = isolation;
+        self
+    }
+
+    /// `share.renew.acknowledge.enable` (Kafka 4.3+, default true): whether the group takes
+    /// RENEW acknowledgements. Off, a RENEW fails the acknowledgements of its partition with
+    /// INVALID_RECORD_STATE ("Renewing acquisition locks is not enabled for the group"), as
+    /// a Kafka 4.4 broker answers, and nothing of that partition's acknowledgements is
+    /// applied. The exactly-once ledger mode needs it on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+    /// use kafka_share_sink::{AcknowledgeType, ShareConsumer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.set_group_config(
+    ///     "sink",
+    ///     GroupConfig::new()
+    ///         .auto_offset_reset(AutoOffsetReset::Earliest)
+    ///         .renew_acknowledge_enable(false),
+    /// )?;
+    /// broker.produce("orders", ProduceRecord::new().value("a"))?;
+    /// let mut consumer = broker.share_consumer("sink");
+    /// consumer.subscribe(vec!["orders".into()]).await?;
+    /// let records = consumer.poll(Duration::from_secs(1)).await?;
+    /// consumer.acknowledge(&records[0], AcknowledgeType::Renew)?;
+    /// let results = consumer.commit_sync(Duration::from_secs(1)).await?;
+    /// assert!(!results.is_success());
+    /// # Ok(()) }
+    /// ```
+    pub fn renew_acknowledge_enable(mut self, enable: bool) -> Self {
+        self.renew_acknowledge_enable = enable;
         self
     }
 

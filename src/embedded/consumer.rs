@@ -10,6 +10,8 @@ use tokio::time::Instant;
 use super::partition::MemberKey;
 use super::{ConsumerOptions, OnDrop, Shared};
 use crate::consumer::in_flight::InFlightBatch;
+#[cfg(feature = "exactly-once")]
+use crate::consumer::in_flight::PartitionAcks;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
@@ -351,15 +353,81 @@ impl ShareConsumer for EmbeddedShareConsumer {
         self.shared.lock().group_settings(&self.group_id).1
     }
 
+    /// The member epoch is the group's: 1 when the member joins, raised by
+    /// [`EmbeddedBroker::bump_member_epoch`](super::EmbeddedBroker::bump_member_epoch); 0
+    /// while the consumer has no subscription, -1 once it is closed.
     fn group_metadata(&self) -> GroupMetadata {
         let epoch = if self.closed {
             -1
         } else if self.subscription.is_empty() {
             0
         } else {
-            1
+            self.shared
+                .lock()
+                .member_epoch(&self.group_id, self.member)
+                .unwrap_or(-1)
         };
         GroupMetadata::new(&self.group_id, &self.member_id, epoch)
+    }
+
+    /// Takes the acknowledgements not sent yet (in implicit mode, with every record of the
+    /// last poll not acknowledged counted as ACCEPT, as the next poll or commit would send
+    /// them), for
+    /// [`send_share_acknowledgements`](crate::producer::Producer::send_share_acknowledgements).
+    /// The records stay acquired by this member until the producer stages them; they no
+    /// longer hold up the next poll, and the consumer neither sends nor holds them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+    /// use kafka_share_sink::{AcknowledgeType, ShareConsumer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
+    /// broker.produce("orders", ProduceRecord::new().value("a"))?;
+    /// let mut consumer = broker.share_consumer("sink");
+    /// consumer.subscribe(vec!["orders".into()]).await?;
+    /// let records = consumer.poll(Duration::from_secs(1)).await?;
+    /// consumer.acknowledge(&records[0], AcknowledgeType::Accept)?;
+    /// let acks = consumer.take_acknowledgements_for_transaction()?;
+    /// assert_eq!(acks.len(), 1);
+    /// assert!(consumer.take_acknowledgements_for_transaction()?.is_empty(), "taken once");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConsumerError::Config`] when a RELEASE or RENEW is pending (a transaction takes only
+    /// ACCEPT and REJECT): nothing is taken. [`ConsumerError::Closed`] after `close`.
+    #[cfg(feature = "exactly-once")]
+    fn take_acknowledgements_for_transaction(
+        &mut self,
+    ) -> Result<crate::exactly_once::ShareAcknowledgements, ConsumerError> {
+        self.ensure_open()?;
+        let other = |a| !matches!(a, AcknowledgeType::Accept | AcknowledgeType::Reject);
+        if let Some((record, ack)) = self.batch.first_unsent(other) {
+            return Err(ConsumerError::Config {
+                key: "acknowledgement type".to_owned(),
+                reason: format!(
+                    "record {record} has a pending {ack:?}, which a transaction cannot carry \
+                     (only ACCEPT and REJECT): send it with commit_sync first, or acknowledge \
+                     it ACCEPT or REJECT"
+                ),
+            });
+        }
+        let mut acks = crate::exactly_once::ShareAcknowledgements::new();
+        for PartitionAcks {
+            partition,
+            acks: list,
+        } in self.batch.take_unsent(self.implicit())
+        {
+            for (offset, ack) in list {
+                acks.add(partition.topic(), partition.partition(), offset, ack);
+            }
+        }
+        Ok(acks)
     }
 
     fn acknowledgement_mode(&self) -> AcknowledgementMode {

@@ -38,4 +38,12 @@ pub enum EmbeddedError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// The group has no member with that id.
+    #[error("share group `{group}` has no member `{member_id}`")]
+    UnknownMember {
+        /// The group.
+        group: String,
+        /// The member id asked for.
+        member_id: String,
+    },
 }

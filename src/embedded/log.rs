@@ -59,6 +59,8 @@ pub(crate) struct StoredRecord {
     /// [`EmbeddedBroker::produce`]: super::EmbeddedBroker::produce
     pub(crate) producer_id: Option<i64>,
     pub(crate) kind: EntryKind,
+    /// The partition's leader epoch when the entry was appended (set by the log).
+    pub(crate) leader_epoch: i32,
 }
 
 impl StoredRecord {
@@ -77,6 +79,7 @@ impl StoredRecord {
             timestamp,
             producer_id,
             kind: EntryKind::Plain,
+            leader_epoch: 0,
         }
     }
 
@@ -102,6 +105,8 @@ pub(crate) struct PartitionLog {
     open: HashMap<i64, i64>,
     /// The first offset of every batch, ascending: a batch runs up to the next one's start.
     batch_starts: Vec<i64>,
+    /// The current leader epoch, stamped on every entry appended.
+    leader_epoch: i32,
 }
 
 impl PartitionLog {
@@ -127,6 +132,17 @@ impl PartitionLog {
         }
     }
 
+    /// The partition's current leader epoch.
+    pub(crate) fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    /// A new leader: the epoch goes up by one (saturating). Returns the new epoch.
+    pub(crate) fn bump_leader_epoch(&mut self) -> i32 {
+        self.leader_epoch = self.leader_epoch.saturating_add(1);
+        self.leader_epoch
+    }
+
     pub(crate) fn get(&self, offset: i64) -> Option<&StoredRecord> {
         self.entries.get(usize::try_from(offset).ok()?)
     }
@@ -142,9 +158,10 @@ impl PartitionLog {
     }
 
     /// Appends an entry outside transactions, as a batch of its own, and returns its offset.
-    pub(crate) fn push(&mut self, record: StoredRecord) -> i64 {
+    pub(crate) fn push(&mut self, mut record: StoredRecord) -> i64 {
         let offset = self.end();
         self.batch_starts.push(offset);
+        record.leader_epoch = self.leader_epoch;
         self.entries.push(record);
         offset
     }
@@ -154,7 +171,11 @@ impl PartitionLog {
         let offset = self.end();
         if !records.is_empty() {
             self.batch_starts.push(offset);
-            self.entries.extend(records);
+            let epoch = self.leader_epoch;
+            self.entries.extend(records.into_iter().map(|mut r| {
+                r.leader_epoch = epoch;
+                r
+            }));
         }
         offset
     }
@@ -167,6 +188,7 @@ impl PartitionLog {
         self.open.entry(producer_id).or_insert(offset);
         record.producer_id = Some(producer_id);
         record.kind = EntryKind::Transactional(TxnStatus::Open);
+        record.leader_epoch = self.leader_epoch;
         self.entries.push(record);
         offset
     }
@@ -198,6 +220,7 @@ impl PartitionLog {
             timestamp,
             producer_id: Some(producer_id),
             kind: EntryKind::Marker(outcome),
+            leader_epoch: self.leader_epoch,
         });
         Some(offset)
     }
@@ -265,6 +288,22 @@ mod tests {
         }
         assert_eq!((log.batch_end(4), log.batch_end(5)), (5, 6));
         assert_eq!(log.batch_end(99), 6, "past the log: its end");
+    }
+
+    #[test]
+    fn entries_carry_the_leader_epoch_of_their_append() {
+        let mut log = PartitionLog::default();
+        log.push(record("a"));
+        assert_eq!(log.bump_leader_epoch(), 1);
+        log.push_batch(vec![record("b"), record("c")]);
+        log.push_transactional(record("t"), 3);
+        log.bump_leader_epoch();
+        log.end_transaction(3, TxnOutcome::Commit, 0);
+        let epochs: Vec<i32> = (0..log.end())
+            .map(|o| log.get(o).unwrap().leader_epoch)
+            .collect();
+        assert_eq!(epochs, [0, 1, 1, 1, 2]);
+        assert_eq!(log.leader_epoch(), 2);
     }
 
     #[test]

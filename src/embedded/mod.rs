@@ -48,6 +48,15 @@
 //! ([`GroupConfig::isolation_level`]); markers are never delivered.
 //! [`EmbeddedBroker::fail_next_commit`] loses a commit's answer.
 //!
+//! With the `exactly-once` feature the group also implements the draft of KIP-1289:
+//! acknowledgements staged into a producer transaction
+//! ([`Producer::send_share_acknowledgements`](crate::producer::Producer::send_share_acknowledgements),
+//! `EmbeddedShareConsumer::take_acknowledgements_for_transaction`) wait as `TxPending` until
+//! the transaction ends, with the draft's unsettled rules as switches (`Kip1289Rules`), and
+//! the broker is an `ExactlyOnceCluster`. For the exactly-once tests, faults can be
+//! injected: [`EmbeddedBroker::fail_over`] (a leader change that forgets acquisitions, with
+//! leader epochs on every record) and [`EmbeddedBroker::bump_member_epoch`].
+//!
 //! ```
 //! use std::time::Duration;
 //! use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig};
@@ -107,6 +116,11 @@ mod config;
 mod consumer;
 mod dlq;
 mod error;
+#[cfg(feature = "exactly-once")]
+mod exactly_once;
+mod faults;
+#[cfg(feature = "exactly-once")]
+mod kip1289;
 mod log;
 mod partition;
 mod producer;
@@ -127,6 +141,8 @@ pub use self::config::{AutoOffsetReset, ConsumerOptions, GroupConfig, OnDrop};
 pub use self::consumer::EmbeddedShareConsumer;
 pub use self::dlq::EmbeddedDeadLetterQueue;
 pub use self::error::EmbeddedError;
+#[cfg(feature = "exactly-once")]
+pub use self::kip1289::Kip1289Rules;
 use self::log::{PartitionLog, StoredRecord, TxnOutcome};
 pub use self::partition::RecordState;
 use self::partition::{AcquireRequest, Acquired, DeadLetter, MemberKey, SharePartition};
@@ -250,6 +266,9 @@ pub struct StateCounts {
     pub archiving: u64,
     /// Rejected or over the delivery-count limit.
     pub archived: u64,
+    /// Staged in a producer transaction that has not ended (KIP-1289).
+    #[cfg(feature = "exactly-once")]
+    pub tx_pending: u64,
 }
 
 #[derive(Debug)]
@@ -263,8 +282,16 @@ struct Topic {
 struct Group {
     config: GroupConfig,
     partitions: HashMap<(Arc<str>, i32), SharePartition>,
-    members: HashMap<MemberKey, String>,
+    members: HashMap<MemberKey, Member>,
     cursor: usize,
+}
+
+/// A member of a share group: its id and its member epoch.
+#[derive(Debug)]
+struct Member {
+    id: String,
+    /// Starts at 1 when the member joins; [`EmbeddedBroker::bump_member_epoch`] raises it.
+    epoch: i32,
 }
 
 #[derive(Debug, Default)]
@@ -278,6 +305,9 @@ pub(crate) struct State {
     coordinator: Coordinator,
     /// What the next commit of a transaction does instead of answering.
     lost_commit: Option<LostCommit>,
+    /// KIP-1289's rules, the advertised capabilities, and delayed markers.
+    #[cfg(feature = "exactly-once")]
+    kip1289: kip1289::Kip1289State,
 }
 
 /// What a fetch returned, and when a lock of the group expires next.
@@ -437,16 +467,36 @@ impl State {
     /// Aborts the transactions open past their timeout at `now`, writing their ABORT
     /// markers. Returns true if any was.
     pub(crate) fn expire_transactions(&mut self, now: Instant) -> bool {
+        #[cfg(feature = "exactly-once")]
+        let markers = self.write_due_markers(now);
+        #[cfg(not(feature = "exactly-once"))]
+        let markers = false;
         let ended = self.coordinator.expire(now);
-        let changed = !ended.is_empty();
+        let changed = markers || !ended.is_empty();
         for transaction in ended {
             self.write_markers(&transaction, TxnOutcome::Abort);
         }
         changed
     }
 
-    /// Appends the marker of an ended transaction to every partition it wrote to.
+    /// When the next transaction times out, or (KIP-1289) the next delayed marker is due.
+    pub(crate) fn next_transaction_deadline(&self) -> Option<Instant> {
+        #[cfg(feature = "exactly-once")]
+        let markers = self.next_marker_due();
+        #[cfg(not(feature = "exactly-once"))]
+        let markers = None;
+        self.coordinator
+            .next_deadline()
+            .into_iter()
+            .chain(markers)
+            .min()
+    }
+
+    /// Appends the marker of an ended transaction to every partition it wrote to, and
+    /// (KIP-1289) applies it to the acknowledgements it staged.
     pub(crate) fn write_markers(&mut self, transaction: &Ended, outcome: TxnOutcome) {
+        #[cfg(feature = "exactly-once")]
+        self.apply_share_markers(transaction, outcome);
         let timestamp = now_millis();
         for (topic, partition) in &transaction.partitions {
             let log = self
@@ -463,8 +513,17 @@ impl State {
         self.next_member += 1;
         let key = self.next_member;
         let member_id = format!("embedded-{group_id}-{key}");
-        self.group(group_id).members.insert(key, member_id.clone());
+        let member = Member {
+            id: member_id.clone(),
+            epoch: 1,
+        };
+        self.group(group_id).members.insert(key, member);
         (key, member_id)
+    }
+
+    /// The member epoch of a member of the group, `None` once it left.
+    pub(crate) fn member_epoch(&self, group_id: &str, member: MemberKey) -> Option<i32> {
+        Some(self.groups.get(group_id)?.members.get(&member)?.epoch)
     }
 
     /// Re-presents the renewed records `member` still holds; only when there are none,
@@ -481,6 +540,8 @@ impl State {
     ) -> Fetched {
         let max = options.max_poll_records;
         self.expire_transactions(now);
+        #[cfg(feature = "exactly-once")]
+        let kip1289_due = self.next_marker_due();
         let State {
             topics: logs,
             groups,
@@ -576,13 +637,16 @@ impl State {
                 }
             }
         }
-        // A transaction timing out may move the last stable offset: wake up for it too.
+        // A transaction timing out (or its delayed markers) may move the last stable offset:
+        // wake up for it too.
         let next_deadline = group
             .partitions
             .values()
             .filter_map(SharePartition::next_deadline)
             .chain(coordinator.next_deadline())
             .min();
+        #[cfg(feature = "exactly-once")]
+        let next_deadline = next_deadline.into_iter().chain(kip1289_due).min();
         let lock_duration = group.config.record_lock_duration;
         // Locks expired by this fetch may have sent records to ARCHIVING.
         let wrote_dead_letters = self.settle_group(group_id);
@@ -750,6 +814,7 @@ impl Topic {
             timestamp: stored.timestamp,
             timestamp_type: TimestampType::CreateTime,
             delivery_count,
+            leader_epoch: Some(stored.leader_epoch),
         }))
     }
 }
@@ -1137,7 +1202,8 @@ impl EmbeddedBroker {
     ) -> Option<RecordView> {
         let now = Instant::now();
         let mut state = self.shared.lock();
-        if state.expire_group(group_id, now) {
+        let ended = state.expire_transactions(now);
+        if state.expire_group(group_id, now) || ended {
             self.shared.changed.notify_waiters();
         }
         let log_end = state.topics.get(topic)?.end_offset(partition);
@@ -1150,7 +1216,9 @@ impl EmbeddedBroker {
             Some(slot) => RecordView {
                 state: slot.state,
                 delivery_count: slot.delivery_count,
-                member_id: slot.owner.and_then(|m| group.members.get(&m).cloned()),
+                member_id: slot
+                    .owner
+                    .and_then(|m| group.members.get(&m).map(|m| m.id.clone())),
             },
             None => RecordView {
                 state: RecordState::Available,
@@ -1172,7 +1240,8 @@ impl EmbeddedBroker {
     ) -> Option<(i64, i64)> {
         let now = Instant::now();
         let mut state = self.shared.lock();
-        if state.expire_group(group_id, now) {
+        let ended = state.expire_transactions(now);
+        if state.expire_group(group_id, now) || ended {
             self.shared.changed.notify_waiters();
         }
         let group = state.groups.get(group_id)?;
@@ -1184,7 +1253,8 @@ impl EmbeddedBroker {
     pub fn state_counts(&self, group_id: &str) -> StateCounts {
         let now = Instant::now();
         let mut guard = self.shared.lock();
-        if guard.expire_group(group_id, now) {
+        let ended = guard.expire_transactions(now);
+        if guard.expire_group(group_id, now) || ended {
             self.shared.changed.notify_waiters();
         }
         let State { topics, groups, .. } = &*guard;
@@ -1202,6 +1272,8 @@ impl EmbeddedBroker {
                         RecordState::Acknowledged => counts.acknowledged += 1,
                         RecordState::Archiving => counts.archiving += 1,
                         RecordState::Archived => counts.archived += 1,
+                        #[cfg(feature = "exactly-once")]
+                        RecordState::TxPending => counts.tx_pending += 1,
                     }
                 }
             }

@@ -13,6 +13,11 @@ use tokio::time::Instant;
 
 use super::GroupConfig;
 use crate::consumer::{AckError, AcknowledgeType};
+
+#[cfg(feature = "exactly-once")]
+mod staging;
+#[cfg(feature = "exactly-once")]
+pub(crate) use self::staging::{Disposition, Staged};
 use crate::kafka::ShareAcquireMode;
 use crate::time::deadline_after;
 
@@ -38,6 +43,15 @@ pub enum RecordState {
     /// Rejected, or released or timed out at the delivery-count limit (and, in a group with a
     /// dead-letter queue, written there): never delivered again.
     Archived,
+    /// Acknowledged inside a producer transaction that has not ended yet (KIP-1289's draft
+    /// `TX_PENDING`): no consumer can acquire it and no lock expires on it; the
+    /// transaction's commit makes it acknowledged (ACCEPT) or archived (REJECT), its abort
+    /// (by the producer, by the coordinator after `transaction.timeout.ms`, or by a new
+    /// producer with the same transactional id) available again with its delivery count
+    /// unchanged. A member leaving, a closed session or a share-partition leader fail-over
+    /// leave it as it is.
+    #[cfg(feature = "exactly-once")]
+    TxPending,
 }
 
 impl RecordState {
@@ -148,6 +162,9 @@ pub(crate) struct SharePartition {
     next_deadline: Option<Instant>,
     /// Records that entered ARCHIVING and are not written to the dead-letter topic yet.
     dead_letters: Vec<DeadLetter>,
+    /// The transaction of each TX_PENDING record, by offset.
+    #[cfg(feature = "exactly-once")]
+    staged: std::collections::BTreeMap<i64, Staged>,
 }
 
 impl SharePartition {
@@ -160,6 +177,8 @@ impl SharePartition {
             terminal: Vec::new(),
             next_deadline: None,
             dead_letters: Vec::new(),
+            #[cfg(feature = "exactly-once")]
+            staged: std::collections::BTreeMap::new(),
         }
     }
 
@@ -273,6 +292,10 @@ impl SharePartition {
                 Some(d) => next = Some(next.map_or(d, |n: Instant| n.min(d))),
                 None => {}
             }
+        }
+        #[cfg(feature = "exactly-once")]
+        {
+            changed |= self.expire_staged(now, &mut next);
         }
         self.next_deadline = next;
         self.advance_start();
@@ -437,6 +460,16 @@ impl SharePartition {
         config: &GroupConfig,
     ) -> Result<(), AckError> {
         self.expire(now, config);
+        if !config.renew_acknowledge_enable
+            && acks.iter().any(|(_, a)| *a == AcknowledgeType::Renew)
+        {
+            // What a Kafka 4.4 broker answers for the partition (SharePartition.acknowledge).
+            return Err(AckError::InvalidRecordState {
+                detail: "Renewing acquisition locks is not enabled for the group \
+                         (share.renew.acknowledge.enable=false)"
+                    .to_owned(),
+            });
+        }
         for &(offset, _) in acks {
             // A record acquired by anyone is inside the window.
             let held = self.index(offset).is_some_and(|i| {
@@ -498,6 +531,32 @@ impl SharePartition {
         }
         self.advance_start();
         Ok(())
+    }
+
+    /// A share-partition leader fail-over: the new leader knows only what was persisted, and
+    /// an acquisition never is. Every acquired record becomes available again with the
+    /// delivery count it had before that acquisition; acknowledged, archived (and, with
+    /// KIP-1289, TX_PENDING) records stay as they are. Returns true if any record changed.
+    pub(crate) fn fail_over(&mut self) -> bool {
+        let mut changed = false;
+        for slot in &mut self.slots {
+            if slot.state == RecordState::Acquired {
+                slot.state = RecordState::Available;
+                slot.delivery_count = slot.delivery_count.saturating_sub(1);
+                slot.owner = None;
+                slot.deadline = None;
+                changed = true;
+            }
+        }
+        // No lock is left; TX_PENDING timeouts may be.
+        self.next_deadline = None;
+        #[cfg(feature = "exactly-once")]
+        {
+            let mut next = None;
+            self.staged_deadlines(&mut next);
+            self.next_deadline = next;
+        }
+        changed
     }
 
     /// Releases every record `member` holds (session close). Returns true if any did.

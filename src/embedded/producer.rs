@@ -242,6 +242,22 @@ fn broker_error(
     }
 }
 
+/// CONCURRENT_TRANSACTIONS (51), retriable: the previous transaction's markers are pending.
+#[cfg(feature = "exactly-once")]
+fn concurrent_transactions(transactional_id: &str) -> ProducerError {
+    ProducerError::Kafka {
+        source: Arc::new(ConsumerError::Broker {
+            api: "AddPartitionsToTxn",
+            code: 51,
+            name: "CONCURRENT_TRANSACTIONS",
+            message: Some(format!(
+                "the markers of the previous transaction of `{transactional_id}` are still                  being written: call begin_transaction again"
+            )),
+            retriable: true,
+        }),
+    }
+}
+
 fn not_open(operation: &'static str) -> ProducerError {
     ProducerError::TransactionState {
         operation,
@@ -461,6 +477,10 @@ impl EmbeddedProducer {
         match state.coordinator.end(self.id(), inner.current) {
             Ok((next, ended)) => {
                 if let Some(ended) = ended {
+                    // KIP-1289's marker_delay may hold the markers back.
+                    #[cfg(feature = "exactly-once")]
+                    state.finish_transaction(self.id(), ended, outcome, true, Instant::now());
+                    #[cfg(not(feature = "exactly-once"))]
                     state.write_markers(&ended, outcome);
                 }
                 inner.current = next;
@@ -469,6 +489,52 @@ impl EmbeddedProducer {
                 Ok(())
             }
             Err(stale) => Err(self.stale(inner, stale, api)),
+        }
+    }
+}
+
+#[cfg(feature = "exactly-once")]
+impl EmbeddedProducer {
+    /// The error of a refused TxnShareAcknowledge, as the draft's client maps it.
+    fn stage_refused(
+        &self,
+        inner: &mut Inner,
+        refused: super::kip1289::StageError,
+    ) -> ProducerError {
+        use super::kip1289::StageError;
+        const API: &str = "TxnShareAcknowledge";
+        let abortable = |reason: String, code, name, detail: String| ProducerError::Abortable {
+            reason,
+            source: Some(Arc::new(ProducerError::Kafka {
+                source: Arc::new(broker_error(API, code, name, detail)),
+            })),
+        };
+        match refused {
+            StageError::Unsupported(reason) => ProducerError::Unsupported {
+                operation: "send_share_acknowledgements",
+                reason,
+            },
+            StageError::Stale(stale) => self.stale(inner, stale, API),
+            StageError::Membership { code, name, detail } => abortable(
+                format!("share group membership mismatch ({name}): {detail}"),
+                code,
+                name,
+                detail,
+            ),
+            StageError::InvalidRecordState(detail) => abortable(
+                format!(
+                    "a share acknowledgement could not be staged (INVALID_RECORD_STATE): {detail};                      nothing was staged"
+                ),
+                121,
+                "INVALID_RECORD_STATE",
+                detail,
+            ),
+            StageError::InvalidRequest(detail) => abortable(
+                format!("the share acknowledgements were refused (INVALID_REQUEST): {detail}"),
+                42,
+                "INVALID_REQUEST",
+                detail,
+            ),
         }
     }
 }
@@ -553,6 +619,9 @@ impl Producer for EmbeddedProducer {
         }
         let timeout = self.config.transaction_timeout;
         let (current, aborted) = self.with_state(|state| {
+            // Markers of this id's last transaction still delayed are written first.
+            #[cfg(feature = "exactly-once")]
+            state.flush_markers(id);
             let (current, aborted) = state.coordinator.init(id, timeout);
             if let Some(aborted) = &aborted {
                 state.write_markers(aborted, TxnOutcome::Abort);
@@ -586,7 +655,19 @@ impl Producer for EmbeddedProducer {
             Phase::Ready | Phase::Idempotent => {}
         }
         // Local in Kafka; the embedded producer learns of a fence at once.
-        self.with_state(|state| self.check(&mut inner, state, "InitProducerId"))?;
+        self.with_state(|state| {
+            self.check(&mut inner, state, "InitProducerId")?;
+            // The previous transaction's markers, if delayed (KIP-1289's marker_delay), are
+            // written before this one starts; or, by the rules, refused once.
+            #[cfg(feature = "exactly-once")]
+            {
+                if state.refuse_begin(self.id()) {
+                    return Err(concurrent_transactions(self.id()));
+                }
+                state.flush_markers(self.id());
+            }
+            Ok(())
+        })?;
         inner.phase = Phase::InTransaction {
             sent: false,
             failed: None,
@@ -646,6 +727,77 @@ impl Producer for EmbeddedProducer {
                 }
             }
         })
+    }
+
+    /// Stages the acknowledgements into the open transaction, as KIP-1289's draft does (see
+    /// [`Kip1289Rules`](super::Kip1289Rules) for its unsettled rules): every record must be
+    /// acquired by `group`'s member, at the member epoch `group` names, under a lock that has
+    /// not expired; all of them are staged or none. Staged records are TX_PENDING until the
+    /// transaction ends: its commit acknowledges (ACCEPT) or archives (REJECT) them, its
+    /// abort makes them available with their delivery count unchanged. A transaction with
+    /// staged acknowledgements and no records commits.
+    ///
+    /// # Errors
+    ///
+    /// - [`ProducerError::NotTransactional`] without a transactional id;
+    ///   [`ProducerError::TransactionState`] outside a transaction.
+    /// - [`ProducerError::Fenced`] when a newer producer with the same transactional id took
+    ///   over; [`ProducerError::Abortable`] when the coordinator aborted the transaction after
+    ///   its timeout.
+    /// - [`ProducerError::Abortable`] (and the transaction can no longer commit): "share
+    ///   group membership mismatch" (GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID,
+    ///   STALE_MEMBER_EPOCH); INVALID_RECORD_STATE for a record not acquired by the member
+    ///   or whose lock expired; INVALID_REQUEST for a type other than ACCEPT and REJECT or an
+    ///   offset given twice.
+    /// - [`ProducerError::Unsupported`] when the broker's
+    ///   [capabilities](super::EmbeddedBroker::set_capabilities) lack share.version 3 or
+    ///   transactions v2 (the transaction can no longer commit either).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it completes before its first `.await` point.
+    #[cfg(feature = "exactly-once")]
+    async fn send_share_acknowledgements(
+        &self,
+        acknowledgements: &crate::exactly_once::ShareAcknowledgements,
+        group: &crate::consumer::GroupMetadata,
+    ) -> Result<(), ProducerError> {
+        const OPERATION: &str = "send_share_acknowledgements";
+        let id = self.require_id(OPERATION)?;
+        let mut inner = self.inner();
+        match &inner.phase {
+            Phase::Fatal(error) => return Err(error.clone()),
+            Phase::Uninitialized => return Err(uninitialized(OPERATION)),
+            Phase::Ready | Phase::Idempotent => return Err(not_open(OPERATION)),
+            Phase::InTransaction {
+                failed: Some(error),
+                ..
+            } => {
+                return Err(ProducerError::Abortable {
+                    reason: "an earlier error failed the transaction: call abort_transaction"
+                        .to_owned(),
+                    source: Some(Arc::new(error.clone())),
+                });
+            }
+            Phase::InTransaction { .. } => {}
+        }
+        let current = inner.current;
+        let staged = self.with_state(|state| {
+            state.stage_share_acknowledgements(id, current, group, acknowledgements, Instant::now())
+        });
+        let error = match staged {
+            Ok(()) => {
+                if let Phase::InTransaction { sent, .. } = &mut inner.phase {
+                    *sent |= !acknowledgements.is_empty();
+                }
+                return Ok(());
+            }
+            Err(refused) => self.stage_refused(&mut inner, refused),
+        };
+        if let Phase::InTransaction { failed, .. } = &mut inner.phase {
+            failed.get_or_insert_with(|| error.clone());
+        }
+        Err(error)
     }
 
     async fn abort_transaction(&self) -> Result<(), ProducerError> {

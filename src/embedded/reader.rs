@@ -99,7 +99,7 @@ impl LogReader for EmbeddedBroker {
                 if !read.records.is_empty() || read.next_offset > from || now >= deadline {
                     return Ok(read);
                 }
-                state.coordinator.next_deadline()
+                state.next_transaction_deadline()
             };
             let wake = next_timeout.map_or(deadline, |d| d.min(deadline));
             tokio::select! {

@@ -35,12 +35,49 @@ pub(crate) enum Stale {
 pub(crate) struct Ended {
     pub(crate) producer_id: i64,
     pub(crate) partitions: BTreeSet<(Arc<str>, i32)>,
+    /// The epoch the transaction ran under (its staged acknowledgements carry it).
+    #[cfg(feature = "exactly-once")]
+    pub(crate) producer_epoch: i16,
+    /// The share partitions (group, topic, partition) holding its staged acknowledgements.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) share_partitions: BTreeSet<SharePartitionKey>,
 }
+
+/// A share partition: (group, topic, partition).
+#[cfg(feature = "exactly-once")]
+pub(crate) type SharePartitionKey = (String, Arc<str>, i32);
 
 #[derive(Debug)]
 struct Ongoing {
     deadline: Instant,
     partitions: BTreeSet<(Arc<str>, i32)>,
+    #[cfg(feature = "exactly-once")]
+    share_partitions: BTreeSet<SharePartitionKey>,
+}
+
+impl Ongoing {
+    fn new(deadline: Instant) -> Self {
+        Self {
+            deadline,
+            partitions: BTreeSet::new(),
+            #[cfg(feature = "exactly-once")]
+            share_partitions: BTreeSet::new(),
+        }
+    }
+
+    /// The transaction, ended, of (`producer_id`, `producer_epoch`).
+    fn ended(self, producer_id: i64, producer_epoch: i16) -> Ended {
+        #[cfg(not(feature = "exactly-once"))]
+        let _ = producer_epoch;
+        Ended {
+            producer_id,
+            partitions: self.partitions,
+            #[cfg(feature = "exactly-once")]
+            producer_epoch,
+            #[cfg(feature = "exactly-once")]
+            share_partitions: self.share_partitions,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -61,6 +98,12 @@ pub(crate) struct Coordinator {
 }
 
 impl Coordinator {
+    /// Every transactional id the coordinator knows.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) fn transactional_ids(&self) -> impl Iterator<Item = &str> {
+        self.ids.keys().map(String::as_str)
+    }
+
     /// A fresh producer id (for idempotent producers, and new transactional ids).
     pub(crate) fn allocate_producer_id(&mut self) -> i64 {
         let id = self.next_producer_id;
@@ -98,10 +141,7 @@ impl Coordinator {
             entry.timeout = timeout;
             entry.timed_out = None;
             if let Some(ongoing) = entry.ongoing.take() {
-                aborted = Some(Ended {
-                    producer_id: entry.producer_id,
-                    partitions: ongoing.partitions,
-                });
+                aborted = Some(ongoing.ended(entry.producer_id, entry.epoch));
                 // The fencing abort bumps the epoch, and the new producer's bump follows.
                 self.bump(transactional_id);
             }
@@ -152,13 +192,43 @@ impl Coordinator {
         let timeout = entry.timeout;
         entry
             .ongoing
-            .get_or_insert_with(|| Ongoing {
-                deadline: deadline_after(now, timeout),
-                partitions: BTreeSet::new(),
-            })
+            .get_or_insert_with(|| Ongoing::new(deadline_after(now, timeout)))
             .partitions
             .insert(partition);
         Ok(())
+    }
+
+    /// Adds a share partition whose acknowledgements the id's transaction stages (KIP-1289),
+    /// starting the transaction (and its timeout) if it has none: an ack-only transaction
+    /// is a transaction.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) fn add_share_partition(
+        &mut self,
+        transactional_id: &str,
+        current: ProducerIdEpoch,
+        share_partition: SharePartitionKey,
+        now: Instant,
+    ) -> Result<(), Stale> {
+        self.check(transactional_id, current)?;
+        let Some(entry) = self.ids.get_mut(transactional_id) else {
+            return Err(Stale::Fenced);
+        };
+        let timeout = entry.timeout;
+        entry
+            .ongoing
+            .get_or_insert_with(|| Ongoing::new(deadline_after(now, timeout)))
+            .share_partitions
+            .insert(share_partition);
+        Ok(())
+    }
+
+    /// InitProducerId by someone else than the id's producer (a successor fencing it): bumps
+    /// the epoch of a known id and aborts its open transaction, keeping its timeout. `None`
+    /// for an id never initialised: there is nothing to fence.
+    #[cfg(feature = "exactly-once")]
+    pub(crate) fn fence(&mut self, transactional_id: &str) -> Option<Option<Ended>> {
+        let timeout = self.ids.get(transactional_id)?.timeout;
+        Some(self.init(transactional_id, timeout).1)
     }
 
     /// EndTxn: ends the id's transaction (if it has one) and bumps the epoch. Returns the new
@@ -172,10 +242,10 @@ impl Coordinator {
         let Some(entry) = self.ids.get_mut(transactional_id) else {
             return Err(Stale::Fenced);
         };
-        let ended = entry.ongoing.take().map(|ongoing| Ended {
-            producer_id: entry.producer_id,
-            partitions: ongoing.partitions,
-        });
+        let ended = entry
+            .ongoing
+            .take()
+            .map(|ongoing| ongoing.ended(entry.producer_id, entry.epoch));
         self.bump(transactional_id);
         let entry = &self.ids[transactional_id];
         Ok(((entry.producer_id, entry.epoch), ended))
@@ -213,10 +283,7 @@ impl Coordinator {
                 continue;
             };
             entry.timed_out = Some((entry.producer_id, entry.epoch));
-            ended.push(Ended {
-                producer_id: entry.producer_id,
-                partitions: ongoing.partitions,
-            });
+            ended.push(ongoing.ended(entry.producer_id, entry.epoch));
             self.bump(&id);
         }
         ended
@@ -302,6 +369,36 @@ mod tests {
         c.expire(now + MINUTE);
         c.init("tx", MINUTE);
         assert_eq!(c.check("tx", ours), Err(Stale::Fenced));
+    }
+
+    #[cfg(feature = "exactly-once")]
+    #[test]
+    fn an_ack_only_transaction_is_a_transaction_and_every_end_names_its_share_partitions() {
+        let now = Instant::now();
+        let mut c = Coordinator::default();
+        let (ours, _) = c.init("tx", MINUTE);
+        let share = (String::from("g"), Arc::<str>::from("in"), 0);
+        c.add_share_partition("tx", ours, share.clone(), now)
+            .unwrap();
+        assert_eq!(c.next_deadline(), Some(now + MINUTE), "its timeout runs");
+        let (_, ended) = c.end("tx", ours).unwrap();
+        let ended = ended.unwrap();
+        assert!(ended.partitions.is_empty());
+        assert_eq!(ended.share_partitions, BTreeSet::from([share.clone()]));
+        assert_eq!((ended.producer_id, ended.producer_epoch), ours);
+
+        // A fence aborts the transaction open at the fenced epoch.
+        let (next, _) = c.init("tx", MINUTE);
+        c.add_share_partition("tx", next, share.clone(), now)
+            .unwrap();
+        let aborted = c.fence("tx").unwrap().unwrap();
+        assert_eq!(aborted.producer_epoch, next.1);
+        assert_eq!(c.check("tx", next), Err(Stale::Fenced));
+        assert!(c.fence("unknown").is_none());
+        // A timed-out transaction names its share partitions too.
+        let (third, _) = c.init("tx", MINUTE);
+        c.add_share_partition("tx", third, share, now).unwrap();
+        assert_eq!(c.expire(now + MINUTE)[0].producer_epoch, third.1);
     }
 
     #[test]

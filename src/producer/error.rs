@@ -130,6 +130,14 @@ pub enum ProducerError {
     /// The producer is closed, or failed fatally before this call.
     #[error("the producer is closed")]
     Closed,
+    /// The producer cannot do this.
+    #[error("{operation} is not supported: {reason}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// Why not, and what to do instead.
+        reason: String,
+    },
 }
 
 impl ProducerError {

@@ -118,4 +118,29 @@ pub trait Producer: Send + Sync + fmt::Debug {
     ///
     /// Not cancel safe: call it again after a dropped call.
     async fn abort_transaction(&self) -> Result<(), ProducerError>;
+
+    /// Stages share-group acknowledgements into the open transaction (KIP-1289): its commit
+    /// applies them with the records sent in it, its abort makes the records available again.
+    /// `group` is the consumer's [`group_metadata`](crate::ShareConsumer::group_metadata) at
+    /// staging: a member epoch the group no longer has fails with
+    /// [`ProducerError::Abortable`], as does a record whose lock expired.
+    ///
+    /// The default implementation fails with [`ProducerError::Unsupported`]: no Kafka release
+    /// has KIP-1289 yet; the embedded group implements its draft.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the acknowledgements may or may not be staged: abort the transaction.
+    #[cfg(feature = "exactly-once")]
+    async fn send_share_acknowledgements(
+        &self,
+        acknowledgements: &crate::exactly_once::ShareAcknowledgements,
+        group: &crate::consumer::GroupMetadata,
+    ) -> Result<(), ProducerError> {
+        let _ = (acknowledgements, group);
+        Err(ProducerError::Unsupported {
+            operation: "send_share_acknowledgements",
+            reason: "this producer cannot stage share acknowledgements (KIP-1289)".to_owned(),
+        })
+    }
 }

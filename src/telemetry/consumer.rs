@@ -332,4 +332,14 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
     fn acknowledgement_mode(&self) -> AcknowledgementMode {
         self.inner.acknowledgement_mode()
     }
+
+    #[cfg(feature = "exactly-once")]
+    fn take_acknowledgements_for_transaction(
+        &mut self,
+    ) -> Result<crate::exactly_once::ShareAcknowledgements, ConsumerError> {
+        let taken = self.inner.take_acknowledgements_for_transaction()?;
+        // The transaction settles them: no commit of this consumer reports them.
+        self.update(false, |c| c.unreported.clear());
+        Ok(taken)
+    }
 }

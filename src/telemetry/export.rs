@@ -91,6 +91,19 @@ pub(crate) fn driver(
             "share-commit-partition-failures-total",
             metrics.commit_partition_failures,
         ),
+        (
+            "share-transactions-committed-total",
+            metrics.transactions_committed,
+        ),
+        (
+            "share-transactions-aborted-total",
+            metrics.transactions_aborted,
+        ),
+        (
+            "share-records-already-claimed-total",
+            metrics.records_already_claimed,
+        ),
+        ("share-ledger-checks-total", metrics.ledger_checks),
     ];
     for (name, value) in own {
         counter!(name, labels.iter()).absolute(value);

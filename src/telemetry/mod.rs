@@ -17,7 +17,7 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | counter | every `*-total` of [`DriverMetrics::connect_metrics`](crate::DriverMetrics::connect_metrics), `total-record-errors`, `total-record-failures`, `total-records-skipped`, `total-retries`, `total-errors-logged`, `deadletterqueue-produce-requests`, `deadletterqueue-produce-failures`, `share-put-batches-total`, `share-put-failures-total`, `share-put-retries-total`, `share-commit-partition-failures-total` |
+//! | counter | every `*-total` of [`DriverMetrics::connect_metrics`](crate::DriverMetrics::connect_metrics), `total-record-errors`, `total-record-failures`, `total-records-skipped`, `total-retries`, `total-errors-logged`, `deadletterqueue-produce-requests`, `deadletterqueue-produce-failures`, `share-put-batches-total`, `share-put-failures-total`, `share-put-retries-total`, `share-commit-partition-failures-total`, and the exactly-once ones (`share-transactions-committed-total`, `share-transactions-aborted-total`, `share-records-already-claimed-total`, `share-ledger-checks-total`) |
 //! | gauge | `put-batch-avg-time-ms`, `put-batch-max-time-ms`, `share-records-awaiting-flush` |
 //! | counter (consumer) | `records-consumed-total`, `bytes-consumed-total`, `acknowledgements-send-total`, `acknowledgements-error-total`, `share-consumer-poll-total`, `share-consumer-commit-total`, `share-consumer-commit-failures-total` |
 //! | gauge (consumer) | `records-per-request-avg`, `records-per-request-max`, `share-consumer-poll-time-seconds-total` |
@@ -42,6 +42,9 @@
 //! | `task` | the task id |
 //! | `group` | the share group id |
 //! | `records` | records in the batch handed to `put`, recorded once the poll returned |
+//!
+//! The exactly-once round (feature `exactly-once`) runs in a span `iteration_exactly_once` with
+//! `group`, `mode` and `records`, and records the metrics after it as well.
 //!
 //! Every event of the iteration (a failed `put`, a release, a lost lock, a commit) is logged
 //! inside that span. At DEBUG, target `kafka_share_sink::metrics` also logs the Connect-named

@@ -27,6 +27,8 @@ mod share_offsets;
 mod share_offsets_wire;
 mod topic_configs;
 mod topics;
+#[cfg(feature = "exactly-once")]
+mod transactions;
 
 use std::future::Future;
 use std::time::Duration;

@@ -149,24 +149,27 @@ impl KafkaAdmin {
     ) -> Result<ShareGroupDescription, AdminError> {
         self.call(
             "describe_share_group",
-            self.on_coordinator(group, async |connection| {
-                let key = ApiKey::ShareGroupDescribe;
-                let request = ShareGroupDescribeRequest::default()
-                    .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
-                let response: ShareGroupDescribeResponse =
-                    negotiate_and_send(connection, key, &request).await?;
-                let described = response
-                    .groups
-                    .into_iter()
-                    .find(|g| g.group_id.0.as_str() == group)
-                    .ok_or_else(|| missing(connection, key, group))?;
-                check_group(
-                    key,
-                    group,
-                    described.error_code,
-                    described.error_message.as_ref(),
-                )?;
-                Ok(description(described))
+            self.on_coordinator(group, |connection| {
+                Box::pin(async move {
+                    let connection = &connection;
+                    let key = ApiKey::ShareGroupDescribe;
+                    let request = ShareGroupDescribeRequest::default()
+                        .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
+                    let response: ShareGroupDescribeResponse =
+                        negotiate_and_send(connection, key, &request).await?;
+                    let described = response
+                        .groups
+                        .into_iter()
+                        .find(|g| g.group_id.0.as_str() == group)
+                        .ok_or_else(|| missing(connection, key, group))?;
+                    check_group(
+                        key,
+                        group,
+                        described.error_code,
+                        described.error_message.as_ref(),
+                    )?;
+                    Ok(description(described))
+                })
             }),
         )
         .await
@@ -176,17 +179,17 @@ impl KafkaAdmin {
     /// (key type GROUP) through the admin's connection. While a broker answers that the
     /// coordinator is moving or loading (at FindCoordinator or in `parts`), looks again, for
     /// up to 15 s. The coordinator's connection is closed when this returns.
-    pub(super) async fn on_coordinator<T>(
-        &self,
-        group: &str,
-        parts: impl AsyncFn(&Connection) -> Result<T, Failure>,
+    pub(super) async fn on_coordinator<'a, T>(
+        &'a self,
+        group: &'a str,
+        parts: impl Fn(Connection) -> futures::future::BoxFuture<'a, Result<T, Failure>>,
     ) -> Result<T, Failure> {
         let deadline = deadline_after(tokio::time::Instant::now(), COORDINATOR_WAIT);
         loop {
             let via = self.connection().await?;
             let result = match find_coordinator(group, &via, &self.config).await {
                 Ok(coordinator) => {
-                    let result = parts(&coordinator).await;
+                    let result = parts(coordinator.clone()).await;
                     coordinator.close();
                     result
                 }

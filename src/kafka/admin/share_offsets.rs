@@ -95,47 +95,51 @@ impl KafkaAdmin {
     ) -> Result<Vec<ShareGroupPartitionOffsets>, AdminError> {
         self.call(
             "share_group_offsets",
-            self.on_coordinator(group, async |connection| {
-                let key = ApiKey::DescribeShareGroupOffsets;
-                let version = negotiate(connection, key, share_offsets_wire::VERSIONS)?;
-                let request = OffsetsRequest(
-                    DescribeShareGroupOffsetsRequest::default().with_groups(vec![
-                        DescribeShareGroupOffsetsRequestGroup::default()
-                            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-                            .with_topics(None),
-                    ]),
-                );
-                let response: OffsetsResponse = send(connection, key, version, &request).await?;
-                let found = response
-                    .groups
-                    .into_iter()
-                    .find(|g| g.group_id == group)
-                    .ok_or_else(|| missing(connection, key, group))?;
-                let message = found.error_message.map(StrBytes::from_string);
-                check_group(key, group, found.error_code, message.as_ref())?;
-                let mut offsets = Vec::new();
-                for topic in found.topics {
-                    for p in topic.partitions {
-                        let message = p.error_message.map(StrBytes::from_string);
-                        check_partition(
-                            key,
-                            group,
-                            &topic.name,
-                            Some(p.partition),
-                            p.error_code,
-                            message.as_ref(),
-                        )?;
-                        offsets.push(ShareGroupPartitionOffsets {
-                            topic: topic.name.clone(),
-                            partition: p.partition,
-                            start_offset: (p.start_offset >= 0).then_some(p.start_offset),
-                            leader_epoch: (p.leader_epoch >= 0).then_some(p.leader_epoch),
-                            lag: (p.lag >= 0).then_some(p.lag),
-                        });
+            self.on_coordinator(group, |connection| {
+                Box::pin(async move {
+                    let connection = &connection;
+                    let key = ApiKey::DescribeShareGroupOffsets;
+                    let version = negotiate(connection, key, share_offsets_wire::VERSIONS)?;
+                    let request = OffsetsRequest(
+                        DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                            DescribeShareGroupOffsetsRequestGroup::default()
+                                .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                                .with_topics(None),
+                        ]),
+                    );
+                    let response: OffsetsResponse =
+                        send(connection, key, version, &request).await?;
+                    let found = response
+                        .groups
+                        .into_iter()
+                        .find(|g| g.group_id == group)
+                        .ok_or_else(|| missing(connection, key, group))?;
+                    let message = found.error_message.map(StrBytes::from_string);
+                    check_group(key, group, found.error_code, message.as_ref())?;
+                    let mut offsets = Vec::new();
+                    for topic in found.topics {
+                        for p in topic.partitions {
+                            let message = p.error_message.map(StrBytes::from_string);
+                            check_partition(
+                                key,
+                                group,
+                                &topic.name,
+                                Some(p.partition),
+                                p.error_code,
+                                message.as_ref(),
+                            )?;
+                            offsets.push(ShareGroupPartitionOffsets {
+                                topic: topic.name.clone(),
+                                partition: p.partition,
+                                start_offset: (p.start_offset >= 0).then_some(p.start_offset),
+                                leader_epoch: (p.leader_epoch >= 0).then_some(p.leader_epoch),
+                                lag: (p.lag >= 0).then_some(p.lag),
+                            });
+                        }
                     }
-                }
-                offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-                Ok(offsets)
+                    offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+                    Ok(offsets)
+                })
             }),
         )
         .await
@@ -267,43 +271,46 @@ impl KafkaAdmin {
                     "give one or more topics whose offsets to delete".to_owned(),
                 ));
             }
-            self.on_coordinator(group, async |connection| {
-                let key = ApiKey::DeleteShareGroupOffsets;
-                let request = DeleteShareGroupOffsetsRequest::default()
-                    .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-                    .with_topics(
-                        topics
-                            .iter()
-                            .map(|t| {
-                                DeleteShareGroupOffsetsRequestTopic::default()
-                                    .with_topic_name(topic_name(t))
-                            })
-                            .collect(),
-                    );
-                let response: DeleteShareGroupOffsetsResponse =
-                    negotiate_and_send(connection, key, &request).await?;
-                check_group(
-                    key,
-                    group,
-                    response.error_code,
-                    response.error_message.as_ref(),
-                )?;
-                for topic in topics {
-                    let result = response
-                        .responses
-                        .iter()
-                        .find(|r| r.topic_name.0.as_str() == *topic)
-                        .ok_or_else(|| missing(connection, key, topic))?;
-                    check_partition(
+            self.on_coordinator(group, |connection| {
+                Box::pin(async move {
+                    let connection = &connection;
+                    let key = ApiKey::DeleteShareGroupOffsets;
+                    let request = DeleteShareGroupOffsetsRequest::default()
+                        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                        .with_topics(
+                            topics
+                                .iter()
+                                .map(|t| {
+                                    DeleteShareGroupOffsetsRequestTopic::default()
+                                        .with_topic_name(topic_name(t))
+                                })
+                                .collect(),
+                        );
+                    let response: DeleteShareGroupOffsetsResponse =
+                        negotiate_and_send(connection, key, &request).await?;
+                    check_group(
                         key,
                         group,
-                        topic,
-                        None,
-                        result.error_code,
-                        result.error_message.as_ref(),
+                        response.error_code,
+                        response.error_message.as_ref(),
                     )?;
-                }
-                Ok(())
+                    for topic in topics {
+                        let result = response
+                            .responses
+                            .iter()
+                            .find(|r| r.topic_name.0.as_str() == *topic)
+                            .ok_or_else(|| missing(connection, key, topic))?;
+                        check_partition(
+                            key,
+                            group,
+                            topic,
+                            None,
+                            result.error_code,
+                            result.error_message.as_ref(),
+                        )?;
+                    }
+                    Ok(())
+                })
             })
             .await
         })
@@ -335,62 +342,66 @@ impl KafkaAdmin {
                 .or_default()
                 .push((*partition, *offset));
         }
-        self.on_coordinator(group, async |connection| {
-            let key = ApiKey::AlterShareGroupOffsets;
-            let request = AlterShareGroupOffsetsRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-                .with_topics(
-                    by_topic
+        let by_topic = &by_topic;
+        self.on_coordinator(group, |connection| {
+            Box::pin(async move {
+                let connection = &connection;
+                let key = ApiKey::AlterShareGroupOffsets;
+                let request = AlterShareGroupOffsetsRequest::default()
+                    .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                    .with_topics(
+                        by_topic
+                            .iter()
+                            .map(|(topic, partitions)| {
+                                AlterShareGroupOffsetsRequestTopic::default()
+                                    .with_topic_name(topic_name(topic))
+                                    .with_partitions(
+                                        partitions
+                                            .iter()
+                                            .map(|(partition, offset)| {
+                                                AlterShareGroupOffsetsRequestPartition::default()
+                                                    .with_partition_index(*partition)
+                                                    .with_start_offset(*offset)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                let response: AlterShareGroupOffsetsResponse =
+                    negotiate_and_send(connection, key, &request).await?;
+                check_group(
+                    key,
+                    group,
+                    response.error_code,
+                    response.error_message.as_ref(),
+                )?;
+                for (topic, partitions) in by_topic {
+                    let result = response
+                        .responses
                         .iter()
-                        .map(|(topic, partitions)| {
-                            AlterShareGroupOffsetsRequestTopic::default()
-                                .with_topic_name(topic_name(topic))
-                                .with_partitions(
-                                    partitions
-                                        .iter()
-                                        .map(|(partition, offset)| {
-                                            AlterShareGroupOffsetsRequestPartition::default()
-                                                .with_partition_index(*partition)
-                                                .with_start_offset(*offset)
-                                        })
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                );
-            let response: AlterShareGroupOffsetsResponse =
-                negotiate_and_send(connection, key, &request).await?;
-            check_group(
-                key,
-                group,
-                response.error_code,
-                response.error_message.as_ref(),
-            )?;
-            for (topic, partitions) in &by_topic {
-                let result = response
-                    .responses
-                    .iter()
-                    .find(|r| r.topic_name.0.as_str() == *topic)
-                    .ok_or_else(|| missing(connection, key, topic))?;
-                for (partition, _) in partitions {
-                    let answered = result
-                        .partitions
-                        .iter()
-                        .find(|p| p.partition_index == *partition)
-                        .ok_or_else(|| {
-                            missing(connection, key, &format!("{topic} partition {partition}"))
-                        })?;
-                    check_partition(
-                        key,
-                        group,
-                        topic,
-                        Some(*partition),
-                        answered.error_code,
-                        answered.error_message.as_ref(),
-                    )?;
+                        .find(|r| r.topic_name.0.as_str() == *topic)
+                        .ok_or_else(|| missing(connection, key, topic))?;
+                    for (partition, _) in partitions {
+                        let answered = result
+                            .partitions
+                            .iter()
+                            .find(|p| p.partition_index == *partition)
+                            .ok_or_else(|| {
+                                missing(connection, key, &format!("{topic} partition {partition}"))
+                            })?;
+                        check_partition(
+                            key,
+                            group,
+                            topic,
+                            Some(*partition),
+                            answered.error_code,
+                            answered.error_message.as_ref(),
+                        )?;
+                    }
                 }
-            }
-            Ok(())
+                Ok(())
+            })
         })
         .await
     }

@@ -477,6 +477,8 @@ fn decode_share(
         record_batch::TimestampType::CreateTime => TimestampType::CreateTime,
         record_batch::TimestampType::LogAppendTime => TimestampType::LogAppendTime,
     };
+    // -1: written before leader epochs were recorded (message format < 2): unknown.
+    let leader_epoch = (batch.partition_leader_epoch >= 0).then_some(batch.partition_leader_epoch);
     // The first offset of the share no record has passed yet; `None` past i64::MAX.
     let mut cursor = Some(share.first());
     for record in batch.records {
@@ -489,13 +491,10 @@ fn decode_share(
             acquired.each_within(missing, &mut out.gaps);
         }
         if let Some(delivery_count) = acquired.delivery_count(offset) {
-            out.records.push(convert(
-                topic,
-                partition,
-                record,
-                timestamp_type,
-                delivery_count,
-            ));
+            out.records.push(
+                convert(topic, partition, record, timestamp_type, delivery_count)
+                    .with_leader_epoch(leader_epoch),
+            );
         }
         cursor = offset.checked_add(1);
     }

@@ -1,0 +1,884 @@
+//! The exactly-once iteration (feature `exactly-once`).
+//!
+//! One iteration, in ledger mode (Kafka 4.2–4.4):
+//!
+//! ```text
+//! poll ─▶ check: redelivered (count > 1, or appended under an older leader epoch)?
+//!           └─ yes: read the ledger partition read_committed up to its high watermark
+//!              sampled now; already claimed ─▶ ACCEPT, not processed again
+//!      ─▶ convert, transform ─▶ put_transactional
+//!      ─▶ begin ─▶ send outputs + dead letters + one claim per source partition ─▶ flush
+//!      ─▶ RENEW every finished record (abort if any renewal fails: the lock was lost)
+//!      ─▶ commit ─▶ ACCEPT (REJECT the dead-lettered ones)
+//! ```
+//!
+//! With KIP-1289 (atomic acknowledgements), the RENEW, the claims and the ACCEPT after the
+//! commit give way to acknowledgements staged into the transaction right after the sends.
+//!
+//! Where a process can die: before the commit, the transaction is aborted by its
+//! coordinator (or fenced by the restarted task) and the records come back; after it, they
+//! come back with a higher delivery count (or, after a leader change, from before the
+//! current leader epoch), are found claimed, and are accepted without new outputs.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::failure::Failure;
+use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
+use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
+use crate::convert::StageFailure;
+use crate::dlq::DeadLetterRecord;
+use crate::error::{Error, Result, TaskStage};
+use crate::exactly_once::ledger::Ledger;
+use crate::exactly_once::{
+    ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, TransactionalOutput,
+    choose_mode, transactional_id,
+};
+use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
+use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
+
+/// How many task slots above `tasks.max` task 0 looks for orphaned transactional ids
+/// when the cluster cannot list them.
+#[derive(Debug)]
+pub(crate) struct ExactlyOnce {
+    producer: Arc<dyn Producer>,
+    cluster: Arc<dyn ExactlyOnceCluster>,
+    config: ExactlyOnceConfig,
+    mode: Option<ExactlyOnceMode>,
+    ledger: Option<Ledger>,
+    transactional_id: String,
+    /// The producer must (re)initialize before the next transaction: at start, and after a
+    /// commit whose outcome is unknown.
+    needs_init: bool,
+}
+
+/// A record that went into the transaction, and how it is settled after the commit.
+struct Finished {
+    id: RecordId,
+    ack: AcknowledgeType,
+}
+
+impl<C: ShareConsumer> ShareSinkTask<C> {
+    /// Sets the driver up for the exactly-once iteration: `producer` must be transactional
+    /// (its `transactional.id` should be [`ExactlyOnceConfig::transactional_id`]), `cluster`
+    /// answers what the iteration asks of the cluster besides consuming and producing
+    /// ([`KafkaExactlyOnceCluster`](crate::exactly_once::KafkaExactlyOnceCluster), or the
+    /// [`EmbeddedBroker`](crate::embedded::EmbeddedBroker)). [`initialize`](Self::initialize)
+    /// then chooses the mode; call
+    /// [`iteration_exactly_once`](Self::iteration_exactly_once) (or
+    /// [`run_exactly_once`](Self::run_exactly_once)) instead of `iteration`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+    /// use kafka_share_sink::exactly_once::{ExactlyOnceConfig, MirrorTask};
+    /// use kafka_share_sink::{DriverConfig, ShareSinkTask};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("orders", 1)?;
+    /// broker.create_topic("backup.orders", 1)?;
+    /// broker.set_group_config("mirror", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
+    /// broker.produce("orders", ProduceRecord::new().value("o1"))?;
+    ///
+    /// let eos = ExactlyOnceConfig::new("mirror", 0, 1);
+    /// let producer = broker.transactional_producer(&eos.transactional_id())?;
+    /// let config = DriverConfig::new(["orders"]).poll_timeout(Duration::from_millis(10));
+    /// let mut driver = ShareSinkTask::new(
+    ///     Box::new(MirrorTask::with_prefix("backup.")),
+    ///     broker.share_consumer("mirror"),
+    ///     config,
+    /// )
+    /// .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+    /// driver.initialize().await?;
+    /// let report = driver.iteration_exactly_once().await?;
+    /// assert_eq!(report.accepted, 1);
+    /// driver.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_exactly_once(
+        mut self,
+        producer: Arc<dyn Producer>,
+        cluster: Arc<dyn ExactlyOnceCluster>,
+        config: ExactlyOnceConfig,
+    ) -> Self {
+        let transactional_id = producer
+            .transactional_id()
+            .map_or_else(|| config.transactional_id(), str::to_owned);
+        self.exactly_once = Some(Box::new(ExactlyOnce {
+            producer,
+            cluster,
+            config,
+            mode: None,
+            ledger: None,
+            transactional_id,
+            needs_init: true,
+        }));
+        self
+    }
+
+    /// The exactly-once mode chosen at [`initialize`](Self::initialize); `None` before, or
+    /// without [`with_exactly_once`](Self::with_exactly_once).
+    pub fn exactly_once_mode(&self) -> Option<ExactlyOnceMode> {
+        self.exactly_once.as_ref().and_then(|e| e.mode)
+    }
+
+    pub(super) fn is_exactly_once(&self) -> bool {
+        self.exactly_once.is_some()
+    }
+
+    /// Checks the cluster and the settings, chooses the mode, prepares the ledger and the
+    /// producer, and fences the orphans of a shrunk task count.
+    pub(super) async fn initialize_exactly_once(&mut self) -> Result<()> {
+        let group = self.consumer.group_metadata().group_id().to_owned();
+        let implicit = self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit;
+        let topics = self.config.topics.clone();
+        let mut eos = self.exactly_once.take().ok_or(Error::NotInitialized)?;
+        // Nothing of `self` is borrowed inside: the future stays Send for any consumer.
+        let result = async {
+            eos.config.validate()?;
+            if implicit {
+                return Err(Error::Config {
+                    key: "share.acknowledgement.mode",
+                    reason: "the exactly-once iteration settles records one by one after its \
+                             transaction: use explicit acknowledgement"
+                        .to_owned(),
+                });
+            }
+            let Some(id) = eos.producer.transactional_id().map(str::to_owned) else {
+                return Err(ExactlyOnceError::Config {
+                    key: "transactional.id",
+                    reason: format!(
+                        "the exactly-once iteration needs a transactional producer: set \
+                         transactional.id={}",
+                        eos.config.transactional_id()
+                    ),
+                }
+                .into());
+            };
+            if id != eos.config.transactional_id() {
+                tracing::warn!(
+                    transactional_id = %id,
+                    expected = %eos.config.transactional_id(),
+                    "the producer's transactional.id is not <connector>-eos-<task>: a restarted \
+                     task fences its predecessor only if it keeps the same id"
+                );
+            }
+            let capabilities = eos.cluster.capabilities(&group).await?;
+            let mode = choose_mode(&capabilities, eos.config.mode)
+                .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
+            if mode == ExactlyOnceMode::Ledger {
+                eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, &topics).await?);
+            }
+            eos.producer
+                .init_transactions()
+                .await
+                .map_err(ExactlyOnceError::Producer)?;
+            eos.needs_init = false;
+            if eos.config.fence_orphans && eos.config.task_id == 0 {
+                fence_orphans(&*eos.cluster, &eos.config).await?;
+            }
+            eos.mode = Some(mode);
+            tracing::info!(
+                %mode,
+                transactional_id = %id,
+                ledger = eos.ledger.as_ref().map(Ledger::topic),
+                strict = eos.config.strict,
+                ?capabilities,
+                "exactly-once iteration ready"
+            );
+            Ok(())
+        }
+        .await;
+        self.exactly_once = Some(eos);
+        result
+    }
+
+    /// One exactly-once round: poll → (ledger mode: skip what is already claimed) → convert →
+    /// [`put_transactional`](crate::SinkTask::put_transactional) → one transaction with the
+    /// outputs and what settles the batch → settle. See the [module
+    /// documentation](crate::exactly_once) and the README for the guarantee and its
+    /// exceptions.
+    ///
+    /// A retriable error of the task, the producer or a lost lock aborts the transaction and
+    /// releases the batch (it is delivered again and checked); it is reported, not returned.
+    /// A fenced producer (another instance with the same transactional id took over) and a
+    /// fatal task error stop the driver.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped mid-way, the open transaction is aborted by its coordinator
+    /// after `transaction.timeout.ms` (or when the task starts again), the records come back,
+    /// and nothing is lost or duplicated; but this driver fails from then on
+    /// ([`Error::Failed`]): close it and build a new one. Use
+    /// [`run_exactly_once`](Self::run_exactly_once) to stop on a signal.
+    pub async fn iteration_exactly_once(&mut self) -> Result<IterationReport> {
+        match self.state {
+            State::Running => {}
+            State::Created => return Err(Error::NotInitialized),
+            State::Failed => return Err(Error::Failed),
+            State::Closed => return Err(Error::Closed),
+        }
+        let Some(mut eos) = self.exactly_once.take() else {
+            return Err(Error::Config {
+                key: "exactly.once",
+                reason: "this driver has no exactly-once setup: call with_exactly_once before \
+                         initialize, or use iteration()"
+                    .to_owned(),
+            });
+        };
+        // Until the round ends the driver counts as failed: a round dropped half-way leaves
+        // a transaction and records this driver can no longer account for.
+        self.state = State::Failed;
+        let span = tracing::debug_span!(
+            "iteration_exactly_once",
+            group = %self.consumer.group_metadata().group_id(),
+            mode = ?eos.mode,
+            records = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(self.round(&mut eos), span).await;
+        self.exactly_once = Some(eos);
+        self.export_metrics();
+        self.state = match &result {
+            Err(error) if !error.is_retriable() => State::Failed,
+            _ => State::Running,
+        };
+        result
+    }
+
+    /// [`run`](Self::run) with [`iteration_exactly_once`](Self::iteration_exactly_once):
+    /// initializes if needed, iterates until `shutdown` completes or a fatal error, and
+    /// closes in both cases.
+    ///
+    /// # Cancel safety
+    ///
+    /// Pass the shutdown signal as `shutdown` instead of dropping this future: dropped, it
+    /// cuts the current iteration short and skips the close (nothing is lost or duplicated).
+    pub async fn run_exactly_once(
+        &mut self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<()> {
+        let mut shutdown = pin!(shutdown);
+        let result = async {
+            if self.state == State::Created {
+                self.initialize().await?;
+            }
+            loop {
+                if futures::poll!(shutdown.as_mut()).is_ready() {
+                    return Ok(());
+                }
+                match self.iteration_exactly_once().await {
+                    Ok(_) => {}
+                    Err(e) if e.is_retriable() => {
+                        tracing::warn!(error = %ErrorChain(&e), "exactly-once iteration failed, retrying");
+                        tokio::time::sleep(self.config.retriable_backoff).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        .await;
+        let closed = self.close().await;
+        result.and(closed)
+    }
+
+    async fn round(&mut self, eos: &mut ExactlyOnce) -> Result<IterationReport> {
+        let mut report = IterationReport::default();
+        let mode = eos.mode.ok_or(Error::NotInitialized)?;
+        if eos.needs_init {
+            eos.producer
+                .init_transactions()
+                .await
+                .map_err(ExactlyOnceError::Producer)?;
+            eos.needs_init = false;
+        }
+        if let Some(ledger) = eos.ledger.as_mut() {
+            if ledger.prune_due(eos.config.prune_interval) {
+                prune(
+                    ledger,
+                    &*eos.cluster,
+                    self.consumer.group_metadata().group_id(),
+                    &self.config.topics,
+                )
+                .await;
+            }
+        }
+        let records = self.consumer.poll(self.config.poll_timeout).await?;
+        self.metrics.records_read += records.len() as u64;
+        tracing::Span::current().record("records", records.len());
+        if records.is_empty() {
+            self.commit_if_due(&mut report).await?;
+            return Ok(report);
+        }
+        let mut records = records;
+        if let Some(ledger) = eos.ledger.as_mut() {
+            let claimed = self
+                .settle_claimed(
+                    ledger,
+                    &*eos.cluster,
+                    eos.config.strict,
+                    eos.config.barrier_timeout,
+                    &mut records,
+                )
+                .await;
+            match claimed {
+                Ok(n) => report.accepted += n,
+                Err(error) => {
+                    // The check could not finish: process nothing unchecked.
+                    self.release_all(records.iter().map(ConsumerRecord::id), &mut report)?;
+                    return Err(error.into());
+                }
+            }
+        }
+
+        // Convert and transform, as the at-least-once iteration does.
+        let mut batch: Vec<SinkRecord> = Vec::with_capacity(records.len());
+        let mut raw: Vec<ConsumerRecord> = Vec::with_capacity(records.len());
+        let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
+        let mut records = records.into_iter();
+        while let Some(record) = records.next() {
+            if record.delivery_count() > 1 {
+                self.metrics.records_redelivered += 1;
+            }
+            match self.process(&record).await {
+                Ok(Some(sink)) => {
+                    batch.push(sink);
+                    raw.push(record);
+                }
+                Ok(None) => {
+                    // No output either way: accepted at once.
+                    self.metrics.records_filtered += 1;
+                    report.filtered += 1;
+                    report.accepted += 1;
+                    self.acknowledged_since_commit += 1;
+                    self.consumer
+                        .acknowledge(&record, AcknowledgeType::Accept)?;
+                }
+                Err(failure) => {
+                    self.metrics.record_errors += 1;
+                    self.log_error(&record, &failure);
+                    if self.config.errors.tolerance == ErrorTolerance::None {
+                        let rest: Vec<ConsumerRecord> = raw.drain(..).chain(records).collect();
+                        self.batch.clear();
+                        return Err(self.stop_on_record_error(record, failure, rest).await);
+                    }
+                    failed.push((record, failure));
+                }
+            }
+        }
+        report.records = batch.len();
+
+        let mut output = TransactionalOutput::new();
+        let started = Instant::now();
+        let put = self.task.put_transactional(&batch, &mut output).await;
+        let elapsed = started.elapsed();
+        if let Err(error) = put {
+            self.metrics.put_failures += 1;
+            let ids: Vec<RecordId> = raw
+                .iter()
+                .chain(failed.iter().map(|(r, _)| r))
+                .map(ConsumerRecord::id)
+                .collect();
+            if error.is_retriable() {
+                tracing::warn!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+                self.release_all(ids.into_iter(), &mut report)?;
+                tokio::time::sleep(error.backoff().unwrap_or(self.config.retriable_backoff)).await;
+                return Ok(report);
+            }
+            tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
+            self.release_all(ids.into_iter(), &mut report)?;
+            if let Err(e) = self.commit_acknowledgements().await {
+                tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+            }
+            return Err(Error::Task {
+                stage: TaskStage::Put,
+                source: error,
+            });
+        }
+        self.metrics.put_batches += 1;
+        self.metrics.put_time_total += elapsed;
+        self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
+
+        // What goes into the transaction.
+        let mut sends: Vec<ProducerRecord> = output.take();
+        let outputs = sends.len();
+        let mut finished: Vec<Finished> = raw
+            .iter()
+            .map(|r| Finished {
+                id: r.id(),
+                ack: AcknowledgeType::Accept,
+            })
+            .collect();
+        if !failed.is_empty() {
+            let failed: Vec<(ConsumerRecord, Failure)> = failed
+                .into_iter()
+                .map(|(r, f)| {
+                    let failure = Failure::of_stage(&f);
+                    (r, failure)
+                })
+                .collect();
+            if let Some(queue) = self.config.dead_letter.clone() {
+                for letter in self.dead_letters(&failed) {
+                    sends.push(dead_letter_record(queue.topic(), letter));
+                }
+                self.metrics.dlq_produce_requests += failed.len() as u64;
+            }
+            self.metrics.records_skipped += failed.len() as u64;
+            finished.extend(failed.iter().map(|(r, _)| Finished {
+                id: r.id(),
+                ack: AcknowledgeType::Reject,
+            }));
+            report.dead_lettered += if self.config.dead_letter.is_some() {
+                failed.len()
+            } else {
+                0
+            };
+        }
+        match self.transact(eos, mode, sends, &finished).await {
+            Ok(()) => {
+                self.metrics.transactions_committed += 1;
+                self.metrics.records_put += raw.len() as u64;
+                if report.dead_lettered > 0 {
+                    self.metrics.records_dead_lettered += report.dead_lettered as u64;
+                }
+                for f in &finished {
+                    if mode == ExactlyOnceMode::Ledger {
+                        self.consumer.acknowledge_offset(
+                            f.id.topic(),
+                            f.id.partition(),
+                            f.id.offset(),
+                            f.ack,
+                        )?;
+                    }
+                    match f.ack {
+                        AcknowledgeType::Reject => report.rejected += 1,
+                        _ => report.accepted += 1,
+                    }
+                }
+                self.metrics.records_rejected += report.rejected as u64;
+                self.acknowledged_since_commit += finished.len() as u64;
+                tracing::debug!(records = finished.len(), outputs, "transaction committed");
+                self.commit_if_due(&mut report).await?;
+                Ok(report)
+            }
+            Err(abort) => {
+                self.metrics.transactions_aborted += 1;
+                report.dead_lettered = 0;
+                match abort {
+                    Aborted::Retry(error) => {
+                        tracing::warn!(records = finished.len(), error = %ErrorChain(&error), "transaction aborted; the records are delivered again");
+                        if mode == ExactlyOnceMode::Ledger {
+                            self.release_all(finished.iter().map(|f| f.id.clone()), &mut report)?;
+                        } else {
+                            report.released += finished.len();
+                        }
+                        Ok(report)
+                    }
+                    Aborted::Fatal(error) => {
+                        if mode == ExactlyOnceMode::Ledger {
+                            let _ = self
+                                .release_all(finished.iter().map(|f| f.id.clone()), &mut report);
+                            if let Err(e) = self.commit_acknowledgements().await {
+                                tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                            }
+                        }
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ledger mode: checks the records that may have been finished before, accepts those
+    /// already claimed and removes them from `records`. Returns how many were accepted.
+    async fn settle_claimed(
+        &mut self,
+        ledger: &mut Ledger,
+        cluster: &dyn ExactlyOnceCluster,
+        strict: bool,
+        timeout: std::time::Duration,
+        records: &mut Vec<ConsumerRecord>,
+    ) -> std::result::Result<usize, ExactlyOnceError> {
+        // The current leader epochs, sampled after the acquisition: a record appended under
+        // an older epoch may have been acquired (and finished) under a leader that forgot it.
+        let epochs = if strict || records.iter().all(|r| r.delivery_count() > 1) {
+            Default::default()
+        } else {
+            let mut partitions: Vec<TopicPartition> = records
+                .iter()
+                .map(|r| TopicPartition::new(r.topic_arc().clone(), r.partition()))
+                .collect();
+            partitions.sort();
+            partitions.dedup();
+            match cluster.leader_epochs(&partitions).await {
+                Ok(epochs) => epochs,
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "leader epochs unknown; checking every record against the ledger");
+                    Default::default()
+                }
+            }
+        };
+        let needs_check = |r: &ConsumerRecord| {
+            strict
+                || r.delivery_count() > 1
+                || match (
+                    r.leader_epoch(),
+                    epochs.get(&TopicPartition::new(r.topic_arc().clone(), r.partition())),
+                ) {
+                    (Some(appended), Some(current)) => appended < *current,
+                    _ => true,
+                }
+        };
+        let mut to_read: Vec<i32> = records
+            .iter()
+            .filter(|r| needs_check(r))
+            .map(|r| ledger.ledger_partition(r.partition()))
+            .collect();
+        to_read.sort_unstable();
+        to_read.dedup();
+        for partition in to_read {
+            ledger.catch_up(cluster, partition, timeout).await?;
+            self.metrics.ledger_checks += 1;
+        }
+        let mut accepted = 0;
+        let mut kept = Vec::with_capacity(records.len());
+        for record in records.drain(..) {
+            let tp = TopicPartition::new(record.topic_arc().clone(), record.partition());
+            if ledger.is_claimed(&tp, record.offset()) {
+                tracing::debug!(record = %record.id(), delivery_count = record.delivery_count(), "already claimed by a committed transaction; accepting without processing");
+                self.consumer
+                    .acknowledge(&record, AcknowledgeType::Accept)
+                    .map_err(ExactlyOnceError::Read)?;
+                accepted += 1;
+            } else {
+                kept.push(record);
+            }
+        }
+        *records = kept;
+        self.metrics.records_already_claimed += accepted as u64;
+        self.acknowledged_since_commit += accepted as u64;
+        Ok(accepted)
+    }
+
+    /// The transaction of one round. `Ok`: committed.
+    async fn transact(
+        &mut self,
+        eos: &mut ExactlyOnce,
+        mode: ExactlyOnceMode,
+        mut sends: Vec<ProducerRecord>,
+        finished: &[Finished],
+    ) -> std::result::Result<(), Aborted> {
+        if finished.is_empty() && sends.is_empty() {
+            return Ok(());
+        }
+        let producer = Arc::clone(&eos.producer);
+        producer
+            .begin_transaction()
+            .map_err(|e| self.producer_failed(eos, e))?;
+        if let Some(ledger) = &eos.ledger {
+            let ids: Vec<RecordId> = finished.iter().map(|f| f.id.clone()).collect();
+            let claims = ledger
+                .claims(&ids, &eos.transactional_id)
+                .map_err(|e| Aborted::Fatal(e.into()))?;
+            sends.extend(claims);
+        }
+        let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(sends.len());
+        let mut failure: Option<ProducerError> = None;
+        for record in sends {
+            match producer.send(record) {
+                Ok(d) => deliveries.push(d),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if failure.is_none() && mode == ExactlyOnceMode::AtomicAcknowledgements {
+            // Staged right after the sends (a lock must not run out before staging).
+            let staged = self.stage(&*producer, finished).await;
+            if let Err(e) = staged {
+                failure = Some(e);
+            }
+        }
+        if failure.is_none() {
+            if let Err(e) = producer.flush().await {
+                failure = Some(e);
+            }
+        }
+        for delivery in deliveries {
+            if let Err(e) = delivery.await {
+                failure.get_or_insert(e);
+            }
+        }
+        if let Some(error) = failure {
+            return Err(self.abort(eos, error).await);
+        }
+        if mode == ExactlyOnceMode::Ledger {
+            // The claims are durable: now make sure every record is still ours.
+            if let Err(reason) = self.renew_finished(finished).await {
+                let error = ProducerError::Abortable {
+                    reason,
+                    source: None,
+                };
+                return Err(self.abort(eos, error).await);
+            }
+        }
+        match producer.commit_transaction().await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.abort(eos, error).await),
+        }
+    }
+
+    /// KIP-1289: acknowledges the finished records locally, takes them out of the consumer
+    /// and stages them into the transaction.
+    async fn stage(
+        &mut self,
+        producer: &dyn Producer,
+        finished: &[Finished],
+    ) -> std::result::Result<(), ProducerError> {
+        let to_producer = |e: crate::consumer::ConsumerError| ProducerError::Abortable {
+            reason: "the consumer could not hand its acknowledgements over".to_owned(),
+            source: Some(Arc::new(ProducerError::Kafka {
+                source: Arc::new(e),
+            })),
+        };
+        for f in finished {
+            self.consumer
+                .acknowledge_offset(f.id.topic(), f.id.partition(), f.id.offset(), f.ack)
+                .map_err(to_producer)?;
+        }
+        let acknowledgements = self
+            .consumer
+            .take_acknowledgements_for_transaction()
+            .map_err(to_producer)?;
+        if acknowledgements.is_empty() {
+            return Ok(());
+        }
+        let group = self.consumer.group_metadata();
+        producer
+            .send_share_acknowledgements(&acknowledgements, &group)
+            .await
+    }
+
+    /// Ledger mode: RENEW every finished record and wait for the answer. `Err` names what
+    /// was lost.
+    async fn renew_finished(&mut self, finished: &[Finished]) -> std::result::Result<(), String> {
+        for f in finished {
+            let id = &f.id;
+            let renewed = self
+                .consumer
+                .hold_offset(id.topic(), id.partition(), id.offset())
+                .and_then(|()| {
+                    self.consumer.acknowledge_offset(
+                        id.topic(),
+                        id.partition(),
+                        id.offset(),
+                        AcknowledgeType::Renew,
+                    )
+                });
+            if let Err(e) = renewed {
+                return Err(format!(
+                    "could not renew the lock of {id}: {}",
+                    ErrorChain(&e)
+                ));
+            }
+        }
+        self.metrics.records_renewed += finished.len() as u64;
+        let results = self
+            .consumer
+            .commit_sync(self.config.commit_timeout)
+            .await
+            .map_err(|e| {
+                format!(
+                    "the renewal of the batch's locks failed: {}",
+                    ErrorChain(&e)
+                )
+            })?;
+        let partitions: std::collections::HashSet<TopicPartition> =
+            finished.iter().map(|f| f.id.topic_partition()).collect();
+        for (tp, error) in results.failures() {
+            if partitions.contains(tp) {
+                self.metrics.lock_losses += 1;
+                return Err(format!(
+                    "the renewal of records of {tp} failed ({error}): another consumer may hold them now"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Aborts the open transaction after `error`; says whether the driver can go on.
+    async fn abort(&mut self, eos: &mut ExactlyOnce, error: ProducerError) -> Aborted {
+        if let ProducerError::CommitOutcomeUnknown { .. } = error {
+            // The records are released; whoever gets them next waits for the outcome in the
+            // ledger read (or the coordinator resolves the staged acknowledgements).
+            eos.needs_init = true;
+            return Aborted::Retry(error.into_error());
+        }
+        if error.is_fatal() {
+            return self.producer_failed(eos, error);
+        }
+        if let Err(abort_error) = eos.producer.abort_transaction().await {
+            tracing::warn!(error = %ErrorChain(&abort_error), "could not abort the transaction; initializing the producer again, which aborts it");
+            eos.needs_init = true;
+            if abort_error.is_fatal() {
+                return self.producer_failed(eos, abort_error);
+            }
+        }
+        Aborted::Retry(error.into_error())
+    }
+
+    fn producer_failed(&mut self, eos: &mut ExactlyOnce, error: ProducerError) -> Aborted {
+        if error.is_fatal() {
+            tracing::error!(transactional_id = %eos.transactional_id, error = %ErrorChain(&error), "the transactional producer failed for good (fenced by another instance with the same transactional id?); stopping");
+            return Aborted::Fatal(ExactlyOnceError::Producer(error).into());
+        }
+        eos.needs_init = true;
+        Aborted::Retry(error.into_error())
+    }
+
+    /// RELEASEs records of the last poll (or held ones).
+    fn release_all(
+        &mut self,
+        ids: impl Iterator<Item = RecordId>,
+        report: &mut IterationReport,
+    ) -> Result<()> {
+        let mut n = 0;
+        for id in ids {
+            match self.consumer.acknowledge_offset(
+                id.topic(),
+                id.partition(),
+                id.offset(),
+                AcknowledgeType::Release,
+            ) {
+                Ok(()) => n += 1,
+                // Not ours any more (a failed renewal, a staged record): the group has it.
+                Err(e) => tracing::debug!(record = %id, error = %ErrorChain(&e), "not released"),
+            }
+        }
+        self.metrics.records_released += n;
+        report.released += n as usize;
+        self.acknowledged_since_commit += n;
+        Ok(())
+    }
+
+    /// Commits the acknowledgements when the commit policy says so (they ride on the next
+    /// poll otherwise).
+    async fn commit_if_due(&mut self, report: &mut IterationReport) -> Result<()> {
+        let requested = self
+            .context
+            .as_ref()
+            .is_some_and(crate::task::SinkTaskContext::take_commit_request);
+        let due = self.acknowledged_since_commit > 0
+            && self
+                .config
+                .commit_policy
+                .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit);
+        if requested || due {
+            self.commit_acknowledgements().await?;
+            report.committed = true;
+        }
+        Ok(())
+    }
+}
+
+/// Why a transaction did not commit.
+enum Aborted {
+    /// Aborted (or to be resolved by the coordinator); the records are delivered again.
+    Retry(Error),
+    /// The driver cannot go on.
+    Fatal(Error),
+}
+
+trait IntoError {
+    fn into_error(self) -> Error;
+}
+
+impl IntoError for ProducerError {
+    fn into_error(self) -> Error {
+        ExactlyOnceError::Producer(self).into()
+    }
+}
+
+/// A dead letter as a record of the iteration's transaction.
+fn dead_letter_record(topic: &str, letter: DeadLetterRecord) -> ProducerRecord {
+    let mut record = ProducerRecord::new(topic)
+        .with_key(letter.key().cloned())
+        .with_value(letter.value().cloned())
+        .with_headers(letter.headers().clone());
+    if let Some(timestamp) = letter.timestamp() {
+        record = record.timestamp(timestamp);
+    }
+    record
+}
+
+/// Finds or creates the ledger topic.
+async fn prepare_ledger(
+    cluster: &dyn ExactlyOnceCluster,
+    config: &ExactlyOnceConfig,
+    sources: &[String],
+) -> std::result::Result<Ledger, ExactlyOnceError> {
+    let topic = config.ledger_topic();
+    let mut widest = 1;
+    for source in sources {
+        if let Some(n) = cluster.partition_count(source).await? {
+            widest = widest.max(n);
+        }
+    }
+    let partitions = match cluster.partition_count(&topic).await? {
+        Some(n) => {
+            if n < widest {
+                tracing::warn!(ledger = %topic, partitions = n, source_partitions = widest, "the ledger topic has fewer partitions than the source: source partitions share ledger partitions, and redelivery checks wait for more transactions");
+            }
+            n
+        }
+        None => {
+            let n = config.ledger_partitions.unwrap_or(widest);
+            tracing::info!(ledger = %topic, partitions = n, "creating the exactly-once ledger topic");
+            cluster.create_ledger_topic(&topic, n).await?;
+            n
+        }
+    };
+    Ok(Ledger::new(topic, partitions))
+}
+
+/// Fences the transactional ids of task slots at and above `tasks.max`.
+async fn fence_orphans(
+    cluster: &dyn ExactlyOnceCluster,
+    config: &ExactlyOnceConfig,
+) -> std::result::Result<(), ExactlyOnceError> {
+    let prefix = format!("{}-eos-", config.connector);
+    for id in cluster.transactional_ids(&prefix).await? {
+        let Some(slot) = id.strip_prefix(&prefix).and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if slot >= config.tasks_max && id == transactional_id(&config.connector, slot) {
+            tracing::info!(transactional_id = %id, tasks_max = config.tasks_max, "fencing the producer of a task slot that no longer exists");
+            cluster.fence_transactional_id(&id).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Forgets claims below the share-partition start offsets; failures only delay pruning.
+async fn prune(
+    ledger: &mut Ledger,
+    cluster: &dyn ExactlyOnceCluster,
+    group: &str,
+    topics: &[String],
+) {
+    for topic in topics {
+        match cluster.share_partition_start_offsets(group, topic).await {
+            Ok(starts) => ledger.prune(topic, &starts),
+            Err(error) => {
+                tracing::debug!(%topic, error = %ErrorChain(&error), "share-partition start offsets unknown; pruning the ledger index later");
+            }
+        }
+    }
+    ledger.pruned_now();
+    tracing::debug!(ranges = ledger.indexed_ranges(), "ledger index pruned");
+}

@@ -1,0 +1,260 @@
+//! Two `eos_mirror` processes (examples/eos_mirror.rs, ledger mode) mirror 100,000 records
+//! while the test kills one of them with SIGKILL at a random moment, at least 20 times while
+//! records are still unfinished, and starts it again at once. Afterwards the target, read
+//! `read_committed`, must hold every source record exactly once: checked by the tests' own
+//! Fetch reader and, independently, by Kafka's Java console consumer.
+//!
+//! The single-node run is part of the main suite; the three-node run (`--ignored`, with
+//! leader moves and a broker killed in the middle) runs in the cluster phase of
+//! `scripts/test.sh`. The example binary must be built first (`cargo build --all-features
+//! --examples`; `cargo test` and `scripts/test.sh` do).
+#![cfg(feature = "exactly-once")]
+
+#[path = "support/eos.rs"]
+mod eos;
+#[path = "support/read_committed.rs"]
+mod read_committed;
+#[allow(unreachable_pub)]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kafka_share_sink::KafkaAdmin;
+use tokio::time::Instant;
+
+const RECORDS: usize = 100_000;
+const KILLS: usize = 20;
+const WORKERS: u32 = 2;
+
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test> → target/<profile>/examples/eos_mirror
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let binary = profile.join("examples").join("eos_mirror");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build --all-features --examples` (scripts/test.sh does)",
+        binary.display()
+    );
+    binary
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Workers {
+    binary: PathBuf,
+    setup_args: Vec<String>,
+    children: Vec<Child>,
+    log_dir: PathBuf,
+    starts: usize,
+}
+
+impl Workers {
+    fn start(s: &eos::Setup) -> Self {
+        let log_dir = root().join("target/tmp").join(&s.group);
+        std::fs::create_dir_all(&log_dir).expect("log dir");
+        let mut workers = Self {
+            binary: example_binary(),
+            setup_args: vec![
+                "--bootstrap".into(),
+                s.bootstrap.clone(),
+                "--topic".into(),
+                s.source.clone(),
+                "--group".into(),
+                s.group.clone(),
+                "--prefix".into(),
+                "copy.".into(),
+                "--tasks".into(),
+                WORKERS.to_string(),
+                "--transaction-timeout-ms".into(),
+                "10000".into(),
+                // Small transactions: many of them, so that kills land mid-run.
+                "--max-poll-records".into(),
+                "100".into(),
+                "--pause-ms".into(),
+                "40".into(),
+            ],
+            children: Vec::new(),
+            log_dir,
+            starts: 0,
+        };
+        for task in 0..WORKERS {
+            let child = workers.spawn(task);
+            workers.children.push(child);
+        }
+        workers
+    }
+
+    fn spawn(&mut self, task: u32) -> Child {
+        self.starts += 1;
+        let log = std::fs::File::create(
+            self.log_dir
+                .join(format!("task-{task}-start-{}.log", self.starts)),
+        )
+        .expect("log file");
+        Command::new(&self.binary)
+            .args(&self.setup_args)
+            .args(["--task", &task.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start eos_mirror")
+    }
+
+    /// SIGKILL, then start again with the same task id.
+    fn kill_and_restart(&mut self, task: u32) {
+        let i = task as usize;
+        let child = &mut self.children[i];
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "eos_mirror task {task} exited by itself ({status}); see {}",
+                self.log_dir.display()
+            );
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        let fresh = self.spawn(task);
+        self.children[i] = fresh;
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), seeded and printed so a run can be
+/// repeated.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Unfinished source records, as the share group counts them (`None` while unknown).
+async fn lag(admin: &KafkaAdmin, group: &str) -> Option<i64> {
+    let offsets = admin.share_group_offsets(group).await.ok()?;
+    if offsets.len() < eos::PARTITIONS as usize {
+        return None;
+    }
+    offsets.iter().map(|o| o.lag).sum()
+}
+
+/// Kafka's own console consumer, `read_committed`: every value of `topic`.
+fn java_read_committed(bootstrap: &str, topic: &str) -> BTreeMap<String, usize> {
+    let output = Command::new(root().join("scripts/kafka.sh"))
+        .args([
+            "run-class",
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--timeout-ms",
+            "15000",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the console consumer");
+    let mut seen = BTreeMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if line.starts_with("r-") {
+            *seen.entry(line.to_owned()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// Mid-run chaos beside the kills: `(after this many kills, what)`.
+type Chaos<'a> = &'a (dyn Fn(usize) -> Option<tokio::task::JoinHandle<()>> + Sync);
+
+async fn crash_run(bootstrap: String, replicas: i16, chaos: Chaos<'_>) {
+    let s = eos::setup(bootstrap, RECORDS, replicas).await;
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    eprintln!("crash run: seed {seed}, group {}", s.group);
+    let mut rng = Rng(seed);
+    let mut workers = Workers::start(&s);
+    let mut mid_run_kills = 0;
+    let mut chaos_tasks = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while mid_run_kills < KILLS {
+        tokio::time::sleep(Duration::from_millis(150 + rng.below(450))).await;
+        let unfinished = lag(&admin, &s.group).await;
+        assert_ne!(
+            unfinished,
+            Some(0),
+            "all records finished after only {mid_run_kills} kills: the kills would not test anything"
+        );
+        let task = u32::try_from(rng.below(u64::from(WORKERS))).expect("small");
+        workers.kill_and_restart(task);
+        mid_run_kills += 1;
+        eprintln!("kill {mid_run_kills}: task {task}, {unfinished:?} records unfinished");
+        if let Some(handle) = chaos(mid_run_kills) {
+            chaos_tasks.push(handle);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the crash run took more than 10 minutes"
+        );
+    }
+    for handle in chaos_tasks {
+        handle.await.expect("chaos task");
+    }
+    // Let the survivors finish everything.
+    loop {
+        if lag(&admin, &s.group).await == Some(0) && eos::output(&s).await.len() >= RECORDS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not finished within 10 minutes: lag {:?}, logs in target/tmp/{}",
+            lag(&admin, &s.group).await,
+            s.group
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(workers);
+    assert!(mid_run_kills >= KILLS);
+    eos::assert_exactly_once(&eos::output(&s).await, RECORDS);
+    let java = java_read_committed(&s.bootstrap, &s.target);
+    eos::assert_exactly_once(&java, RECORDS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mirror_processes_killed_twenty_times_duplicate_and_lose_nothing() {
+    let Some(bootstrap) =
+        support::bootstrap("two_mirror_processes_killed_twenty_times_duplicate_and_lose_nothing")
+    else {
+        return;
+    };
+    crash_run(bootstrap, 1, &|_| None).await;
+}
