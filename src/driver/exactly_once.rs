@@ -242,6 +242,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
         let result = tracing::Instrument::instrument(self.round(&mut eos), span).await;
         self.exactly_once = Some(eos);
+        self.export_metrics();
         self.state = match &result {
             Err(error) if !error.is_retriable() => State::Failed,
             _ => State::Running,

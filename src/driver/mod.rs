@@ -22,6 +22,7 @@
 mod config;
 #[cfg(feature = "exactly-once")]
 mod exactly_once;
+mod export;
 mod failure;
 mod held;
 mod metrics;
@@ -292,6 +293,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// One round: poll → convert → `put` → acknowledge → commit when due.
     ///
+    /// Runs in a DEBUG tracing span `iteration` (fields: see the
+    /// [`telemetry`](crate::telemetry#tracing) module); with the feature `metrics` the
+    /// counters are recorded after it.
+    ///
     /// A retriable `put` error is handled here (the report says what was released or
     /// retained) and is not returned. A fatal error is returned once; every later call
     /// returns [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the
@@ -322,12 +327,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     .to_owned(),
             });
         }
+        // The fields are documented in the `telemetry` module.
         let span = tracing::debug_span!(
             "iteration",
+            connector = %self.config.connector_name,
+            task = self.config.task_id,
             group = %self.consumer.group_metadata().group_id(),
             records = tracing::field::Empty,
         );
         let result = self.iterate().instrument(span).await;
+        self.export_metrics();
         if let Err(error) = &result {
             if !error.is_retriable() {
                 self.state = State::Failed;
@@ -1121,6 +1130,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch.clear();
         self.held.clear();
         tracing::info!(metrics = ?self.metrics, "sink task closed");
+        self.export_metrics();
         first_error.map_or(Ok(()), Err)
     }
 

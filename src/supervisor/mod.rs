@@ -1,0 +1,497 @@
+//! Several tasks of one connector in one process, like a Kafka Connect worker.
+//!
+//! A [`Supervisor`] runs `tasks.max` drivers, each with its own consumer in the same share
+//! group (a share group spreads records over its members, so tasks scale past the partition
+//! count). A factory builds the sink task and consumer of each task id. A task that fails is
+//! built again and restarted after a bounded exponential backoff ([`SupervisorConfig`]); a
+//! panic in a task counts as a failure. On the shutdown signal every task finishes its
+//! iteration and closes: its accepted records are committed and every other record is
+//! released for the group to deliver again.
+//!
+//! ```
+//! use std::time::Duration;
+//! use kafka_share_sink::embedded::{EmbeddedBroker, GroupConfig, AutoOffsetReset, ProduceRecord};
+//! use kafka_share_sink::supervisor::{Supervisor, SupervisorConfig, TaskParts};
+//! use kafka_share_sink::{DriverConfig, SinkRecord, SinkTask, TaskConfig, TaskError};
+//!
+//! struct Discard;
+//! #[async_trait::async_trait]
+//! impl SinkTask for Discard {
+//!     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> { Ok(()) }
+//!     async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> { Ok(()) }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = EmbeddedBroker::new();
+//! broker.create_topic("events", 2)?;
+//! broker.set_group_config("sink", GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest))?;
+//! for i in 0..10 {
+//!     broker.produce("events", ProduceRecord::new().value(format!("{i}")))?;
+//! }
+//! let group = broker.clone();
+//! let supervisor = Supervisor::new("discard", SupervisorConfig::new(2), move |_task_id| {
+//!     let consumer = group.share_consumer("sink");
+//!     async move {
+//!         let config = DriverConfig::new(["events"]).poll_timeout(Duration::from_millis(20));
+//!         Ok(TaskParts::new(Box::new(Discard), consumer, config))
+//!     }
+//! });
+//! let handle = supervisor.handle();
+//! // Stop once every record was read.
+//! let shutdown = async move {
+//!     while handle.statuses().iter().map(|s| s.driver.records_read).sum::<u64>() < 10 {
+//!         tokio::time::sleep(Duration::from_millis(10)).await;
+//!     }
+//! };
+//! supervisor.run(shutdown).await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use self::config::SupervisorConfig;
+use crate::consumer::ShareConsumer;
+use crate::driver::{DriverConfig, DriverMetrics, ShareSinkTask};
+use crate::error::{BoxError, Error};
+use crate::task::SinkTask;
+use crate::telemetry::{ConsumerMetrics, MeteredConsumer, MetricLabels};
+
+/// What a [`Supervisor`]'s factory builds for one task: the sink task, its consumer (in the
+/// connector's share group), and the driver config. The supervisor sets the config's
+/// connector name and task id.
+#[non_exhaustive]
+pub struct TaskParts<C> {
+    /// The sink.
+    pub task: Box<dyn SinkTask>,
+    /// Its own consumer.
+    pub consumer: C,
+    /// The driver config.
+    pub config: DriverConfig,
+}
+
+impl<C> std::fmt::Debug for TaskParts<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskParts")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ShareConsumer> TaskParts<C> {
+    /// The parts of one task.
+    pub fn new(task: Box<dyn SinkTask>, consumer: C, config: DriverConfig) -> Self {
+        Self {
+            task,
+            consumer,
+            config,
+        }
+    }
+}
+
+impl TaskParts<crate::KafkaShareConsumer> {
+    /// Task `task_id` of the connector `connector` describes (the same config for every
+    /// task; `task.id` is set here): its Kafka share consumer (client id
+    /// `connector-consumer-<name>-<task>`), dead-letter queue when configured, converters
+    /// and transforms from `plugins`, around `task`.
+    ///
+    /// # Errors
+    ///
+    /// A config that does not resolve, a dead-letter queue or consumer that cannot connect.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped, the clients connected so far are dropped with it; nothing was
+    /// subscribed or acquired yet.
+    pub async fn connect(
+        worker: &crate::Properties,
+        connector: &crate::Properties,
+        task_id: u32,
+        plugins: &crate::Plugins,
+        task: Box<dyn SinkTask>,
+    ) -> crate::Result<Self> {
+        let mut connector = connector.clone();
+        connector.insert("task.id", task_id.to_string());
+        let config = crate::ConnectorConfig::resolve(worker, &connector)?;
+        let mut driver_config = config.build_driver_config(plugins)?;
+        if let Some(dlq) = config.dead_letter_queue_config()? {
+            let context_headers = config
+                .dead_letter_queue()
+                .is_some_and(|s| s.context_headers());
+            let queue = crate::dlq::KafkaDeadLetterQueue::connect(dlq).await?;
+            driver_config = driver_config.dead_letter_queue(Arc::new(queue), context_headers);
+        }
+        let consumer = crate::KafkaShareConsumer::connect(config.kafka_consumer_config()?).await?;
+        Ok(Self::new(task, consumer, driver_config))
+    }
+}
+
+/// Where a supervised task stands, as Connect's task `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TaskState {
+    /// Not started yet.
+    Unassigned,
+    /// Being built or running.
+    Running,
+    /// Failed, waiting for its restart.
+    Restarting,
+    /// Failed more often in a row than allowed; it stays down.
+    Failed,
+    /// Stopped by the shutdown signal.
+    Stopped,
+}
+
+impl TaskState {
+    /// The state as Connect writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unassigned => "unassigned",
+            Self::Running => "running",
+            Self::Restarting => "restarting",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// One task's status, counters and last error.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TaskStatus {
+    /// The task id, from 0.
+    pub task: u32,
+    /// Where it stands.
+    pub state: TaskState,
+    /// Restarts so far.
+    pub restarts: u64,
+    /// The last failure, with its causes.
+    pub last_error: Option<String>,
+    /// The counters of its current (or last) driver, after its last iteration: they start
+    /// again at zero when the task is restarted.
+    pub driver: DriverMetrics,
+    /// The counters of its current (or last) consumer.
+    pub consumer: ConsumerMetrics,
+}
+
+/// Reads the statuses of a running [`Supervisor`]'s tasks from anywhere.
+#[derive(Debug, Clone)]
+pub struct SupervisorHandle(Arc<Shared>);
+
+impl SupervisorHandle {
+    /// Every task's status, by task id.
+    pub fn statuses(&self) -> Vec<TaskStatus> {
+        self.0.lock().clone()
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    connector: String,
+    statuses: Mutex<Vec<TaskStatus>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TaskStatus>> {
+        self.statuses.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, task: u32, f: impl FnOnce(&mut TaskStatus)) {
+        let mut statuses = self.lock();
+        if let Some(status) = statuses.get_mut(task as usize) {
+            f(status);
+            #[cfg(feature = "metrics")]
+            crate::telemetry::export::task_status(
+                &self.connector,
+                task,
+                status.state.as_str(),
+                status.restarts,
+            );
+        }
+    }
+}
+
+/// The tasks that failed for good, returned by [`Supervisor::run`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SupervisorError {
+    /// Tasks failed more often in a row than allowed, or failed to close.
+    #[error(
+        "connector {connector}: tasks {tasks:?} failed and were not restarted (see their \
+         statuses and the log); the first failure: {source}"
+    )]
+    TasksFailed {
+        /// The connector.
+        connector: String,
+        /// The failed tasks.
+        tasks: Vec<u32>,
+        /// The first task's last error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Runs the tasks of one connector; see the [module documentation](self).
+pub struct Supervisor<F> {
+    config: SupervisorConfig,
+    factory: Arc<F>,
+    shared: Arc<Shared>,
+}
+
+impl<F> std::fmt::Debug for Supervisor<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("connector", &self.shared.connector)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Aborts a spawned attempt when the supervisor's future is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<F, Fut, C> Supervisor<F>
+where
+    F: Fn(u32) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<TaskParts<C>, BoxError>> + Send + 'static,
+    C: ShareConsumer + 'static,
+{
+    /// A supervisor of `config.tasks()` tasks of `connector`, each built by `factory` with
+    /// its task id (0, 1, ...) when it starts and again at every restart.
+    pub fn new(connector: impl Into<String>, config: SupervisorConfig, factory: F) -> Self {
+        let statuses = (0..config.tasks())
+            .map(|task| TaskStatus {
+                task,
+                state: TaskState::Unassigned,
+                restarts: 0,
+                last_error: None,
+                driver: DriverMetrics::default(),
+                consumer: ConsumerMetrics::default(),
+            })
+            .collect();
+        Self {
+            config,
+            factory: Arc::new(factory),
+            shared: Arc::new(Shared {
+                connector: connector.into(),
+                statuses: Mutex::new(statuses),
+            }),
+        }
+    }
+
+    /// A handle on the tasks' statuses, usable while [`run`](Self::run) runs.
+    pub fn handle(&self) -> SupervisorHandle {
+        SupervisorHandle(Arc::clone(&self.shared))
+    }
+
+    /// Runs every task until `shutdown` completes (a signal, say), then stops them all
+    /// gracefully, each after its current iteration. Returns early when every task failed
+    /// for good.
+    ///
+    /// Each task runs on its own tokio task (`tokio::spawn`), so a multi-threaded runtime
+    /// runs them in parallel.
+    ///
+    /// # Errors
+    ///
+    /// [`SupervisorError::TasksFailed`] when a task failed more often in a row than
+    /// [`SupervisorConfig::max_restarts`] allows, or failed while stopping.
+    ///
+    /// # Cancel safety
+    ///
+    /// Pass the signal as `shutdown` rather than dropping this future: dropped, it aborts
+    /// every task in the middle of what it does, without a close; their unacknowledged
+    /// records are delivered again once their locks expire.
+    pub async fn run(
+        &self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), SupervisorError> {
+        let (stop, stopping) = watch::channel(false);
+        let tasks = futures::future::join_all(
+            (0..self.config.tasks()).map(|task| self.supervise(task, stopping.clone())),
+        );
+        let mut tasks = pin!(tasks);
+        let results = tokio::select! {
+            results = &mut tasks => results,
+            () = shutdown => {
+                tracing::info!(connector = %self.shared.connector, "shutting down every task");
+                let _ = stop.send(true);
+                tasks.await
+            }
+        };
+        let mut failed = Vec::new();
+        let mut first = None;
+        for (task, result) in (0..).zip(results) {
+            if let Err(e) = result {
+                failed.push(task);
+                first.get_or_insert(e);
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(source) => Err(SupervisorError::TasksFailed {
+                connector: self.shared.connector.clone(),
+                tasks: failed,
+                source,
+            }),
+        }
+    }
+
+    /// Runs task `task` until the shutdown or until it failed for good.
+    async fn supervise(&self, task: u32, stopping: watch::Receiver<bool>) -> Result<(), BoxError> {
+        let connector = self.shared.connector.clone();
+        let mut failures = 0u32;
+        loop {
+            if *stopping.borrow() {
+                self.shared.update(task, |s| s.state = TaskState::Stopped);
+                return Ok(());
+            }
+            self.shared.update(task, |s| s.state = TaskState::Running);
+            let started = Instant::now();
+            // Its own tokio task: a panic in the sink ends the attempt, not the supervisor.
+            let mut running = AbortOnDrop(tokio::spawn(attempt(
+                Arc::clone(&self.factory),
+                Arc::clone(&self.shared),
+                task,
+                stopping.clone(),
+            )));
+            let joined = (&mut running.0).await;
+            let error: BoxError = match joined {
+                Ok(Ok(())) => {
+                    self.shared.update(task, |s| s.state = TaskState::Stopped);
+                    return Ok(());
+                }
+                Ok(Err(e)) => e,
+                Err(join) if join.is_panic() => format!("the task panicked: {join}").into(),
+                Err(join) => join.into(),
+            };
+            let message = ErrorChain(&*error).to_string();
+            if *stopping.borrow() {
+                tracing::warn!(%connector, task, error = %message, "task failed while stopping");
+                self.shared.update(task, |s| {
+                    s.state = TaskState::Failed;
+                    s.last_error = Some(message);
+                });
+                return Err(error);
+            }
+            if started.elapsed() >= self.config.healthy_duration() {
+                failures = 0;
+            }
+            failures = failures.saturating_add(1);
+            if self
+                .config
+                .restarts_allowed()
+                .is_some_and(|max| failures > max)
+            {
+                tracing::error!(
+                    %connector, task, error = %message,
+                    "task failed {failures} times in a row; it stays failed"
+                );
+                self.shared.update(task, |s| {
+                    s.state = TaskState::Failed;
+                    s.last_error = Some(message);
+                });
+                return Err(error);
+            }
+            let delay = self.config.backoff_for(failures);
+            tracing::warn!(
+                %connector, task, error = %message, ?delay,
+                "task failed; restarting it after the backoff"
+            );
+            self.shared.update(task, |s| {
+                s.state = TaskState::Restarting;
+                s.restarts = s.restarts.saturating_add(1);
+                s.last_error = Some(message);
+            });
+            let mut stopping = stopping.clone();
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = stopping.wait_for(|stop| *stop) => {}
+            }
+        }
+    }
+}
+
+/// Builds task `task` and runs it until the shutdown (`Ok`) or a failure; closes it in both
+/// cases.
+async fn attempt<F, Fut, C>(
+    factory: Arc<F>,
+    shared: Arc<Shared>,
+    task: u32,
+    mut stopping: watch::Receiver<bool>,
+) -> Result<(), BoxError>
+where
+    F: Fn(u32) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<TaskParts<C>, BoxError>> + Send + 'static,
+    C: ShareConsumer + 'static,
+{
+    let parts = factory(task).await?;
+    let labels = MetricLabels::new(
+        shared.connector.clone(),
+        task,
+        parts.consumer.group_metadata().group_id(),
+    );
+    let consumer = MeteredConsumer::new(parts.consumer, labels);
+    let consumer_metrics = consumer.handle();
+    let task_id = i32::try_from(task).unwrap_or(i32::MAX);
+    let config = parts.config.connector(shared.connector.clone(), task_id);
+    let backoff = config.retriable_backoff;
+    let mut driver = ShareSinkTask::new(parts.task, consumer, config);
+    let result: Result<(), Error> = async {
+        driver.initialize().await?;
+        while !*stopping.borrow() {
+            let outcome = driver.iteration().await;
+            let (d, c) = (driver.metrics(), consumer_metrics.snapshot());
+            shared.update(task, |s| {
+                s.driver = d;
+                s.consumer = c;
+            });
+            match outcome {
+                Ok(_) => {}
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(task, error = %ErrorChain(&e), "iteration failed, retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        _ = stopping.wait_for(|stop| *stop) => {}
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let closed = driver.close().await;
+    let (d, c) = (driver.metrics(), consumer_metrics.snapshot());
+    shared.update(task, |s| {
+        s.driver = d;
+        s.consumer = c;
+    });
+    result.and(closed).map_err(BoxError::from)
+}
+
+/// An error with its causes, for the log.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}

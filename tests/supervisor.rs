@@ -1,0 +1,373 @@
+//! The supervisor on the embedded share group: several tasks drain one group, failed tasks are
+//! restarted with backoff or left failed, and a shutdown closes every task.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+use kafka_share_sink::supervisor::{
+    Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle, TaskParts, TaskState,
+};
+use kafka_share_sink::{DriverConfig, RecordId, SinkRecord, SinkTask, TaskConfig, TaskError};
+use tokio::time::Instant;
+
+const GROUP: &str = "sink";
+const TOPIC: &str = "events";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// `start` fails.
+    FailStart,
+    /// The first non-empty put panics.
+    PanicOnFirstPut,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    /// How many times each record was written.
+    written: HashMap<RecordId, u32>,
+    /// Task ids whose sink was stopped.
+    stopped: Vec<u32>,
+}
+
+struct Sink {
+    task: u32,
+    store: Arc<Mutex<Store>>,
+    fault: Fault,
+}
+
+#[async_trait]
+impl SinkTask for Sink {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        if self.fault == Fault::FailStart {
+            return Err(TaskError::fatal("the database went away"));
+        }
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        match std::mem::replace(&mut self.fault, Fault::None) {
+            Fault::None | Fault::FailStart => {}
+            Fault::PanicOnFirstPut => panic!("a bug in the sink"),
+        }
+        let mut store = self.store.lock().unwrap();
+        for r in records {
+            *store.written.entry(r.original_id().clone()).or_default() += 1;
+        }
+        Ok(())
+    }
+    async fn stop(&mut self) -> Result<(), TaskError> {
+        self.store.lock().unwrap().stopped.push(self.task);
+        Ok(())
+    }
+}
+
+fn broker(records: usize) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic(TOPIC, 2).unwrap();
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new().auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+        .unwrap();
+    for i in 0..records {
+        broker
+            .produce(
+                TOPIC,
+                ProduceRecord::new()
+                    .partition((i % 2) as i32)
+                    .value(format!("v{i}")),
+            )
+            .unwrap();
+    }
+    broker
+}
+
+fn driver_config() -> DriverConfig {
+    DriverConfig::new([TOPIC])
+        .poll_timeout(Duration::from_millis(20))
+        .retriable_backoff(Duration::from_millis(10))
+}
+
+/// Completes once `done` holds for the statuses (checked every 5 ms).
+async fn until(handle: SupervisorHandle, done: impl Fn(&SupervisorHandle) -> bool) {
+    while !done(&handle) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Fails the test instead of hanging it.
+async fn within<T>(run: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the supervisor ran for a minute: a task is stuck")
+}
+
+fn distinct_written(store: &Arc<Mutex<Store>>) -> usize {
+    store.lock().unwrap().written.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_tasks_drain_one_group_and_a_shutdown_closes_them_all() {
+    let broker = broker(300);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let (group, sinks) = (broker.clone(), Arc::clone(&store));
+    let supervisor = Supervisor::new("drain", SupervisorConfig::new(3), move |task| {
+        let consumer = group.share_consumer(GROUP);
+        let store = Arc::clone(&sinks);
+        async move {
+            let sink = Sink {
+                task,
+                store,
+                fault: Fault::None,
+            };
+            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
+        }
+    });
+    let handle = supervisor.handle();
+    assert!(
+        handle
+            .statuses()
+            .iter()
+            .all(|s| s.state == TaskState::Unassigned)
+    );
+    let watched = Arc::clone(&store);
+    within(supervisor.run(async move {
+        while distinct_written(&watched) < 300 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect("every task stops cleanly");
+
+    let store = store.lock().unwrap();
+    assert_eq!(store.written.len(), 300);
+    assert!(
+        store.written.values().all(|n| *n == 1),
+        "no failure, so no record is written twice"
+    );
+    let mut stopped = store.stopped.clone();
+    stopped.sort_unstable();
+    assert_eq!(stopped, [0, 1, 2], "every task's sink was stopped");
+    let statuses = handle.statuses();
+    assert_eq!(statuses.len(), 3);
+    for (i, status) in statuses.iter().enumerate() {
+        assert_eq!(status.task as usize, i);
+        assert_eq!(status.state, TaskState::Stopped);
+        assert_eq!(status.restarts, 0);
+        assert!(status.last_error.is_none());
+        assert_eq!(
+            status.driver.records_read, status.consumer.records_consumed,
+            "the metered consumer saw what the driver read"
+        );
+    }
+    let put: u64 = statuses.iter().map(|s| s.driver.records_put).sum();
+    assert_eq!(put, 300);
+    // The close committed everything: nothing is left acquired or available.
+    let counts = broker.state_counts(GROUP);
+    assert_eq!(counts.acknowledged, 300, "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_is_built_again_and_restarted_after_the_backoff() {
+    let broker = broker(100);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let builds = Arc::new(AtomicU32::new(0));
+    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&builds));
+    let config =
+        SupervisorConfig::new(2).restart_backoff(Duration::from_millis(50), Duration::from_secs(1));
+    let supervisor = Supervisor::new("restart", config, move |task| {
+        let consumer = group.share_consumer(GROUP);
+        let store = Arc::clone(&sinks);
+        // Task 1's first build fails to start; its rebuilds do not.
+        let first_of_task_1 = task == 1 && counter.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            let fault = if first_of_task_1 {
+                Fault::FailStart
+            } else {
+                Fault::None
+            };
+            Ok(TaskParts::new(
+                Box::new(Sink { task, store, fault }),
+                consumer,
+                driver_config(),
+            ))
+        }
+    });
+    let handle = supervisor.handle();
+    let watched = Arc::clone(&store);
+    let restarted = handle.clone();
+    let rebuilt = Arc::clone(&builds);
+    within(supervisor.run(async move {
+        until(restarted, |h| h.statuses()[1].restarts == 1).await;
+        while rebuilt.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        while distinct_written(&watched) < 100 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect("the restarted task stops cleanly");
+
+    let statuses = handle.statuses();
+    assert_eq!(statuses[0].restarts, 0);
+    assert_eq!(statuses[1].restarts, 1);
+    assert_eq!(statuses[1].state, TaskState::Stopped);
+    let error = statuses[1]
+        .last_error
+        .as_deref()
+        .expect("the failure is kept");
+    assert!(error.contains("the database went away"), "{error}");
+    assert_eq!(builds.load(Ordering::SeqCst), 2, "task 1 was built twice");
+    assert_eq!(distinct_written(&store), 100, "every record arrived");
+    // The failed sink is stopped by its driver's close (as Connect stops a task whose start
+    // failed), the rebuilt one at the shutdown.
+    let stopped = store.lock().unwrap().stopped.clone();
+    assert_eq!(
+        stopped.iter().filter(|t| **t == 1).count(),
+        2,
+        "{stopped:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_task_is_restarted_and_its_records_come_back() {
+    let broker = broker(40);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let builds = Arc::new(AtomicU32::new(0));
+    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&builds));
+    let config = SupervisorConfig::new(1)
+        .restart_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    let supervisor = Supervisor::new("panics", config, move |task| {
+        let consumer = group.share_consumer(GROUP);
+        let store = Arc::clone(&sinks);
+        let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            let fault = if first {
+                Fault::PanicOnFirstPut
+            } else {
+                Fault::None
+            };
+            Ok(TaskParts::new(
+                Box::new(Sink { task, store, fault }),
+                consumer,
+                driver_config(),
+            ))
+        }
+    });
+    let handle = supervisor.handle();
+    let watched = Arc::clone(&store);
+    within(supervisor.run(async move {
+        while distinct_written(&watched) < 40 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect("the restarted task stops cleanly");
+    let status = &handle.statuses()[0];
+    assert_eq!(status.restarts, 1);
+    let error = status.last_error.as_deref().unwrap();
+    assert!(error.contains("panicked"), "{error}");
+    // The panicked member's records were acquired and never acknowledged: the embedded
+    // group gives them back when its consumer is dropped, and the new task writes them.
+    assert_eq!(distinct_written(&store), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_failing_every_time_stays_failed_after_max_restarts_and_the_others_go_on() {
+    let broker = broker(60);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let (group, sinks) = (broker.clone(), Arc::clone(&store));
+    let config = SupervisorConfig::new(2)
+        .restart_backoff(Duration::from_millis(20), Duration::from_secs(10))
+        .max_restarts(Some(2));
+    let supervisor = Supervisor::new("broken", config, move |task| {
+        let consumer = group.share_consumer(GROUP);
+        let store = Arc::clone(&sinks);
+        async move {
+            if task == 0 {
+                return Err("cannot reach the database at db:5432".into());
+            }
+            let sink = Sink {
+                task,
+                store,
+                fault: Fault::None,
+            };
+            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
+        }
+    });
+    let handle = supervisor.handle();
+    let failed = handle.clone();
+    let watched = Arc::clone(&store);
+    let started = Instant::now();
+    let error = within(supervisor.run(async move {
+        until(failed, |h| h.statuses()[0].state == TaskState::Failed).await;
+        while distinct_written(&watched) < 60 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect_err("task 0 failed for good");
+    let SupervisorError::TasksFailed {
+        connector,
+        tasks,
+        source,
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(connector, "broken");
+    assert_eq!(tasks, &[0]);
+    assert!(source.to_string().contains("db:5432"), "{source}");
+    // Two restarts, after 20 ms then 40 ms.
+    assert!(started.elapsed() >= Duration::from_millis(60));
+    let statuses = handle.statuses();
+    assert_eq!(statuses[0].state, TaskState::Failed);
+    assert_eq!(statuses[0].restarts, 2);
+    assert_eq!(statuses[1].state, TaskState::Stopped);
+    assert_eq!(
+        distinct_written(&store),
+        60,
+        "task 1 drained the group alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_task_failed_for_good_run_returns_without_a_shutdown() {
+    let config = SupervisorConfig::new(2)
+        .restart_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .max_restarts(Some(0));
+    let supervisor = Supervisor::new("doomed", config, |_task| async {
+        Err::<TaskParts<kafka_share_sink::embedded::EmbeddedShareConsumer>, _>(
+            "no such table".into(),
+        )
+    });
+    let error = within(supervisor.run(std::future::pending()))
+        .await
+        .expect_err("both failed");
+    let SupervisorError::TasksFailed { tasks, .. } = error else {
+        unreachable!()
+    };
+    assert_eq!(tasks, [0, 1]);
+}
+
+#[test]
+fn the_backoff_doubles_up_to_its_bound() {
+    let config = SupervisorConfig::new(1)
+        .restart_backoff(Duration::from_millis(300), Duration::from_secs(5));
+    let delays: Vec<_> = (1..=6).map(|n| config.backoff_for(n)).collect();
+    assert_eq!(
+        delays,
+        [300, 600, 1200, 2400, 4800, 5000].map(Duration::from_millis)
+    );
+    assert_eq!(config.backoff_for(u32::MAX), Duration::from_secs(5));
+    assert_eq!(SupervisorConfig::new(0).tasks(), 1, "at least one task");
+}
