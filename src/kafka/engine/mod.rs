@@ -468,6 +468,14 @@ impl Engine {
             left.min(self.config.fetch_max_wait)
                 .max(Duration::from_millis(1))
         });
+        // A sized fetch ahead of the application takes what the broker has now and does not
+        // wait: waiting, it would hold the leader's only request slot, and a commit or RENEW
+        // would wait behind it. An empty answer stops fetching ahead until the next poll.
+        let wait = if self.config.sizing.is_some() && !wanted {
+            Duration::ZERO
+        } else {
+            wait
+        };
         Some(FetchSettings {
             max_wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
             min_bytes: self.config.fetch_min_bytes,
@@ -695,6 +703,10 @@ impl Engine {
         let mut slots = self.mailbox.lock();
         if let Some(lock) = fetched.lock_timeout {
             slots.lock_timeout = Some(lock);
+        }
+        if self.config.sizing.is_some() && fetched.records.is_empty() && !slots.wanted {
+            // Nothing there ahead of the application: wait for the next poll.
+            self.polled = false;
         }
         if !fetched.records.is_empty() {
             slots.wanted = false;
