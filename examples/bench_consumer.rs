@@ -9,7 +9,7 @@
 //!                              [--drivers K] [--fetch-max-bytes B] [--max-poll-records R]
 //!                              [--commit every|records:N|interval:MS] [--runtime multi|current]
 //!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
-//!                              [--client-config FILE]
+//!                              [--client-config FILE] [--acquisition sized|fixed]
 //! ```
 //!
 //! `consume` runs K drivers (each its own consumer, one group) until N records were put; with
@@ -37,8 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka_share_sink::{
-    CommitPolicy, DriverConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
-    Properties, Security, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    AcquisitionSizing, CommitPolicy, DriverConfig, KafkaAdmin, KafkaShareConsumer,
+    KafkaShareConsumerConfig, Properties, Security, ShareSinkTask, SinkRecord, SinkTask,
+    TaskConfig, TaskError,
 };
 
 type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -105,6 +106,7 @@ struct Progress {
     /// Iterations that put records, and commits, over all drivers (from `DriverMetrics`).
     batches: AtomicU64,
     commits: AtomicU64,
+    lock_losses: AtomicU64,
     /// Drivers that have received records.
     started: AtomicUsize,
     process_start: Instant,
@@ -241,6 +243,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
         redelivered: AtomicU64::new(0),
         batches: AtomicU64::new(0),
         commits: AtomicU64::new(0),
+        lock_losses: AtomicU64::new(0),
         started: AtomicUsize::new(0),
         process_start: Instant::now(),
         window: Mutex::new(Window::default()),
@@ -257,6 +260,11 @@ async fn consume(args: &Args) -> BoxResult<()> {
         if let Some(r) = args.get("max-poll-records") {
             config = config.max_poll_records(r.parse()?);
         }
+        config = config.acquisition_sizing(match args.get("acquisition").unwrap_or("sized") {
+            "sized" => AcquisitionSizing::Sized,
+            "fixed" => AcquisitionSizing::Fixed,
+            other => return Err(format!("--acquisition {other:?}: use sized or fixed").into()),
+        });
         let consumer = KafkaShareConsumer::connect(config).await?;
         let sink = NoOpSink {
             progress: Arc::clone(&progress),
@@ -299,6 +307,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
             progress
                 .commits
                 .fetch_add(metrics.commits, Ordering::Relaxed);
+            progress
+                .lock_losses
+                .fetch_add(metrics.lock_losses, Ordering::Relaxed);
             let closed = driver.close().await;
             outcome?;
             closed?;
@@ -327,7 +338,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     println!(
         "BENCH client=A records={records} bytes={bytes} window_records={} window_bytes={} \
          window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={} \
-         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={}",
+         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={} lock_losses={}",
         r1 - r0,
         b1 - b0,
         (end - start).as_secs_f64() * 1000.0,
@@ -337,6 +348,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
         unix_ms(end),
         progress.batches.load(Ordering::Relaxed),
         progress.commits.load(Ordering::Relaxed),
+        progress.lock_losses.load(Ordering::Relaxed),
     );
     first_error.map_or(Ok(()), Err)
 }
