@@ -202,7 +202,9 @@ impl KafkaShareConsumerConfig {
         self
     }
 
-    /// How many records the consumer may fetch ahead of the application (default 0).
+    /// How many records the consumer may fetch ahead of the application (default 0), with
+    /// [`AcquisitionSizing::Fixed`] only: the sized acquisition (the default) decides that
+    /// itself.
     ///
     /// Acquisition locks start ticking when the broker answers, so records fetched ahead
     /// spend their lock while they wait. With 0, a fetch is in flight only while a poll waits,

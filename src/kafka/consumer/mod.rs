@@ -77,8 +77,12 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// A share consumer of a Kafka 4.1+ cluster (KIP-932), over `kafka-protocol` and tokio.
 ///
 /// Membership runs on its own connection and task; a fetch engine task holds a connection
-/// and a share session per partition leader. Acknowledgements ride on the next ShareFetch or
-/// go in a ShareAcknowledge on commit; `close` sends the final ones with session epoch -1,
+/// and a share session per partition leader. By default the records acquired per fetch are
+/// sized to the application's measured pace and the acquisition lock, the next acquisition
+/// is fetched while the application processes a batch, and a poll returns at most
+/// `max.poll.records` records (see [`AcquisitionSizing`](crate::AcquisitionSizing)).
+/// Acknowledgements ride on the next ShareFetch or go in a ShareAcknowledge on commit (or
+/// when no fetch carried them within a tenth of the lock); `close` sends the final ones with session epoch -1,
 /// which releases everything else this member holds, then leaves the group.
 ///
 /// # Cancel safety

@@ -10,12 +10,20 @@
 //!
 //! # Prefetch
 //!
-//! Acquisition locks start ticking when the broker answers, so the engine fetches only while
-//! a poll waits for records, or while fewer than
+//! Acquisition locks start ticking when the broker answers. With the sized acquisition (the
+//! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
+//! mailbox, those the application is processing, and those asked for in flight) within a
+//! budget the application can process in a third of the lock, and fetches ahead (without
+//! waiting on the broker) once that level is down to half the budget. With the fixed
+//! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
 //! taken (0 by default: no fetch runs ahead of the application). An answer that arrives after
 //! its poll gave up waits in the mailbox for the next poll; its records are not lost and not
-//! released.
+//! released (unless they wait there for half their lock).
+//!
+//! Acknowledgements ride on the next fetch to their leader; they go in a ShareAcknowledge of
+//! their own when a commit asks for them, at close, for a RENEW, or when no fetch has carried
+//! them within [`Sizing::ack_linger`].
 
 pub(crate) mod cluster;
 pub(crate) mod mailbox;
