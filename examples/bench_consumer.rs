@@ -7,7 +7,7 @@
 //! bench_consumer group-config  --bootstrap HOST:PORT --group G [--set k=v]...
 //! bench_consumer consume       --bootstrap HOST:PORT --topic T --group G --records N
 //!                              [--drivers K] [--fetch-max-bytes B] [--max-poll-records R]
-//!                              [--commit every|records:N|interval:MS] [--runtime multi|current]
+//!                              [--commit default|every|records:N|interval:MS] [--runtime multi|current]
 //!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
 //!                              [--client-config FILE] [--acquisition sized|fixed]
 //! ```
@@ -205,7 +205,15 @@ impl SinkTask for NoOpSink {
     }
 }
 
-fn commit_policy(spec: &str) -> BoxResult<CommitPolicy> {
+/// `None`: the driver's default.
+fn commit_policy(spec: &str) -> BoxResult<Option<CommitPolicy>> {
+    if spec == "default" {
+        return Ok(None);
+    }
+    commit_policy_given(spec).map(Some)
+}
+
+fn commit_policy_given(spec: &str) -> BoxResult<CommitPolicy> {
     if spec == "every" {
         return Ok(CommitPolicy::every_iteration());
     }
@@ -215,7 +223,7 @@ fn commit_policy(spec: &str) -> BoxResult<CommitPolicy> {
     if let Some(ms) = spec.strip_prefix("interval:") {
         return Ok(CommitPolicy::interval(Duration::from_millis(ms.parse()?)));
     }
-    Err(format!("--commit {spec:?}: use every, records:N or interval:MS").into())
+    Err(format!("--commit {spec:?}: use default, every, records:N or interval:MS").into())
 }
 
 async fn consume(args: &Args) -> BoxResult<()> {
@@ -225,7 +233,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     let target: u64 = args.number("records", 0)?;
     let drivers: usize = args.number("drivers", 1)?;
     let idle = Duration::from_secs(args.number("idle-timeout-secs", 60)?);
-    let policy = commit_policy(args.get("commit").unwrap_or("every"))?;
+    let policy = commit_policy(args.get("commit").unwrap_or("default"))?;
     let latency = Duration::from_millis(args.number("put-latency-ms", 0)?);
     if target == 0 || drivers == 0 {
         return Err("--records and --drivers must be at least 1".into());
@@ -271,7 +279,10 @@ async fn consume(args: &Args) -> BoxResult<()> {
             seen_records: false,
             latency,
         };
-        let driver_config = DriverConfig::new([topic]).commit_policy(policy);
+        let mut driver_config = DriverConfig::new([topic]);
+        if let Some(policy) = policy {
+            driver_config = driver_config.commit_policy(policy);
+        }
         let mut driver = ShareSinkTask::new(Box::new(sink), consumer, driver_config);
         let progress = Arc::clone(&progress);
         tasks.push(tokio::spawn(async move {

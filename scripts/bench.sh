@@ -54,7 +54,8 @@
 #   BENCH_SLOW_RECORDS     records per slow-sink run [200000, at most BENCH_RECORDS]
 #   BENCH_FETCH_MAX_BYTES  fetch.max.bytes of A and C and --fetch-size of B [52428800, A's default]
 #   BENCH_MAX_POLL_RECORDS max.poll.records of all three [500, the default of all three]
-#   BENCH_A_COMMIT         A's commit policy: every | records:N | interval:MS [every, the driver's default]
+#   BENCH_A_COMMIT         A's commit policy: default | every | records:N | interval:MS [default: the driver's,
+#                          once a second]
 #   BENCH_C_COMMIT         C: every (commit after each poll, like A) | none (acks ride on the next fetch) [every]
 #   BENCH_RUNTIME          tokio runtime of A and C: multi | current [multi]
 #   BENCH_JAVA_HEAP        JVM heap options of B [-Xmx512m, kafka.sh's tool default]
@@ -111,7 +112,7 @@ SLOW_FIXED_MPR="${BENCH_SLOW_FIXED_MPR-500 2000}"
 SLOW_RECORDS="${BENCH_SLOW_RECORDS:-200000}"
 FETCH_MAX_BYTES="${BENCH_FETCH_MAX_BYTES:-52428800}"
 MAX_POLL_RECORDS="${BENCH_MAX_POLL_RECORDS:-500}"
-A_COMMIT="${BENCH_A_COMMIT:-every}"
+A_COMMIT="${BENCH_A_COMMIT:-default}"
 C_COMMIT="${BENCH_C_COMMIT:-every}"
 RUNTIME="${BENCH_RUNTIME:-multi}"
 JAVA_HEAP="${BENCH_JAVA_HEAP:--Xmx512m}"
