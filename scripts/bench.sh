@@ -428,7 +428,9 @@ CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 #                             counted there ("na" when the window holds fewer than 2 samples)
 #   rss_1st/2nd_half_MB       the largest RSS sample in the first and second half of the window
 #   broker_cpu_us_per_record  the broker's sampled CPU rate inside the window, over the records
-#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B)
+#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B, D)
+#   acquisition, max_poll_records  A's acquisition (sized | fixed; "na" for the others) and max.poll.records
+#   lock_losses               A: acknowledgements refused because the lock had expired ("na" for the others)
 record_run() {
   local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6" acq="${7:-na}" mpr="${8:-$MAX_POLL_RECORDS}"
   local bench="$OUT/$name.bench"
