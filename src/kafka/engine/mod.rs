@@ -699,6 +699,9 @@ impl Engine {
         for (tp, ranges) in fetched.internal_acks {
             self.book.acknowledge(tp, ranges);
         }
+        if self.acks_since.is_none() && self.book.pending_partitions().next().is_some() {
+            self.acks_since = Some(now);
+        }
         self.book.on_fetch(ticket, fetched.answer);
         if fetched.errors && fetched.records.is_empty() {
             self.back_off(now);
