@@ -39,7 +39,8 @@ export KAFKA_SECURITY=0
 # Leader moves need several brokers: a three-node cluster for those tests alone.
 ./scripts/kafka.sh stop
 KAFKA_NODES=3 start_broker
-cargo test --all-features --test kafka_leader_move --test kafka_producer_cluster -- --ignored
+cargo test --all-features --test kafka_leader_move --test kafka_producer_cluster \
+  --test kafka_exactly_once_crash -- --ignored
 unset KAFKA_MULTI_BOOTSTRAP
 
 # A cluster with share groups turned off: the consumer must say so clearly.

@@ -557,10 +557,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .collect();
         to_read.sort_unstable();
         to_read.dedup();
+        let started = Instant::now();
         for partition in to_read {
             ledger.catch_up(cluster, partition, timeout).await?;
             self.metrics.ledger_checks += 1;
         }
+        self.metrics.ledger_check_time += started.elapsed();
         let mut accepted = 0;
         let mut kept = Vec::with_capacity(records.len());
         for record in records.drain(..) {
@@ -603,6 +605,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .map_err(|e| Aborted::Fatal(e.into()))?;
             sends.extend(claims);
         }
+        let sending = Instant::now();
         let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(sends.len());
         let mut failure: Option<ProducerError> = None;
         for record in sends {
@@ -631,12 +634,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 failure.get_or_insert(e);
             }
         }
+        self.metrics.transaction_send_time += sending.elapsed();
         if let Some(error) = failure {
             return Err(self.abort(eos, error).await);
         }
         if mode == ExactlyOnceMode::Ledger {
             // The claims are durable: now make sure every record is still ours.
-            if let Err(reason) = self.renew_finished(finished).await {
+            let renewing = Instant::now();
+            let renewed = self.renew_finished(finished).await;
+            self.metrics.transaction_renew_time += renewing.elapsed();
+            if let Err(reason) = renewed {
                 let error = ProducerError::Abortable {
                     reason,
                     source: None,
@@ -644,10 +651,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 return Err(self.abort(eos, error).await);
             }
         }
-        match producer.commit_transaction().await {
+        let committing = Instant::now();
+        let committed = producer.commit_transaction().await;
+        let outcome = match committed {
             Ok(()) => Ok(()),
             Err(error) => Err(self.abort(eos, error).await),
-        }
+        };
+        self.metrics.transaction_commit_time += committing.elapsed();
+        outcome
     }
 
     /// KIP-1289: acknowledges the finished records locally, takes them out of the consumer

@@ -86,6 +86,15 @@ pub struct DriverMetrics {
     /// Exactly-once ledger mode: ledger partitions read up to a fresh high watermark to check
     /// redelivered records.
     pub ledger_checks: u64,
+    /// Exactly-once iteration: time spent checking redelivered records against the ledger.
+    pub ledger_check_time: Duration,
+    /// Exactly-once iteration: time from the transaction's first send until every record
+    /// of it was acknowledged by the brokers (outputs, dead letters, claims, staging).
+    pub transaction_send_time: Duration,
+    /// Exactly-once ledger mode: time spent renewing the batch's locks before the commit.
+    pub transaction_renew_time: Duration,
+    /// Exactly-once iteration: time spent committing (or aborting) transactions.
+    pub transaction_commit_time: Duration,
 }
 
 impl DriverMetrics {

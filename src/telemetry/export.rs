@@ -109,6 +109,28 @@ pub(crate) fn driver(
         counter!(name, labels.iter()).absolute(value);
     }
     gauge!("share-records-awaiting-flush", labels.iter()).set(awaiting_flush as f64);
+    // Where an exactly-once iteration's time goes, in seconds since the start.
+    let times = [
+        (
+            "share-ledger-check-seconds-total",
+            metrics.ledger_check_time,
+        ),
+        (
+            "share-transaction-send-seconds-total",
+            metrics.transaction_send_time,
+        ),
+        (
+            "share-transaction-renew-seconds-total",
+            metrics.transaction_renew_time,
+        ),
+        (
+            "share-transaction-commit-seconds-total",
+            metrics.transaction_commit_time,
+        ),
+    ];
+    for (name, value) in times {
+        gauge!(name, labels.iter()).set(value.as_secs_f64());
+    }
 }
 
 /// Records a metered consumer's counters.

@@ -18,7 +18,7 @@
 //! | kind | names |
 //! |---|---|
 //! | counter | every `*-total` of [`DriverMetrics::connect_metrics`](crate::DriverMetrics::connect_metrics), `total-record-errors`, `total-record-failures`, `total-records-skipped`, `total-retries`, `total-errors-logged`, `deadletterqueue-produce-requests`, `deadletterqueue-produce-failures`, `share-put-batches-total`, `share-put-failures-total`, `share-put-retries-total`, `share-commit-partition-failures-total`, and the exactly-once ones (`share-transactions-committed-total`, `share-transactions-aborted-total`, `share-records-already-claimed-total`, `share-ledger-checks-total`) |
-//! | gauge | `put-batch-avg-time-ms`, `put-batch-max-time-ms`, `share-records-awaiting-flush` |
+//! | gauge | `put-batch-avg-time-ms`, `put-batch-max-time-ms`, `share-records-awaiting-flush`, and where exactly-once time goes: `share-ledger-check-seconds-total`, `share-transaction-send-seconds-total`, `share-transaction-renew-seconds-total`, `share-transaction-commit-seconds-total` |
 //! | counter (consumer) | `records-consumed-total`, `bytes-consumed-total`, `acknowledgements-send-total`, `acknowledgements-error-total`, `share-consumer-poll-total`, `share-consumer-commit-total`, `share-consumer-commit-failures-total` |
 //! | gauge (consumer) | `records-per-request-avg`, `records-per-request-max`, `share-consumer-poll-time-seconds-total` |
 //! | gauge (supervisor, labelled `connector` and `task` only) | `status` with a `state` label (`running`, `restarting`, `failed`, `stopped`; 1 for the task's state, 0 otherwise), `share-task-restarts-total` |
