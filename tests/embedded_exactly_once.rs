@@ -709,3 +709,88 @@ async fn a_record_failing_on_its_last_delivery_is_dead_lettered_in_the_transacti
         assert_eq!(out, 0, "{mode}: no output");
     }
 }
+
+/// The first `put_transactional` writes to a partition that does not exist, the later ones
+/// as `Fanout`.
+struct FirstSendFails {
+    calls: usize,
+    fanout: Fanout,
+}
+
+#[async_trait]
+impl SinkTask for FirstSendFails {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        self.calls += 1;
+        if self.calls == 1 {
+            output.send(ProducerRecord::new("out").partition(99).value("nowhere"));
+            return Ok(());
+        }
+        self.fanout.put_transactional(records, output).await
+    }
+}
+
+/// A send refused before anything was staged or renewed aborts the transaction and releases
+/// the batch; the next iteration goes on (no unacknowledged records left behind) and the
+/// output is exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_refused_send_aborts_and_releases_and_the_next_iteration_goes_on() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        let eos = ExactlyOnceConfig::new("eos", 0, 1);
+        let producer = broker
+            .transactional_producer(&eos.transactional_id())
+            .expect("producer");
+        let task = FirstSendFails {
+            calls: 0,
+            fanout: Fanout {
+                slow: Arc::default(),
+            },
+        };
+        let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+        let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
+            .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+        driver.initialize().await.expect("initialize");
+        let first = driver
+            .iteration_exactly_once()
+            .await
+            .expect("aborted, not failed");
+        assert_eq!(first.released, INPUTS, "{mode}: {first:?}");
+        assert_eq!(driver.metrics().transactions_aborted, 1, "{mode}");
+        for _ in 0..10 {
+            driver.iteration_exactly_once().await.expect("goes on");
+            if broker.state_counts(GROUP).acknowledged == INPUTS as u64 {
+                break;
+            }
+        }
+        assert_eq!(
+            broker.state_counts(GROUP).acknowledged,
+            INPUTS as u64,
+            "{mode}"
+        );
+        let expected: usize = (0..INPUTS).map(outputs_of).sum();
+        let mut outputs = 0;
+        for p in 0..PARTITIONS {
+            outputs += broker
+                .read("out", p, 0, IsolationLevel::ReadCommitted, Duration::ZERO)
+                .await
+                .expect("read")
+                .records
+                .len();
+        }
+        assert_eq!(outputs, expected, "{mode}: each output once");
+        driver.close().await.expect("close");
+    }
+}

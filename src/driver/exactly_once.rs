@@ -488,10 +488,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 match abort {
                     Aborted::Retry(error) => {
                         tracing::warn!(records = finished.len(), error = %ErrorChain(&error), "transaction aborted; the records are delivered again");
-                        if mode == ExactlyOnceMode::Ledger {
-                            self.release_all(finished.iter().map(|f| f.id.clone()), &mut report)?;
-                        } else {
-                            report.released += finished.len();
+                        // Ledger mode: the records are still ours (held). Atomic mode: those
+                        // staged are available again through the abort; those the transaction
+                        // failed before staging are still in the consumer's hands, released
+                        // here (the others are no longer the consumer's to release).
+                        self.release_all(finished.iter().map(|f| f.id.clone()), &mut report)?;
+                        if mode == ExactlyOnceMode::AtomicAcknowledgements {
+                            report.released = finished.len();
                         }
                         Ok(report)
                     }
