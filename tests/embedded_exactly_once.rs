@@ -794,3 +794,33 @@ async fn a_refused_send_aborts_and_releases_and_the_next_iteration_goes_on() {
         driver.close().await.expect("close");
     }
 }
+
+/// `run_exactly_once` initializes, iterates until the shutdown future completes, and closes.
+#[tokio::test(start_paused = true)]
+async fn run_exactly_once_iterates_until_shutdown_and_closes() {
+    let broker = broker(ExactlyOnceMode::Ledger);
+    let eos = ExactlyOnceConfig::new("eos", 0, 1);
+    let producer = broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer");
+    let task = Fanout {
+        slow: Arc::default(),
+    };
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
+        .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+    let watched = broker.clone();
+    let done = async move {
+        while watched.state_counts(GROUP).acknowledged < INPUTS as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    driver.run_exactly_once(done).await.expect("run");
+    assert_eq!(driver.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+    assert!(
+        driver.iteration_exactly_once().await.is_err(),
+        "closed after the run"
+    );
+    let committed = driver.metrics().transactions_committed;
+    assert!(committed >= 1, "{committed}");
+}

@@ -21,7 +21,6 @@
 //! current leader epoch), are found claimed, and are accepted without new outputs.
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -262,28 +261,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         &mut self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<()> {
-        let mut shutdown = pin!(shutdown);
-        let result = async {
-            if self.state == State::Created {
-                self.initialize().await?;
-            }
-            loop {
-                if futures::poll!(shutdown.as_mut()).is_ready() {
-                    return Ok(());
-                }
-                match self.iteration_exactly_once().await {
-                    Ok(_) => {}
-                    Err(e) if e.is_retriable() => {
-                        tracing::warn!(error = %ErrorChain(&e), "exactly-once iteration failed, retrying");
-                        tokio::time::sleep(self.config.retriable_backoff).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        .await;
-        let closed = self.close().await;
-        result.and(closed)
+        self.run_loop(shutdown, true).await
     }
 
     async fn round(&mut self, eos: &mut ExactlyOnce) -> Result<IterationReport> {

@@ -1147,6 +1147,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// cuts the current iteration short (see [`iteration`](Self::iteration)) and skips the
     /// close.
     pub async fn run(&mut self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        self.run_loop(shutdown, false).await
+    }
+
+    /// [`run`](Self::run), with `iteration_exactly_once` when `exactly_once` is set.
+    async fn run_loop(
+        &mut self,
+        shutdown: impl Future<Output = ()> + Send,
+        exactly_once: bool,
+    ) -> Result<()> {
         let mut shutdown = pin!(shutdown);
         let result = async {
             if self.state == State::Created {
@@ -1156,7 +1165,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 if futures::poll!(shutdown.as_mut()).is_ready() {
                     return Ok(());
                 }
-                match self.iteration().await {
+                #[cfg(feature = "exactly-once")]
+                let outcome = if exactly_once {
+                    self.iteration_exactly_once().await
+                } else {
+                    self.iteration().await
+                };
+                #[cfg(not(feature = "exactly-once"))]
+                let outcome = {
+                    let _ = exactly_once;
+                    self.iteration().await
+                };
+                match outcome {
                     Ok(_) => {}
                     Err(e) if e.is_retriable() => {
                         tracing::warn!(error = %ErrorChain(&e), "iteration failed, retrying");
