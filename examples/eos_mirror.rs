@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use kafka_share_sink::exactly_once::{ExactlyOnceConfig, KafkaExactlyOnceCluster, MirrorTask};
 use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig};
 use kafka_share_sink::{
-    DriverConfig, DriverMetrics, KafkaShareConsumer, KafkaShareConsumerConfig, ShareSinkTask};
+    DriverConfig, DriverMetrics, KafkaShareConsumer, KafkaShareConsumerConfig, ShareSinkTask,
+};
 
 type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -192,7 +193,8 @@ impl Window {
             unix_ms(end),
             m1.transactions_committed
                 .saturating_sub(m0.transactions_committed),
-            m1.transactions_aborted.saturating_sub(m0.transactions_aborted),
+            m1.transactions_aborted
+                .saturating_sub(m0.transactions_aborted),
             ms(m1.ledger_check_time.saturating_sub(m0.ledger_check_time)),
             ms(m1
                 .transaction_send_time

@@ -977,7 +977,7 @@ summarize_mirror() {
         if (a[1] != "E" || a[13] == "na") continue
         w = a[3]
         print ""
-        printf "Where E'"'"'s window goes (%.0f ms, %d records, %s transactions, %.0f records per transaction):\n", w, a[2], a[12], a[12] > 0 ? a[2] / a[12] : 0
+        printf "Where E'"'"'s window goes (%.0f ms, %d records, %s transactions, %.0f records per transaction):\n", w, a[2], a[12], (a[12] > 0 ? a[2] / a[12] : 0)
         print ""
         print "| ledger checks | sends + flush | renewals | commits | rest (poll, put, acks) |"
         print "|---|---|---|---|---|"
