@@ -714,6 +714,9 @@ run_mirror() { # run_mirror KIND CLIENT SOURCE RECORDS
     G) measure "$name" java $JAVA_HEAP -cp "$(./scripts/kafka.sh classpath):$G_DIR" MirrorAtLeastOnce \
          "$BOOTSTRAP" "$source" "$target" "$group" "$records" "$MAX_POLL_RECORDS" "$IDLE_TIMEOUT" ;;
   esac
+  if [[ "$client" == E ]] && ! grep -q 'mode Some(Ledger)' "$OUT/$name.err"; then
+    die "$name: eos_mirror did not run in ledger mode, which this row measures: $(grep -m1 'mode' "$OUT/$name.err")"
+  fi
   record_run "$kind" 1 "$client" "$name" "$records" 0 na "$MAX_POLL_RECORDS"
   delete_group "$group"
   [[ "$kind" == mirror ]] || return 0
