@@ -34,6 +34,24 @@
 # idempotence on, linger.ms 5, batch.size 16384, no compression; BENCH_PRODUCER_ROW_PROPS for both).
 # Each times from its first send to its last acknowledgement; CPU and RSS as for the consumers.
 #
+# Then, only with BENCH_MIRROR=1, a mirror row: a source topic of BENCH_MIRROR_RECORDS records
+# (BENCH_RECORD_SIZE bytes, BENCH_PARTITIONS partitions) copied to a fresh target topic of as many
+# partitions, once per client, each in a fresh share group:
+#
+#   E  exactly once, ledger mode: examples/eos_mirror.rs (feature exactly-once) with
+#      --exit-after-records; prints its time in ledger checks, sends, renewals and commits
+#   F  the same pipeline at least once: examples/bench_mirror.rs, ShareSinkTask with a sink whose
+#      put sends each record (MirrorTask::mirror) through the crate's idempotent KafkaProducer and
+#      waits for every acknowledgement; acknowledged after put
+#   G  Java at least once: scripts/bench/MirrorAtLeastOnce.java, KafkaShareConsumer (explicit acks)
+#      + KafkaProducer, flush after each poll, then acknowledge and commitSync; compiled with javac
+#      against `scripts/kafka.sh classpath`, class files cached under target/bench-java
+#
+# After each run the target is counted read_committed (bench_mirror count): E must hold exactly
+# the records of the source, F and G at least as many (the excess is reported as duplicates); a
+# run that falls short fails the script. One run per client (no rounds); before them, with
+# BENCH_MIRROR_WARMUP > 0, one unrecorded run of each on that many records.
+#
 # Per run: records/s and MB/s with group join left out (the clock starts when the first records
 # reach the client, see "Timing" below), the client process's user+sys CPU seconds and peak RSS
 # (GNU time), and, sampled from /proc every BENCH_RSS_INTERVAL s, the RSS and CPU of the client and
@@ -78,6 +96,11 @@
 #                          its default) [0]
 #   BENCH_TLS_BOOTSTRAP    the SSL listener [KAFKA_SSL_BOOTSTRAP of `scripts/kafka.sh env`]
 #   BENCH_TLS_CA           PEM file of the CA that signed its certificate [KAFKA_PKI_DIR/ca.crt]
+#   BENCH_MIRROR           1: the mirror row above (E F G); off by default [0]
+#   BENCH_MIRROR_CLIENTS   its clients, in order [E F G]
+#   BENCH_MIRROR_RECORDS   records of its source topic, each copied once per client [200000]
+#   BENCH_MIRROR_WARMUP    records of one unrecorded warm-up run per client; 0 skips [20000]
+#   BENCH_MIRROR_F_COMMIT  F's commit policy: default (the driver's, once a second) | every [default]
 #   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
 #   BENCH_DELETE_GROUPS    1: delete each share group after its run [1]
 #   BENCH_OUT              results directory [target/bench/<date>-<time>]
@@ -132,6 +155,11 @@ RSS_INTERVAL="${BENCH_RSS_INTERVAL:-0.2}"
 PROFILE="${BENCH_PROFILE:-0}"
 TLS="${BENCH_TLS:-0}"
 DELETE_GROUPS="${BENCH_DELETE_GROUPS:-1}"
+MIRROR="${BENCH_MIRROR:-0}"
+MIRROR_CLIENTS="${BENCH_MIRROR_CLIENTS-E F G}"
+MIRROR_RECORDS="${BENCH_MIRROR_RECORDS:-200000}"
+MIRROR_WARMUP="${BENCH_MIRROR_WARMUP:-20000}"
+MIRROR_F_COMMIT="${BENCH_MIRROR_F_COMMIT:-default}"
 NICE="${BENCH_NICE:-10}"
 OUT="${BENCH_OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}"
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
@@ -142,6 +170,9 @@ A_BIN="$TARGET_DIR/release/examples/bench_consumer"
 P_BIN="$TARGET_DIR/release/examples/bench_producer"
 PEERS_TARGET="$TARGET_DIR/bench-peers"
 C_BIN="$PEERS_TARGET/release/krafka_share_consumer"
+E_BIN="$TARGET_DIR/release/examples/eos_mirror"
+F_BIN="$TARGET_DIR/release/examples/bench_mirror"
+G_DIR="$TARGET_DIR/bench-java"
 TIME_FMT='elapsed=%e user=%U sys=%S maxrss_kb=%M'
 
 log() { printf 'bench.sh: %s\n' "$*" >&2; }
@@ -162,6 +193,11 @@ for k in $SLOW_PUT_MS $SLOW_FIXED_MPR; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_S
 [[ "$TLS" == 0 || "$TLS" == 1 ]] || die "BENCH_TLS: '$TLS' (0 or 1)"
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
 for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
+[[ "$MIRROR" == 0 || "$MIRROR" == 1 ]] || die "BENCH_MIRROR: '$MIRROR' (0 or 1)"
+for c in $MIRROR_CLIENTS; do [[ "$c" =~ ^[EFG]$ ]] || die "BENCH_MIRROR_CLIENTS: unknown client '$c' (E, F or G)"; done
+[[ "$MIRROR_RECORDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_MIRROR_RECORDS: '$MIRROR_RECORDS'"
+[[ "$MIRROR_WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_MIRROR_WARMUP: '$MIRROR_WARMUP'"
+[[ "$MIRROR_F_COMMIT" == default || "$MIRROR_F_COMMIT" == every ]] || die "BENCH_MIRROR_F_COMMIT: '$MIRROR_F_COMMIT' (default or every)"
 
 # --- tools ------------------------------------------------------------------------------------
 ver_ge() { # ver_ge A B: dotted version A >= B
@@ -218,6 +254,25 @@ if [[ " $CLIENTS " == *" C "* || "$PROFILE" == 1 ]]; then
   nice -n "$NICE" cargo build --release --locked --manifest-path benches/peers/Cargo.toml \
     --target-dir "$PEERS_TARGET" >"$OUT/build-c.log" 2>&1 \
     || { tail -n 30 "$OUT/build-c.log" >&2; die "building C failed"; }
+fi
+
+if [[ "$MIRROR" == 1 ]]; then
+  log "building mirror clients E and F (release, feature exactly-once)"
+  nice -n "$NICE" cargo build --release --features exactly-once --example eos_mirror --example bench_mirror \
+    >"$OUT/build-mirror.log" 2>&1 || { tail -n 30 "$OUT/build-mirror.log" >&2; die "building E and F failed"; }
+  if [[ " $MIRROR_CLIENTS " == *" G "* ]]; then
+    # Compiled again only when the source or the Kafka version changed.
+    G_STAMP="$G_DIR/kafka-version"
+    if [[ ! -f "$G_DIR/MirrorAtLeastOnce.class" || scripts/bench/MirrorAtLeastOnce.java -nt "$G_DIR/MirrorAtLeastOnce.class" \
+          || "$(cat "$G_STAMP" 2>/dev/null)" != "$KAFKA_VERSION" ]]; then
+      command -v javac >/dev/null || die "javac not found: the mirror row's client G needs a JDK"
+      log "compiling mirror client G (javac)"
+      mkdir -p "$G_DIR"
+      javac -d "$G_DIR" -cp "$(./scripts/kafka.sh classpath)" scripts/bench/MirrorAtLeastOnce.java \
+        >"$OUT/build-g.log" 2>&1 || { cat "$OUT/build-g.log" >&2; die "compiling G failed"; }
+      echo "$KAFKA_VERSION" >"$G_STAMP"
+    fi
+  fi
 fi
 
 # --- broker -----------------------------------------------------------------------------------
@@ -536,6 +591,10 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS [AC
        "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT A_acquisition=$A_ACQUISITION" \
        "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
        "producer_props='$PRODUCER_PROPS'"
+  if [[ "$MIRROR" == 1 ]]; then
+    echo "mirror row: clients $MIRROR_CLIENTS, records=$MIRROR_RECORDS warmup=$MIRROR_WARMUP F_commit=$MIRROR_F_COMMIT" \
+         "max.poll.records=$MAX_POLL_RECORDS partitions=$PARTITIONS"
+  fi
   if [[ "$TLS" == 1 ]]; then
     echo "tls row: clients $TLS_CLIENTS over the SSL listener $TLS_BOOTSTRAP (security.protocol=SSL, PEM truststore: the CA of $TLS_CA)"
   fi
@@ -628,6 +687,69 @@ if ((PRODUCER_ROUNDS > 0)); then
   for ((round = 1; round <= PRODUCER_ROUNDS; round++)); do
     run_producer "$round" P
     run_producer "$round" J
+  done
+fi
+
+# --- mirror row -------------------------------------------------------------------------------
+# E, F, G copy the same source topic to a fresh target each; one line per recorded run in
+# mirror.tsv, with the count of the target read read_committed and E's split of its window.
+MIRROR_RUNS="$OUT/mirror.tsv"
+printf 'client\trecords\twindow_ms\trecords_per_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\tbroker_cpu_us_per_record\ttarget_records\tduplicates\tredelivered\ttransactions\tledger_ms\tsend_ms\trenew_ms\tcommit_ms\trest_ms\n' >"$MIRROR_RUNS"
+run_mirror() { # run_mirror KIND CLIENT SOURCE RECORDS
+  local kind="$1" client="$2" source="$3" records="$4"
+  local name="$kind-$client" group="bench-$RUN_ID-$kind-$client"
+  local prefix="$name." target="$kind-$client.$source"
+  new_group "$group"
+  admin create-topic --topic "$target" --partitions "$PARTITIONS"
+  sleep "$PAUSE"
+  log "run $name: $records records of $source to $target, group $group"
+  case "$client" in
+    E) measure "$name" "$E_BIN" --bootstrap "$BOOTSTRAP" --topic "$source" --group "$group" --prefix "$prefix" \
+         --connector "$group" --exit-after-records "$records" --max-poll-records "$MAX_POLL_RECORDS" \
+         --idle-exit-secs "$IDLE_TIMEOUT" ;;
+    F) measure "$name" "$F_BIN" mirror --bootstrap "$BOOTSTRAP" --topic "$source" --group "$group" --prefix "$prefix" \
+         --records "$records" --max-poll-records "$MAX_POLL_RECORDS" --commit "$MIRROR_F_COMMIT" \
+         --idle-timeout-secs "$IDLE_TIMEOUT" ;;
+    # shellcheck disable=SC2086
+    G) measure "$name" java $JAVA_HEAP -cp "$(./scripts/kafka.sh classpath):$G_DIR" MirrorAtLeastOnce \
+         "$BOOTSTRAP" "$source" "$target" "$group" "$records" "$MAX_POLL_RECORDS" "$IDLE_TIMEOUT" ;;
+  esac
+  if [[ "$client" == E ]] && ! grep -q 'mode Some(Ledger)' "$OUT/$name.err"; then
+    die "$name: eos_mirror did not run in ledger mode, which this row measures: $(grep -m1 'mode' "$OUT/$name.err")"
+  fi
+  record_run "$kind" 1 "$client" "$name" "$records" 0 na "$MAX_POLL_RECORDS"
+  delete_group "$group"
+  [[ "$kind" == mirror ]] || return 0
+  # Every record copied? E: exactly the source's records; F and G: at least those.
+  local counted
+  "$F_BIN" count --bootstrap "$BOOTSTRAP" --topic "$target" --partitions "$PARTITIONS" >"$OUT/$name.count" 2>&1 \
+    || { cat "$OUT/$name.count" >&2; die "$name: counting $target failed"; }
+  counted="$(sed -n 's/^COUNT //p' "$OUT/$name.count")"
+  [[ "$counted" =~ ^[0-9]+$ ]] || die "$name: no count of $target (see $OUT/$name.count)"
+  if ((counted < records)) || [[ "$client" == E && "$counted" != "$records" ]]; then
+    die "$name: $target holds $counted records read_committed, expected $([[ $client == E ]] && echo exactly || echo at least) $records"
+  fi
+  log "$name: $target holds $counted records read_committed (source $records)"
+  tail -n 1 "$RUNS" | awk -F'\t' -v client="$client" -v counted="$counted" -v expected="$records" -v bench="$(cat "$OUT/$name.bench")" '
+    function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "na" }
+    {
+      tx = field(bench, "transactions"); l = field(bench, "ledger_ms"); se = field(bench, "send_ms")
+      rn = field(bench, "renew_ms"); cm = field(bench, "commit_ms")
+      rest = l == "na" ? "na" : sprintf("%.1f", $7 - l - se - rn - cm)
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client, $6, $7, $8, $13, $14, $15, $21,
+        counted, counted - expected, field(bench, "redelivered"), tx, l, se, rn, cm, rest
+    }' | tee -a "$MIRROR_RUNS" >&2
+}
+if [[ "$MIRROR" == 1 && -n "$MIRROR_CLIENTS" ]]; then
+  MIRROR_SOURCE="bench-$RUN_ID-mirror-src"
+  produce "$MIRROR_SOURCE" "$PARTITIONS" "$MIRROR_RECORDS"
+  if ((MIRROR_WARMUP > 0)); then
+    for client in $MIRROR_CLIENTS; do
+      run_mirror warmup-mirror "$client" "$MIRROR_SOURCE" "$((MIRROR_WARMUP < MIRROR_RECORDS ? MIRROR_WARMUP : MIRROR_RECORDS))"
+    done
+  fi
+  for client in $MIRROR_CLIENTS; do
+    run_mirror mirror "$client" "$MIRROR_SOURCE" "$MIRROR_RECORDS"
   done
 fi
 
@@ -832,6 +954,43 @@ summarize() {
       }
     }' "$RUNS"
 }
+summarize_mirror() {
+  awk -F'\t' '
+    function f(x, fmt) { return x == "na" || x == "" ? "–" : sprintf(fmt, x) }
+    function ratio(x, y) { return (x == "" || y == "" || x == "na" || y == "na" || y + 0 == 0) ? "na" : x / y }
+    NR == 1 { next }
+    { n++; c[n] = $1; rps[$1] = $4; line[n] = $0 }
+    END {
+      if (!n) exit
+      print "Mirror row (one run each; E = eos_mirror exactly once in ledger mode, F = the same Rust pipeline at least once,"
+      print "G = Java share consumer + producer at least once; rec/s with group join not timed; CPU µs per record: whole"
+      print "process and sampled in the window; broker µs per record in the window; target = records a read_committed"
+      print "reader sees in the target topic, dup = target - source):"
+      print ""
+      print "| client | rec/s | CPU µs/rec whole | window | peak RSS MB | broker µs/rec | target | dup | redelivered |"
+      print "|---|---|---|---|---|---|---|---|---|"
+      for (i = 1; i <= n; i++) {
+        split(line[i], a, "\t")
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a[1], f(a[4], "%.0f"), f(a[5], "%.2f"), f(a[6], "%.2f"), f(a[7], "%.1f"), f(a[8], "%.2f"), a[9], a[10], a[11]
+      }
+      print ""
+      printf "E/F rec/s: **%s**; E/G: **%s**; F/G: %s\n", f(ratio(rps["E"], rps["F"]), "%.2f"), f(ratio(rps["E"], rps["G"]), "%.2f"), f(ratio(rps["F"], rps["G"]), "%.2f")
+      for (i = 1; i <= n; i++) {
+        split(line[i], a, "\t")
+        if (a[1] != "E" || a[13] == "na") continue
+        w = a[3]
+        print ""
+        printf "Where E'"'"'s window goes (%.0f ms, %d records, %s transactions, %.0f records per transaction):\n", w, a[2], a[12], (a[12] > 0 ? a[2] / a[12] : 0)
+        print ""
+        print "| ledger checks | sends + flush | renewals | commits | rest (poll, put, acks) |"
+        print "|---|---|---|---|---|"
+        printf "| %.0f ms (%.0f%%) | %.0f ms (%.0f%%) | %.0f ms (%.0f%%) | %.0f ms (%.0f%%) | %.0f ms (%.0f%%) |\n", a[13], 100 * a[13] / w, a[14], 100 * a[14] / w,
+          a[15], 100 * a[15] / w, a[16], 100 * a[16] / w, a[17], 100 * a[17] / w
+        if (a[12] > 0)
+          printf "\nPer transaction: sends %.1f ms, renewal %.1f ms, commit %.1f ms, rest %.1f ms.\n", a[14] / a[12], a[15] / a[12], a[16] / a[12], a[17] / a[12]
+      }
+    }' "$MIRROR_RUNS"
+}
 summarize_producer() {
   awk -F'\t' '
     function median(a, n,   i, j, t, b, m) {
@@ -868,6 +1027,8 @@ summarize_producer() {
   echo
   summarize_producer
   echo
+  summarize_mirror
+  echo
   echo 'Raw runs (runs.tsv; warmup runs are not in the tables above):'
   echo
   echo '```'
@@ -879,6 +1040,14 @@ summarize_producer() {
   echo '```'
   cat "$PRODUCER_RUNS"
   echo '```'
+  if [[ "$MIRROR" == 1 ]]; then
+    echo
+    echo 'Mirror runs (mirror.tsv):'
+    echo
+    echo '```'
+    cat "$MIRROR_RUNS"
+    echo '```'
+  fi
 } >"$OUT/summary.md"
 echo >&2
 cat "$OUT/summary.md"
