@@ -71,15 +71,15 @@ fn kafka_4_4() -> ClusterCapabilities {
 }
 
 /// Copies input offset `o` to `out` as `out-<o>`, whatever the value converted to; sleeps
-/// `slow` in its first `put_transactional` (a sink slower than the record locks).
+/// `slow_first` in its first `put_transactional` (a sink slower than the record locks).
 #[derive(Default)]
-struct Copy {
+struct CopyOffsets {
     slow_first: Option<Duration>,
     calls: usize,
 }
 
 #[async_trait]
-impl SinkTask for Copy {
+impl SinkTask for CopyOffsets {
     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
         Ok(())
     }
@@ -118,7 +118,7 @@ fn transactional(broker: &EmbeddedBroker, eos: &ExactlyOnceConfig) -> EmbeddedPr
 
 fn driver_with(
     broker: &EmbeddedBroker,
-    task: Copy,
+    task: CopyOffsets,
     consumer: EmbeddedShareConsumer,
     producer: Arc<dyn Producer>,
     eos: ExactlyOnceConfig,
@@ -131,12 +131,12 @@ fn driver_with(
     )
 }
 
-/// Task `task` of `tasks` with its transactional producer and the default driver settings.
+/// The task `eos` names, with its transactional producer and the default driver settings.
 fn driver(broker: &EmbeddedBroker, eos: ExactlyOnceConfig) -> Driver {
     let producer = transactional(broker, &eos);
     driver_with(
         broker,
-        Copy::default(),
+        CopyOffsets::default(),
         broker.share_consumer(GROUP),
         Arc::new(producer),
         eos,
@@ -287,7 +287,7 @@ async fn implicit_acknowledgement_is_refused() {
     );
     let mut d = driver_with(
         &broker,
-        Copy::default(),
+        CopyOffsets::default(),
         consumer,
         Arc::new(producer),
         eos,
@@ -312,7 +312,7 @@ async fn a_producer_without_a_transactional_id_is_refused() {
     let broker = broker(1);
     let mut d = driver_with(
         &broker,
-        Copy::default(),
+        CopyOffsets::default(),
         broker.share_consumer(GROUP),
         Arc::new(broker.producer()),
         eos(0, 1),
@@ -351,7 +351,7 @@ async fn iteration_is_refused_on_an_exactly_once_driver_and_the_other_way_round(
     assert_eq!(report.accepted, 2);
 
     let mut plain = ShareSinkTask::new(
-        Box::new(Copy::default()),
+        Box::new(CopyOffsets::default()),
         broker.share_consumer(GROUP),
         config(),
     );
@@ -612,7 +612,7 @@ async fn records_committed_before_a_fail_over_come_back_at_count_1_and_are_found
     });
     let mut first = driver_with(
         &broker,
-        Copy::default(),
+        CopyOffsets::default(),
         broker.share_consumer(GROUP),
         Arc::clone(&producer) as Arc<dyn Producer>,
         eos_0,
@@ -677,7 +677,7 @@ async fn records_committed_before_a_fail_over_come_back_at_count_1_and_are_found
 /// and the dead-letter queue `dlq`.
 fn dead_letter_setup(
     mode: ExactlyOnceMode,
-    task: Copy,
+    task: CopyOffsets,
     wrap: impl FnOnce(EmbeddedProducer, &EmbeddedBroker) -> Arc<dyn Producer>,
 ) -> (EmbeddedBroker, Driver) {
     let values = [r#""a""#, "{bad", r#""c""#];
@@ -765,7 +765,7 @@ impl Producer for WatchesCommit {
 
 async fn a_dead_letter_is_written_in_the_transaction(mode: ExactlyOnceMode) {
     let mut watcher = None;
-    let (broker, mut d) = dead_letter_setup(mode, Copy::default(), |inner, broker| {
+    let (broker, mut d) = dead_letter_setup(mode, CopyOffsets::default(), |inner, broker| {
         let w = Arc::new(WatchesCommit {
             inner,
             broker: broker.clone(),
@@ -831,7 +831,7 @@ async fn atomic_mode_writes_dead_letters_in_the_transaction_and_stages_the_rejec
 async fn an_aborted_dead_letter_is_not_visible(mode: ExactlyOnceMode) {
     // The first put outlasts the locks: the renewal (ledger) or the staging (KIP-1289)
     // fails, and the transaction with the dead letter in it is aborted.
-    let task = Copy {
+    let task = CopyOffsets {
         slow_first: Some(LOCK + Duration::from_secs(1)),
         calls: 0,
     };
@@ -897,7 +897,7 @@ async fn a_failed_accept_after_a_commit_does_not_abort_the_next_transaction() {
     let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
     let mut d = driver_with(
         &broker,
-        Copy::default(),
+        CopyOffsets::default(),
         broker.share_consumer(GROUP),
         Arc::new(producer),
         eos,
