@@ -1,8 +1,11 @@
 //! The exactly-once iteration against a real Kafka 4.4 broker, in ledger mode: the mode is
 //! chosen from the cluster's features, a mirror is exactly once with two tasks sharing the
 //! work, and a task that dies after its commit (before its ACCEPTs) or before its commit
-//! neither duplicates nor loses records. The output is read `read_committed` by the test's
-//! own Fetch reader (`support/read_committed.rs`), independent of the crate's.
+//! neither duplicates nor loses records. A group with RENEW turned off is refused, task 0
+//! fences the transactional ids of task slots a shrunk task count left (found with
+//! ListTransactions), and dead letters are written in the transaction. The output is read
+//! `read_committed` by the test's own Fetch reader (`support/read_committed.rs`),
+//! independent of the crate's.
 #![cfg(feature = "exactly-once")]
 
 #[path = "support/eos.rs"]
@@ -13,18 +16,21 @@ mod read_committed;
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use kafka_share_sink::convert::{Converters, JsonConverter};
+use kafka_share_sink::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use kafka_share_sink::exactly_once::{
-    ExactlyOnceConfig, ExactlyOnceMode, KafkaExactlyOnceCluster, MirrorTask,
+    ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, KafkaExactlyOnceCluster, MirrorTask,
 };
 use kafka_share_sink::producer::{
     DeliveryFuture, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
-    DriverConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareSinkTask,
+    AdminError, DriverConfig, Error, ErrorHandling, ErrorTolerance, KafkaAdmin, KafkaShareConsumer,
+    KafkaShareConsumerConfig, ShareSinkTask,
 };
 
 async fn driver(
@@ -32,6 +38,19 @@ async fn driver(
     task: u32,
     tasks: u32,
     wrap: impl FnOnce(KafkaProducer) -> Arc<dyn Producer>,
+) -> ShareSinkTask<KafkaShareConsumer> {
+    let mut driver = build(s, task, tasks, wrap, |c| c).await;
+    driver.initialize().await.expect("initialize");
+    driver
+}
+
+/// Task `task` of `tasks` mirroring `s.source` to `copy.<source>`, not yet initialized.
+async fn build(
+    s: &eos::Setup,
+    task: u32,
+    tasks: u32,
+    wrap: impl FnOnce(KafkaProducer) -> Arc<dyn Producer>,
+    config: impl FnOnce(DriverConfig) -> DriverConfig,
 ) -> ShareSinkTask<KafkaShareConsumer> {
     let eos = ExactlyOnceConfig::new(s.group.clone(), task, tasks)
         .with_barrier_timeout(Duration::from_secs(30));
@@ -49,12 +68,10 @@ async fn driver(
     )
     .await
     .expect("consumer");
-    let config = DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300));
-    let mut driver =
-        ShareSinkTask::new(Box::new(MirrorTask::with_prefix("copy.")), consumer, config)
-            .with_exactly_once(wrap(producer), Arc::new(cluster), eos);
-    driver.initialize().await.expect("initialize");
-    driver
+    let config =
+        config(DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300)));
+    ShareSinkTask::new(Box::new(MirrorTask::with_prefix("copy.")), consumer, config)
+        .with_exactly_once(wrap(producer), Arc::new(cluster), eos)
 }
 
 /// Runs the drivers until the output has `records` values and the group finished every
@@ -82,9 +99,8 @@ async fn drain(s: &eos::Setup, drivers: &mut [ShareSinkTask<KafkaShareConsumer>]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ledger_mode_on_kafka_4_4_mirrors_exactly_once_with_two_tasks() {
-    let Some(bootstrap) =
-        support::bootstrap("ledger_mode_on_kafka_4_4_mirrors_exactly_once_with_two_tasks")
+async fn ledger_mode_mirrors_exactly_once_with_two_tasks() {
+    let Some(bootstrap) = support::bootstrap("ledger_mode_mirrors_exactly_once_with_two_tasks")
     else {
         return;
     };
@@ -217,4 +233,208 @@ async fn a_task_that_dies_before_its_commit_is_fenced_and_its_records_redone() {
         "a_task_that_dies_before_its_commit_is_fenced_and_its_records_redone",
     )
     .await;
+}
+
+/// Kafka 4.3+: `share.renew.acknowledge.enable=false` on the group is refused, naming the
+/// setting. Kafka 4.2 has no such config (RENEW is always on): there the ledger is chosen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_renew_disabled_is_refused_at_initialize() {
+    let Some(bootstrap) =
+        support::bootstrap("a_group_with_renew_disabled_is_refused_at_initialize")
+    else {
+        return;
+    };
+    let s = eos::setup(bootstrap, 1, 1).await;
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    match admin
+        .set_share_group_config(&s.group, &[("share.renew.acknowledge.enable", "false")])
+        .await
+    {
+        Ok(()) => {}
+        Err(AdminError::Broker {
+            name: "INVALID_CONFIG",
+            ..
+        }) => {
+            // Kafka 4.2: the config came in 4.3, and RENEW cannot be turned off. Its absence
+            // reads as on.
+            let mut d = driver(&s, 0, 1, |p| Arc::new(p)).await;
+            assert_eq!(d.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+            d.close().await.expect("close");
+            return;
+        }
+        Err(e) => panic!("group config: {e:?}"),
+    }
+    support::share_group_config_until(&admin, &s.group, |c| {
+        c.get("share.renew.acknowledge.enable") == Some("false")
+    })
+    .await;
+    let mut d = build(&s, 0, 1, |p| Arc::new(p), |c| c).await;
+    let error = d.initialize().await.expect_err("refused");
+    match &error {
+        Error::ExactlyOnce(ExactlyOnceError::MissingCapability { capability }) => assert!(
+            capability.contains("share.renew.acknowledge.enable=true"),
+            "{capability}"
+        ),
+        other => panic!("expected a missing capability, got {other:?}"),
+    }
+    assert_eq!(d.exactly_once_mode(), None);
+}
+
+/// A producer with `id`, in an open transaction with one record sent to the target.
+async fn open_transaction(s: &eos::Setup, id: &str) -> KafkaProducer {
+    let producer = KafkaProducer::connect(
+        KafkaProducerConfig::new(s.bootstrap.clone())
+            .transactional_id(id)
+            .transaction_timeout(Duration::from_secs(60)),
+    )
+    .await
+    .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(
+            ProducerRecord::new(s.target.as_str())
+                .partition(0)
+                .value(id.to_owned()),
+        )
+        .expect("send")
+        .await
+        .expect("written");
+    producer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_0_fences_the_orphaned_transactional_ids_of_a_shrunk_task_count() {
+    let Some(bootstrap) =
+        support::bootstrap("task_0_fences_the_orphaned_transactional_ids_of_a_shrunk_task_count")
+    else {
+        return;
+    };
+    let s = eos::setup(bootstrap, 0, 1).await;
+    // The connector ran 4 tasks; now it runs 2. Slot 3's producer is orphaned with its
+    // transaction open; slot 1's is a live task's.
+    let orphan = open_transaction(&s, &format!("{}-eos-3", s.group)).await;
+    let live = open_transaction(&s, &format!("{}-eos-1", s.group)).await;
+
+    let mut task_0 = driver(&s, 0, 2, |p| Arc::new(p)).await;
+    assert_eq!(task_0.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+
+    let error = orphan.commit_transaction().await.expect_err("fenced");
+    assert!(matches!(error, ProducerError::Fenced { .. }), "{error:?}");
+    live.commit_transaction()
+        .await
+        .expect("slot 1 is below tasks.max: not fenced");
+    task_0.close().await.expect("close");
+    let seen = eos::output(&s).await;
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        [&format!("{}-eos-1", s.group)],
+        "the orphan's record is not visible read_committed"
+    );
+}
+
+/// A dead-letter queue that only names its topic: in the exactly-once iteration the dead
+/// letters go through the transactional producer, never through the queue's own writes.
+#[derive(Debug)]
+struct TopicOnly {
+    topic: String,
+    sends: AtomicUsize,
+}
+
+#[async_trait]
+impl DeadLetterQueue for TopicOnly {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    async fn send(&self, _: Vec<DeadLetterRecord>) -> Result<(), DeadLetterError> {
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        Err(DeadLetterError::Config {
+            key: "test",
+            reason: "only names its topic".to_owned(),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_mode_writes_dead_letters_in_the_transaction() {
+    let Some(bootstrap) = support::bootstrap("ledger_mode_writes_dead_letters_in_the_transaction")
+    else {
+        return;
+    };
+    let s = eos::setup(bootstrap, 0, 1).await;
+    let dlq = format!("{}.dlq", s.source);
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    admin.create_topic(&dlq, 1, 1).await.expect("dlq topic");
+    let producer = KafkaProducer::connect(KafkaProducerConfig::new(s.bootstrap.clone()))
+        .await
+        .expect("producer");
+    for value in [r#""a""#, "{bad", r#""c""#] {
+        producer
+            .send(
+                ProducerRecord::new(s.source.as_str())
+                    .partition(0)
+                    .value(value),
+            )
+            .expect("send")
+            .await
+            .expect("written");
+    }
+    let queue = Arc::new(TopicOnly {
+        topic: dlq.clone(),
+        sends: AtomicUsize::new(0),
+    });
+    let json =
+        Converters::byte_array().with_value(Arc::new(JsonConverter::new().schemas_enable(false)));
+    let mut d = build(
+        &s,
+        0,
+        1,
+        |p| Arc::new(p),
+        |c| {
+            c.converters(json)
+                .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+                .dead_letter_queue(Arc::clone(&queue) as Arc<dyn DeadLetterQueue>, true)
+        },
+    )
+    .await;
+    d.initialize().await.expect("initialize");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut rejected = 0;
+    while rejected == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no record rejected");
+        rejected += d
+            .iteration_exactly_once()
+            .await
+            .expect("iteration")
+            .rejected;
+    }
+    let m = d.metrics();
+    d.close().await.expect("close");
+    assert_eq!(rejected, 1);
+    assert_eq!(
+        (m.transactions_committed, m.transactions_aborted),
+        (1, 0),
+        "{m:?}"
+    );
+    assert_eq!(
+        queue.sends.load(Ordering::SeqCst),
+        0,
+        "not written outside the transaction"
+    );
+    let letters = read_committed::read_committed(&s.bootstrap, &dlq, 0).await;
+    assert_eq!(letters.len(), 1, "exactly once: {letters:?}");
+    assert_eq!(letters[0].value.as_deref(), Some(&b"{bad"[..]));
+    assert!(
+        letters[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_str() == "__connect.errors.topic")
+            .map(|(_, v)| v)
+            .is_some_and(|v| v.as_deref() == Some(s.source.as_bytes())),
+        "with the context headers: {:?}",
+        letters[0].headers
+    );
+    let seen = eos::output(&s).await;
+    assert_eq!(seen.len(), 2, "the two good records mirrored: {seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
 }

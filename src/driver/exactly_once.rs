@@ -676,6 +676,24 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Ledger mode: RENEW every finished record and wait for the answer. `Err` names what
     /// was lost.
     async fn renew_finished(&mut self, finished: &[Finished]) -> std::result::Result<(), String> {
+        // Acknowledgements sent earlier (the last round's ACCEPTs and RELEASEs, which go out
+        // with the poll; this round's ACCEPTs of records found claimed) report their outcome
+        // at the next commit. Take them first: a failure among them (a lock lost after a
+        // commit, a release of a record whose lock ran out) is harmless, and must not be
+        // taken for a failed renewal of this batch's partition.
+        let earlier = self
+            .consumer
+            .commit_sync(self.config.commit_timeout)
+            .await
+            .map_err(|e| {
+                format!(
+                    "the acknowledgements before the renewal were not answered: {}",
+                    ErrorChain(&e)
+                )
+            })?;
+        for (tp, error) in earlier.failures() {
+            tracing::debug!(partition = %tp, %error, "an earlier acknowledgement failed (the record comes back and is checked)");
+        }
         for f in finished {
             let id = &f.id;
             let renewed = self

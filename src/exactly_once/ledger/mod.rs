@@ -195,3 +195,140 @@ impl Ledger {
         self.index.ranges()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::embedded::EmbeddedBroker;
+    use crate::producer::Producer;
+
+    const LEDGER: &str = "mirror.eos-ledger";
+
+    /// Keeps the WARN events' messages.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+
+    struct Message<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Message<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            use std::fmt::Write as _;
+            let _ = write!(self.0, "{}={value:?} ", field.name());
+        }
+    }
+
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                let mut line = String::new();
+                event.record(&mut Message(&mut line));
+                self.0.lock().unwrap().push(line);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn ids(offsets: std::ops::RangeInclusive<i64>) -> Vec<RecordId> {
+        offsets.map(|o| RecordId::new("in", 0, o)).collect()
+    }
+
+    /// Writes the claims of `offsets` of `in`-0 in a transaction that commits or aborts.
+    async fn claim(
+        ledger: &Ledger,
+        producer: &dyn Producer,
+        offsets: std::ops::RangeInclusive<i64>,
+        commit: bool,
+    ) {
+        producer.begin_transaction().unwrap();
+        for record in ledger.claims(&ids(offsets), "mirror-eos-0").unwrap() {
+            producer.send(record).unwrap().await.unwrap();
+        }
+        if commit {
+            producer.commit_transaction().await.unwrap();
+        } else {
+            producer.abort_transaction().await.unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn catch_up_indexes_committed_claims_skips_the_rest_and_prune_forgets() {
+        let warnings = Warnings::default();
+        let _guard = tracing::subscriber::set_default(warnings.clone());
+        let broker = EmbeddedBroker::new();
+        broker.create_topic(LEDGER, 1).unwrap();
+        let producer = broker.transactional_producer("mirror-eos-0").unwrap();
+        producer.init_transactions().await.unwrap();
+        let mut ledger = Ledger::new(LEDGER.to_owned(), 1);
+
+        claim(&ledger, &producer, 0..=4, true).await;
+        claim(&ledger, &producer, 5..=9, false).await;
+        // Something that is not a claim, written by someone else.
+        broker
+            .produce(
+                LEDGER,
+                crate::embedded::ProduceRecord::new().value("not a claim"),
+            )
+            .unwrap();
+        claim(&ledger, &producer, 10..=12, true).await;
+
+        ledger
+            .catch_up(&broker, 0, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let tp = TopicPartition::new("in", 0);
+        for offset in (0..=4).chain(10..=12) {
+            assert!(ledger.is_claimed(&tp, offset), "committed: {offset}");
+        }
+        for offset in (5..=9).chain([13]) {
+            assert!(
+                !ledger.is_claimed(&tp, offset),
+                "aborted or never: {offset}"
+            );
+        }
+        assert!(!ledger.is_claimed(&TopicPartition::new("in", 1), 0));
+        assert_eq!(ledger.indexed_ranges(), 2);
+        let warned = warnings.0.lock().unwrap().clone();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(warned[0].contains("not a claim"), "{warned:?}");
+
+        // A later check reads on from where this one stopped.
+        claim(&ledger, &producer, 13..=13, true).await;
+        ledger
+            .catch_up(&broker, 0, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(ledger.is_claimed(&tp, 13));
+        assert_eq!(ledger.indexed_ranges(), 2, "13 joins 10..=12");
+        assert_eq!(
+            warnings.0.lock().unwrap().len(),
+            1,
+            "the garbage is not read twice"
+        );
+
+        // The share-partition start offset moved to 3: claims below it are forgotten.
+        ledger.prune("in", &HashMap::from([(0, 3)]));
+        for offset in 0..3 {
+            assert!(!ledger.is_claimed(&tp, offset), "pruned: {offset}");
+        }
+        for offset in (3..=4).chain(10..=13) {
+            assert!(ledger.is_claimed(&tp, offset), "kept: {offset}");
+        }
+        ledger.prune("in", &HashMap::from([(0, 11)]));
+        assert_eq!(ledger.indexed_ranges(), 1);
+        assert!(!ledger.is_claimed(&tp, 10) && ledger.is_claimed(&tp, 11));
+        // Another topic's start offsets leave `in` alone.
+        ledger.prune("other", &HashMap::from([(0, 100)]));
+        assert!(ledger.is_claimed(&tp, 13));
+    }
+}

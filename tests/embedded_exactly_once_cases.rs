@@ -1,0 +1,939 @@
+//! The exactly-once iteration on the embedded group, one behaviour per test, where the
+//! property test (`embedded_exactly_once.rs`) does not pin it down: the refusals at
+//! `initialize` (each naming what is missing), the mode chosen, the fencing of orphaned
+//! transactional ids when the task count shrinks, strict mode, the leader-epoch gate after a
+//! commit whose acknowledgements were lost, and dead letters written inside the transaction.
+#![cfg(feature = "exactly-once")]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_share_sink::convert::{Converters, JsonConverter};
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedProducer, EmbeddedShareConsumer,
+    GroupConfig, ProduceRecord, RecordState,
+};
+use kafka_share_sink::exactly_once::{
+    ClusterCapabilities, ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
+    ModePreference, TransactionalOutput,
+};
+use kafka_share_sink::producer::{
+    DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
+};
+use kafka_share_sink::{
+    AcknowledgementMode, CommitPolicy, DriverConfig, Error, ErrorHandling, ErrorTolerance,
+    ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+};
+
+const GROUP: &str = "mirror";
+const CONNECTOR: &str = "mirror";
+const LEDGER: &str = "mirror.eos-ledger";
+const LOCK: Duration = Duration::from_secs(30);
+
+type Driver = ShareSinkTask<EmbeddedShareConsumer>;
+
+/// Topics `in` and `out` (one partition each) and `n` inputs `v<i>`; group `mirror` from the
+/// earliest record with 30 s locks. Capabilities are the embedded default (KIP-1289).
+fn broker(n: usize) -> EmbeddedBroker {
+    broker_with(n.try_into().expect("small"), |i| {
+        ProduceRecord::new().value(format!("v{i}"))
+    })
+}
+
+fn broker_with(n: i64, record: impl Fn(i64) -> ProduceRecord) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("in", 1).expect("in");
+    broker.create_topic("out", 1).expect("out");
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(5),
+        )
+        .expect("group");
+    for i in 0..n {
+        broker.produce("in", record(i)).expect("produce");
+    }
+    broker
+}
+
+/// What Kafka 4.4 offers: transactions v2 and RENEW, no KIP-1289.
+fn kafka_4_4() -> ClusterCapabilities {
+    ClusterCapabilities::none()
+        .with_share_version(2)
+        .with_transaction_version(2)
+        .with_renew(true, true)
+}
+
+/// Copies input offset `o` to `out` as `out-<o>`, whatever the value converted to; sleeps
+/// `slow_first` in its first `put_transactional` (a sink slower than the record locks).
+#[derive(Default)]
+struct CopyOffsets {
+    slow_first: Option<Duration>,
+    calls: usize,
+}
+
+#[async_trait]
+impl SinkTask for CopyOffsets {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        self.calls += 1;
+        if let (1, Some(slow)) = (self.calls, self.slow_first) {
+            tokio::time::sleep(slow).await;
+        }
+        for record in records {
+            output.send(ProducerRecord::new("out").value(format!("out-{}", record.offset())));
+        }
+        Ok(())
+    }
+}
+
+fn eos(task: u32, tasks: u32) -> ExactlyOnceConfig {
+    ExactlyOnceConfig::new(CONNECTOR, task, tasks).with_barrier_timeout(Duration::from_secs(10))
+}
+
+fn config() -> DriverConfig {
+    DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(10))
+}
+
+fn transactional(broker: &EmbeddedBroker, eos: &ExactlyOnceConfig) -> EmbeddedProducer {
+    broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer")
+}
+
+fn driver_with(
+    broker: &EmbeddedBroker,
+    task: CopyOffsets,
+    consumer: EmbeddedShareConsumer,
+    producer: Arc<dyn Producer>,
+    eos: ExactlyOnceConfig,
+    config: DriverConfig,
+) -> Driver {
+    ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
+        producer,
+        Arc::new(broker.clone()),
+        eos,
+    )
+}
+
+/// The task `eos` names, with its transactional producer and the default driver settings.
+fn driver(broker: &EmbeddedBroker, eos: ExactlyOnceConfig) -> Driver {
+    let producer = transactional(broker, &eos);
+    driver_with(
+        broker,
+        CopyOffsets::default(),
+        broker.share_consumer(GROUP),
+        Arc::new(producer),
+        eos,
+        config(),
+    )
+}
+
+/// The values of a topic's partition 0 as a reader at `isolation` sees them.
+async fn values(broker: &EmbeddedBroker, topic: &str, isolation: IsolationLevel) -> Vec<String> {
+    let read = broker
+        .read(topic, 0, 0, isolation, Duration::ZERO)
+        .await
+        .expect("read");
+    read.records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value().expect("value")).into_owned())
+        .collect()
+}
+
+async fn committed(broker: &EmbeddedBroker, topic: &str) -> Vec<String> {
+    values(broker, topic, IsolationLevel::ReadCommitted).await
+}
+
+fn state(broker: &EmbeddedBroker, offset: i64) -> (RecordState, u16) {
+    let view = broker
+        .record_state(GROUP, "in", 0, offset)
+        .expect("the group read the record");
+    (view.state(), view.delivery_count())
+}
+
+/// An error with its sources, as a log line shows it.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// `initialize` must fail for want of a capability whose description contains `needle`.
+async fn assert_missing(driver: &mut Driver, needle: &str) {
+    let error = driver
+        .initialize()
+        .await
+        .expect_err("initialize must refuse");
+    match &error {
+        Error::ExactlyOnce(ExactlyOnceError::MissingCapability { capability }) => {
+            assert!(
+                capability.contains(needle),
+                "the error should name `{needle}`: {capability}"
+            );
+        }
+        other => panic!("expected a missing capability, got {other:?}"),
+    }
+    let chain = chain(&error);
+    assert!(chain.contains(needle), "the message names it: {chain}");
+    assert_eq!(driver.exactly_once_mode(), None);
+    assert!(
+        matches!(driver.iteration_exactly_once().await, Err(Error::Failed)),
+        "a refused driver does not iterate"
+    );
+}
+
+// ---- 1. Refusals at initialize ------------------------------------------------------------
+
+#[tokio::test]
+async fn kafka_4_1_is_refused_for_want_of_renew() {
+    let broker = broker(1);
+    broker.set_capabilities(kafka_4_4().with_share_version(1).with_renew(false, false));
+    let mut d = driver(&broker, eos(0, 1));
+    assert_missing(&mut d, "RENEW acknowledgements (Kafka 4.2 or newer").await;
+    assert_eq!(
+        broker.partition_count(LEDGER).await.unwrap(),
+        None,
+        "no ledger topic is created for a refused mode"
+    );
+}
+
+#[tokio::test]
+async fn transaction_version_1_is_refused() {
+    let broker = broker(1);
+    broker.set_capabilities(kafka_4_4().with_transaction_version(1));
+    let mut d = driver(&broker, eos(0, 1));
+    assert_missing(&mut d, "transaction.version 2").await;
+    assert_eq!(broker.partition_count(LEDGER).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn renew_disabled_for_the_group_is_refused_in_ledger_mode() {
+    let broker = broker(1);
+    broker.set_capabilities(kafka_4_4());
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .renew_acknowledge_enable(false),
+        )
+        .unwrap();
+    let caps = broker.capabilities(GROUP).await.unwrap();
+    assert!(
+        caps.renew && !caps.renew_enabled_for_group,
+        "the cluster reports RENEW supported but off for the group: {caps:?}"
+    );
+    let mut d = driver(&broker, eos(0, 1));
+    assert_missing(&mut d, "share.renew.acknowledge.enable=true").await;
+}
+
+#[tokio::test]
+async fn renew_disabled_for_the_group_does_not_matter_with_atomic_acknowledgements() {
+    // KIP-1289 settles inside the transaction: no RENEW is sent.
+    let broker = broker(1);
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .renew_acknowledge_enable(false),
+        )
+        .unwrap();
+    let mut d = driver(&broker, eos(0, 1));
+    d.initialize().await.expect("initialize");
+    assert_eq!(
+        d.exactly_once_mode(),
+        Some(ExactlyOnceMode::AtomicAcknowledgements)
+    );
+}
+
+#[tokio::test]
+async fn atomic_mode_required_on_a_kafka_4_4_cluster_is_refused() {
+    let broker = broker(1);
+    broker.set_capabilities(kafka_4_4());
+    let mut d = driver(&broker, eos(0, 1).with_mode(ModePreference::Atomic));
+    assert_missing(&mut d, "share.version 3").await;
+}
+
+#[tokio::test]
+async fn implicit_acknowledgement_is_refused() {
+    let broker = broker(1);
+    let eos = eos(0, 1);
+    let producer = transactional(&broker, &eos);
+    let consumer = broker.share_consumer_with(
+        GROUP,
+        ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit),
+    );
+    let mut d = driver_with(
+        &broker,
+        CopyOffsets::default(),
+        consumer,
+        Arc::new(producer),
+        eos,
+        config(),
+    );
+    let error = d.initialize().await.expect_err("refused");
+    assert!(
+        matches!(
+            &error,
+            Error::Config {
+                key: "share.acknowledgement.mode",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("explicit"), "{error}");
+}
+
+#[tokio::test]
+async fn a_producer_without_a_transactional_id_is_refused() {
+    let broker = broker(1);
+    let mut d = driver_with(
+        &broker,
+        CopyOffsets::default(),
+        broker.share_consumer(GROUP),
+        Arc::new(broker.producer()),
+        eos(0, 1),
+        config(),
+    );
+    let error = d.initialize().await.expect_err("refused");
+    match &error {
+        Error::ExactlyOnce(ExactlyOnceError::Config { key, reason }) => {
+            assert_eq!(*key, "transactional.id");
+            assert!(
+                reason.contains("transactional.id=mirror-eos-0"),
+                "says which id to set: {reason}"
+            );
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn iteration_is_refused_on_an_exactly_once_driver_and_the_other_way_round() {
+    let broker = broker(2);
+    let mut eos_driver = driver(&broker, eos(0, 1));
+    eos_driver.initialize().await.expect("initialize");
+    let error = eos_driver.iteration().await.expect_err("refused");
+    assert!(
+        matches!(&error, Error::Config { key: "exactly.once", reason } if reason.contains("iteration_exactly_once")),
+        "{error:?}"
+    );
+    assert_eq!(
+        broker.state_counts(GROUP).acquired,
+        0,
+        "nothing was polled by the refused call"
+    );
+    // The refusal does not break the driver.
+    let report = eos_driver.iteration_exactly_once().await.expect("iterates");
+    assert_eq!(report.accepted, 2);
+
+    let mut plain = ShareSinkTask::new(
+        Box::new(CopyOffsets::default()),
+        broker.share_consumer(GROUP),
+        config(),
+    );
+    plain.initialize().await.expect("initialize");
+    let error = plain.iteration_exactly_once().await.expect_err("refused");
+    assert!(
+        matches!(&error, Error::Config { key: "exactly.once", reason } if reason.contains("with_exactly_once")),
+        "{error:?}"
+    );
+    assert_eq!(plain.exactly_once_mode(), None);
+}
+
+// ---- 2. The mode chosen and reported ------------------------------------------------------
+
+#[tokio::test]
+async fn the_embedded_default_gets_atomic_acknowledgements() {
+    let broker = broker(3);
+    let mut d = driver(&broker, eos(0, 1));
+    assert_eq!(d.exactly_once_mode(), None, "not before initialize");
+    d.initialize().await.expect("initialize");
+    assert_eq!(
+        d.exactly_once_mode(),
+        Some(ExactlyOnceMode::AtomicAcknowledgements)
+    );
+    assert_eq!(
+        broker.partition_count(LEDGER).await.unwrap(),
+        None,
+        "no ledger in atomic mode"
+    );
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 3);
+    assert_eq!(d.metrics().records_renewed, 0, "no RENEW in atomic mode");
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+}
+
+#[tokio::test]
+async fn kafka_4_4_capabilities_get_the_ledger() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let mut d = driver(&broker, eos(0, 1));
+    d.initialize().await.expect("initialize");
+    assert_eq!(d.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+    assert_eq!(
+        broker.partition_count(LEDGER).await.unwrap(),
+        Some(1),
+        "the ledger topic is created with the source's partition count"
+    );
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 3);
+    assert_eq!(d.metrics().records_renewed, 3, "renewed before the commit");
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+    assert_eq!(
+        committed(&broker, LEDGER).await.len(),
+        1,
+        "one claim for the one source partition"
+    );
+}
+
+// ---- 3. Orphan fencing when tasks.max shrinks ---------------------------------------------
+
+/// A producer with `id`, in an open transaction with one record sent.
+async fn open_transaction(broker: &EmbeddedBroker, id: &str) -> EmbeddedProducer {
+    let producer = broker.transactional_producer(id).expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(ProducerRecord::new("out").value(id.to_owned()))
+        .expect("send")
+        .await
+        .expect("written");
+    producer
+}
+
+#[tokio::test]
+async fn task_0_fences_the_producers_of_task_slots_at_and_above_tasks_max() {
+    let broker = broker(0);
+    // Four tasks ran before; now tasks.max is 2. The producers of slots 2 and 3 are
+    // orphaned, each with a transaction still open.
+    let orphan = open_transaction(&broker, "mirror-eos-3").await;
+    let orphan_2 = open_transaction(&broker, "mirror-eos-2").await;
+    let other_connector = open_transaction(&broker, "other-eos-3").await;
+
+    // Task 1 fences nothing but its own predecessor: only task 0 fences orphans.
+    let mut task_1 = driver(&broker, eos(1, 2));
+    task_1.initialize().await.expect("initialize task 1");
+    orphan
+        .send(ProducerRecord::new("out").value("still alive"))
+        .expect("not fenced yet")
+        .await
+        .expect("written");
+    // A producer of task slot 1 (below tasks.max) with an open transaction.
+    let live = open_transaction(&broker, "mirror-eos-1").await;
+
+    let mut task_0 = driver(&broker, eos(0, 2));
+    task_0.initialize().await.expect("initialize task 0");
+
+    for (name, producer) in [("mirror-eos-3", &orphan), ("mirror-eos-2", &orphan_2)] {
+        let error = producer.commit_transaction().await.expect_err(name);
+        assert!(
+            matches!(error, ProducerError::Fenced { .. }),
+            "{name}: {error:?}"
+        );
+    }
+    live.commit_transaction()
+        .await
+        .expect("task slot 1 is below tasks.max");
+    other_connector
+        .commit_transaction()
+        .await
+        .expect("another connector's id");
+    assert_eq!(
+        committed(&broker, "out").await,
+        ["other-eos-3", "mirror-eos-1"],
+        "the orphans' records are not visible read_committed"
+    );
+}
+
+// ---- 4. Strict mode -------------------------------------------------------------------------
+
+/// A claim record as the ledger stores it (the layout documented in
+/// `src/exactly_once/ledger/claim.rs`, version 1).
+fn claim(topic: &str, partition: i32, first: i64, last: i64, id: &str) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_slice(b"KSSC");
+    out.put_u8(1);
+    out.put_u16(u16::try_from(topic.len()).unwrap());
+    out.put_slice(topic.as_bytes());
+    out.put_i32(partition);
+    out.put_u32(1);
+    out.put_i64(first);
+    out.put_i64(last);
+    out.put_u16(u16::try_from(id.len()).unwrap());
+    out.put_slice(id.as_bytes());
+    out.freeze()
+}
+
+#[tokio::test]
+async fn strict_mode_checks_first_deliveries_against_the_ledger() {
+    let broker = broker(4);
+    broker.set_capabilities(kafka_4_4());
+    let mut d = driver(&broker, eos(0, 1).with_strict(true));
+    d.initialize().await.expect("initialize");
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 4);
+    let m = d.metrics();
+    assert_eq!(m.records_redelivered, 0, "first deliveries only: {m:?}");
+    assert!(m.ledger_checks > 0, "strict: checked all the same: {m:?}");
+    assert_eq!(m.records_already_claimed, 0);
+    assert_eq!(committed(&broker, "out").await.len(), 4);
+}
+
+#[tokio::test]
+async fn without_strict_mode_first_deliveries_are_not_checked() {
+    let broker = broker(4);
+    broker.set_capabilities(kafka_4_4());
+    let mut d = driver(&broker, eos(0, 1));
+    d.initialize().await.expect("initialize");
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 4);
+    let m = d.metrics();
+    assert_eq!(
+        (m.records_redelivered, m.ledger_checks),
+        (0, 0),
+        "a clean run reads no ledger: {m:?}"
+    );
+}
+
+/// A claim committed by another task for records that come back as first deliveries under
+/// the same leader epoch (a share partition reloaded without a leader change, the residual
+/// risk F6 of the README): strict mode finds it, the default does not look.
+async fn first_deliveries_already_claimed(strict: bool) -> (Vec<String>, u64) {
+    let broker = broker(4);
+    broker.set_capabilities(kafka_4_4());
+    broker.create_ledger_topic(LEDGER, 1).await.unwrap();
+    let other = broker.transactional_producer("mirror-eos-1").unwrap();
+    other.init_transactions().await.unwrap();
+    other.begin_transaction().unwrap();
+    other
+        .send(
+            ProducerRecord::new(LEDGER)
+                .partition(0)
+                .value(claim("in", 0, 0, 1, "mirror-eos-1")),
+        )
+        .unwrap()
+        .await
+        .unwrap();
+    other.commit_transaction().await.unwrap();
+
+    let mut d = driver(&broker, eos(0, 2).with_strict(strict));
+    d.initialize().await.expect("initialize");
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 4, "all settled either way");
+    (
+        committed(&broker, "out").await,
+        d.metrics().records_already_claimed,
+    )
+}
+
+#[tokio::test]
+async fn strict_mode_skips_first_deliveries_another_task_claimed() {
+    let (out, claimed) = first_deliveries_already_claimed(true).await;
+    assert_eq!(claimed, 2);
+    assert_eq!(out, ["out-2", "out-3"], "claimed records are not processed");
+    let (out, claimed) = first_deliveries_already_claimed(false).await;
+    assert_eq!(claimed, 0);
+    assert_eq!(
+        out.len(),
+        4,
+        "without strict mode the claim is not looked at"
+    );
+}
+
+// ---- 5. The leader-epoch gate -------------------------------------------------------------
+
+/// A producer whose process dies right after a successful commit: the commit goes through,
+/// then nothing returns.
+#[derive(Debug)]
+struct DiesAfterCommit {
+    inner: EmbeddedProducer,
+    died: AtomicBool,
+}
+
+#[async_trait]
+impl Producer for DiesAfterCommit {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        self.inner.send(record)
+    }
+    async fn flush(&self) -> Result<(), ProducerError> {
+        self.inner.flush().await
+    }
+    fn transactional_id(&self) -> Option<&str> {
+        self.inner.transactional_id()
+    }
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        self.inner.init_transactions().await
+    }
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.begin_transaction()
+    }
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.commit_transaction().await?;
+        self.died.store(true, Ordering::SeqCst);
+        std::future::pending().await
+    }
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.abort_transaction().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_committed_before_a_fail_over_come_back_at_count_1_and_are_found_claimed() {
+    let broker = broker(4);
+    broker.set_capabilities(kafka_4_4());
+    let eos_0 = eos(0, 1);
+    let producer = Arc::new(DiesAfterCommit {
+        inner: transactional(&broker, &eos_0),
+        died: AtomicBool::new(false),
+    });
+    let mut first = driver_with(
+        &broker,
+        CopyOffsets::default(),
+        broker.share_consumer(GROUP),
+        Arc::clone(&producer) as Arc<dyn Producer>,
+        eos_0,
+        config(),
+    );
+    first.initialize().await.expect("initialize");
+    let hung = tokio::time::timeout(Duration::from_secs(5), first.iteration_exactly_once()).await;
+    assert!(
+        hung.is_err() && producer.died.load(Ordering::SeqCst),
+        "the iteration hangs after its commit"
+    );
+    assert_eq!(committed(&broker, "out").await.len(), 4, "committed");
+    assert_eq!(
+        state(&broker, 0),
+        (RecordState::Acquired, 1),
+        "not accepted"
+    );
+
+    // The share-partition leader changes before the ACCEPTs: the acquisitions are forgotten
+    // (never persisted), so the records come back as first deliveries.
+    assert_eq!(broker.fail_over("in", 0).unwrap(), 1);
+    drop(first);
+    assert_eq!(state(&broker, 0), (RecordState::Available, 0));
+    // Two records appended under the new epoch.
+    for i in 4..6 {
+        broker
+            .produce("in", ProduceRecord::new().value(format!("v{i}")))
+            .unwrap();
+    }
+
+    let mut again = driver(&broker, eos(0, 1));
+    again.initialize().await.expect("initialize");
+    let report = again.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 6);
+    let m = again.metrics();
+    assert_eq!(
+        m.records_redelivered, 0,
+        "delivery count 1: the count alone would not have caught them: {m:?}"
+    );
+    assert_eq!(m.ledger_checks, 1, "{m:?}");
+    assert_eq!(
+        m.records_already_claimed, 4,
+        "the records from before the new leader epoch are found claimed: {m:?}"
+    );
+    for offset in 0..4 {
+        assert_eq!(
+            state(&broker, offset),
+            (RecordState::Acknowledged, 1),
+            "offset {offset}"
+        );
+    }
+    assert_eq!(
+        committed(&broker, "out").await,
+        ["out-0", "out-1", "out-2", "out-3", "out-4", "out-5"],
+        "each output once"
+    );
+}
+
+// ---- 6. Dead letters inside the transaction ----------------------------------------------
+
+/// Values `"a"`, `{bad` (not JSON) and `"c"`, a JSON value converter, errors.tolerance=all
+/// and the dead-letter queue `dlq`.
+fn dead_letter_setup(
+    mode: ExactlyOnceMode,
+    task: CopyOffsets,
+    wrap: impl FnOnce(EmbeddedProducer, &EmbeddedBroker) -> Arc<dyn Producer>,
+) -> (EmbeddedBroker, Driver) {
+    let values = [r#""a""#, "{bad", r#""c""#];
+    let broker = broker_with(3, |i| {
+        ProduceRecord::new().value(values[usize::try_from(i).unwrap()])
+    });
+    if mode == ExactlyOnceMode::Ledger {
+        broker.set_capabilities(kafka_4_4());
+    }
+    let dlq = broker.dead_letter_queue("dlq").expect("dlq");
+    let config = config()
+        .converters(
+            Converters::byte_array()
+                .with_value(Arc::new(JsonConverter::new().schemas_enable(false))),
+        )
+        .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+        .dead_letter_queue(Arc::new(dlq), true);
+    let eos = eos(0, 1);
+    let producer = wrap(transactional(&broker, &eos), &broker);
+    let d = driver_with(
+        &broker,
+        task,
+        broker.share_consumer(GROUP),
+        producer,
+        eos,
+        config,
+    );
+    (broker, d)
+}
+
+/// Passes everything on; at the commit, notes what the group and the readers see.
+#[derive(Debug)]
+struct WatchesCommit {
+    inner: EmbeddedProducer,
+    broker: EmbeddedBroker,
+    at_commit: Mutex<Vec<(RecordState, usize, usize)>>,
+}
+
+#[async_trait]
+impl Producer for WatchesCommit {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        self.inner.send(record)
+    }
+    async fn flush(&self) -> Result<(), ProducerError> {
+        self.inner.flush().await
+    }
+    fn transactional_id(&self) -> Option<&str> {
+        self.inner.transactional_id()
+    }
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        self.inner.init_transactions().await
+    }
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.begin_transaction()
+    }
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        let bad = self
+            .broker
+            .record_state(GROUP, "in", 0, 1)
+            .expect("read")
+            .state();
+        let uncommitted = values(&self.broker, "dlq", IsolationLevel::ReadUncommitted)
+            .await
+            .len();
+        let committed = committed(&self.broker, "dlq").await.len();
+        self.at_commit
+            .lock()
+            .unwrap()
+            .push((bad, uncommitted, committed));
+        self.inner.commit_transaction().await
+    }
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.abort_transaction().await
+    }
+    async fn send_share_acknowledgements(
+        &self,
+        acknowledgements: &kafka_share_sink::exactly_once::ShareAcknowledgements,
+        group: &kafka_share_sink::GroupMetadata,
+    ) -> Result<(), ProducerError> {
+        self.inner
+            .send_share_acknowledgements(acknowledgements, group)
+            .await
+    }
+}
+
+async fn a_dead_letter_is_written_in_the_transaction(mode: ExactlyOnceMode) {
+    let mut watcher = None;
+    let (broker, mut d) = dead_letter_setup(mode, CopyOffsets::default(), |inner, broker| {
+        let w = Arc::new(WatchesCommit {
+            inner,
+            broker: broker.clone(),
+            at_commit: Mutex::default(),
+        });
+        watcher = Some(Arc::clone(&w));
+        w
+    });
+    let w = watcher.expect("watcher");
+    d.initialize().await.expect("initialize");
+    assert_eq!(d.exactly_once_mode(), Some(mode));
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(
+        (report.accepted, report.rejected, report.dead_lettered),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    let at_commit = w.at_commit.lock().unwrap().clone();
+    let staged_or_held = match mode {
+        // Ledger mode: REJECTed only after the commit.
+        ExactlyOnceMode::Ledger => RecordState::Acquired,
+        // KIP-1289: the REJECT is staged in the transaction.
+        _ => RecordState::TxPending,
+    };
+    assert_eq!(
+        at_commit,
+        [(staged_or_held, 1, 0)],
+        "at the commit: the bad record not yet settled, its dead letter written but not committed"
+    );
+    assert_eq!(state(&broker, 1).0, RecordState::Archived, "rejected");
+    assert_eq!(state(&broker, 0).0, RecordState::Acknowledged);
+    assert_eq!(
+        committed(&broker, "dlq").await,
+        ["{bad"],
+        "exactly once, read_committed"
+    );
+    let letters = broker.read_log("dlq", 0).unwrap();
+    let letter = letters
+        .iter()
+        .find(|r| r.value().is_some_and(|v| v == "{bad"))
+        .expect("the dead letter");
+    assert!(
+        letter
+            .headers()
+            .iter()
+            .any(|h| h.key() == "__connect.errors.topic" && h.value().is_some_and(|v| v == "in")),
+        "with Connect's context headers: {:?}",
+        letter.headers()
+    );
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-2"]);
+}
+
+#[tokio::test]
+async fn ledger_mode_writes_dead_letters_in_the_transaction_and_rejects_after_the_commit() {
+    a_dead_letter_is_written_in_the_transaction(ExactlyOnceMode::Ledger).await;
+}
+
+#[tokio::test]
+async fn atomic_mode_writes_dead_letters_in_the_transaction_and_stages_the_reject() {
+    a_dead_letter_is_written_in_the_transaction(ExactlyOnceMode::AtomicAcknowledgements).await;
+}
+
+async fn an_aborted_dead_letter_is_not_visible(mode: ExactlyOnceMode) {
+    // The first put outlasts the locks: the renewal (ledger) or the staging (KIP-1289)
+    // fails, and the transaction with the dead letter in it is aborted.
+    let task = CopyOffsets {
+        slow_first: Some(LOCK + Duration::from_secs(1)),
+        calls: 0,
+    };
+    let (broker, mut d) = dead_letter_setup(mode, task, |p, _| Arc::new(p));
+    d.initialize().await.expect("initialize");
+    let report = d
+        .iteration_exactly_once()
+        .await
+        .expect("aborted, not failed");
+    assert_eq!(
+        (report.accepted, report.rejected, report.dead_lettered),
+        (0, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(d.metrics().transactions_aborted, 1);
+    assert_eq!(
+        values(&broker, "dlq", IsolationLevel::ReadUncommitted).await,
+        ["{bad"],
+        "the dead letter was written in the transaction"
+    );
+    assert!(
+        committed(&broker, "dlq").await.is_empty(),
+        "and is not visible read_committed after the abort"
+    );
+    assert!(committed(&broker, "out").await.is_empty());
+    assert_eq!(
+        state(&broker, 1),
+        (RecordState::Available, 1),
+        "not rejected"
+    );
+
+    // The next iteration (the records come back with count 2) commits: one dead letter.
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(
+        (report.accepted, report.rejected, report.dead_lettered),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(committed(&broker, "dlq").await, ["{bad"]);
+    assert_eq!(state(&broker, 1), (RecordState::Archived, 2));
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ledger_mode_an_aborted_transaction_takes_its_dead_letter_with_it() {
+    an_aborted_dead_letter_is_not_visible(ExactlyOnceMode::Ledger).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn atomic_mode_an_aborted_transaction_takes_its_dead_letter_with_it() {
+    an_aborted_dead_letter_is_not_visible(ExactlyOnceMode::AtomicAcknowledgements).await;
+}
+
+// ---- Earlier acknowledgements are not the renewal ------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_accept_after_a_commit_does_not_abort_the_next_transaction() {
+    let broker = broker(2);
+    broker.set_capabilities(kafka_4_4());
+    let eos = eos(0, 1);
+    let producer = transactional(&broker, &eos);
+    // The ACCEPTs go out with the next poll, not in a commit of their own.
+    let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
+    let mut d = driver_with(
+        &broker,
+        CopyOffsets::default(),
+        broker.share_consumer(GROUP),
+        Arc::new(producer),
+        eos,
+        config,
+    );
+    d.initialize().await.expect("initialize");
+    assert_eq!(d.iteration_exactly_once().await.unwrap().accepted, 2);
+    assert_eq!(
+        state(&broker, 0),
+        (RecordState::Acquired, 1),
+        "not sent yet"
+    );
+    // The locks run out before the ACCEPTs are sent: they fail (harmlessly, the records
+    // are claimed), and their failure is reported by the consumer's next commit, which is
+    // the renewal of the next batch.
+    tokio::time::sleep(LOCK + Duration::from_secs(1)).await;
+    for i in 2..4 {
+        broker
+            .produce("in", ProduceRecord::new().value(format!("v{i}")))
+            .unwrap();
+    }
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.accepted, 4, "{report:?}");
+    let m = d.metrics();
+    assert_eq!(
+        (
+            m.transactions_committed,
+            m.transactions_aborted,
+            m.lock_losses
+        ),
+        (2, 0, 0),
+        "the next batch's renewal succeeded: {m:?}"
+    );
+    assert_eq!(m.records_already_claimed, 2, "{m:?}");
+    assert_eq!(
+        committed(&broker, "out").await,
+        ["out-0", "out-1", "out-2", "out-3"]
+    );
+}
