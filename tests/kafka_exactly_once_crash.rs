@@ -82,7 +82,7 @@ impl Workers {
                 "--max-poll-records".into(),
                 "100".into(),
                 "--pause-ms".into(),
-                "40".into(),
+                "60".into(),
             ],
             children: Vec::new(),
             log_dir,
