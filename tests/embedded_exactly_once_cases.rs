@@ -107,7 +107,10 @@ fn eos(task: u32, tasks: u32) -> ExactlyOnceConfig {
 }
 
 fn config() -> DriverConfig {
-    DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(10))
+    // A commit every iteration: the tests look at the group right after one.
+    DriverConfig::new(["in"])
+        .poll_timeout(Duration::from_millis(10))
+        .commit_policy(CommitPolicy::every_iteration())
 }
 
 fn transactional(broker: &EmbeddedBroker, eos: &ExactlyOnceConfig) -> EmbeddedProducer {
