@@ -38,7 +38,7 @@ mod override_policy;
 mod plugin;
 mod properties;
 pub(crate) mod secret;
-mod value;
+pub(crate) mod value;
 
 pub use self::builder::ConnectorConfigBuilder;
 pub use self::connector::ConnectorConfig;

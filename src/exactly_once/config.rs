@@ -108,6 +108,87 @@ impl ExactlyOnceConfig {
         self
     }
 
+    /// Settings for task `task_id` from a connector's properties: `name`, `tasks.max`
+    /// (default 1) and the `exactly.once.*` keys named on the setters above
+    /// (`exactly.once.mode`, `exactly.once.strict`, `exactly.once.ledger.topic`,
+    /// `exactly.once.ledger.partitions`, `exactly.once.ledger.prune.interval.ms`,
+    /// `exactly.once.barrier.timeout.ms`, `exactly.once.orphan.fencing`).
+    ///
+    /// ```
+    /// use kafka_share_sink::Properties;
+    /// use kafka_share_sink::exactly_once::ExactlyOnceConfig;
+    ///
+    /// let props: Properties = "name=mirror\ntasks.max=4\nexactly.once.strict=true\n".parse()?;
+    /// let config = ExactlyOnceConfig::from_properties(&props, 3)?;
+    /// assert_eq!(config.transactional_id(), "mirror-eos-3");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`](crate::ConfigError) naming the key when one is missing or malformed.
+    pub fn from_properties(
+        props: &crate::Properties,
+        task_id: u32,
+    ) -> Result<Self, crate::ConfigError> {
+        use crate::ConfigError;
+        use crate::config::value::{LONG_MAX, boolean, millis, whole};
+        let name = props
+            .get("name")
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                ConfigError::missing(
+                    "name",
+                    "the connector's name: it makes the transactional ids and the ledger topic",
+                )
+            })?;
+        let tasks_max = match props.get("tasks.max") {
+            Some(raw) => whole(
+                "tasks.max",
+                raw,
+                1,
+                i64::from(i32::MAX),
+                "a whole number, at least 1",
+            )?,
+            None => 1,
+        };
+        let tasks_max = u32::try_from(tasks_max).unwrap_or(u32::MAX);
+        let mut config = Self::new(name, task_id, tasks_max);
+        if let Some(raw) = props.get("exactly.once.mode") {
+            config.mode = raw.parse().map_err(|_| {
+                ConfigError::invalid("exactly.once.mode", raw, "auto, ledger or atomic")
+            })?;
+        }
+        if let Some(raw) = props.get("exactly.once.strict") {
+            config.strict = boolean("exactly.once.strict", raw)?;
+        }
+        if let Some(raw) = props.get("exactly.once.ledger.topic") {
+            config.ledger_topic = Some(raw.trim().to_owned());
+        }
+        if let Some(raw) = props.get("exactly.once.ledger.partitions") {
+            let n = whole(
+                "exactly.once.ledger.partitions",
+                raw,
+                1,
+                i64::from(i32::MAX),
+                "a whole number, at least 1",
+            )?;
+            config.ledger_partitions = Some(i32::try_from(n).unwrap_or(i32::MAX));
+        }
+        if let Some(raw) = props.get("exactly.once.ledger.prune.interval.ms") {
+            config.prune_interval =
+                millis("exactly.once.ledger.prune.interval.ms", raw, 0, LONG_MAX)?;
+        }
+        if let Some(raw) = props.get("exactly.once.barrier.timeout.ms") {
+            config.barrier_timeout = millis("exactly.once.barrier.timeout.ms", raw, 1, LONG_MAX)?;
+        }
+        if let Some(raw) = props.get("exactly.once.orphan.fencing") {
+            config.fence_orphans = boolean("exactly.once.orphan.fencing", raw)?;
+        }
+        Ok(config)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ExactlyOnceError> {
         if self.connector.trim().is_empty() {
             return Err(ExactlyOnceError::Config {
@@ -139,4 +220,65 @@ impl ExactlyOnceConfig {
 /// `<connector>-eos-<task>`.
 pub(crate) fn transactional_id(connector: &str, task: u32) -> String {
     format!("{connector}-eos-{task}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Properties;
+
+    fn props(text: &str) -> Properties {
+        text.parse().expect("properties")
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let config = ExactlyOnceConfig::from_properties(
+            &props(
+                "name=m\ntasks.max=3\nexactly.once.mode=ledger\nexactly.once.strict=TRUE\n\
+                 exactly.once.ledger.topic=claims\nexactly.once.ledger.partitions=12\n\
+                 exactly.once.ledger.prune.interval.ms=500\nexactly.once.barrier.timeout.ms=2000\n\
+                 exactly.once.orphan.fencing=false\n",
+            ),
+            2,
+        )
+        .expect("config");
+        assert_eq!(config.transactional_id(), "m-eos-2");
+        assert_eq!(config.tasks_max, 3);
+        assert_eq!(config.mode, ModePreference::Ledger);
+        assert!(config.strict);
+        assert_eq!(config.ledger_topic(), "claims");
+        assert_eq!(config.ledger_partitions, Some(12));
+        assert_eq!(config.prune_interval, Duration::from_millis(500));
+        assert_eq!(config.barrier_timeout, Duration::from_secs(2));
+        assert!(!config.fence_orphans);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn malformed_keys_are_named() {
+        for (text, key) in [
+            ("tasks.max=2", "name"),
+            ("name=m\nexactly.once.mode=sometimes", "exactly.once.mode"),
+            ("name=m\nexactly.once.strict=yes", "exactly.once.strict"),
+            (
+                "name=m\nexactly.once.ledger.partitions=0",
+                "exactly.once.ledger.partitions",
+            ),
+            (
+                "name=m\nexactly.once.barrier.timeout.ms=-1",
+                "exactly.once.barrier.timeout.ms",
+            ),
+            ("name=m\ntasks.max=0", "tasks.max"),
+        ] {
+            let error = ExactlyOnceConfig::from_properties(&props(text), 0).expect_err(text);
+            assert!(error.to_string().contains(key), "{text}: {error}");
+        }
+        let past =
+            ExactlyOnceConfig::from_properties(&props("name=m\ntasks.max=2"), 2).expect("parsed");
+        assert!(
+            past.validate().is_err(),
+            "task 2 of 2 is refused at initialize"
+        );
+    }
 }
