@@ -68,8 +68,7 @@ pub use crate::kafka::security::{
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
 };
 pub use crate::kafka::{
-    AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError,
-    ShareAcquireMode,
+    KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

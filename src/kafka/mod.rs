@@ -30,5 +30,5 @@ pub(crate) mod session;
 
 pub use self::consumer::KafkaShareConsumer;
 pub use self::consumer::config::{
-    AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
+    KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
