@@ -114,9 +114,9 @@ async fn three_supervised_tasks_drain_one_partition_with_a_restart_and_stop_clea
         ("topics", topic.as_str()),
         ("share.group.id", group.as_str()),
         ("consumer.override.max.poll.records", "20"),
-        // Acquisitions of at most 20 records (as Java's share consumer): with the default sized
-        // acquisition one fast task may take the whole partition's 600 records at once, and the
-        // spread below would not be tested.
+        // Acquisitions of at most 20 records, the leader's members taking turns: a consumer that
+        // fetches ahead (or takes whole batches) may take most of the partition's 600 records at
+        // once, and the spread below would not be tested.
         ("consumer.override.share.acquire.mode", "record_limit"),
         ("consumer.override.fetch.max.wait.ms", "100"),
     ]);
