@@ -86,7 +86,7 @@
 #   BENCH_MIRROR_CLIENTS   its clients, in order [E F G]
 #   BENCH_MIRROR_RECORDS   records of its source topic, each copied once per client [200000]
 #   BENCH_MIRROR_WARMUP    records of one unrecorded warm-up run per client; 0 skips [20000]
-#   BENCH_MIRROR_F_COMMIT  F's commit policy: default (the driver's, once a second) | every [default]
+#   BENCH_MIRROR_F_COMMIT  F's commit policy: default (the driver's) | every [default]
 #   BENCH_PROFILE          1: after the rounds, profile one A and one C run with perf [0]
 #   BENCH_DELETE_GROUPS    1: delete each share group after its run [1]
 #   BENCH_OUT              results directory [target/bench/<date>-<time>]
