@@ -277,6 +277,19 @@ impl DeadLetterRecord {
     pub fn timestamp(&self) -> Option<i64> {
         self.timestamp
     }
+
+    /// The record to write to dead-letter topic `topic`: key, value, headers, and the
+    /// original timestamp when there is one; the partition is left to the caller.
+    pub(crate) fn into_producer_record(self, topic: &str) -> crate::producer::ProducerRecord {
+        let record = crate::producer::ProducerRecord::new(topic)
+            .with_key(self.key)
+            .with_value(self.value)
+            .with_headers(self.headers);
+        match self.timestamp {
+            Some(timestamp) => record.timestamp(timestamp),
+            None => record,
+        }
+    }
 }
 
 /// UTF-8 text as a header value.

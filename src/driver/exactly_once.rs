@@ -29,7 +29,6 @@ use super::failure::Failure;
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
-use crate::dlq::DeadLetterRecord;
 use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
@@ -422,7 +421,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if !dead.is_empty() {
             if let Some(queue) = self.config.dead_letter.clone() {
                 for letter in self.dead_letters(&dead) {
-                    sends.push(dead_letter_record(queue.topic(), letter));
+                    sends.push(letter.into_producer_record(queue.topic()));
                 }
                 self.metrics.dlq_produce_requests += dead.len() as u64;
                 report.dead_lettered += dead.len();
@@ -829,18 +828,6 @@ impl IntoError for ProducerError {
     fn into_error(self) -> Error {
         ExactlyOnceError::Producer(self).into()
     }
-}
-
-/// A dead letter as a record of the iteration's transaction.
-fn dead_letter_record(topic: &str, letter: DeadLetterRecord) -> ProducerRecord {
-    let mut record = ProducerRecord::new(topic)
-        .with_key(letter.key().cloned())
-        .with_value(letter.value().cloned())
-        .with_headers(letter.headers().clone());
-    if let Some(timestamp) = letter.timestamp() {
-        record = record.timestamp(timestamp);
-    }
-    record
 }
 
 /// Finds or creates the ledger topic.

@@ -21,9 +21,7 @@ use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::producer::partitioner::partition_for_key;
 use crate::kafka::security::SecurityContext;
-use crate::producer::{
-    Acks, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
-};
+use crate::producer::{Acks, KafkaProducer, KafkaProducerConfig, Producer, ProducerError};
 use crate::time::deadline_after;
 
 /// The first pause between two attempts (Java's `retry.backoff.ms`).
@@ -236,14 +234,9 @@ impl KafkaDeadLetterQueue {
                 .key
                 .as_ref()
                 .map_or(unkeyed, |key| partition_for_key(key, partitions));
-            let mut out = ProducerRecord::new(self.topic.as_str())
-                .partition(i32::try_from(partition).unwrap_or(0))
-                .with_key(record.key)
-                .with_value(record.value)
-                .with_headers(record.headers);
-            if let Some(timestamp) = record.timestamp {
-                out = out.timestamp(timestamp);
-            }
+            let out = record
+                .into_producer_record(&self.topic)
+                .partition(i32::try_from(partition).unwrap_or(0));
             let delivery = self
                 .producer
                 .send(out)
