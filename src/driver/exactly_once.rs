@@ -795,16 +795,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Commits the acknowledgements when the commit policy says so (they ride on the next
     /// poll otherwise).
     async fn commit_if_due(&mut self, report: &mut IterationReport) -> Result<()> {
-        let requested = self
-            .context
-            .as_ref()
-            .is_some_and(crate::task::SinkTaskContext::take_commit_request);
-        let due = self.acknowledged_since_commit > 0
-            && self
-                .config
-                .commit_policy
-                .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit);
-        if requested || due {
+        if self.commit_wanted() {
             self.commit_acknowledgements().await?;
             report.committed = true;
         }

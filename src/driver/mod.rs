@@ -377,23 +377,29 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             Err(error) => return Err(self.on_put_fatal(error).await),
         }
 
-        let requested = self
-            .context
-            .as_ref()
-            .is_some_and(SinkTaskContext::take_commit_request);
-        let waiting = self.acknowledged_since_commit > 0 || self.awaiting_flush() > 0;
-        let due = waiting
-            && self
-                .config
-                .commit_policy
-                .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit);
         // Implicit mode: a commit would accept a batch that is waiting for another put.
-        if (requested || due) && !self.retained {
+        if self.commit_wanted() && !self.retained {
             report.accepted += self.commit().await?;
             report.committed = true;
         }
         report.awaiting_flush = self.awaiting_flush();
         Ok(report)
+    }
+
+    /// Whether to commit now: the task asked for it (the request is taken), or something
+    /// waits and the commit policy says it is time.
+    fn commit_wanted(&mut self) -> bool {
+        let requested = self
+            .context
+            .as_ref()
+            .is_some_and(SinkTaskContext::take_commit_request);
+        let waiting = self.acknowledged_since_commit > 0 || self.awaiting_flush() > 0;
+        requested
+            || (waiting
+                && self
+                    .config
+                    .commit_policy
+                    .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit))
     }
 
     fn implicit(&self) -> bool {
