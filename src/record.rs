@@ -336,6 +336,11 @@ impl ConsumerRecord {
         self.delivery_count
     }
 
+    /// The record's topic-partition.
+    pub(crate) fn topic_partition(&self) -> TopicPartition {
+        TopicPartition::new(Arc::clone(&self.topic), self.partition)
+    }
+
     /// The record's coordinates.
     pub fn id(&self) -> RecordId {
         RecordId {

@@ -505,10 +505,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let epochs = if strict || records.iter().all(|r| r.delivery_count() > 1) {
             Default::default()
         } else {
-            let mut partitions: Vec<TopicPartition> = records
-                .iter()
-                .map(|r| TopicPartition::new(r.topic_arc().clone(), r.partition()))
-                .collect();
+            let mut partitions: Vec<TopicPartition> =
+                records.iter().map(|r| r.topic_partition()).collect();
             partitions.sort();
             partitions.dedup();
             match cluster.leader_epochs(&partitions).await {
@@ -522,10 +520,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let needs_check = |r: &ConsumerRecord| {
             strict
                 || r.delivery_count() > 1
-                || match (
-                    r.leader_epoch(),
-                    epochs.get(&TopicPartition::new(r.topic_arc().clone(), r.partition())),
-                ) {
+                || match (r.leader_epoch(), epochs.get(&r.topic_partition())) {
                     (Some(appended), Some(current)) => appended < *current,
                     _ => true,
                 }
@@ -546,7 +541,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut accepted = 0;
         let mut kept = Vec::with_capacity(records.len());
         for record in records.drain(..) {
-            let tp = TopicPartition::new(record.topic_arc().clone(), record.partition());
+            let tp = record.topic_partition();
             if ledger.is_claimed(&tp, record.offset()) {
                 tracing::debug!(record = %record.id(), delivery_count = record.delivery_count(), "already claimed by a committed transaction; accepting without processing");
                 self.consumer

@@ -148,7 +148,7 @@ impl Ledger {
         let mut by_partition: BTreeMap<TopicPartition, Vec<i64>> = BTreeMap::new();
         for id in finished {
             by_partition
-                .entry(TopicPartition::new(id.topic_arc().clone(), id.partition()))
+                .entry(id.topic_partition())
                 .or_default()
                 .push(id.offset());
         }

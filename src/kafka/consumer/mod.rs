@@ -297,14 +297,12 @@ impl KafkaShareConsumer {
         self.last_records
             .iter()
             .filter(|r| {
-                !lost.contains(&TopicPartition::new(
-                    Arc::clone(r.topic_arc()),
-                    r.partition(),
-                )) && renewed.iter().any(|id| {
-                    id.offset() == r.offset()
-                        && id.partition() == r.partition()
-                        && id.topic() == r.topic()
-                })
+                !lost.contains(&r.topic_partition())
+                    && renewed.iter().any(|id| {
+                        id.offset() == r.offset()
+                            && id.partition() == r.partition()
+                            && id.topic() == r.topic()
+                    })
             })
             .cloned()
             .collect()
