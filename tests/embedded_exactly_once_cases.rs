@@ -5,12 +5,15 @@
 //! commit whose acknowledgements were lost, and dead letters written inside the transaction.
 #![cfg(feature = "exactly-once")]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+#[path = "support/dies_at_commit.rs"]
+mod dies_at_commit;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{BufMut, Bytes, BytesMut};
+use dies_at_commit::DiesAtCommit;
 use kafka_share_sink::convert::{Converters, JsonConverter};
 use kafka_share_sink::embedded::{
     AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedProducer, EmbeddedShareConsumer,
@@ -569,50 +572,12 @@ async fn strict_mode_skips_first_deliveries_another_task_claimed() {
 
 // ---- 5. The leader-epoch gate -------------------------------------------------------------
 
-/// A producer whose process dies right after a successful commit: the commit goes through,
-/// then nothing returns.
-#[derive(Debug)]
-struct DiesAfterCommit {
-    inner: EmbeddedProducer,
-    died: AtomicBool,
-}
-
-#[async_trait]
-impl Producer for DiesAfterCommit {
-    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
-        self.inner.send(record)
-    }
-    async fn flush(&self) -> Result<(), ProducerError> {
-        self.inner.flush().await
-    }
-    fn transactional_id(&self) -> Option<&str> {
-        self.inner.transactional_id()
-    }
-    async fn init_transactions(&self) -> Result<(), ProducerError> {
-        self.inner.init_transactions().await
-    }
-    fn begin_transaction(&self) -> Result<(), ProducerError> {
-        self.inner.begin_transaction()
-    }
-    async fn commit_transaction(&self) -> Result<(), ProducerError> {
-        self.inner.commit_transaction().await?;
-        self.died.store(true, Ordering::SeqCst);
-        std::future::pending().await
-    }
-    async fn abort_transaction(&self) -> Result<(), ProducerError> {
-        self.inner.abort_transaction().await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn records_committed_before_a_fail_over_come_back_at_count_1_and_are_found_claimed() {
     let broker = broker(4);
     broker.set_capabilities(kafka_4_4());
     let eos_0 = eos(0, 1);
-    let producer = Arc::new(DiesAfterCommit {
-        inner: transactional(&broker, &eos_0),
-        died: AtomicBool::new(false),
-    });
+    let producer = Arc::new(DiesAtCommit::new(transactional(&broker, &eos_0), true));
     let mut first = driver_with(
         &broker,
         CopyOffsets::default(),
@@ -624,7 +589,7 @@ async fn records_committed_before_a_fail_over_come_back_at_count_1_and_are_found
     first.initialize().await.expect("initialize");
     let hung = tokio::time::timeout(Duration::from_secs(5), first.iteration_exactly_once()).await;
     assert!(
-        hung.is_err() && producer.died.load(Ordering::SeqCst),
+        hung.is_err() && producer.died(),
         "the iteration hangs after its commit"
     );
     assert_eq!(committed(&broker, "out").await.len(), 4, "committed");

@@ -8,6 +8,8 @@
 //! independent of the crate's.
 #![cfg(feature = "exactly-once")]
 
+#[path = "support/dies_at_commit.rs"]
+mod dies_at_commit;
 #[path = "support/eos.rs"]
 mod eos;
 #[path = "support/read_committed.rs"]
@@ -16,17 +18,18 @@ mod read_committed;
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dies_at_commit::DiesAtCommit;
 use kafka_share_sink::convert::{Converters, JsonConverter};
 use kafka_share_sink::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use kafka_share_sink::exactly_once::{
     ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, KafkaExactlyOnceCluster, MirrorTask,
 };
 use kafka_share_sink::producer::{
-    DeliveryFuture, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+    KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
     AdminError, DriverConfig, Error, ErrorHandling, ErrorTolerance, KafkaAdmin, KafkaShareConsumer,
@@ -132,60 +135,13 @@ async fn ledger_mode_mirrors_exactly_once_with_two_tasks() {
     );
 }
 
-/// A producer that stops answering (as a killed process would) at the first commit, before
-/// or after passing it on.
-#[derive(Debug)]
-struct DiesAtCommit {
-    inner: KafkaProducer,
-    after: bool,
-    died: AtomicBool,
-}
-
-#[async_trait]
-impl Producer for DiesAtCommit {
-    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
-        self.inner.send(record)
-    }
-    async fn flush(&self) -> Result<(), ProducerError> {
-        self.inner.flush().await
-    }
-    fn transactional_id(&self) -> Option<&str> {
-        self.inner.transactional_id()
-    }
-    async fn init_transactions(&self) -> Result<(), ProducerError> {
-        self.inner.init_transactions().await
-    }
-    fn begin_transaction(&self) -> Result<(), ProducerError> {
-        self.inner.begin_transaction()
-    }
-    async fn commit_transaction(&self) -> Result<(), ProducerError> {
-        if !self.after {
-            self.died.store(true, Ordering::SeqCst);
-            return std::future::pending().await;
-        }
-        self.inner.commit_transaction().await?;
-        self.died.store(true, Ordering::SeqCst);
-        std::future::pending().await
-    }
-    async fn abort_transaction(&self) -> Result<(), ProducerError> {
-        self.inner.abort_transaction().await
-    }
-}
-
 async fn dies_at_commit(after: bool, test: &str) {
     let Some(bootstrap) = support::bootstrap(test) else {
         return;
     };
     let records = 600;
     let s = eos::setup(bootstrap, records, 1).await;
-    let mut first = driver(&s, 0, 1, |inner| {
-        Arc::new(DiesAtCommit {
-            inner,
-            after,
-            died: AtomicBool::new(false),
-        })
-    })
-    .await;
+    let mut first = driver(&s, 0, 1, |inner| Arc::new(DiesAtCommit::new(inner, after))).await;
     // The first iteration hangs at its commit: the task dies there (the driver, its consumer
     // and its producer are dropped, as a killed process's connections close).
     // Iterations before the group hands out records return.
