@@ -35,7 +35,7 @@ const TOPIC_ALREADY_EXISTS: i16 = 36;
 /// ```
 #[derive(Debug)]
 pub struct KafkaExactlyOnceCluster {
-    admin: std::sync::Arc<KafkaAdmin>,
+    admin: KafkaAdmin,
     reader: KafkaLogReader,
     producer_config: KafkaProducerConfig,
     replication_factor: Option<i16>,
@@ -61,7 +61,7 @@ impl KafkaExactlyOnceCluster {
             .await
             .map_err(ExactlyOnceError::Read)?;
         Ok(Self {
-            admin: std::sync::Arc::new(admin),
+            admin,
             reader,
             producer_config: producer_config.clone(),
             replication_factor: None,
@@ -228,14 +228,10 @@ impl ExactlyOnceCluster for KafkaExactlyOnceCluster {
         group_id: &str,
         topic: &str,
     ) -> Result<HashMap<i32, i64>, ExactlyOnceError> {
-        // The admin call's future is Send, but the compiler cannot prove it inside this
-        // `async_trait` method (its closures borrow with higher-ranked lifetimes): run it
-        // as a task of its own on owned values.
-        let admin = std::sync::Arc::clone(&self.admin);
-        let group = group_id.to_owned();
-        let offsets = tokio::spawn(async move { admin.share_group_offsets(&group).await })
+        let offsets = self
+            .admin
+            .share_group_offsets(group_id)
             .await
-            .map_err(|e| ExactlyOnceError::cluster("reading share-partition start offsets", e))?
             .map_err(|e| ExactlyOnceError::cluster("reading share-partition start offsets", e))?;
         Ok(offsets
             .into_iter()
