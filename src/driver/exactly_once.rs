@@ -738,7 +738,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // The records are released; whoever gets them next waits for the outcome in the
             // ledger read (or the coordinator resolves the staged acknowledgements).
             eos.needs_init = true;
-            return Aborted::Retry(error.into_error());
+            return Aborted::retry(error);
         }
         if error.is_fatal() {
             return self.producer_failed(eos, error);
@@ -750,7 +750,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 return self.producer_failed(eos, abort_error);
             }
         }
-        Aborted::Retry(error.into_error())
+        Aborted::retry(error)
     }
 
     fn producer_failed(&mut self, eos: &mut ExactlyOnce, error: ProducerError) -> Aborted {
@@ -759,7 +759,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             return Aborted::Fatal(ExactlyOnceError::Producer(error).into());
         }
         eos.needs_init = true;
-        Aborted::Retry(error.into_error())
+        Aborted::retry(error)
     }
 
     /// RELEASEs records of the last poll (or held ones).
@@ -806,13 +806,10 @@ enum Aborted {
     Fatal(Error),
 }
 
-trait IntoError {
-    fn into_error(self) -> Error;
-}
-
-impl IntoError for ProducerError {
-    fn into_error(self) -> Error {
-        ExactlyOnceError::Producer(self).into()
+impl Aborted {
+    /// Aborted after the producer's `error`.
+    fn retry(error: ProducerError) -> Self {
+        Self::Retry(ExactlyOnceError::Producer(error).into())
     }
 }
 
