@@ -38,8 +38,8 @@ use crate::exactly_once::{
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
 
-/// How many task slots above `tasks.max` task 0 looks for orphaned transactional ids
-/// when the cluster cannot list them.
+/// A driver's exactly-once setup: the transactional producer, the cluster side, the settings,
+/// and what `initialize` found (the mode, the ledger).
 #[derive(Debug)]
 pub(crate) struct ExactlyOnce {
     producer: Arc<dyn Producer>,
