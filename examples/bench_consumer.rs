@@ -7,9 +7,9 @@
 //! bench_consumer group-config  --bootstrap HOST:PORT --group G [--set k=v]...
 //! bench_consumer consume       --bootstrap HOST:PORT --topic T --group G --records N
 //!                              [--drivers K] [--fetch-max-bytes B] [--max-poll-records R]
-//!                              [--commit every|records:N|interval:MS] [--runtime multi|current]
+//!                              [--commit default|every|records:N|interval:MS] [--runtime multi|current]
 //!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
-//!                              [--client-config FILE]
+//!                              [--client-config FILE] [--acquisition sized|fixed]
 //! ```
 //!
 //! `consume` runs K drivers (each its own consumer, one group) until N records were put; with
@@ -37,8 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka_share_sink::{
-    CommitPolicy, DriverConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
-    Properties, Security, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    AcquisitionSizing, CommitPolicy, DriverConfig, KafkaAdmin, KafkaShareConsumer,
+    KafkaShareConsumerConfig, Properties, Security, ShareSinkTask, SinkRecord, SinkTask,
+    TaskConfig, TaskError,
 };
 
 type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -105,6 +106,7 @@ struct Progress {
     /// Iterations that put records, and commits, over all drivers (from `DriverMetrics`).
     batches: AtomicU64,
     commits: AtomicU64,
+    lock_losses: AtomicU64,
     /// Drivers that have received records.
     started: AtomicUsize,
     process_start: Instant,
@@ -203,7 +205,15 @@ impl SinkTask for NoOpSink {
     }
 }
 
-fn commit_policy(spec: &str) -> BoxResult<CommitPolicy> {
+/// `None`: the driver's default.
+fn commit_policy(spec: &str) -> BoxResult<Option<CommitPolicy>> {
+    if spec == "default" {
+        return Ok(None);
+    }
+    commit_policy_given(spec).map(Some)
+}
+
+fn commit_policy_given(spec: &str) -> BoxResult<CommitPolicy> {
     if spec == "every" {
         return Ok(CommitPolicy::every_iteration());
     }
@@ -213,7 +223,7 @@ fn commit_policy(spec: &str) -> BoxResult<CommitPolicy> {
     if let Some(ms) = spec.strip_prefix("interval:") {
         return Ok(CommitPolicy::interval(Duration::from_millis(ms.parse()?)));
     }
-    Err(format!("--commit {spec:?}: use every, records:N or interval:MS").into())
+    Err(format!("--commit {spec:?}: use default, every, records:N or interval:MS").into())
 }
 
 async fn consume(args: &Args) -> BoxResult<()> {
@@ -223,7 +233,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     let target: u64 = args.number("records", 0)?;
     let drivers: usize = args.number("drivers", 1)?;
     let idle = Duration::from_secs(args.number("idle-timeout-secs", 60)?);
-    let policy = commit_policy(args.get("commit").unwrap_or("every"))?;
+    let policy = commit_policy(args.get("commit").unwrap_or("default"))?;
     let latency = Duration::from_millis(args.number("put-latency-ms", 0)?);
     if target == 0 || drivers == 0 {
         return Err("--records and --drivers must be at least 1".into());
@@ -241,6 +251,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
         redelivered: AtomicU64::new(0),
         batches: AtomicU64::new(0),
         commits: AtomicU64::new(0),
+        lock_losses: AtomicU64::new(0),
         started: AtomicUsize::new(0),
         process_start: Instant::now(),
         window: Mutex::new(Window::default()),
@@ -257,13 +268,21 @@ async fn consume(args: &Args) -> BoxResult<()> {
         if let Some(r) = args.get("max-poll-records") {
             config = config.max_poll_records(r.parse()?);
         }
+        config = config.acquisition_sizing(match args.get("acquisition").unwrap_or("sized") {
+            "sized" => AcquisitionSizing::Sized,
+            "fixed" => AcquisitionSizing::Fixed,
+            other => return Err(format!("--acquisition {other:?}: use sized or fixed").into()),
+        });
         let consumer = KafkaShareConsumer::connect(config).await?;
         let sink = NoOpSink {
             progress: Arc::clone(&progress),
             seen_records: false,
             latency,
         };
-        let driver_config = DriverConfig::new([topic]).commit_policy(policy);
+        let mut driver_config = DriverConfig::new([topic]);
+        if let Some(policy) = policy {
+            driver_config = driver_config.commit_policy(policy);
+        }
         let mut driver = ShareSinkTask::new(Box::new(sink), consumer, driver_config);
         let progress = Arc::clone(&progress);
         tasks.push(tokio::spawn(async move {
@@ -299,6 +318,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
             progress
                 .commits
                 .fetch_add(metrics.commits, Ordering::Relaxed);
+            progress
+                .lock_losses
+                .fetch_add(metrics.lock_losses, Ordering::Relaxed);
             let closed = driver.close().await;
             outcome?;
             closed?;
@@ -327,7 +349,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
     println!(
         "BENCH client=A records={records} bytes={bytes} window_records={} window_bytes={} \
          window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={} \
-         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={}",
+         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={} lock_losses={}",
         r1 - r0,
         b1 - b0,
         (end - start).as_secs_f64() * 1000.0,
@@ -337,6 +359,7 @@ async fn consume(args: &Args) -> BoxResult<()> {
         unix_ms(end),
         progress.batches.load(Ordering::Relaxed),
         progress.commits.load(Ordering::Relaxed),
+        progress.lock_losses.load(Ordering::Relaxed),
     );
     first_error.map_or(Ok(()), Err)
 }

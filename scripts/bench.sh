@@ -8,12 +8,21 @@
 #   B  Java org.apache.kafka.tools.ShareConsumerPerformance (kafka-tools jar, via kafka.sh run-class),
 #      --fetch-size set to A's fetch.max.bytes
 #   C  krafka's share consumer, explicit acks (benches/peers/, its own workspace and lockfile)
+#   D  Java's classic KafkaConsumer (org.apache.kafka.tools.ConsumerPerformance) in a consumer
+#      group on the same topic, fetch.max.bytes and max.poll.records as A: the ceiling the broker
+#      allows for reading this topic
 #
 # With BENCH_TLS=1, a TLS row: in every round (and in the warm-up), right after the plaintext runs,
 # A and B drain the same topic again over the broker's SSL listener (server-authenticated TLS,
 # hostname checked, trusting the test CA of scripts/kafka.sh), both given the same Java client
 # properties file (security.protocol=SSL, ssl.truststore.type=PEM, ssl.truststore.location=CA):
 # B as --command-config, A as bench_consumer's --client-config. C is not run over TLS.
+#
+# Then the slow-sink rows: A on the main topic, BENCH_SLOW_RECORDS records, with a sink whose put
+# sleeps BENCH_SLOW_PUT_MS per batch, with fixed acquisition (Java's: each fetch acquires
+# max.poll.records; once per BENCH_SLOW_FIXED_MPR value) and with sized acquisition (the default,
+# max.poll.records BENCH_MAX_POLL_RECORDS): throughput and lock losses (acknowledgements the broker
+# refused because the lock had expired, and records delivered more than once).
 #
 # Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
 # the no-op sink and with a sink whose put takes 10 ms per batch.
@@ -56,10 +65,15 @@
 #   BENCH_RECORD_SIZE      value size in bytes, null keys [1024]
 #   BENCH_PARTITIONS       partitions of the main topic [6]
 #   BENCH_ROUNDS           rounds of the clients [3]
-#   BENCH_CLIENTS          clients per round, in order; empty skips the consumer rounds [A B C]
+#   BENCH_CLIENTS          clients per round, in order; empty skips the consumer rounds [A B C D]
+#   BENCH_A_ACQUISITION    A's acquisition: sized | fixed [sized, the default]
+#   BENCH_SLOW_PUT_MS      the slow-sink rows' put latencies in ms per batch; empty skips them [5 50]
+#   BENCH_SLOW_FIXED_MPR   max.poll.records of the fixed-acquisition slow-sink runs [500 2000]
+#   BENCH_SLOW_RECORDS     records per slow-sink run [200000, at most BENCH_RECORDS]
 #   BENCH_FETCH_MAX_BYTES  fetch.max.bytes of A and C and --fetch-size of B [52428800, A's default]
 #   BENCH_MAX_POLL_RECORDS max.poll.records of all three [500, the default of all three]
-#   BENCH_A_COMMIT         A's commit policy: every | records:N | interval:MS [every, the driver's default]
+#   BENCH_A_COMMIT         A's commit policy: default | every | records:N | interval:MS [default: the driver's,
+#                          once a second]
 #   BENCH_C_COMMIT         C: every (commit after each poll, like A) | none (acks ride on the next fetch) [every]
 #   BENCH_RUNTIME          tokio runtime of A and C: multi | current [multi]
 #   BENCH_JAVA_HEAP        JVM heap options of B [-Xmx512m, kafka.sh's tool default]
@@ -114,10 +128,14 @@ RECORDS="${BENCH_RECORDS:-1000000}"
 RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
 PARTITIONS="${BENCH_PARTITIONS:-6}"
 ROUNDS="${BENCH_ROUNDS:-3}"
-CLIENTS="${BENCH_CLIENTS-A B C}"
+CLIENTS="${BENCH_CLIENTS-A B C D}"
+A_ACQUISITION="${BENCH_A_ACQUISITION:-sized}"
+SLOW_PUT_MS="${BENCH_SLOW_PUT_MS-5 50}"
+SLOW_FIXED_MPR="${BENCH_SLOW_FIXED_MPR-500 2000}"
+SLOW_RECORDS="${BENCH_SLOW_RECORDS:-200000}"
 FETCH_MAX_BYTES="${BENCH_FETCH_MAX_BYTES:-52428800}"
 MAX_POLL_RECORDS="${BENCH_MAX_POLL_RECORDS:-500}"
-A_COMMIT="${BENCH_A_COMMIT:-every}"
+A_COMMIT="${BENCH_A_COMMIT:-default}"
 C_COMMIT="${BENCH_C_COMMIT:-every}"
 RUNTIME="${BENCH_RUNTIME:-multi}"
 JAVA_HEAP="${BENCH_JAVA_HEAP:--Xmx512m}"
@@ -168,7 +186,10 @@ done
 [[ "$PRODUCER_ROUNDS" =~ ^[0-9]+$ ]] || die "BENCH_PRODUCER_ROUNDS: '$PRODUCER_ROUNDS'"
 [[ "$PRODUCER_RECORDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PRODUCER_RECORDS: '$PRODUCER_RECORDS'"
 for kv in $PRODUCER_ROW_PROPS; do [[ "$kv" == ?*=* ]] || die "BENCH_PRODUCER_ROW_PROPS: '$kv' is not k=v"; done
-for c in $CLIENTS; do [[ "$c" =~ ^[ABC]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B or C)"; done
+for c in $CLIENTS; do [[ "$c" =~ ^[ABCD]$ ]] || die "BENCH_CLIENTS: unknown client '$c' (A, B, C or D)"; done
+[[ "$A_ACQUISITION" == sized || "$A_ACQUISITION" == fixed ]] || die "BENCH_A_ACQUISITION: '$A_ACQUISITION' (sized or fixed)"
+for k in $SLOW_PUT_MS $SLOW_FIXED_MPR; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SLOW_PUT_MS/BENCH_SLOW_FIXED_MPR: '$k'"; done
+[[ "$SLOW_RECORDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SLOW_RECORDS: '$SLOW_RECORDS'"
 [[ "$TLS" == 0 || "$TLS" == 1 ]] || die "BENCH_TLS: '$TLS' (0 or 1)"
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
 for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
@@ -428,12 +449,32 @@ java_to_bench() { # java_to_bench OUT_FILE RECORDS REF_MS
     }' "$1"
 }
 
+# D (ConsumerPerformance without detailed stats) prints one final line: start.time, end.time, MB,
+# MB/s, records, records/s, rebalance.time.ms (the group join), fetch.time.ms (the rest). Its
+# window starts when the join ends (start + rebalance) and ends at end.time, as A's and B's start
+# with the first records: the join is not timed.
+java_classic_to_bench() { # java_classic_to_bench OUT_FILE RECORDS REF_MS
+  awk -v target="$2" -v ref="$3" '
+    function ms(t,   a, x) {
+      split(t, a, /[:.]/); x = ref - ref % 86400000 + ((a[1] * 60 + a[2]) * 60 + a[3]) * 1000 + a[4]
+      return x < ref - 3600000 ? x + 86400000 : x
+    }
+    /^WARNING/ { warn = 1; next }
+    /^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\.[0-9]+, [0-9][0-9]:/ { split($0, f, /, */); t_start = ms(f[1]); t_end = ms(f[2]); mb = f[3]; records = f[5]; join = f[7]; fetch = f[8] }
+    END {
+      if (records == "") { print "no final line in the Java output" > "/dev/stderr"; exit 1 }
+      bytes = int(mb * 1048576 + 0.5)
+      printf "BENCH client=D records=%d bytes=%d window_records=%d window_bytes=%d window_ms=%d join_ms=%d redelivered=-1 drivers=1 complete=%d window_start_unix_ms=%.0f window_end_unix_ms=%.0f\n",
+        records, bytes, records, bytes, fetch, t_start + join - ref, (records >= target && !warn), t_start + join, t_end
+    }' "$1"
+}
+
 bench_field() { # bench_field FILE KEY
   grep -m1 '^BENCH ' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
 }
 
 RUNS="$OUT/runs.tsv"
-printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\n' >"$RUNS"
+printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\tacquisition\tmax_poll_records\tlock_losses\n' >"$RUNS"
 CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 
 # record_run KIND ROUND CLIENT NAME EXPECTED PUT_MS: appends one line to runs.tsv and prints it.
@@ -442,19 +483,23 @@ CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 #                             counted there ("na" when the window holds fewer than 2 samples)
 #   rss_1st/2nd_half_MB       the largest RSS sample in the first and second half of the window
 #   broker_cpu_us_per_record  the broker's sampled CPU rate inside the window, over the records
-#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B)
+#   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B, D)
+#   acquisition, max_poll_records  A's acquisition (sized | fixed; "na" for the others) and max.poll.records
+#   lock_losses               A: acknowledgements refused because the lock had expired ("na" for the others)
 record_run() {
-  local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6"
+  local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6" acq="${7:-na}" mpr="${8:-$MAX_POLL_RECORDS}"
   local bench="$OUT/$name.bench"
   if [[ "$client" == B ]]; then
     java_to_bench "$OUT/$name.out" "$expected" "$(cat "$OUT/$name.started")" >"$bench"
+  elif [[ "$client" == D ]]; then
+    java_classic_to_bench "$OUT/$name.out" "$expected" "$(cat "$OUT/$name.started")" >"$bench"
   else
     grep -m1 '^BENCH ' "$OUT/$name.out" >"$bench" || die "$name printed no BENCH line"
   fi
   [[ "$(bench_field "$bench" complete)" == 1 ]] || die "$name did not consume $expected records: $(cat "$bench")"
   local t; t="$(cat "$OUT/$name.time")"
   awk -v kind="$kind" -v round="$round" -v client="$client" -v bench="$(cat "$bench")" -v t="$t" \
-      -v tck="$CLK_TCK" -v put_ms="$put_ms" '
+      -v tck="$CLK_TCK" -v put_ms="$put_ms" -v acq="$acq" -v mpr="$mpr" '
     function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
     { at[NR] = $1; rss[NR] = $2; cpu[NR] = $3; bcpu[NR] = $4 }
     END {
@@ -474,21 +519,25 @@ record_run() {
         if (bcpu[first] >= 0 && bcpu[last] >= 0)
           bw = sprintf("%.3f", (bcpu[last] - bcpu[first]) / tck / (at[last] - at[first]) * wms * 1e6 / wr)
       }
-      polls = field(bench, "polls"); commits = field(bench, "commits")
+      polls = field(bench, "polls"); commits = field(bench, "commits"); losses = field(bench, "lock_losses")
+      if (losses == "") losses = "na"
       rpp = polls > 0 ? sprintf("%.0f", records / polls) : "na"
       if (commits == "") commits = "na"
       s = wms / 1000
       r1 = r1 == "na" ? r1 : sprintf("%.1f", r1 / 1024); r2 = r2 == "na" ? r2 : sprintf("%.1f", r2 / 1024)
-      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
         kind, round, client, field(bench, "drivers"), records, wr, wms, wr / s, wb / 1048576 / s,
         user + sys, user, sys, (user + sys) * 1e6 / records, wcpu, field(t, "maxrss_kb") / 1024,
-        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered"), bw, rpp, commits, put_ms
+        r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered"), bw, rpp, commits, put_ms,
+        acq, mpr, losses
     }' "$OUT/$name.samples" | tee -a "$RUNS" >&2
 }
 
-run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
+run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS [ACQUISITION [MAX_POLL_RECORDS]]]]
   local kind="$1" round="$2" client="$3" topic="$4" records="$5" drivers="${6:-1}" put_ms="${7:-0}"
-  local name="$kind-r$round-$client-d$drivers-p$put_ms"
+  local acq="${8:-$A_ACQUISITION}" mpr="${9:-$MAX_POLL_RECORDS}"
+  [[ "$client" == A ]] || acq=na
+  local name="$kind-r$round-$client-d$drivers-p$put_ms-$acq-m$mpr"
   local group="bench-$RUN_ID-$name"
   # Kinds tls and warmup-tls: over the SSL listener, with the client properties for it.
   local bootstrap="$BOOTSTRAP"
@@ -498,14 +547,14 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
     a_sec=(--client-config "$TLS_CONFIG")
     b_sec=(--command-config "$TLS_CONFIG")
   fi
-  new_group "$group"
+  [[ "$client" == D ]] || new_group "$group"
   sleep "$PAUSE"
   log "run $name: group $group${a_sec[*]:+, over TLS at $bootstrap}"
   case "$client" in
     A) measure "$name" "$A_BIN" consume --bootstrap "$bootstrap" --topic "$topic" --group "$group" \
          --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
-         --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
-         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" "${a_sec[@]}" ;;
+         --max-poll-records "$mpr" --commit "$A_COMMIT" --runtime "$RUNTIME" \
+         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" --acquisition "$acq" "${a_sec[@]}" ;;
     B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
          org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$bootstrap" "${b_sec[@]}" \
          --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
@@ -515,9 +564,15 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
          --records "$records" --fetch-max-bytes "$FETCH_MAX_BYTES" \
          --max-poll-records "$MAX_POLL_RECORDS" --commit "$C_COMMIT" --runtime "$RUNTIME" \
          --idle-timeout-secs "$IDLE_TIMEOUT" ;;
+    D) printf 'fetch.max.bytes=%s\nmax.poll.records=%s\nauto.offset.reset=earliest\n' "$FETCH_MAX_BYTES" "$MAX_POLL_RECORDS" \
+         >"$OUT/$name.properties"
+       measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
+         org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$bootstrap" --topic "$topic" \
+         --group "$group" --num-records "$records" --command-config "$OUT/$name.properties" \
+         --timeout "$((IDLE_TIMEOUT * 1000))" --date-format HH:mm:ss.SSS ;;
   esac
-  record_run "$kind" "$round" "$client" "$name" "$records" "$put_ms"
-  delete_group "$group"
+  record_run "$kind" "$round" "$client" "$name" "$records" "$put_ms" "$acq" "$mpr"
+  [[ "$client" == D ]] || delete_group "$group"
 }
 
 # --- environment ------------------------------------------------------------------------------
@@ -533,7 +588,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS]]
   echo "krafka: $(awk '/^name = "krafka"/ {getline; print $3}' benches/peers/Cargo.lock | tr -d '"')"
   echo "kafka-share-sink: $(git describe --always --dirty 2>/dev/null || echo unknown)"
   echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS warmup=$WARMUP_RECORDS" \
-       "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT" \
+       "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT A_acquisition=$A_ACQUISITION" \
        "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
        "producer_props='$PRODUCER_PROPS'"
   if [[ "$MIRROR" == 1 ]]; then
@@ -567,6 +622,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
     run_client tls "$round" "$client" "$TOPIC" "$RECORDS"
   done
 done
+
+# --- slow-sink rows ---------------------------------------------------------------------------
+if [[ -n "$SLOW_PUT_MS" && -n "$CLIENTS" ]]; then
+  slow_records=$((SLOW_RECORDS < RECORDS ? SLOW_RECORDS : RECORDS))
+  for put_ms in $SLOW_PUT_MS; do
+    for mpr in $SLOW_FIXED_MPR; do
+      run_client slow 1 A "$TOPIC" "$slow_records" 1 "$put_ms" fixed "$mpr"
+    done
+    run_client slow 1 A "$TOPIC" "$slow_records" 1 "$put_ms" sized "$MAX_POLL_RECORDS"
+  done
+fi
 
 # --- scale-out row ----------------------------------------------------------------------------
 if [[ -n "$SCALE_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
@@ -737,6 +803,7 @@ summarize() {
       r = $2; c = $3; if (r > trounds) trounds = r
       trps[r, c] = $8; tmbs[r, c] = $9; tcpu[r, c] = $13; twcpu[r, c] = $14; trss[r, c] = $15; tbk[r, c] = $21
     }
+    $1 == "slow" { nsl++; sl_put[nsl] = $24; sl_acq[nsl] = $25; sl_mpr[nsl] = $26; sl_rps[nsl] = $8; sl_loss[nsl] = $27; sl_red[nsl] = $20; sl_bk[nsl] = $21; sl_cpu[nsl] = $14; sl_rpp[nsl] = $22; sl_rss[nsl] = $15 }
     $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; if (!($24 in base)) base[$24] = $8 }
     END {
       for (r = 1; r <= rounds; r++) {
@@ -844,6 +911,36 @@ summarize() {
           x = substr("AB", k, 1)
           printf "| %s | %s | %s | %s | %s | %s |\n", x, f(mq_rps[x], "%.2f"), f(mq_cpu[x], "%.2f"), f(mq_wcpu[x], "%.2f"), f(mq_bk[x], "%.2f"), f(mq_rss[x], "%.2f")
         }
+      }
+      nd = 0
+      for (r = 1; r <= rounds; r++) if (rps[r, "D"] != "") nd++
+      if (nd) {
+        for (r = 1; r <= rounds; r++) {
+          ad[r] = ratio(rps[r, "A"], rps[r, "D"]); dcb[r] = ratio(wcpu[r, "A"], wcpu[r, "D"]); drs[r] = ratio(rss[r, "A"], rss[r, "D"])
+          t1[r] = rps[r, "D"]; t2[r] = wcpu[r, "D"]; t3[r] = bk[r, "D"]; t4[r] = rss[r, "D"]; t5[r] = cpu[r, "D"]
+        }
+        print ""
+        print "Against the classic consumer D (Java KafkaConsumer in a consumer group, same topic; A/D = A rec/s over D rec/s"
+        print "of the same round; CPU = window µs per record; broker = broker CPU µs per record in the window):"
+        print ""
+        print "| round | A rec/s | D rec/s | A/D | A/B | CPU A | CPU D | A ÷ D CPU | broker for A | B | C | D | RSS D MB |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        for (r = 1; r <= rounds; r++)
+          printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f(rps[r, "A"], "%.0f"), f(rps[r, "D"], "%.0f"), f(ad[r], "%.2f"), f(ab[r], "%.2f"),
+            f(wcpu[r, "A"], "%.2f"), f(wcpu[r, "D"], "%.2f"), f(dcb[r], "%.3f"), f(bk[r, "A"], "%.2f"), f(bk[r, "B"], "%.2f"), f(bk[r, "C"], "%.2f"), f(bk[r, "D"], "%.2f"), f(rss[r, "D"], "%.1f")
+        printf "| median | %s | %s | **%s** | **%s** | %s | %s | **%s** | %s | %s | %s | %s | %s |\n", f(m_rps["A"], "%.0f"), f(median(t1, rounds), "%.0f"), f(median(ad, rounds), "%.2f"), f(median(ab, rounds), "%.2f"),
+          f(m_wcpu["A"], "%.2f"), f(median(t2, rounds), "%.2f"), f(median(dcb, rounds), "%.3f"), f(m_bk["A"], "%.2f"), f(m_bk["B"], "%.2f"), f(m_bk["C"], "%.2f"), f(median(t3, rounds), "%.2f"), f(median(t4, rounds), "%.1f")
+      }
+      if (nsl) {
+        print ""
+        print "Slow sink (A, one driver, put sleeps the given ms per batch; fixed = each fetch acquires max.poll.records,"
+        print "as Java; sized = the default; lock losses = acknowledgements refused for an expired lock; redelivered ="
+        print "records put with a delivery count above 1):"
+        print ""
+        print "| put ms | acquisition | max.poll.records | rec/s | lock losses | redelivered | records/poll | CPU µs/rec window | broker µs/rec | peak RSS MB |"
+        print "|---|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= nsl; i++)
+          printf "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %.1f |\n", sl_put[i], sl_acq[i], sl_mpr[i], sl_rps[i], sl_loss[i], sl_red[i], sl_rpp[i], f(sl_cpu[i], "%.2f"), f(sl_bk[i], "%.2f"), sl_rss[i]
       }
       if (ns) {
         print ""

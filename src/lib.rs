@@ -68,7 +68,8 @@ pub use crate::kafka::security::{
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
 };
 pub use crate::kafka::{
-    KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
+    AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError,
+    ShareAcquireMode,
 };
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

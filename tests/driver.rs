@@ -148,7 +148,9 @@ fn broker(records: usize, partitions: usize) -> EmbeddedBroker {
 }
 
 fn config() -> DriverConfig {
+    // These tests follow one iteration at a time, commit included.
     DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .retriable_backoff(Duration::from_millis(100))
 }

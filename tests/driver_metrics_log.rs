@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
-use kafka_share_sink::{DriverConfig, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError};
+use kafka_share_sink::{
+    CommitPolicy, DriverConfig, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+};
 
 struct NoOp;
 
@@ -36,7 +38,9 @@ async fn each_commit_logs_the_metrics_under_connect_names() {
         b.produce("t", ProduceRecord::new().value(format!("{i}")))
             .unwrap();
     }
-    let config = DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10));
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10));
     let mut d = ShareSinkTask::new(Box::new(NoOp), b.share_consumer("sink"), config);
     d.initialize().await.unwrap();
     let capture = support::Capture::default();

@@ -17,8 +17,8 @@ use kafka_share_sink::transform::{
     Filter, HasHeaderKey, RecordIsTombstone, TopicNameMatches, transform_fn,
 };
 use kafka_share_sink::{
-    Converters, DriverConfig, Error, ErrorHandling, ErrorTolerance, Headers, ShareSinkTask,
-    SinkRecord, SinkTask, Stage, TaskConfig, TaskError, TransformChain, Value,
+    CommitPolicy, Converters, DriverConfig, Error, ErrorHandling, ErrorTolerance, Headers,
+    ShareSinkTask, SinkRecord, SinkTask, Stage, TaskConfig, TaskError, TransformChain, Value,
 };
 
 const GROUP: &str = "sink";
@@ -64,7 +64,11 @@ fn driver(
     config: impl FnOnce(DriverConfig) -> DriverConfig,
 ) -> (ShareSinkTask<EmbeddedShareConsumer>, Seen) {
     let seen = Seen::default();
-    let config = config(DriverConfig::new([topic]).poll_timeout(Duration::from_millis(10)));
+    let config = config(
+        DriverConfig::new([topic])
+            .commit_policy(CommitPolicy::every_iteration())
+            .poll_timeout(Duration::from_millis(10)),
+    );
     let d = ShareSinkTask::new(
         Box::new(Collect(Arc::clone(&seen))),
         broker.share_consumer(GROUP),
@@ -555,6 +559,7 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
     let b = broker("t", &[ProduceRecord::new().value("v0")]);
     let dlq = b.dead_letter_queue("t-dlq").unwrap();
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .retriable_backoff(Duration::from_millis(10))
         .max_delivery_attempts(Some(2))
@@ -597,6 +602,7 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
     );
     let dlq = b.dead_letter_queue("t-dlq").unwrap();
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .dead_letter_queue(Arc::new(dlq), false);
     let mut d = ShareSinkTask::new(

@@ -100,6 +100,7 @@ fn buffering(
         flush_at,
     };
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush)
         .commit_policy(commit);
@@ -196,6 +197,7 @@ impl SinkTask for DurableBelowTwo {
 async fn after_flush_close_accepts_what_is_durable_and_releases_the_rest() {
     let b = broker(4);
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush)
         .commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
@@ -268,6 +270,7 @@ fn flaky(
 
 fn retry_in_place(timeout: Duration) -> DriverConfig {
     DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .put_retriable_policy(PutRetriablePolicy::RetryInPlace)
         .errors(ErrorHandling::new().retry_timeout(Some(timeout)))
@@ -350,7 +353,9 @@ async fn retry_in_place_renews_locks_while_backing_off_then_releases_at_the_time
 #[tokio::test(start_paused = true)]
 async fn a_put_longer_than_the_lock_keeps_its_records() {
     let b = broker(3);
-    let config = DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10));
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10));
     let (mut d, _) = flaky(&b, 0, Duration::from_secs(100), config);
     d.initialize().await.unwrap();
     let report = d.iteration().await.unwrap();
@@ -369,6 +374,7 @@ async fn a_put_longer_than_the_lock_keeps_its_records() {
 async fn a_record_failing_on_its_last_allowed_delivery_is_rejected_not_released() {
     let b = broker(1);
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .retriable_backoff(Duration::from_millis(10))
         .max_delivery_attempts(Some(3));
@@ -399,6 +405,7 @@ async fn without_renew_a_held_record_whose_lock_ran_out_is_held_again_not_writte
         flush_at: 100,
     };
     let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush);
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().renew(false));
@@ -432,7 +439,9 @@ async fn after_flush_needs_explicit_acknowledgement() {
         GROUP,
         ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit),
     );
-    let config = DriverConfig::new(["t"]).ack_policy(AckPolicy::AfterFlush);
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .ack_policy(AckPolicy::AfterFlush);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     let err = d.initialize().await.unwrap_err();
     assert!(
@@ -455,7 +464,9 @@ async fn connect_metric_names_are_reported() {
         &b,
         0,
         Duration::ZERO,
-        DriverConfig::new(["t"]).poll_timeout(Duration::from_millis(10)),
+        DriverConfig::new(["t"])
+            .commit_policy(CommitPolicy::every_iteration())
+            .poll_timeout(Duration::from_millis(10)),
     );
     d.initialize().await.unwrap();
     tokio::time::advance(Duration::from_secs(1)).await;

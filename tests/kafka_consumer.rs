@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -966,4 +966,100 @@ async fn max_partition_fetch_bytes_bounds_what_one_fetch_returns() {
         "each fetch about 16 KiB of 1 KiB records: {sizes:?}"
     );
     c.close(Duration::from_secs(10)).await.expect("close");
+}
+
+async fn consumer_polling(f: &Fixture, max_poll_records: i32) -> KafkaShareConsumer {
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .max_poll_records(max_poll_records)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut c = KafkaShareConsumer::connect(config)
+        .await
+        .expect("consumer connects");
+    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
+    c
+}
+
+/// Sized acquisition (the default) acquires whole log batches of 500 and more, but a poll
+/// hands out at most `max.poll.records`, and every record comes exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sized_acquisition_hands_out_at_most_max_poll_records_each_record_once() {
+    let Some(f) = fixture_with_lock("sized_polls", 3, 30_000).await else {
+        return;
+    };
+    for p in 0..3 {
+        produce(
+            &f,
+            p,
+            (0..1000).map(record).collect(),
+            Compression::NoCompression,
+        )
+        .await;
+    }
+    let mut c = consumer_polling(&f, 100).await;
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 3000 && tokio::time::Instant::now() < deadline {
+        let records = c.poll(Duration::from_millis(500)).await.expect("poll");
+        assert!(records.len() <= 100, "a poll of {} records", records.len());
+        for r in &records {
+            assert_eq!(r.delivery_count(), 1, "{:?}", (r.partition(), r.offset()));
+            assert!(seen.insert((r.partition(), r.offset())), "twice: {r:?}");
+            c.acknowledge(r, AcknowledgeType::Accept).unwrap();
+        }
+    }
+    assert_eq!(seen.len(), 3000);
+    let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    c.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// Records fetched ahead that wait unpolled past their lock are not handed out (the broker
+/// gave them back to the group): they come again with a higher delivery count, and every
+/// acknowledgement the application makes is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_fetched_ahead_are_not_handed_out_after_their_lock_ran_out() {
+    let Some(f) = fixture("stale_ahead", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..2000).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let mut c = consumer_polling(&f, 100).await;
+    let mut seen = BTreeSet::new();
+    // A few quick polls: the pace is fast, so the consumer acquires far ahead.
+    for _ in 0..4 {
+        for r in c.poll(Duration::from_secs(10)).await.expect("poll") {
+            seen.insert(r.offset());
+            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+        }
+    }
+    let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    // The application stalls past the lock.
+    tokio::time::sleep(Duration::from_millis(LOCK_MS + 1000)).await;
+    let mut redelivered = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 2000 && tokio::time::Instant::now() < deadline {
+        for r in c.poll(Duration::from_millis(500)).await.expect("poll") {
+            redelivered += usize::from(r.delivery_count() > 1);
+            seen.insert(r.offset());
+            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+        }
+        let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+        assert!(
+            results.is_success(),
+            "an expired record was handed out: {results:?}"
+        );
+    }
+    assert_eq!(seen.len(), 2000);
+    assert!(
+        redelivered > 0,
+        "records acquired ahead before the stall came again"
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
 }

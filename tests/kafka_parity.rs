@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_share_sink::{
-    AcknowledgementMode, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
-    ShareAcquireMode, ShareConsumer,
+    AcknowledgementMode, AcquisitionSizing, KafkaAdmin, KafkaShareConsumer,
+    KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer,
 };
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
@@ -89,6 +89,9 @@ impl Backend for Kafka {
             .acknowledgement_mode(AcknowledgementMode::Explicit)
             .max_poll_records(i32::try_from(max_poll_records).unwrap())
             .share_acquire_mode(mode)
+            // The embedded group hands a poll what one fetch acquired (whole batches); the
+            // sized acquisition would hand it out max.poll.records at a time.
+            .acquisition_sizing(AcquisitionSizing::Fixed)
             .fetch_max_wait(Duration::from_millis(200));
         let mut c = KafkaShareConsumer::connect(config)
             .await

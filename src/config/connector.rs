@@ -372,7 +372,7 @@ impl ConnectorConfig {
     }
 
     /// `offset.flush.interval.ms`: how often acknowledgements are committed; `None` (unset)
-    /// is every iteration, the driver's default.
+    /// is the driver's default, once a second.
     pub fn commit_interval(&self) -> Option<Duration> {
         self.commit_interval
     }
@@ -480,7 +480,7 @@ impl ConnectorConfig {
     }
 
     /// A driver config with everything this config decides: the topics, the task config,
-    /// the commit interval (`offset.flush.interval.ms`, every iteration when unset) and
+    /// the commit interval (`offset.flush.interval.ms`, the driver's once a second when unset) and
     /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`,
     /// `share.dead.letter.queue.required`, the `errors.*` settings, and the connector name and
     /// task number.
@@ -919,7 +919,10 @@ mod tests {
         let driver = ConnectorConfig::from_properties(&props(&[("name", "n"), ("topics", "a")]))
             .unwrap()
             .driver_config();
-        assert_eq!(driver.commit_policy, CommitPolicy::every_iteration());
+        assert_eq!(
+            driver.commit_policy,
+            CommitPolicy::interval(Duration::from_secs(1))
+        );
         assert_eq!(driver.commit_timeout, DEFAULT_COMMIT_TIMEOUT);
     }
 

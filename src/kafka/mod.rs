@@ -30,5 +30,5 @@ pub(crate) mod session;
 
 pub use self::consumer::KafkaShareConsumer;
 pub use self::consumer::config::{
-    KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
+    AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };

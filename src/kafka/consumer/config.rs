@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// `group.share.partition.max.record.locks`, the broker's default since Kafka 4.1.
+pub(crate) const DEFAULT_MAX_RECORD_LOCKS: u32 = 2000;
+
 use crate::consumer::AcknowledgementMode;
 use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
@@ -56,6 +59,38 @@ impl std::str::FromStr for ShareAcquireMode {
     }
 }
 
+/// How many records a ShareFetch asks the broker to acquire.
+///
+/// ```
+/// use kafka_share_sink::{AcquisitionSizing, KafkaShareConsumerConfig};
+/// // Java's behaviour: every fetch acquires about max.poll.records records.
+/// let config = KafkaShareConsumerConfig::new("127.0.0.1:9092", "orders-sink")
+///     .acquisition_sizing(AcquisitionSizing::Fixed);
+/// # let _ = config;
+/// assert_eq!(AcquisitionSizing::default(), AcquisitionSizing::Sized);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AcquisitionSizing {
+    /// Sized to the sink (the default). The consumer measures how long the application
+    /// takes per record between polls, and acquires as many records as it can process in a
+    /// third of the acquisition lock: at least `max.poll.records`, at most the broker's
+    /// in-flight limit (`max.record.locks`) times the partitions assigned. It keeps the next
+    /// acquisition in flight while the application processes a batch (once half of what it
+    /// holds is processed), so fetching overlaps with `put`. A poll still hands out at most
+    /// `max.poll.records` records. Records that wait unpolled for half their lock (the
+    /// application slowed down or stopped polling) are released instead of handed out.
+    /// [`prefetch_records`](KafkaShareConsumerConfig::prefetch_records) is not used. With
+    /// [`ShareAcquireMode::RecordLimit`] acquisition is always fixed.
+    #[default]
+    Sized,
+    /// Every fetch asks for `max.poll.records` records, as Java's share consumer does, and a
+    /// poll hands out what one fetch brought (more than `max.poll.records` when whole log
+    /// batches were acquired); fetching ahead only as
+    /// [`prefetch_records`](KafkaShareConsumerConfig::prefetch_records) says.
+    Fixed,
+}
+
 /// Settings of a [`KafkaShareConsumer`](super::KafkaShareConsumer).
 ///
 /// ```
@@ -81,6 +116,8 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) prefetch_records: usize,
     pub(crate) share_acquire_mode: ShareAcquireMode,
     pub(crate) max_partition_fetch_bytes: Option<i32>,
+    pub(crate) acquisition_sizing: AcquisitionSizing,
+    pub(crate) max_record_locks: u32,
     pub(crate) group_config_refresh: Duration,
     pub(crate) security: Security,
 }
@@ -103,6 +140,8 @@ impl KafkaShareConsumerConfig {
             prefetch_records: 0,
             share_acquire_mode: ShareAcquireMode::BatchOptimized,
             max_partition_fetch_bytes: None,
+            acquisition_sizing: AcquisitionSizing::Sized,
+            max_record_locks: DEFAULT_MAX_RECORD_LOCKS,
             group_config_refresh: Duration::from_secs(300),
             security: Security::plaintext(),
         }
@@ -163,7 +202,9 @@ impl KafkaShareConsumerConfig {
         self
     }
 
-    /// How many records the consumer may fetch ahead of the application (default 0).
+    /// How many records the consumer may fetch ahead of the application (default 0), with
+    /// [`AcquisitionSizing::Fixed`] only: the sized acquisition (the default) decides that
+    /// itself.
     ///
     /// Acquisition locks start ticking when the broker answers, so records fetched ahead
     /// spend their lock while they wait. With 0, a fetch is in flight only while a poll waits,
@@ -183,6 +224,23 @@ impl KafkaShareConsumerConfig {
     /// in Java, a first batch larger than the limit still comes whole.
     pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
         self.max_partition_fetch_bytes = Some(bytes.max(1));
+        self
+    }
+
+    /// How many records a fetch acquires (default [`AcquisitionSizing::Sized`]: sized to the
+    /// application's measured pace and the acquisition lock).
+    pub fn acquisition_sizing(mut self, sizing: AcquisitionSizing) -> Self {
+        self.acquisition_sizing = sizing;
+        self
+    }
+
+    /// The share group's in-flight limit per partition (default 2000, the broker's
+    /// `group.share.partition.max.record.locks` since Kafka 4.1; set it to the group's
+    /// `share.partition.max.record.locks` or the broker's value if changed; at least 1).
+    /// [`AcquisitionSizing::Sized`] never acquires more than this many records per assigned
+    /// partition at once.
+    pub fn max_record_locks(mut self, locks: u32) -> Self {
+        self.max_record_locks = locks.max(1);
         self
     }
 

@@ -21,7 +21,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use self::config::KafkaShareConsumerConfig;
-use self::config::ShareAcquireMode;
+use self::config::{AcquisitionSizing, ShareAcquireMode};
 use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
@@ -30,6 +30,7 @@ use crate::consumer::{
     CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
     normalize_subscription,
 };
+use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
@@ -37,6 +38,7 @@ use crate::kafka::security::SecurityContext;
 use crate::kafka::session::acks::{self, AckRange, RENEW};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 use crate::time::deadline_after;
+use std::collections::BTreeMap;
 
 /// Acknowledgements of the application, as ranges per partition.
 fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
@@ -53,11 +55,34 @@ fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
         .collect()
 }
 
+/// RELEASE acknowledgements for `records`, as ranges per partition.
+fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRange>)> {
+    let mut by_partition: BTreeMap<TopicPartition, Vec<AckRange>> = BTreeMap::new();
+    for record in records {
+        let tp = TopicPartition::new(Arc::clone(record.topic_arc()), record.partition());
+        by_partition.entry(tp).or_default().push(AckRange::one(
+            record.offset(),
+            AcknowledgeType::Release.wire_code(),
+        ));
+    }
+    by_partition
+        .into_iter()
+        .map(|(tp, mut ranges)| {
+            acks::normalize(&mut ranges);
+            (tp, ranges)
+        })
+        .collect()
+}
+
 /// A share consumer of a Kafka 4.1+ cluster (KIP-932), over `kafka-protocol` and tokio.
 ///
 /// Membership runs on its own connection and task; a fetch engine task holds a connection
-/// and a share session per partition leader. Acknowledgements ride on the next ShareFetch or
-/// go in a ShareAcknowledge on commit; `close` sends the final ones with session epoch -1,
+/// and a share session per partition leader. By default the records acquired per fetch are
+/// sized to the application's measured pace and the acquisition lock, the next acquisition
+/// is fetched while the application processes a batch, and a poll returns at most
+/// `max.poll.records` records (see [`AcquisitionSizing`](crate::AcquisitionSizing)).
+/// Acknowledgements ride on the next ShareFetch or go in a ShareAcknowledge on commit (or
+/// when no fetch carried them within a tenth of the lock); `close` sends the final ones with session epoch -1,
 /// which releases everything else this member holds, then leaves the group.
 ///
 /// # Cancel safety
@@ -120,6 +145,10 @@ pub struct KafkaShareConsumer {
     callback: CallbackSlot,
     /// Outcomes `commit_async` futures received, for the callback at the next call.
     async_outcomes: Arc<Mutex<CommitResults>>,
+    /// The application's time per record, measured between polls (sized acquisition).
+    pace: SinkPace,
+    /// When the last poll handed records out, and how many.
+    handed_out: Option<(Instant, usize)>,
     closed: bool,
 }
 
@@ -207,6 +236,11 @@ impl KafkaShareConsumer {
                     _ => config.prefetch_records,
                 },
                 share_acquire_mode: config.share_acquire_mode,
+                sizing: Self::sized(&config).then(|| Sizing {
+                    max_poll_records: usize::try_from(config.max_poll_records).unwrap_or(1),
+                    max_record_locks: usize::try_from(config.max_record_locks)
+                        .unwrap_or(usize::MAX),
+                }),
             },
             bootstrap,
             membership.view(),
@@ -228,8 +262,78 @@ impl KafkaShareConsumer {
             last_ack_failures: BTreeSet::new(),
             callback: CallbackSlot::default(),
             async_outcomes: Arc::default(),
+            pace: SinkPace::default(),
+            handed_out: None,
             closed: false,
         })
+    }
+
+    /// Acquisition sized to the sink: the setting, except with a strict `max.poll.records`.
+    fn sized(config: &KafkaShareConsumerConfig) -> bool {
+        config.acquisition_sizing == AcquisitionSizing::Sized
+            && config.share_acquire_mode != ShareAcquireMode::RecordLimit
+    }
+
+    /// The most records one poll hands out: `max.poll.records` when it is strict or the
+    /// acquisition is sized (one acquisition then serves several polls), else what one
+    /// fetch brought.
+    fn poll_limit(&self) -> usize {
+        if Self::sized(&self.config)
+            || self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
+        {
+            usize::try_from(self.config.max_poll_records).unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
+        }
+    }
+
+    /// The application is done with what the last poll handed out (its acknowledgements are
+    /// with the engine): notes how long that took, for the sizing rule.
+    fn app_done(&mut self, now: Instant) {
+        if let Some((at, n)) = self.handed_out.take() {
+            self.pace.observe(n, now.saturating_duration_since(at));
+        }
+        let per_record = self.pace.per_record();
+        let mut slots = self.engine.mailbox.lock();
+        slots.in_app = 0;
+        slots.per_record = per_record;
+    }
+
+    /// Releases buffered records that waited unpolled for half their lock (or drops those
+    /// whose lock has run out: they are no longer this member's), so none is handed out too
+    /// late to be processed within its lock. Without an `.await`.
+    fn release_stale(&mut self, now: Instant) -> Result<(), ConsumerError> {
+        let (expired, stale) = {
+            let mut slots = self.engine.mailbox.lock();
+            let Some(lock) = slots.lock_timeout.filter(|l| !l.is_zero()) else {
+                return Ok(());
+            };
+            let Some(half) = now.checked_sub(Sizing::stale_after(lock)) else {
+                return Ok(());
+            };
+            let expired = now
+                .checked_sub(lock)
+                .map(|cutoff| slots.records.take_acquired_by(cutoff))
+                .unwrap_or_default();
+            (expired, slots.records.take_acquired_by(half))
+        };
+        if !expired.is_empty() {
+            tracing::warn!(
+                records = expired.len(),
+                "records fetched ahead waited unpolled past their acquisition lock: dropped, \
+                 the group delivers them again"
+            );
+        }
+        if stale.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(
+            records = stale.len(),
+            "records fetched ahead waited unpolled for half their acquisition lock: released \
+             to be delivered again rather than handed out this late"
+        );
+        self.engine
+            .send(Command::Acknowledge(release_ranges(&stale)))
     }
 
     fn ensure_open(&self) -> Result<(), ConsumerError> {
@@ -310,6 +414,7 @@ impl KafkaShareConsumer {
 
     /// Hands records to the application: they become the batch to acknowledge.
     fn present(&mut self, records: Vec<ConsumerRecord>) -> Vec<ConsumerRecord> {
+        self.handed_out = Some((Instant::now(), records.len()));
         self.batch.reset(&records);
         if self.renew_supported && !self.implicit() {
             self.last_records.clone_from(&records);
@@ -419,6 +524,9 @@ impl ShareConsumer for KafkaShareConsumer {
             self.renew_answer = Some(answer);
         }
         self.batch.clear_unheld();
+        let now = Instant::now();
+        self.app_done(now);
+        self.release_stale(now)?;
 
         if let Some(answer) = self.renew_answer.as_mut() {
             match tokio::time::timeout_at(deadline, answer).await {
@@ -447,19 +555,17 @@ impl ShareConsumer for KafkaShareConsumer {
             {
                 let mut slots = self.engine.mailbox.lock();
                 if !slots.records.is_empty() {
-                    let limit = usize::try_from(self.config.max_poll_records).unwrap_or(usize::MAX);
-                    let records = if self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
-                        && slots.records.len() > limit
-                    {
-                        // A strict max.poll.records (a broker before 4.2 acquired whole
-                        // batches): the rest waits, acquired, for the next polls.
-                        let rest = slots.records.split_off(limit);
-                        std::mem::replace(&mut slots.records, rest)
-                    } else {
-                        std::mem::take(&mut slots.records)
-                    };
+                    // With a strict max.poll.records (a broker before 4.2 acquired whole
+                    // batches) or a sized acquisition, the rest waits, acquired, for the
+                    // next polls.
+                    let records = slots.records.take(self.poll_limit());
                     slots.poll_deadline = None;
+                    slots.in_app = records.len();
                     drop(slots);
+                    if self.config.acquisition_sizing == AcquisitionSizing::Sized {
+                        // The level went down: the engine may fetch ahead now.
+                        self.engine.mailbox.wake.notify_one();
+                    }
                     return Ok(self.present(records));
                 }
                 if let Some(e) = slots.error.take() {

@@ -1,6 +1,7 @@
 //! What the consumer and its engine share: records fetched and not yet handed out, the error
 //! a poll is to report, whether a poll waits, and the last lock duration.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,9 +14,16 @@ use crate::record::ConsumerRecord;
 /// State behind the mailbox's lock.
 #[derive(Debug, Default)]
 pub(crate) struct Slots {
-    /// Records the engine fetched that no poll has taken yet. A poll takes them all, in one
-    /// step without an `.await`, so a cancelled poll leaves them for the next one.
-    pub(crate) records: Vec<ConsumerRecord>,
+    /// Records the engine fetched that no poll has taken yet, with when they were acquired.
+    /// A poll takes them in one step without an `.await`, so a cancelled poll leaves them
+    /// for the next one.
+    pub(crate) records: Buffer,
+    /// Records the last poll handed out whose acknowledgements the engine does not have
+    /// yet: with `records`, what this member holds acquired (the sizing rule's level).
+    pub(crate) in_app: usize,
+    /// The application's measured time per record (see
+    /// [`SinkPace`](super::sizing::SinkPace)), set by the consumer.
+    pub(crate) per_record: Option<Duration>,
     /// An error the next poll reports (one retrying cannot fix).
     pub(crate) error: Option<ConsumerError>,
     /// A poll asked for records and none were handed over since: the engine fetches (one
@@ -32,6 +40,78 @@ pub(crate) struct Slots {
     pub(crate) collect: bool,
     /// Outcomes moved here for the callback, taken by the consumer's next call.
     pub(crate) settled: CommitResults,
+}
+
+/// One ShareFetch answer's records, in order, with the moment they were acquired.
+#[derive(Debug)]
+struct Acquired {
+    at: Instant,
+    records: std::vec::IntoIter<ConsumerRecord>,
+}
+
+/// Records fetched and not yet polled, oldest acquisition first.
+#[derive(Debug, Default)]
+pub(crate) struct Buffer {
+    chunks: VecDeque<Acquired>,
+    len: usize,
+}
+
+impl Buffer {
+    /// Appends the records of one answer, acquired `at`.
+    pub(crate) fn push(&mut self, at: Instant, records: Vec<ConsumerRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        self.len = self.len.saturating_add(records.len());
+        self.chunks.push_back(Acquired {
+            at,
+            records: records.into_iter(),
+        });
+    }
+
+    /// How many records wait.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops everything.
+    pub(crate) fn clear(&mut self) {
+        self.chunks.clear();
+        self.len = 0;
+    }
+
+    /// Takes at most `max` records from the front, in order.
+    pub(crate) fn take(&mut self, max: usize) -> Vec<ConsumerRecord> {
+        let n = max.min(self.len);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            out.extend(front.records.by_ref().take(n - out.len()));
+            if front.records.as_slice().is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        self.len -= out.len();
+        out
+    }
+
+    /// Takes every record acquired at or before `cutoff`.
+    pub(crate) fn take_acquired_by(&mut self, cutoff: Instant) -> Vec<ConsumerRecord> {
+        let mut out = Vec::new();
+        while self.chunks.front().is_some_and(|c| c.at <= cutoff) {
+            if let Some(chunk) = self.chunks.pop_front() {
+                out.extend(chunk.records);
+            }
+        }
+        self.len -= out.len();
+        out
+    }
 }
 
 /// Shared by a [`KafkaShareConsumer`](crate::KafkaShareConsumer) and its engine task.
@@ -66,5 +146,56 @@ impl Mailbox {
     /// A receiver of announcements.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.news.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(offsets: std::ops::Range<i64>) -> Vec<ConsumerRecord> {
+        offsets.map(|o| ConsumerRecord::new("t", 0, o)).collect()
+    }
+
+    fn offsets(records: &[ConsumerRecord]) -> Vec<i64> {
+        records.iter().map(ConsumerRecord::offset).collect()
+    }
+
+    #[test]
+    fn the_buffer_hands_out_in_order_across_answers_and_at_most_what_is_asked() {
+        let t0 = Instant::now();
+        let mut buffer = Buffer::default();
+        buffer.push(t0, records(0..3));
+        buffer.push(t0, Vec::new());
+        buffer.push(t0 + Duration::from_secs(1), records(3..5));
+        assert_eq!(buffer.len(), 5);
+        assert_eq!(offsets(&buffer.take(2)), [0, 1]);
+        assert_eq!(offsets(&buffer.take(2)), [2, 3]);
+        assert_eq!(buffer.len(), 1);
+        assert_eq!(offsets(&buffer.take(usize::MAX)), [4]);
+        assert!(buffer.is_empty());
+        assert!(buffer.take(10).is_empty());
+    }
+
+    #[test]
+    fn the_buffer_gives_up_what_was_acquired_by_a_moment() {
+        let t0 = Instant::now();
+        let mut buffer = Buffer::default();
+        buffer.push(t0, records(0..3));
+        buffer.push(t0 + Duration::from_secs(1), records(3..5));
+        buffer.push(t0 + Duration::from_secs(2), records(5..6));
+        assert_eq!(buffer.take(1).len(), 1);
+        assert!(
+            buffer
+                .take_acquired_by(t0 - Duration::from_millis(1))
+                .is_empty()
+        );
+        assert_eq!(
+            offsets(&buffer.take_acquired_by(t0 + Duration::from_secs(1))),
+            [1, 2, 3, 4]
+        );
+        assert_eq!(buffer.len(), 1);
+        buffer.clear();
+        assert!(buffer.is_empty());
     }
 }

@@ -10,16 +10,25 @@
 //!
 //! # Prefetch
 //!
-//! Acquisition locks start ticking when the broker answers, so the engine fetches only while
-//! a poll waits for records, or while fewer than
+//! Acquisition locks start ticking when the broker answers. With the sized acquisition (the
+//! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
+//! mailbox, those the application is processing, and those asked for in flight) within a
+//! budget the application can process in a third of the lock, and fetches ahead (without
+//! waiting on the broker) once that level is down to half the budget. With the fixed
+//! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
 //! taken (0 by default: no fetch runs ahead of the application). An answer that arrives after
 //! its poll gave up waits in the mailbox for the next poll; its records are not lost and not
-//! released.
+//! released (unless they wait there for half their lock).
+//!
+//! Acknowledgements ride on the next fetch to their leader; they go in a ShareAcknowledge of
+//! their own when a commit asks for them, at close, for a RENEW, or when no fetch has carried
+//! them within [`Sizing::ack_linger`].
 
 pub(crate) mod cluster;
 pub(crate) mod mailbox;
 mod responses;
+pub(crate) mod sizing;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -34,6 +43,7 @@ use tokio::time::Instant;
 
 use self::cluster::{Cluster, fetch_metadata};
 use self::mailbox::Mailbox;
+use self::sizing::Sizing;
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
@@ -80,7 +90,14 @@ pub(crate) struct EngineConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) prefetch_records: usize,
     pub(crate) share_acquire_mode: ShareAcquireMode,
+    /// Acquisition sized to the sink ([`sizing`]); `None`: every fetch asks for
+    /// `max_poll_records`, and `prefetch_records` says how far to fetch ahead.
+    pub(crate) sizing: Option<Sizing>,
 }
+
+/// The lock duration assumed before a broker has said what it is: Kafka's default
+/// `group.share.record.lock.duration.ms`.
+const DEFAULT_LOCK: Duration = Duration::from_secs(30);
 
 /// What the consumer asks of its engine.
 #[derive(Debug)]
@@ -140,6 +157,8 @@ impl EngineHandle {
             leaving: None,
             close_sent: false,
             polled: false,
+            asked: HashMap::new(),
+            acks_since: None,
             seen_assignment: 0,
             failures: 0,
             waiting_for: BTreeSet::new(),
@@ -200,6 +219,12 @@ struct Engine {
     close_sent: bool,
     /// A poll has been made, so prefetch may start.
     polled: bool,
+    /// The record limits of acquiring fetches in flight: records that may arrive, part of
+    /// the sizing rule's level.
+    asked: HashMap<Ticket, usize>,
+    /// Since when acknowledgements have waited with no request to carry them; after
+    /// [`Sizing::ack_linger`] they go in a ShareAcknowledge of their own.
+    acks_since: Option<Instant>,
     seen_assignment: u64,
     /// Connections and requests that failed in a row, for the backoff.
     failures: u32,
@@ -256,11 +281,17 @@ impl Engine {
     /// The next moment something becomes due; times already past are done with.
     fn next_timer(&self, now: Instant) -> Option<Instant> {
         let poll_deadline = self.mailbox.lock().poll_deadline;
-        [self.fetch_retry_at, self.metadata_retry_at, poll_deadline]
-            .into_iter()
-            .flatten()
-            .filter(|at| *at > now)
-            .min()
+        let acks_due = self.acks_due_at();
+        [
+            self.fetch_retry_at,
+            self.metadata_retry_at,
+            poll_deadline,
+            acks_due,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|at| *at > now)
+        .min()
     }
 
     fn apply(&mut self, command: Command) {
@@ -272,6 +303,9 @@ impl Engine {
             Command::Acknowledge(acks) => {
                 for (tp, ranges) in acks {
                     self.book.acknowledge(tp, ranges);
+                }
+                if self.acks_since.is_none() && self.book.pending_partitions().next().is_some() {
+                    self.acks_since = Some(Instant::now());
                 }
             }
             Command::Commit(reply) => {
@@ -341,7 +375,11 @@ impl Engine {
         let (fetch, flush) = if closing {
             (None, true)
         } else {
-            (self.fetch_settings(now), !self.commits.is_empty())
+            let acks_due = self.acks_due_at().is_some_and(|at| at <= now);
+            (
+                self.fetch_settings(now, &targets),
+                !self.commits.is_empty() || acks_due,
+            )
         };
         let input = PlanInput {
             targets: &targets,
@@ -363,6 +401,9 @@ impl Engine {
         for request in planned {
             self.send(request, fetch);
         }
+        if self.book.pending_partitions().next().is_none() {
+            self.acks_since = None;
+        }
         self.answer_commits();
         self.hand_over_outcomes();
     }
@@ -378,8 +419,19 @@ impl Engine {
         self.mailbox.announce();
     }
 
+    /// When acknowledgements waiting for a request to ride on are due to go alone.
+    fn acks_due_at(&self) -> Option<Instant> {
+        let since = self.acks_since?;
+        let lock = self.mailbox.lock().lock_timeout.unwrap_or(DEFAULT_LOCK);
+        Some(deadline_after(since, Sizing::ack_linger(lock)))
+    }
+
     /// The fetch settings if a fetch is wanted now: a poll waits, or prefetch wants more.
-    fn fetch_settings(&self, now: Instant) -> Option<FetchSettings> {
+    fn fetch_settings(
+        &self,
+        now: Instant,
+        targets: &HashMap<NodeId, BTreeSet<(uuid::Uuid, i32)>>,
+    ) -> Option<FetchSettings> {
         // Without a subscription (after an unsubscribe, before the membership has dropped the
         // old assignment) nothing is acquired: nobody could poll it.
         if self.subscription.is_empty() || self.fetch_retry_at.is_some_and(|at| now < at) {
@@ -392,22 +444,52 @@ impl Engine {
             .poll_deadline
             .filter(|d| *d > now && wanted)
             .map(|d| d.saturating_duration_since(now));
-        let prefetch = self.polled && buffered < self.config.prefetch_records;
+        let max_records = match self.config.sizing {
+            None => {
+                let prefetch = self.polled && buffered < self.config.prefetch_records;
+                if !wanted && !prefetch {
+                    return None;
+                }
+                self.config.max_poll_records
+            }
+            Some(sizing) => {
+                if !wanted && !self.polled {
+                    return None;
+                }
+                let partitions = targets.values().map(BTreeSet::len).sum();
+                let lock = slots.lock_timeout.unwrap_or(DEFAULT_LOCK);
+                let budget = sizing.budget(lock, slots.per_record, partitions);
+                let level = buffered
+                    .saturating_add(slots.in_app)
+                    .saturating_add(self.asked.values().sum());
+                let records = sizing.acquire(budget, level, wanted)?;
+                // Each leader fetched from gets its share; together they stay in the room.
+                let leaders = targets.len().max(1);
+                let each = records.div_ceil(leaders).max(1);
+                i32::try_from(each).unwrap_or(i32::MAX)
+            }
+        };
         drop(slots);
-        if !wanted && !prefetch {
-            return None;
-        }
         // While a poll waits, the broker may hold the fetch only until the poll's deadline;
         // an answer after it waits for the next poll.
         let wait = poll_wait.map_or(self.config.fetch_max_wait, |left| {
             left.min(self.config.fetch_max_wait)
                 .max(Duration::from_millis(1))
         });
+        // A sized fetch ahead of the application takes what the broker has now and does not
+        // wait: waiting, it would hold the leader's only request slot, and a commit or RENEW
+        // would wait behind it. An empty answer stops fetching ahead until the next poll.
+        let wait = if self.config.sizing.is_some() && !wanted {
+            Duration::ZERO
+        } else {
+            wait
+        };
         Some(FetchSettings {
             max_wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
             min_bytes: self.config.fetch_min_bytes,
             max_bytes: self.config.fetch_max_bytes,
-            max_records: self.config.max_poll_records,
+            max_records,
+            batch_size: self.config.max_poll_records,
             record_limit: self.config.share_acquire_mode == ShareAcquireMode::RecordLimit,
             partition_max_bytes: self.config.partition_max_bytes,
         })
@@ -456,6 +538,10 @@ impl Engine {
         let timeout = self.config.request_timeout.saturating_add(wait);
         match request {
             Planned::Fetch { request, .. } => {
+                if self.book.is_acquiring(ticket) {
+                    let asked = usize::try_from(request.max_records).unwrap_or(0);
+                    self.asked.insert(ticket, asked);
+                }
                 self.work.push(Box::pin(async move {
                     let result = match conn.negotiate(ApiKey::ShareFetch, share_v2::VERSIONS) {
                         Ok(version) => {
@@ -504,6 +590,9 @@ impl Engine {
 
     fn handle(&mut self, event: Event) {
         let now = Instant::now();
+        if let Event::Fetched { ticket, .. } = &event {
+            self.asked.remove(ticket);
+        }
         match event {
             Event::Connected { node, result } => {
                 self.connecting.remove(&node);
@@ -610,6 +699,9 @@ impl Engine {
         for (tp, ranges) in fetched.internal_acks {
             self.book.acknowledge(tp, ranges);
         }
+        if self.acks_since.is_none() && self.book.pending_partitions().next().is_some() {
+            self.acks_since = Some(now);
+        }
         self.book.on_fetch(ticket, fetched.answer);
         if fetched.errors && fetched.records.is_empty() {
             self.back_off(now);
@@ -623,9 +715,13 @@ impl Engine {
         if let Some(lock) = fetched.lock_timeout {
             slots.lock_timeout = Some(lock);
         }
+        if self.config.sizing.is_some() && fetched.records.is_empty() && !slots.wanted {
+            // Nothing there ahead of the application: wait for the next poll.
+            self.polled = false;
+        }
         if !fetched.records.is_empty() {
             slots.wanted = false;
-            slots.records.extend(fetched.records);
+            slots.records.push(now, fetched.records);
             drop(slots);
             self.mailbox.announce();
         }
@@ -693,6 +789,7 @@ impl Engine {
         {
             let mut slots = self.mailbox.lock();
             slots.records.clear();
+            slots.in_app = 0;
             slots.wanted = false;
         }
         let results = self.book.take_results();

@@ -140,6 +140,8 @@ pub(crate) struct FetchSettings {
     pub(crate) min_bytes: i32,
     pub(crate) max_bytes: i32,
     pub(crate) max_records: i32,
+    /// The size of the batches the broker acquires and we acknowledge in (`max.poll.records`).
+    pub(crate) batch_size: i32,
     /// `share.acquire.mode=record_limit`: at most `max_records` acquired, one leader at a time.
     pub(crate) record_limit: bool,
     /// `max.partition.fetch.bytes`, if set: ShareFetch v1+ has no per-partition limit, and
@@ -303,6 +305,11 @@ impl SessionBook {
     /// True when a request is in flight.
     pub(crate) fn in_flight(&self) -> bool {
         !self.sent.is_empty()
+    }
+
+    /// True when the request of `ticket` is a fetch in flight that acquires records.
+    pub(crate) fn is_acquiring(&self, ticket: Ticket) -> bool {
+        self.acquiring.contains(&ticket)
     }
 
     /// True when a request to `node` is in flight.
@@ -547,7 +554,7 @@ impl SessionBook {
             min_bytes: settings.min_bytes,
             max_bytes: request_max_bytes(&settings, target.len()),
             max_records: settings.max_records,
-            batch_size: settings.max_records,
+            batch_size: settings.batch_size.clamp(1, settings.max_records.max(1)),
             share_acquire_mode: if settings.record_limit {
                 share_v2::SHARE_ACQUIRE_MODE_RECORD_LIMIT
             } else {

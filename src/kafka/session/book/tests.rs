@@ -56,6 +56,7 @@ impl World {
                 min_bytes: 1,
                 max_bytes: 1 << 20,
                 max_records: 500,
+                batch_size: 500,
                 record_limit,
                 partition_max_bytes: None,
             }),
@@ -191,6 +192,7 @@ fn max_partition_fetch_bytes_bounds_a_request_by_its_partitions() {
         min_bytes: 1,
         max_bytes: 1 << 20,
         max_records: 500,
+        batch_size: 500,
         record_limit: false,
         partition_max_bytes: per,
     };

@@ -1,0 +1,281 @@
+//! How many records to acquire: the ShareFetch record limit sized to the sink.
+//!
+//! Acquisition locks start ticking when the broker answers a ShareFetch, and every record
+//! acquired must be processed by the application and acknowledged before its lock expires.
+//! The broker, on the other hand, works per ShareFetch and per acquired batch far more than
+//! per byte: acquiring in larger units costs it less per record. This module decides the
+//! trade-off, with no I/O and no clock of its own:
+//!
+//! - [`SinkPace`] keeps an estimate of how long the application takes per record, from the
+//!   time between a poll handing records out and the next poll (the consumer measures it).
+//!   It follows a slower sink at once and a faster one gradually.
+//! - [`Sizing::budget`] is how many records this member may hold acquired at once (waiting
+//!   to be polled plus being processed): as many as the sink finishes in
+//!   [`LOCK_SHARE`] of the lock, never fewer than `max.poll.records` (what Java
+//!   acquires), never more than the broker's in-flight limit of the partitions fetched.
+//! - [`Sizing::acquire`] says whether to fetch now and how many records to ask for, so that
+//!   the level never passes the budget. Fetching ahead starts only once the level is down to
+//!   half the budget, so each acquisition is large (half the budget or more) instead of a
+//!   trickle of small ones the size of what the application took since the last answer.
+//!
+//! With the budget kept, the last record of an acquisition is, by the estimate, processed
+//! within a third of its lock; a record that still waits in the buffer for half its lock
+//! (the sink slowed down more than twofold, or the application stopped polling) is released
+//! rather than handed out ([`Sizing::stale_after`]), and acknowledgements with no fetch to
+//! ride on go alone after at most [`Sizing::ack_linger`].
+
+use std::time::Duration;
+
+/// The share of the acquisition lock the budget may fill, as numerator and denominator: the
+/// records held must be processable, at the measured pace, within a third of the lock. The
+/// rest is margin: for a sink that slows down, for the acknowledgement to reach the broker,
+/// and for the driver's own RENEW of a long `put` (at half the lock after the poll).
+pub(crate) const LOCK_SHARE: (u32, u32) = (1, 3);
+
+/// The weight of a new, faster sample in the pace estimate (a slower one replaces it).
+const SPEED_UP_WEIGHT: f64 = 0.25;
+
+/// How long the application takes per record, estimated from what it did between polls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct SinkPace {
+    /// Nanoseconds per record; `None` until the first sample.
+    per_record_ns: Option<f64>,
+}
+
+impl SinkPace {
+    /// The application took `elapsed` for `records` records (from the poll that handed them
+    /// out to the next poll). A slower pace is taken at once; a faster one moves the estimate
+    /// a quarter of the way, so one quick batch does not make the next acquisition large.
+    pub(crate) fn observe(&mut self, records: usize, elapsed: Duration) {
+        if records == 0 {
+            return;
+        }
+        // u128 -> f64 and usize -> f64 lose precision only far beyond any real value.
+        #[allow(clippy::cast_precision_loss)]
+        let sample = elapsed.as_nanos() as f64 / records as f64;
+        self.per_record_ns = Some(match self.per_record_ns {
+            Some(old) if sample < old => old + (sample - old) * SPEED_UP_WEIGHT,
+            _ => sample,
+        });
+    }
+
+    /// The estimated time per record, if anything was measured.
+    pub(crate) fn per_record(&self) -> Option<Duration> {
+        self.per_record_ns.map(|ns| {
+            // Saturating: a NaN or negative value cannot arise, a huge one is capped.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let ns = ns.clamp(0.0, u64::MAX as f64) as u64;
+            Duration::from_nanos(ns)
+        })
+    }
+}
+
+/// The sizing rule's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sizing {
+    /// `max.poll.records`: the least a budget is (Java's fixed acquisition) and the most a
+    /// poll hands out.
+    pub(crate) max_poll_records: usize,
+    /// `group.share.partition.max.record.locks` (or the group's
+    /// `share.partition.max.record.locks`): the broker acquires at most this many records
+    /// per partition at once, for all members together.
+    pub(crate) max_record_locks: usize,
+}
+
+impl Sizing {
+    /// How many records this member may hold acquired at once, over `partitions` assigned
+    /// partitions, with locks of `lock` and the sink's pace `per_record` (unknown: one
+    /// poll's worth, as Java).
+    pub(crate) fn budget(
+        &self,
+        lock: Duration,
+        per_record: Option<Duration>,
+        partitions: usize,
+    ) -> usize {
+        let floor = self.max_poll_records.max(1);
+        let cap = self
+            .max_record_locks
+            .max(1)
+            .saturating_mul(partitions.max(1))
+            .max(floor);
+        let Some(per_record) = per_record else {
+            return floor;
+        };
+        let (num, den) = LOCK_SHARE;
+        let usable = lock.saturating_mul(num) / den;
+        let per_record = per_record.as_nanos().max(1);
+        let fits = usable.as_nanos() / per_record;
+        usize::try_from(fits)
+            .unwrap_or(usize::MAX)
+            .clamp(floor, cap)
+    }
+
+    /// Whether to acquire now, and at most how many records: `level` records are held
+    /// (fetched and not yet polled, plus handed out and not yet acknowledged), and
+    /// `poll_waits` says a poll found nothing and waits. A waiting poll always gets a fetch;
+    /// otherwise a fetch runs ahead only once the level is down to half the budget and there
+    /// is room for at least one poll's worth, and asks for no more than the room left.
+    pub(crate) fn acquire(&self, budget: usize, level: usize, poll_waits: bool) -> Option<usize> {
+        let floor = self.max_poll_records.max(1);
+        let room = budget.saturating_sub(level);
+        if poll_waits {
+            return Some(room.max(floor));
+        }
+        (level <= budget / 2 && room >= floor).then_some(room)
+    }
+
+    /// A record that has waited this long since its acquisition without being polled is
+    /// released instead of handed out: half the lock, by when the budget says it should
+    /// long have been processed. Handed out later, a slow `put` could outlive its lock.
+    pub(crate) fn stale_after(lock: Duration) -> Duration {
+        lock / 2
+    }
+
+    /// Acknowledgements with no fetch to carry them are sent in a ShareAcknowledge of their
+    /// own after at most this long: a tenth of the lock, at most a second, at least a
+    /// millisecond.
+    pub(crate) fn ack_linger(lock: Duration) -> Duration {
+        (lock / 10).clamp(Duration::from_millis(1), Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZING: Sizing = Sizing {
+        max_poll_records: 500,
+        max_record_locks: 2000,
+    };
+    const LOCK: Duration = Duration::from_secs(30);
+
+    fn us(n: u64) -> Option<Duration> {
+        Some(Duration::from_micros(n))
+    }
+
+    #[test]
+    fn an_unknown_pace_acquires_one_poll_like_java() {
+        assert_eq!(SIZING.budget(LOCK, None, 6), 500);
+    }
+
+    #[test]
+    fn a_fast_sink_acquires_up_to_the_in_flight_limit_of_its_partitions() {
+        // 1 µs a record: ten million would fit in 10 s; the broker allows 2000 per partition.
+        assert_eq!(SIZING.budget(LOCK, us(1), 6), 12_000);
+        assert_eq!(SIZING.budget(LOCK, us(1), 1), 2000);
+        // No assignment known yet: one partition's worth.
+        assert_eq!(SIZING.budget(LOCK, us(1), 0), 2000);
+    }
+
+    #[test]
+    fn a_slow_sink_acquires_what_it_finishes_in_a_third_of_the_lock() {
+        // 50 ms per batch of 500 = 100 µs a record; a 5 s lock: 1.67 s / 100 µs = 16,666.
+        let lock = Duration::from_secs(5);
+        assert_eq!(SIZING.budget(lock, us(100), 100), 16_666);
+        // 1 ms a record: 1666 records in a third of 5 s.
+        assert_eq!(SIZING.budget(lock, us(1000), 6), 1666);
+        // Slower than a poll's worth per third of the lock: never below max.poll.records.
+        assert_eq!(SIZING.budget(lock, us(100_000), 6), 500);
+    }
+
+    #[test]
+    fn what_the_budget_allows_is_processed_within_a_third_of_the_lock() {
+        let lock = Duration::from_secs(5);
+        for per_record_us in [1, 7, 100, 333, 1000, 3333] {
+            let per = Duration::from_micros(per_record_us);
+            for partitions in [1, 6, 100] {
+                let budget = SIZING.budget(lock, Some(per), partitions);
+                if budget > SIZING.max_poll_records {
+                    let work = per * u32::try_from(budget).unwrap();
+                    assert!(work <= lock / 3, "{per:?} x {budget} = {work:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_budget_never_overflows() {
+        let huge = Sizing {
+            max_poll_records: usize::MAX,
+            max_record_locks: usize::MAX,
+        };
+        assert_eq!(
+            huge.budget(Duration::MAX, Some(Duration::ZERO), usize::MAX),
+            usize::MAX
+        );
+        assert_eq!(
+            SIZING.budget(Duration::MAX, Some(Duration::ZERO), 6),
+            12_000
+        );
+        assert_eq!(SIZING.budget(Duration::ZERO, us(1), 6), 500);
+        assert_eq!(SIZING.budget(LOCK, Some(Duration::MAX), 6), 500);
+    }
+
+    #[test]
+    fn a_waiting_poll_always_gets_a_fetch() {
+        assert_eq!(SIZING.acquire(12_000, 0, true), Some(12_000));
+        assert_eq!(SIZING.acquire(500, 0, true), Some(500));
+        // Even when the level says full (records in the application's hands, e.g. implicit
+        // mode): at least one poll's worth.
+        assert_eq!(SIZING.acquire(500, 500, true), Some(500));
+    }
+
+    #[test]
+    fn fetching_ahead_waits_for_half_the_budget_and_asks_for_the_room() {
+        // A batch in the application, the buffer nearly full: nothing yet.
+        assert_eq!(SIZING.acquire(12_000, 11_000, false), None);
+        assert_eq!(SIZING.acquire(12_000, 6001, false), None);
+        // Down to half: refill to the budget in one acquisition.
+        assert_eq!(SIZING.acquire(12_000, 6000, false), Some(6000));
+        assert_eq!(SIZING.acquire(12_000, 500, false), Some(11_500));
+        // A budget of one poll never fetches ahead of a batch being processed.
+        assert_eq!(SIZING.acquire(500, 500, false), None);
+        assert_eq!(SIZING.acquire(500, 0, false), Some(500));
+        // Room for less than a poll: wait.
+        assert_eq!(SIZING.acquire(800, 400, false), None);
+    }
+
+    #[test]
+    fn the_level_never_passes_the_budget_by_fetching_ahead() {
+        for budget in [500, 501, 999, 1000, 2000, 12_000] {
+            for level in 0..=budget {
+                if let Some(n) = SIZING.acquire(budget, level, false) {
+                    assert!(level + n <= budget, "{budget} {level} {n}");
+                    assert!(n >= 500, "{budget} {level} {n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_pace_follows_a_slower_sink_at_once_and_a_faster_one_gradually() {
+        let mut pace = SinkPace::default();
+        assert_eq!(pace.per_record(), None);
+        pace.observe(0, Duration::from_secs(1));
+        assert_eq!(pace.per_record(), None, "no records, no sample");
+        pace.observe(500, Duration::from_millis(50));
+        assert_eq!(pace.per_record(), us(100));
+        pace.observe(500, Duration::from_millis(5));
+        // A quarter of the way from 100 µs to 10 µs.
+        assert_eq!(pace.per_record(), Some(Duration::from_nanos(77_500)));
+        pace.observe(500, Duration::from_millis(500));
+        assert_eq!(pace.per_record(), us(1000), "slower: at once");
+        for _ in 0..40 {
+            pace.observe(500, Duration::from_micros(500));
+        }
+        assert!(pace.per_record().unwrap() < Duration::from_micros(2));
+        pace.observe(1, Duration::MAX);
+        assert!(pace.per_record().unwrap() > Duration::from_secs(1_000_000));
+    }
+
+    #[test]
+    fn stale_records_and_lingering_acknowledgements_stay_well_inside_the_lock() {
+        assert_eq!(Sizing::stale_after(LOCK), Duration::from_secs(15));
+        assert_eq!(Sizing::ack_linger(LOCK), Duration::from_secs(1));
+        assert_eq!(
+            Sizing::ack_linger(Duration::from_secs(5)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(Sizing::ack_linger(Duration::ZERO), Duration::from_millis(1));
+    }
+}
