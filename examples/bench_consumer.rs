@@ -268,6 +268,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
         if let Some(r) = args.get("max-poll-records") {
             config = config.max_poll_records(r.parse()?);
         }
+        if let Some(b) = args.get("acquisition-max-bytes") {
+            config = config.acquisition_max_bytes(b.parse()?);
+        }
         config = config.acquisition_sizing(match args.get("acquisition").unwrap_or("sized") {
             "sized" => AcquisitionSizing::Sized,
             "fixed" => AcquisitionSizing::Fixed,

@@ -67,6 +67,7 @@
 #   BENCH_ROUNDS           rounds of the clients [3]
 #   BENCH_CLIENTS          clients per round, in order; empty skips the consumer rounds [A B C D]
 #   BENCH_A_ACQUISITION    A's acquisition: sized | fixed [sized, the default]
+#   BENCH_A_MAX_BYTES      A's acquisition_max_bytes (sized only) [unset: the crate's default, 4 MiB]
 #   BENCH_SLOW_PUT_MS      the slow-sink rows' put latencies in ms per batch; empty skips them [5 50]
 #   BENCH_SLOW_FIXED_MPR   max.poll.records of the fixed-acquisition slow-sink runs [500 2000]
 #   BENCH_SLOW_RECORDS     records per slow-sink run [200000, at most BENCH_RECORDS]
@@ -130,6 +131,7 @@ PARTITIONS="${BENCH_PARTITIONS:-6}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 CLIENTS="${BENCH_CLIENTS-A B C D}"
 A_ACQUISITION="${BENCH_A_ACQUISITION:-sized}"
+A_MAX_BYTES="${BENCH_A_MAX_BYTES:-}"
 SLOW_PUT_MS="${BENCH_SLOW_PUT_MS-5 50}"
 SLOW_FIXED_MPR="${BENCH_SLOW_FIXED_MPR-500 2000}"
 SLOW_RECORDS="${BENCH_SLOW_RECORDS:-200000}"
@@ -554,7 +556,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS [AC
     A) measure "$name" "$A_BIN" consume --bootstrap "$bootstrap" --topic "$topic" --group "$group" \
          --records "$records" --drivers "$drivers" --fetch-max-bytes "$FETCH_MAX_BYTES" \
          --max-poll-records "$mpr" --commit "$A_COMMIT" --runtime "$RUNTIME" \
-         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" --acquisition "$acq" "${a_sec[@]}" ;;
+         --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" --acquisition "$acq" ${A_MAX_BYTES:+--acquisition-max-bytes "$A_MAX_BYTES"} "${a_sec[@]}" ;;
     B) measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
          org.apache.kafka.tools.ShareConsumerPerformance --bootstrap-server "$bootstrap" "${b_sec[@]}" \
          --topic "$topic" --group "$group" --num-records "$records" --fetch-size "$FETCH_MAX_BYTES" \
@@ -588,7 +590,7 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS [AC
   echo "krafka: $(awk '/^name = "krafka"/ {getline; print $3}' benches/peers/Cargo.lock | tr -d '"')"
   echo "kafka-share-sink: $(git describe --always --dirty 2>/dev/null || echo unknown)"
   echo "settings: records=$RECORDS size=$RECORD_SIZE partitions=$PARTITIONS rounds=$ROUNDS warmup=$WARMUP_RECORDS" \
-       "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT A_acquisition=$A_ACQUISITION" \
+       "fetch.max.bytes=$FETCH_MAX_BYTES max.poll.records=$MAX_POLL_RECORDS A_commit=$A_COMMIT A_acquisition=$A_ACQUISITION A_max_bytes=${A_MAX_BYTES:-default}" \
        "C_commit=$C_COMMIT runtime=$RUNTIME java_heap='$JAVA_HEAP' group_config='$GROUP_CONFIG'" \
        "producer_props='$PRODUCER_PROPS'"
   if [[ "$MIRROR" == 1 ]]; then

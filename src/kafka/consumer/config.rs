@@ -5,6 +5,10 @@ use std::time::Duration;
 /// `group.share.partition.max.record.locks`, the broker's default since Kafka 4.1.
 pub(crate) const DEFAULT_MAX_RECORD_LOCKS: u32 = 2000;
 
+/// The default of [`KafkaShareConsumerConfig::acquisition_max_bytes`]: 4 MiB, about 3,800
+/// records of 1 KiB, enough for acquisitions of about 1,900 records each.
+pub(crate) const DEFAULT_ACQUISITION_MAX_BYTES: usize = 4 << 20;
+
 use crate::consumer::AcknowledgementMode;
 use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
@@ -75,7 +79,9 @@ pub enum AcquisitionSizing {
     /// Sized to the sink (the default). The consumer measures how long the application
     /// takes per record between polls, and acquires as many records as it can process in a
     /// third of the acquisition lock: at least `max.poll.records`, at most the broker's
-    /// in-flight limit (`max.record.locks`) times the partitions assigned. It keeps the next
+    /// in-flight limit (`max.record.locks`) times the partitions assigned and at most what
+    /// fits in [`acquisition_max_bytes`](KafkaShareConsumerConfig::acquisition_max_bytes)
+    /// (4 MiB by default). It keeps the next
     /// acquisition in flight while the application processes a batch (once half of what it
     /// holds is processed), so fetching overlaps with `put`. A poll still hands out at most
     /// `max.poll.records` records. Records that wait unpolled for half their lock (the
@@ -118,6 +124,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) max_partition_fetch_bytes: Option<i32>,
     pub(crate) acquisition_sizing: AcquisitionSizing,
     pub(crate) max_record_locks: u32,
+    pub(crate) acquisition_max_bytes: usize,
     pub(crate) group_config_refresh: Duration,
     pub(crate) security: Security,
 }
@@ -142,6 +149,7 @@ impl KafkaShareConsumerConfig {
             max_partition_fetch_bytes: None,
             acquisition_sizing: AcquisitionSizing::Sized,
             max_record_locks: DEFAULT_MAX_RECORD_LOCKS,
+            acquisition_max_bytes: DEFAULT_ACQUISITION_MAX_BYTES,
             group_config_refresh: Duration::from_secs(300),
             security: Security::plaintext(),
         }
@@ -241,6 +249,28 @@ impl KafkaShareConsumerConfig {
     /// partition at once.
     pub fn max_record_locks(mut self, locks: u32) -> Self {
         self.max_record_locks = locks.max(1);
+        self
+    }
+
+    /// With [`AcquisitionSizing::Sized`], about how many bytes of records the consumer may
+    /// hold acquired at once (default 4 MiB): fetched and waiting to be polled, being
+    /// processed, and asked for in flight. Records are slices of the ShareFetch answer they
+    /// came in, which stays in memory until its last record is dropped, so this bounds the
+    /// memory the consumer holds for records, whatever the sink's pace. The size of a record
+    /// is estimated from the answers so far (record sets' bytes per record acquired). One
+    /// poll's worth (`max.poll.records`) is always allowed, and one answer is still bounded
+    /// by `fetch.max.bytes` only; larger values make acquisitions larger, which costs the
+    /// broker less per record.
+    ///
+    /// ```
+    /// use kafka_share_sink::KafkaShareConsumerConfig;
+    /// // Records of about 10 KiB, a 16 MiB bound: about 1,600 held at once.
+    /// let config = KafkaShareConsumerConfig::new("127.0.0.1:9092", "orders-sink")
+    ///     .acquisition_max_bytes(16 << 20);
+    /// # let _ = config;
+    /// ```
+    pub fn acquisition_max_bytes(mut self, bytes: usize) -> Self {
+        self.acquisition_max_bytes = bytes.max(1);
         self
     }
 

@@ -240,6 +240,7 @@ impl KafkaShareConsumer {
                     max_poll_records: usize::try_from(config.max_poll_records).unwrap_or(1),
                     max_record_locks: usize::try_from(config.max_record_locks)
                         .unwrap_or(usize::MAX),
+                    max_bytes: config.acquisition_max_bytes,
                 }),
             },
             bootstrap,

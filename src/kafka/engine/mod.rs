@@ -13,7 +13,8 @@
 //! Acquisition locks start ticking when the broker answers. With the sized acquisition (the
 //! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
 //! mailbox, those the application is processing, and those asked for in flight) within a
-//! budget the application can process in a third of the lock, and fetches ahead (without
+//! budget the application can process in a third of the lock (and that fits in
+//! `acquisition_max_bytes`), and fetches ahead (without
 //! waiting on the broker) once that level is down to half the budget. With the fixed
 //! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
@@ -43,7 +44,7 @@ use tokio::time::Instant;
 
 use self::cluster::{Cluster, fetch_metadata};
 use self::mailbox::Mailbox;
-use self::sizing::Sizing;
+use self::sizing::{RecordBytes, Sizing};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
@@ -159,6 +160,7 @@ impl EngineHandle {
             polled: false,
             asked: HashMap::new(),
             acks_since: None,
+            record_bytes: RecordBytes::default(),
             seen_assignment: 0,
             failures: 0,
             waiting_for: BTreeSet::new(),
@@ -225,6 +227,8 @@ struct Engine {
     /// Since when acknowledgements have waited with no request to carry them; after
     /// [`Sizing::ack_linger`] they go in a ShareAcknowledge of their own.
     acks_since: Option<Instant>,
+    /// The bytes of answer a record keeps in memory, for the sizing rule's byte bound.
+    record_bytes: RecordBytes,
     seen_assignment: u64,
     /// Connections and requests that failed in a row, for the backoff.
     failures: u32,
@@ -458,7 +462,8 @@ impl Engine {
                 }
                 let partitions = targets.values().map(BTreeSet::len).sum();
                 let lock = slots.lock_timeout.unwrap_or(DEFAULT_LOCK);
-                let budget = sizing.budget(lock, slots.per_record, partitions);
+                let budget =
+                    sizing.budget(lock, slots.per_record, partitions, self.record_bytes.get());
                 let level = buffered
                     .saturating_add(slots.in_app)
                     .saturating_add(self.asked.values().sum());
@@ -696,6 +701,8 @@ impl Engine {
         let fetched =
             responses::fetch_answer(&self.cluster, node, response, self.config.fetch_max_bytes);
         self.cluster.stale |= fetched.stale;
+        self.record_bytes
+            .observe(fetched.records.len(), fetched.record_bytes);
         for (tp, ranges) in fetched.internal_acks {
             self.book.acknowledge(tp, ranges);
         }

@@ -47,6 +47,8 @@ pub(crate) struct Fetched {
     pub(crate) fatal: Option<ConsumerError>,
     /// The acquisition lock duration the broker reported.
     pub(crate) lock_timeout: Option<Duration>,
+    /// The bytes of the record sets `records` came from (what they keep in memory).
+    pub(crate) record_bytes: usize,
 }
 
 /// How many times `fetch.max.bytes` the records of one answer may decompress to. A broker
@@ -153,7 +155,11 @@ pub(crate) fn fetch_answer(
                     delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
                 })
                 .collect();
+            let wire = p.records.as_ref().map_or(0, bytes::Bytes::len);
             let extracted = extract(&name, p.partition_index, p.records, &ranges, &mut budget);
+            if !extracted.records.is_empty() {
+                out.record_bytes = out.record_bytes.saturating_add(wire);
+            }
             for error in &extracted.errors {
                 tracing::error!(%tp, error, "rejecting records of a corrupt batch");
             }

@@ -12,7 +12,10 @@
 //! - [`Sizing::budget`] is how many records this member may hold acquired at once (waiting
 //!   to be polled plus being processed): as many as the sink finishes in
 //!   [`LOCK_SHARE`] of the lock, never fewer than `max.poll.records` (what Java
-//!   acquires), never more than the broker's in-flight limit of the partitions fetched.
+//!   acquires), never more than the broker's in-flight limit of the partitions fetched, and
+//!   never more than fit in [`Sizing::max_bytes`] at the size records have had
+//!   ([`RecordBytes`]): a record is a slice of the ShareFetch answer it came in, which stays
+//!   in memory until its last record is dropped, so the records held bound the memory held.
 //! - [`Sizing::acquire`] says whether to fetch now and how many records to ask for, so that
 //!   the level never passes the budget. Fetching ahead starts only once the level is down to
 //!   half the budget, so each acquisition is large (half the budget or more) instead of a
@@ -70,6 +73,42 @@ impl SinkPace {
     }
 }
 
+/// How many bytes of answer one record keeps in memory, estimated from the answers: the
+/// record sets' bytes over the records acquired from them (so it counts batch headers, and
+/// records of a batch that were not acquired, which stay in memory all the same). It
+/// follows larger records at once and smaller ones gradually, so one answer of small records
+/// does not let the next acquisition outgrow the byte bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct RecordBytes {
+    per_record: Option<f64>,
+}
+
+impl RecordBytes {
+    /// An answer brought `records` records in `bytes` bytes of record sets.
+    pub(crate) fn observe(&mut self, records: usize, bytes: usize) {
+        if records == 0 {
+            return;
+        }
+        // usize -> f64 loses precision only far beyond any real answer.
+        #[allow(clippy::cast_precision_loss)]
+        let sample = bytes as f64 / records as f64;
+        self.per_record = Some(match self.per_record {
+            Some(old) if sample < old => old + (sample - old) * SPEED_UP_WEIGHT,
+            _ => sample,
+        });
+    }
+
+    /// The estimated bytes per record (at least 1), if an answer brought records.
+    pub(crate) fn get(&self) -> Option<usize> {
+        self.per_record.map(|b| {
+            // Saturating: a NaN or negative value cannot arise, a huge one is capped.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let b = b.clamp(1.0, usize::MAX as f64).ceil() as usize;
+            b.max(1)
+        })
+    }
+}
+
 /// The sizing rule's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sizing {
@@ -80,17 +119,23 @@ pub(crate) struct Sizing {
     /// `share.partition.max.record.locks`): the broker acquires at most this many records
     /// per partition at once, for all members together.
     pub(crate) max_record_locks: usize,
+    /// The most bytes of answers the records held may keep in memory (see
+    /// [`KafkaShareConsumerConfig::acquisition_max_bytes`](crate::KafkaShareConsumerConfig::acquisition_max_bytes)),
+    /// except that one poll's worth (`max.poll.records`) is always allowed.
+    pub(crate) max_bytes: usize,
 }
 
 impl Sizing {
     /// How many records this member may hold acquired at once, over `partitions` assigned
-    /// partitions, with locks of `lock` and the sink's pace `per_record` (unknown: one
-    /// poll's worth, as Java).
+    /// partitions, with locks of `lock`, the sink's pace `per_record` (unknown: one poll's
+    /// worth, as Java) and records of `record_bytes` bytes each (unknown: no byte bound yet;
+    /// the first budget is one poll's worth anyway).
     pub(crate) fn budget(
         &self,
         lock: Duration,
         per_record: Option<Duration>,
         partitions: usize,
+        record_bytes: Option<usize>,
     ) -> usize {
         let floor = self.max_poll_records.max(1);
         let cap = self
@@ -105,8 +150,10 @@ impl Sizing {
         let usable = lock.saturating_mul(num) / den;
         let per_record = per_record.as_nanos().max(1);
         let fits = usable.as_nanos() / per_record;
+        let in_bytes = record_bytes.map_or(usize::MAX, |b| self.max_bytes / b.max(1));
         usize::try_from(fits)
             .unwrap_or(usize::MAX)
+            .min(in_bytes)
             .clamp(floor, cap)
     }
 
@@ -146,6 +193,7 @@ mod tests {
     const SIZING: Sizing = Sizing {
         max_poll_records: 500,
         max_record_locks: 2000,
+        max_bytes: usize::MAX,
     };
     const LOCK: Duration = Duration::from_secs(30);
 
@@ -155,27 +203,27 @@ mod tests {
 
     #[test]
     fn an_unknown_pace_acquires_one_poll_like_java() {
-        assert_eq!(SIZING.budget(LOCK, None, 6), 500);
+        assert_eq!(SIZING.budget(LOCK, None, 6, None), 500);
     }
 
     #[test]
     fn a_fast_sink_acquires_up_to_the_in_flight_limit_of_its_partitions() {
         // 1 µs a record: ten million would fit in 10 s; the broker allows 2000 per partition.
-        assert_eq!(SIZING.budget(LOCK, us(1), 6), 12_000);
-        assert_eq!(SIZING.budget(LOCK, us(1), 1), 2000);
+        assert_eq!(SIZING.budget(LOCK, us(1), 6, None), 12_000);
+        assert_eq!(SIZING.budget(LOCK, us(1), 1, None), 2000);
         // No assignment known yet: one partition's worth.
-        assert_eq!(SIZING.budget(LOCK, us(1), 0), 2000);
+        assert_eq!(SIZING.budget(LOCK, us(1), 0, None), 2000);
     }
 
     #[test]
     fn a_slow_sink_acquires_what_it_finishes_in_a_third_of_the_lock() {
         // 50 ms per batch of 500 = 100 µs a record; a 5 s lock: 1.67 s / 100 µs = 16,666.
         let lock = Duration::from_secs(5);
-        assert_eq!(SIZING.budget(lock, us(100), 100), 16_666);
+        assert_eq!(SIZING.budget(lock, us(100), 100, None), 16_666);
         // 1 ms a record: 1666 records in a third of 5 s.
-        assert_eq!(SIZING.budget(lock, us(1000), 6), 1666);
+        assert_eq!(SIZING.budget(lock, us(1000), 6, None), 1666);
         // Slower than a poll's worth per third of the lock: never below max.poll.records.
-        assert_eq!(SIZING.budget(lock, us(100_000), 6), 500);
+        assert_eq!(SIZING.budget(lock, us(100_000), 6, None), 500);
     }
 
     #[test]
@@ -184,7 +232,7 @@ mod tests {
         for per_record_us in [1, 7, 100, 333, 1000, 3333] {
             let per = Duration::from_micros(per_record_us);
             for partitions in [1, 6, 100] {
-                let budget = SIZING.budget(lock, Some(per), partitions);
+                let budget = SIZING.budget(lock, Some(per), partitions, None);
                 if budget > SIZING.max_poll_records {
                     let work = per * u32::try_from(budget).unwrap();
                     assert!(work <= lock / 3, "{per:?} x {budget} = {work:?}");
@@ -198,17 +246,89 @@ mod tests {
         let huge = Sizing {
             max_poll_records: usize::MAX,
             max_record_locks: usize::MAX,
+            max_bytes: usize::MAX,
         };
         assert_eq!(
-            huge.budget(Duration::MAX, Some(Duration::ZERO), usize::MAX),
+            huge.budget(Duration::MAX, Some(Duration::ZERO), usize::MAX, None),
             usize::MAX
         );
         assert_eq!(
-            SIZING.budget(Duration::MAX, Some(Duration::ZERO), 6),
+            SIZING.budget(Duration::MAX, Some(Duration::ZERO), 6, None),
             12_000
         );
-        assert_eq!(SIZING.budget(Duration::ZERO, us(1), 6), 500);
-        assert_eq!(SIZING.budget(LOCK, Some(Duration::MAX), 6), 500);
+        assert_eq!(SIZING.budget(Duration::ZERO, us(1), 6, None), 500);
+        assert_eq!(SIZING.budget(LOCK, Some(Duration::MAX), 6, None), 500);
+    }
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn the_byte_bound_caps_a_fast_sinks_budget_to_what_fits_in_it() {
+        let bounded = Sizing {
+            max_bytes: 4 * MIB,
+            ..SIZING
+        };
+        // 1 KiB records plus batch overhead: 4 MiB hold 3855 of 1088 bytes, not 12,000.
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(1088)), 3855);
+        // The bound is in bytes: records four times as large, a quarter as many (but at
+        // least one poll's worth).
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 963);
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(64 * 1024)), 500);
+        // Tiny records: the broker's in-flight limit is the bound again.
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(10)), 12_000);
+        // A slow sink is bounded by its lock first.
+        let lock = Duration::from_secs(5);
+        assert_eq!(bounded.budget(lock, us(1000), 6, Some(1088)), 1666);
+        // Unknown size (no answer yet): the other bounds alone.
+        assert_eq!(bounded.budget(LOCK, us(1), 6, None), 12_000);
+        // A record size of 0 cannot divide by zero.
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(0)), 12_000);
+    }
+
+    #[test]
+    fn what_the_budget_holds_stays_within_the_byte_bound_beyond_one_poll() {
+        for max_bytes in [MIB, 4 * MIB, 64 * MIB] {
+            let bounded = Sizing {
+                max_bytes,
+                ..SIZING
+            };
+            for bytes in [1, 100, 1088, 10_000, 1 << 20] {
+                for partitions in [1, 6, 100] {
+                    let budget = bounded.budget(LOCK, us(1), partitions, Some(bytes));
+                    let held = budget.saturating_mul(bytes);
+                    assert!(
+                        held <= max_bytes || budget == 500,
+                        "{max_bytes} {bytes} {partitions}: {budget} records"
+                    );
+                    // Fetching ahead never takes the level past the budget, so the bytes
+                    // held stay within the bound too.
+                    for level in [0, budget / 2, budget] {
+                        if let Some(n) = bounded.acquire(budget, level, false) {
+                            assert!((level + n) * bytes <= max_bytes.max(500 * bytes));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_record_size_follows_larger_records_at_once_and_smaller_ones_gradually() {
+        let mut size = RecordBytes::default();
+        assert_eq!(size.get(), None);
+        size.observe(0, 1000);
+        assert_eq!(size.get(), None, "no records, no sample");
+        size.observe(1000, 1_088_000);
+        assert_eq!(size.get(), Some(1088));
+        size.observe(1000, 88_000);
+        // A quarter of the way from 1088 to 88.
+        assert_eq!(size.get(), Some(838));
+        size.observe(10, 100_000);
+        assert_eq!(size.get(), Some(10_000), "larger: at once");
+        size.observe(1, 0);
+        assert!(size.get().unwrap() >= 1);
+        size.observe(1, usize::MAX);
+        assert!(size.get().unwrap() > 1 << 60);
     }
 
     #[test]
