@@ -41,6 +41,23 @@ use crate::time::deadline_after;
 use std::collections::BTreeMap;
 
 /// Acknowledgements of the application, as ranges per partition.
+/// The partitions of `records`, each once.
+fn in_app_partitions(records: &[ConsumerRecord]) -> Vec<TopicPartition> {
+    let mut out: Vec<TopicPartition> = Vec::new();
+    for r in records {
+        if !out
+            .iter()
+            .any(|tp| tp.partition() == r.partition() && tp.topic() == r.topic())
+        {
+            out.push(TopicPartition::new(
+                Arc::clone(r.topic_arc()),
+                r.partition(),
+            ));
+        }
+    }
+    out
+}
+
 fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
     acks.into_iter()
         .map(|PartitionAcks { partition, acks }| {
@@ -297,6 +314,7 @@ impl KafkaShareConsumer {
         let per_record = self.pace.per_record();
         let mut slots = self.engine.mailbox.lock();
         slots.in_app = 0;
+        slots.in_app_partitions.clear();
         slots.per_record = per_record;
     }
 
@@ -562,6 +580,7 @@ impl ShareConsumer for KafkaShareConsumer {
                     let records = slots.records.take(self.poll_limit());
                     slots.poll_deadline = None;
                     slots.in_app = records.len();
+                    slots.in_app_partitions = in_app_partitions(&records);
                     drop(slots);
                     if self.config.acquisition_sizing == AcquisitionSizing::Sized {
                         // The level went down: the engine may fetch ahead now.

@@ -9,7 +9,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::consumer::{CommitResults, ConsumerError};
-use crate::record::ConsumerRecord;
+use crate::record::{ConsumerRecord, TopicPartition};
 
 /// State behind the mailbox's lock.
 #[derive(Debug, Default)]
@@ -21,6 +21,9 @@ pub(crate) struct Slots {
     /// Records the last poll handed out whose acknowledgements the engine does not have
     /// yet: with `records`, what this member holds acquired (the sizing rule's level).
     pub(crate) in_app: usize,
+    /// The partitions of the records counted in `in_app`: while the application may still
+    /// acknowledge them, their records are not acquired from another leader.
+    pub(crate) in_app_partitions: Vec<TopicPartition>,
     /// The application's measured time per record (see
     /// [`SinkPace`](super::sizing::SinkPace)), set by the consumer.
     pub(crate) per_record: Option<Duration>,
@@ -76,6 +79,16 @@ impl Buffer {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// True when a record of `partition` waits.
+    pub(crate) fn holds(&self, partition: &TopicPartition) -> bool {
+        self.chunks.iter().any(|c| {
+            c.records
+                .as_slice()
+                .iter()
+                .any(|r| r.partition() == partition.partition() && r.topic() == partition.topic())
+        })
     }
 
     /// Drops everything.

@@ -53,7 +53,9 @@ use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::session::acks::AckRange;
-use crate::kafka::session::book::{FetchSettings, NodeId, PlanInput, Planned, SessionBook, Ticket};
+use crate::kafka::session::book::{
+    FetchSettings, NodeId, PlanInput, Planned, SessionBook, SessionPartition, Ticket,
+};
 use crate::record::TopicPartition;
 use crate::time::deadline_after;
 
@@ -159,6 +161,7 @@ impl EngineHandle {
             close_sent: false,
             polled: false,
             asked: HashMap::new(),
+            origins: HashMap::new(),
             acks_since: None,
             record_bytes: RecordBytes::default(),
             seen_assignment: 0,
@@ -224,6 +227,9 @@ struct Engine {
     /// The record limits of acquiring fetches in flight: records that may arrive, part of
     /// the sizing rule's level.
     asked: HashMap<Ticket, usize>,
+    /// The leader each partition's records were last acquired from, while this member may
+    /// still hold some of them (see [`hold_back_moved`]).
+    origins: HashMap<SessionPartition, (NodeId, TopicPartition)>,
     /// Since when acknowledgements have waited with no request to carry them; after
     /// [`Sizing::ack_linger`] they go in a ShareAcknowledge of their own.
     acks_since: Option<Instant>,
@@ -360,7 +366,9 @@ impl Engine {
         let targets = if closing {
             HashMap::new()
         } else {
-            self.cluster.targets(&assignment)
+            let mut targets = self.cluster.targets(&assignment);
+            self.hold_back_moved(&mut targets);
+            targets
         };
         let leaders: HashMap<TopicPartition, (uuid::Uuid, NodeId)> = self
             .book
@@ -410,6 +418,36 @@ impl Engine {
         }
         self.answer_commits();
         self.hand_over_outcomes();
+    }
+
+    /// Keeps partitions whose leader moved out of the fetches to their new leader while this
+    /// member may still hold records of them from the old one (buffered, with the
+    /// application, or acknowledged and not yet answered). Otherwise the new leader, which
+    /// knows nothing of the old acquisition, could hand the same offsets to this member
+    /// again, and the acknowledgements of the old copies, sent to it, would be accepted for
+    /// the new ones: a commit would report success and the new copies would come again.
+    fn hold_back_moved(&mut self, targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>) {
+        if self.origins.is_empty() {
+            return;
+        }
+        let held: Vec<TopicPartition> = {
+            let slots = self.mailbox.lock();
+            self.origins
+                .values()
+                .map(|(_, tp)| tp)
+                .filter(|tp| slots.records.holds(tp) || slots.in_app_partitions.contains(tp))
+                .cloned()
+                .collect()
+        };
+        // The consumer hands acknowledgements over before it says the application is done
+        // with their records: take those already sent, so none is missed in between.
+        while let Ok(command) = self.commands.try_recv() {
+            self.apply(command);
+        }
+        let book = &self.book;
+        hold_back_moved(targets, &mut self.origins, |tp| {
+            held.contains(tp) || book.unsettled(tp)
+        });
     }
 
     /// With an acknowledgement commit callback, outcomes no commit waits for (those of
@@ -703,6 +741,9 @@ impl Engine {
         self.cluster.stale |= fetched.stale;
         self.record_bytes
             .observe(fetched.records.len(), fetched.record_bytes);
+        for (partition, tp) in fetched.acquired_from {
+            self.origins.insert(partition, (node, tp));
+        }
         for (tp, ranges) in fetched.internal_acks {
             self.book.acknowledge(tp, ranges);
         }
@@ -797,6 +838,7 @@ impl Engine {
             let mut slots = self.mailbox.lock();
             slots.records.clear();
             slots.in_app = 0;
+            slots.in_app_partitions.clear();
             slots.wanted = false;
         }
         let results = self.book.take_results();
@@ -823,6 +865,20 @@ impl Engine {
     }
 }
 
+/// Forgets the origins of partitions no longer `held`, then drops from `targets` every
+/// partition still held from a leader other than the one it would be fetched from now.
+fn hold_back_moved(
+    targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>,
+    origins: &mut HashMap<SessionPartition, (NodeId, TopicPartition)>,
+    held: impl Fn(&TopicPartition) -> bool,
+) {
+    origins.retain(|_, (_, tp)| held(tp));
+    for (node, partitions) in targets.iter_mut() {
+        partitions.retain(|p| origins.get(p).is_none_or(|(from, _)| from == node));
+    }
+    targets.retain(|_, partitions| !partitions.is_empty());
+}
+
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -833,6 +889,26 @@ async fn sleep_until_opt(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_partition_is_not_fetched_from_its_new_leader_while_held_from_the_old() {
+        let id = uuid::Uuid::from_u128(7);
+        let p0 = TopicPartition::new("t", 0);
+        let p1 = TopicPartition::new("t", 1);
+        // p0 was acquired from node 1 and now leads on node 2, with p1.
+        let mut origins = HashMap::from([((id, 0), (1, p0.clone())), ((id, 1), (2, p1.clone()))]);
+        let targets = HashMap::from([(2, BTreeSet::from([(id, 0), (id, 1)]))]);
+
+        let mut now = targets.clone();
+        hold_back_moved(&mut now, &mut origins, |_| true);
+        assert_eq!(now, HashMap::from([(2, BTreeSet::from([(id, 1)]))]));
+
+        // Nothing of p0 is held any more: it is fetched from its new leader.
+        let mut later = targets.clone();
+        hold_back_moved(&mut later, &mut origins, |tp| *tp == p1);
+        assert_eq!(later, targets);
+        assert!(!origins.contains_key(&(id, 0)));
+    }
 
     #[test]
     fn the_backoff_doubles_up_to_its_maximum() {

@@ -10,7 +10,9 @@ use crate::kafka::codec::share_v2;
 use crate::kafka::errors::broker_error;
 use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
 use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
-use crate::kafka::session::book::{Answer, NodeId, PartitionAnswer, session_gone};
+use crate::kafka::session::book::{
+    Answer, NodeId, PartitionAnswer, SessionPartition, session_gone,
+};
 use crate::kafka::session::ranges::OffsetRange;
 use crate::record::{ConsumerRecord, TopicPartition};
 
@@ -49,6 +51,8 @@ pub(crate) struct Fetched {
     pub(crate) lock_timeout: Option<Duration>,
     /// The bytes of the record sets `records` came from (what they keep in memory).
     pub(crate) record_bytes: usize,
+    /// The partitions `records` came from.
+    pub(crate) acquired_from: Vec<(SessionPartition, TopicPartition)>,
 }
 
 /// How many times `fetch.max.bytes` the records of one answer may decompress to. A broker
@@ -159,6 +163,8 @@ pub(crate) fn fetch_answer(
             let extracted = extract(&name, p.partition_index, p.records, &ranges, &mut budget);
             if !extracted.records.is_empty() {
                 out.record_bytes = out.record_bytes.saturating_add(wire);
+                out.acquired_from
+                    .push(((topic.topic_id, p.partition_index), tp.clone()));
             }
             for error in &extracted.errors {
                 tracing::error!(%tp, error, "rejecting records of a corrupt batch");

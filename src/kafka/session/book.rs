@@ -297,6 +297,15 @@ impl SessionBook {
         self.pending.values().all(|p| p.oldest > seq) && self.sent.values().all(|s| s.oldest > seq)
     }
 
+    /// True while acknowledgements of `partition` wait to be sent or for their answer.
+    pub(crate) fn unsettled(&self, partition: &TopicPartition) -> bool {
+        self.pending.contains_key(partition)
+            || self
+                .sent
+                .values()
+                .any(|s| s.acks.iter().any(|(tp, _)| tp == partition))
+    }
+
     /// The partitions with acknowledgements waiting to be sent.
     pub(crate) fn pending_partitions(&self) -> impl Iterator<Item = &TopicPartition> {
         self.pending.keys()

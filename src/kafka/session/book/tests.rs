@@ -250,6 +250,10 @@ fn acknowledgements_ride_on_the_fetch_and_are_reported_once() {
     );
     let seq = book.seq();
     assert!(!book.settled_through(seq));
+    assert!(
+        book.unsettled(&tp(0)),
+        "pending, the partition is unsettled"
+    );
     // No fetch and no flush: the acknowledgement waits.
     assert!(book.plan(&world.input(false, false)).is_empty());
     let planned = book.plan(&world.input(true, false));
@@ -260,10 +264,16 @@ fn acknowledgements_ride_on_the_fetch_and_are_reported_once() {
     assert_eq!(carrying.len(), 1);
     assert_eq!(contents(carrying[0]).1[&0], vec![(5, ACCEPT), (6, ACCEPT)]);
     assert!(!book.settled_through(seq), "in flight is not settled");
+    assert!(
+        book.unsettled(&tp(0)),
+        "in flight, the partition is unsettled"
+    );
+    assert!(!book.unsettled(&tp(1)));
     for p in &planned {
         answer(&mut book, p, ok_answer(p));
     }
     assert!(book.settled_through(seq));
+    assert!(!book.unsettled(&tp(0)));
     let results = book.take_results();
     assert_eq!(results.get(&tp(0)), Some(&Ok(())));
     assert!(book.take_results().is_empty(), "reported once");
