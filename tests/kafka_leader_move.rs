@@ -538,7 +538,10 @@ async fn consumer_follows_leader_moves_and_loses_nothing() {
     let mut after_move = [0_usize; 2];
     let deadline = Instant::now() + TEST_DEADLINE;
     let mut round = 0_u32;
-    while !mover.is_finished() && Instant::now() < deadline {
+    // Until the moves are done and every record produced around them came: a record produced
+    // after a move can only come through the new leader, in this loop.
+    let total = 6 * BATCH;
+    while !(mover.is_finished() && ledger.delivered.len() >= total) && Instant::now() < deadline {
         let records = consumer
             .poll(Duration::from_millis(300))
             .await

@@ -427,6 +427,11 @@ impl Engine {
     /// again, and the acknowledgements of the old copies, sent to it, would be accepted for
     /// the new ones: a commit would report success and the new copies would come again.
     fn hold_back_moved(&mut self, targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>) {
+        // A fetch still in flight to the old leader may yet bring copies: wait for its answer.
+        for (node, partitions) in targets.iter_mut() {
+            partitions.retain(|p| !self.book.fetching_elsewhere(p, *node));
+        }
+        targets.retain(|_, partitions| !partitions.is_empty());
         if self.origins.is_empty() {
             return;
         }

@@ -306,6 +306,15 @@ impl SessionBook {
                 .any(|s| s.acks.iter().any(|(tp, _)| tp == partition))
     }
 
+    /// True while a fetch to a leader other than `node` that may acquire records of
+    /// `partition` is in flight: its answer could bring copies from that leader.
+    pub(crate) fn fetching_elsewhere(&self, partition: &SessionPartition, node: NodeId) -> bool {
+        self.sent.values().any(|s| {
+            s.node != node
+                && matches!(&s.kind, SentKind::Fetch { target } if target.contains(partition))
+        })
+    }
+
     /// The partitions with acknowledgements waiting to be sent.
     pub(crate) fn pending_partitions(&self) -> impl Iterator<Item = &TopicPartition> {
         self.pending.keys()

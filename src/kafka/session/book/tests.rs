@@ -639,3 +639,23 @@ proptest! {
         prop_assert!(m.sent.is_disjoint(&m.failed_unsent));
     }
 }
+
+#[test]
+fn a_fetch_in_flight_is_seen_from_the_other_leaders() {
+    let world = World::new();
+    let mut book = book();
+    let planned = book.plan(&world.input(true, false));
+    let to_node_1 = planned
+        .iter()
+        .find(|p| p.node() == 1)
+        .expect("a fetch to node 1");
+    // Partition 0 is fetched from node 1: a fetch from node 2 could bring a second copy.
+    assert!(book.fetching_elsewhere(&(TOPIC, 0), 2));
+    assert!(!book.fetching_elsewhere(&(TOPIC, 0), 1));
+    assert!(
+        !book.fetching_elsewhere(&(TOPIC, 2), 2),
+        "node 2 fetches it itself"
+    );
+    answer(&mut book, to_node_1, ok_answer(to_node_1));
+    assert!(!book.fetching_elsewhere(&(TOPIC, 0), 2), "answered");
+}
