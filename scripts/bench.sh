@@ -19,10 +19,11 @@
 # B as --command-config, A as bench_consumer's --client-config. C is not run over TLS.
 #
 # Then the slow-sink rows: A on the main topic, BENCH_SLOW_RECORDS records, with a sink whose put
-# sleeps BENCH_SLOW_PUT_MS per batch, with fixed acquisition (Java's: each fetch acquires
-# max.poll.records; once per BENCH_SLOW_FIXED_MPR value) and with sized acquisition (the default,
-# max.poll.records BENCH_MAX_POLL_RECORDS): throughput and lock losses (acknowledgements the broker
-# refused because the lock had expired, and records delivered more than once).
+# sleeps BENCH_SLOW_PUT_MS per batch, for each max.poll.records of BENCH_SLOW_FIXED_MPR with fixed
+# acquisition (Java's: each fetch acquires max.poll.records) and with sized acquisition (the
+# default) at the same max.poll.records, so both hand the sink batches of the same size (the sink
+# costs per batch): throughput and lock losses (acknowledgements the broker refused because the
+# lock had expired, and records delivered more than once), and sized ÷ fixed per batch size.
 #
 # Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
 # the no-op sink and with a sink whose put takes 10 ms per batch.
@@ -69,7 +70,7 @@
 #   BENCH_A_ACQUISITION    A's acquisition: sized | fixed [sized, the default]
 #   BENCH_A_MAX_BYTES      A's acquisition_max_bytes (sized only) [unset: the crate's default, 4 MiB]
 #   BENCH_SLOW_PUT_MS      the slow-sink rows' put latencies in ms per batch; empty skips them [5 50]
-#   BENCH_SLOW_FIXED_MPR   max.poll.records of the fixed-acquisition slow-sink runs [500 2000]
+#   BENCH_SLOW_FIXED_MPR   max.poll.records of the slow-sink runs, each fixed and sized [500 2000]
 #   BENCH_SLOW_RECORDS     records per slow-sink run [200000, at most BENCH_RECORDS]
 #   BENCH_FETCH_MAX_BYTES  fetch.max.bytes of A and C and --fetch-size of B [52428800, A's default]
 #   BENCH_MAX_POLL_RECORDS max.poll.records of all three [500, the default of all three]
@@ -631,8 +632,8 @@ if [[ -n "$SLOW_PUT_MS" && -n "$CLIENTS" ]]; then
   for put_ms in $SLOW_PUT_MS; do
     for mpr in $SLOW_FIXED_MPR; do
       run_client slow 1 A "$TOPIC" "$slow_records" 1 "$put_ms" fixed "$mpr"
+      run_client slow 1 A "$TOPIC" "$slow_records" 1 "$put_ms" sized "$mpr"
     done
-    run_client slow 1 A "$TOPIC" "$slow_records" 1 "$put_ms" sized "$MAX_POLL_RECORDS"
   done
 fi
 
@@ -941,8 +942,16 @@ summarize() {
         print ""
         print "| put ms | acquisition | max.poll.records | rec/s | lock losses | redelivered | records/poll | CPU µs/rec window | broker µs/rec | peak RSS MB |"
         print "|---|---|---|---|---|---|---|---|---|---|"
-        for (i = 1; i <= nsl; i++)
+        for (i = 1; i <= nsl; i++) {
           printf "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %.1f |\n", sl_put[i], sl_acq[i], sl_mpr[i], sl_rps[i], sl_loss[i], sl_red[i], sl_rpp[i], f(sl_cpu[i], "%.2f"), f(sl_bk[i], "%.2f"), sl_rss[i]
+          sl_key = sl_put[i] " ms, max.poll.records " sl_mpr[i]
+          if (sl_acq[i] == "fixed") sl_fixed[sl_key] = sl_rps[i]; else sl_sized[sl_key] = sl_rps[i]
+        }
+        print ""
+        print "Sized ÷ fixed at the same put latency and max.poll.records (batches of the same size):"
+        for (k in sl_sized)
+          if (k in sl_fixed && sl_fixed[k] > 0)
+            printf "  %s: %.2f\n", k, sl_sized[k] / sl_fixed[k]
       }
       if (ns) {
         print ""

@@ -10,8 +10,10 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AckPolicy, AcknowledgementMode, CommitPolicy, DriverConfig, Durability, Error, ErrorHandling,
-    PutRetriablePolicy, RecordId, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
+    ConsumerRecord, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata, PendingCommit,
+    PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
+    TaskError,
 };
 
 const GROUP: &str = "sink";
@@ -529,4 +531,108 @@ async fn a_lock_of_duration_max_is_held_and_renewed_without_overflow() {
     assert_eq!(b.state_counts(GROUP).acknowledged, 6);
     assert_eq!(store.lock().unwrap().durable.len(), 6);
     d.close().await.unwrap();
+}
+
+/// A consumer that fetched ahead: its first poll acquires records and keeps them, the next
+/// hands them out, saying when they were acquired.
+struct FetchedAhead {
+    inner: EmbeddedShareConsumer,
+    buffered: Vec<ConsumerRecord>,
+    acquired: Option<tokio::time::Instant>,
+}
+
+#[async_trait]
+impl ShareConsumer for FetchedAhead {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.inner.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.inner.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if self.acquired.is_none() {
+            self.buffered = self.inner.poll(timeout).await?;
+            self.acquired = Some(tokio::time::Instant::now());
+            return Ok(Vec::new());
+        }
+        Ok(std::mem::take(&mut self.buffered))
+    }
+    fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
+        self.acquired
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.inner.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.inner.hold_offset(topic, partition, offset)
+    }
+    fn supports_renew(&self) -> bool {
+        self.inner.supports_renew()
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.inner.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.inner.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.inner.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.inner.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.inner.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.inner.acknowledgement_mode()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_fetched_ahead_are_renewed_by_their_acquisition_not_by_the_poll() {
+    let b = broker(3);
+    let sink = Flaky {
+        failures_left: 0,
+        puts: Arc::default(),
+        // Ends 12 s after the poll, 32 s after the acquisition: past the 30 s lock.
+        put_time: Duration::from_secs(12),
+    };
+    let consumer = FetchedAhead {
+        inner: b.share_consumer(GROUP),
+        buffered: Vec::new(),
+        acquired: None,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.records, 0, "acquired, kept in the consumer's buffer");
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 3);
+    // Timed from the poll, the first renewal would have been due 15 s after it, after the
+    // put and after the lock had expired.
+    assert!(
+        d.metrics().records_renewed >= 3,
+        "renewed during the put: {}",
+        d.metrics().records_renewed
+    );
+    assert_eq!(d.metrics().lock_losses, 0);
+    for offset in 0..3 {
+        assert_eq!(state(&b, offset), (RecordState::Acknowledged, 1));
+    }
 }

@@ -424,6 +424,15 @@ pub trait ShareConsumer: Send {
     /// The acquisition lock duration reported for the last records fetched, if known.
     fn acquisition_lock_timeout(&self) -> Option<Duration>;
 
+    /// When the broker acquired the oldest record the last [`poll`](Self::poll) handed out,
+    /// if that was before the poll: a consumer that fetches ahead may hand out records whose
+    /// acquisition locks have been running for a while. The driver times its renewals (at
+    /// half the lock) from this instant instead of from the poll. The default, `None`, means
+    /// the records were acquired during the poll.
+    fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
     /// The group's effective delivery-count limit, if known: its `share.delivery.count.limit`
     /// (Kafka 4.3+), else the broker's `group.share.delivery.count.limit`, else Kafka's
     /// default ([`DEFAULT_DELIVERY_COUNT_LIMIT`]). A record delivered this many times is
@@ -618,6 +627,10 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
         (**self).acquisition_lock_timeout()
+    }
+
+    fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
+        (**self).last_poll_acquired_at()
     }
 
     fn delivery_count_limit(&self) -> Option<u16> {

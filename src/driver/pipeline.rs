@@ -28,7 +28,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.raw.clear();
         self.batch.reserve(records.len());
         let last_delivery = self.last_delivery_limit();
-        self.batch_acquired = polled_at;
+        // Records fetched ahead were acquired before the poll: their locks run from then.
+        self.batch_acquired = self
+            .consumer
+            .last_poll_acquired_at()
+            .map_or(polled_at, |at| at.min(polled_at));
         self.metrics.records_read += records.len() as u64;
         let passthrough = self.config.converters.is_byte_array()
             && self.config.transforms.is_empty()

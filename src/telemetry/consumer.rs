@@ -310,6 +310,10 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
         self.inner.acquisition_lock_timeout()
     }
 
+    fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
+        self.inner.last_poll_acquired_at()
+    }
+
     fn delivery_count_limit(&self) -> Option<u16> {
         self.inner.delivery_count_limit()
     }

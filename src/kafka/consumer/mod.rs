@@ -156,6 +156,8 @@ pub struct KafkaShareConsumer {
     to_present: Vec<RecordId>,
     /// The outcome of the RENEW a poll sent, awaited before presenting the records again.
     renew_answer: Option<oneshot::Receiver<CommitResults>>,
+    /// When the oldest record the last poll handed out from the buffer was acquired.
+    last_acquired: Option<Instant>,
     /// Partitions whose acknowledgements failed in the last outcome seen.
     last_ack_failures: BTreeSet<TopicPartition>,
     /// The acknowledgement commit callback, if set.
@@ -277,6 +279,7 @@ impl KafkaShareConsumer {
             last_records: Vec::new(),
             to_present: Vec::new(),
             renew_answer: None,
+            last_acquired: None,
             last_ack_failures: BTreeSet::new(),
             callback: CallbackSlot::default(),
             async_outcomes: Arc::default(),
@@ -524,6 +527,7 @@ impl ShareConsumer for KafkaShareConsumer {
             return Err(e);
         }
         let deadline = deadline_after(Instant::now(), timeout);
+        self.last_acquired = None;
         let implicit = self.implicit();
         if !implicit {
             self.batch.ensure_acknowledged()?;
@@ -577,6 +581,7 @@ impl ShareConsumer for KafkaShareConsumer {
                     // With a strict max.poll.records (a broker before 4.2 acquired whole
                     // batches) or a sized acquisition, the rest waits, acquired, for the
                     // next polls.
+                    let acquired = slots.records.oldest();
                     let records = slots.records.take(self.poll_limit());
                     slots.poll_deadline = None;
                     slots.in_app = records.len();
@@ -586,6 +591,7 @@ impl ShareConsumer for KafkaShareConsumer {
                         // The level went down: the engine may fetch ahead now.
                         self.engine.mailbox.wake.notify_one();
                     }
+                    self.last_acquired = acquired;
                     return Ok(self.present(records));
                 }
                 if let Some(e) = slots.error.take() {
@@ -783,6 +789,12 @@ impl ShareConsumer for KafkaShareConsumer {
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
         self.engine.mailbox.lock().lock_timeout
+    }
+
+    /// When the oldest record of the last poll was acquired, when it waited in the buffer
+    /// (fetched ahead); `None` for records acquired during the poll or presented again.
+    fn last_poll_acquired_at(&self) -> Option<Instant> {
+        self.last_acquired
     }
 
     /// The group's `share.delivery.count.limit` (Kafka 4.3+; a 4.4 broker answers with its

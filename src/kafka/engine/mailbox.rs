@@ -72,6 +72,11 @@ impl Buffer {
         });
     }
 
+    /// When the oldest waiting record was acquired.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.chunks.front().map(|c| c.at)
+    }
+
     /// How many records wait.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -182,9 +187,16 @@ mod tests {
         buffer.push(t0, Vec::new());
         buffer.push(t0 + Duration::from_secs(1), records(3..5));
         assert_eq!(buffer.len(), 5);
+        assert_eq!(buffer.oldest(), Some(t0));
         assert_eq!(offsets(&buffer.take(2)), [0, 1]);
+        assert_eq!(
+            buffer.oldest(),
+            Some(t0),
+            "the first answer's last record waits"
+        );
         assert_eq!(offsets(&buffer.take(2)), [2, 3]);
         assert_eq!(buffer.len(), 1);
+        assert_eq!(buffer.oldest(), Some(t0 + Duration::from_secs(1)));
         assert_eq!(offsets(&buffer.take(usize::MAX)), [4]);
         assert!(buffer.is_empty());
         assert!(buffer.take(10).is_empty());
