@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_share_sink::{
-    AcknowledgeType, AcknowledgementMode, ConsumerRecord, DriverConfig, KafkaAdmin,
-    KafkaShareConsumer, KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer, ShareSinkTask,
-    SinkRecord, SinkTask, TaskConfig, TaskError,
+    AcknowledgeType, AcknowledgementMode, AcquisitionSizing, ConsumerRecord, DriverConfig,
+    KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer,
+    ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
@@ -1060,6 +1060,87 @@ async fn records_fetched_ahead_are_not_handed_out_after_their_lock_ran_out() {
     assert!(
         redelivered > 0,
         "records acquired ahead before the stall came again"
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// Records fetched ahead that wait unpolled for half their lock are released, except those on
+/// their last allowed delivery: released, the group would archive them unseen. Those are
+/// handed out, and every record comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
+    let limit = [("share.delivery.count.limit", "2")];
+    let Some(f) = fixture_with("last_delivery_ahead", 1, LOCK_MS, &limit).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..200).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    // A first member takes what it can in one poll and releases it: delivered once, the next
+    // delivery of those records is their last.
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .acquisition_sizing(AcquisitionSizing::Fixed)
+        .share_acquire_mode(ShareAcquireMode::RecordLimit)
+        .max_poll_records(200);
+    let mut first = KafkaShareConsumer::connect(config).await.expect("connects");
+    first
+        .subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let mut released = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while released.is_empty() && tokio::time::Instant::now() < deadline {
+        released = first.poll(Duration::from_millis(500)).await.expect("poll");
+    }
+    assert!(!released.is_empty(), "nothing acquired");
+    for r in &released {
+        first.acknowledge(r, AcknowledgeType::Release).unwrap();
+    }
+    let results = first.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    first.close(Duration::from_secs(10)).await.unwrap();
+
+    // The second member polls quickly (so it acquires ahead), then stalls past half the lock.
+    let mut c = consumer_polling(&f, 50).await;
+    let mut seen = BTreeSet::new();
+    for _ in 0..2 {
+        let mut records = Vec::new();
+        while records.is_empty() {
+            records = c.poll(Duration::from_secs(10)).await.expect("poll");
+        }
+        for r in &records {
+            seen.insert(r.offset());
+            c.acknowledge(r, AcknowledgeType::Accept).unwrap();
+        }
+        assert!(
+            c.commit_sync(Duration::from_secs(10))
+                .await
+                .unwrap()
+                .is_success()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(LOCK_MS * 6 / 10)).await;
+    let mut last_deliveries_after_the_stall = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seen.len() < 200 && tokio::time::Instant::now() < deadline {
+        for r in c.poll(Duration::from_millis(500)).await.expect("poll") {
+            last_deliveries_after_the_stall += usize::from(r.delivery_count() >= 2);
+            seen.insert(r.offset());
+            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+        }
+        let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+        assert!(results.is_success(), "{results:?}");
+    }
+    let missing: Vec<i64> = (0..200).filter(|o| !seen.contains(o)).collect();
+    assert!(missing.is_empty(), "archived unseen: {missing:?}");
+    assert!(
+        last_deliveries_after_the_stall > 0,
+        "no record on its last delivery waited through the stall: the test tested nothing"
     );
     c.close(Duration::from_secs(10)).await.unwrap();
 }

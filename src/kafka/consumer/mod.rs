@@ -40,6 +40,10 @@ use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 use crate::time::deadline_after;
 use std::collections::BTreeMap;
 
+/// The lowest delivery-count limit a group may have (`group.share.min.delivery.count.limit`'s
+/// floor): a record delivered this often may be on its last delivery when the limit is unknown.
+const MIN_DELIVERY_COUNT_LIMIT: u16 = 2;
+
 /// Acknowledgements of the application, as ranges per partition.
 /// The partitions of `records`, each once.
 fn in_app_partitions(records: &[ConsumerRecord]) -> Vec<TopicPartition> {
@@ -335,15 +339,26 @@ impl KafkaShareConsumer {
             };
             let expired = now
                 .checked_sub(lock)
-                .map(|cutoff| slots.records.take_acquired_by(cutoff))
+                .map(|cutoff| slots.records.take_acquired_by(cutoff, |_| false))
                 .unwrap_or_default();
-            (expired, slots.records.take_acquired_by(half))
+            // A record on its last allowed delivery is not released: the group would archive
+            // it unseen. It stays, first in line, for the next poll (the driver renews its
+            // lock from its acquisition). Unknown, the limit is taken as the lowest allowed.
+            let limit = self
+                .group_configs
+                .delivery_count_limit()
+                .unwrap_or(MIN_DELIVERY_COUNT_LIMIT);
+            let stale = slots
+                .records
+                .take_acquired_by(half, |r| r.delivery_count() >= limit);
+            (expired, stale)
         };
         if !expired.is_empty() {
             tracing::warn!(
                 records = expired.len(),
                 "records fetched ahead waited unpolled past their acquisition lock: dropped, \
-                 the group delivers them again"
+                 the group delivers them again (or archives those on their last delivery: \
+                 poll more often than the acquisition lock)"
             );
         }
         if stale.is_empty() {

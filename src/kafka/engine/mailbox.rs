@@ -119,13 +119,29 @@ impl Buffer {
         out
     }
 
-    /// Takes every record acquired at or before `cutoff`.
-    pub(crate) fn take_acquired_by(&mut self, cutoff: Instant) -> Vec<ConsumerRecord> {
+    /// Takes every record acquired at or before `cutoff`, except those `keep` says stay (in
+    /// order, at the front, with their acquisition time).
+    pub(crate) fn take_acquired_by(
+        &mut self,
+        cutoff: Instant,
+        keep: impl Fn(&ConsumerRecord) -> bool,
+    ) -> Vec<ConsumerRecord> {
         let mut out = Vec::new();
+        let mut kept = Vec::new();
         while self.chunks.front().is_some_and(|c| c.at <= cutoff) {
             if let Some(chunk) = self.chunks.pop_front() {
-                out.extend(chunk.records);
+                let (stay, go): (Vec<_>, Vec<_>) = chunk.records.partition(|r| keep(r));
+                out.extend(go);
+                if !stay.is_empty() {
+                    kept.push(Acquired {
+                        at: chunk.at,
+                        records: stay.into_iter(),
+                    });
+                }
             }
+        }
+        for chunk in kept.into_iter().rev() {
+            self.chunks.push_front(chunk);
         }
         self.len -= out.len();
         out
@@ -212,15 +228,31 @@ mod tests {
         assert_eq!(buffer.take(1).len(), 1);
         assert!(
             buffer
-                .take_acquired_by(t0 - Duration::from_millis(1))
+                .take_acquired_by(t0 - Duration::from_millis(1), |_| false)
                 .is_empty()
         );
         assert_eq!(
-            offsets(&buffer.take_acquired_by(t0 + Duration::from_secs(1))),
+            offsets(&buffer.take_acquired_by(t0 + Duration::from_secs(1), |_| false)),
             [1, 2, 3, 4]
         );
         assert_eq!(buffer.len(), 1);
         buffer.clear();
         assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn records_the_buffer_is_told_to_keep_stay_first_in_line_with_their_acquisition() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let mut buffer = Buffer::default();
+        buffer.push(t0, records(0..4));
+        buffer.push(t1, records(4..6));
+        buffer.push(t1 + Duration::from_secs(1), records(6..7));
+        let kept = [1, 2, 5];
+        let taken = buffer.take_acquired_by(t1, |r| kept.contains(&r.offset()));
+        assert_eq!(offsets(&taken), [0, 3, 4]);
+        assert_eq!(buffer.len(), 4);
+        assert_eq!(buffer.oldest(), Some(t0));
+        assert_eq!(offsets(&buffer.take(usize::MAX)), [1, 2, 5, 6]);
     }
 }
