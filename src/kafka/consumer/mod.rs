@@ -150,7 +150,8 @@ pub struct KafkaShareConsumer {
     unreported: CommitResults,
     /// The brokers take ShareAcknowledge v2, so RENEW works.
     renew_supported: bool,
-    /// The records of the last poll, to present renewed ones again.
+    /// The records of the last poll, to present renewed ones again; the next poll keeps only
+    /// the renewed ones ([`forget_unrenewed`](Self::forget_unrenewed)).
     last_records: Vec<ConsumerRecord>,
     /// Renewed records to present again by the next poll.
     to_present: Vec<RecordId>,
@@ -410,6 +411,25 @@ impl KafkaShareConsumer {
         self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
     }
 
+    /// Keeps of the last poll's records only those to present again. A record is a slice of
+    /// the ShareFetch answer it came in, so one kept record keeps that whole answer in memory:
+    /// an application that dropped its records must not have their answers held for it while
+    /// the next poll waits for the next answer.
+    fn forget_unrenewed(&mut self) {
+        if self.to_present.is_empty() {
+            self.last_records.clear();
+            return;
+        }
+        let keep = &self.to_present;
+        self.last_records.retain(|r| {
+            keep.iter().any(|id| {
+                id.offset() == r.offset()
+                    && id.partition() == r.partition()
+                    && id.topic() == r.topic()
+            })
+        });
+    }
+
     /// The renewed records of the last poll that are still ours, to present again.
     fn renewed_again(&mut self) -> Vec<ConsumerRecord> {
         let renewed = std::mem::take(&mut self.to_present);
@@ -536,6 +556,7 @@ impl ShareConsumer for KafkaShareConsumer {
             // held ones stay held and are not.
             self.to_present = renewed;
         }
+        self.forget_unrenewed();
         if renewing {
             // Present them again only once the broker said the RENEW held.
             let (reply, answer) = oneshot::channel();
