@@ -22,6 +22,11 @@ use bytes::{Bytes, BytesMut};
 /// Frames shorter than this are allocated one by one (the allocator handles small blocks well).
 pub(crate) const POOLED_FRAME_MIN: usize = 64 << 10;
 
+/// Frames longer than this are allocated one by one too: glibc always maps blocks above its
+/// largest mmap threshold (32 MiB on 64-bit targets) and unmaps them on free, so they leave no
+/// holes, and an idle pool does not keep such large buffers.
+pub(crate) const POOLED_FRAME_MAX: usize = 32 << 20;
+
 /// The most idle buffers a pool keeps; more go back to the allocator.
 pub(crate) const IDLE_BUFFERS: usize = 2;
 
@@ -36,11 +41,12 @@ impl FramePool {
         Arc::new(Self::default())
     }
 
-    /// A zeroed buffer of `len` bytes to read a frame into: for a large frame, a buffer of
+    /// A zeroed buffer of `len` bytes to read a frame into: for a large frame (from
+    /// [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
     /// the pool (the smallest idle one that fits, else the largest idle one grown to `len`,
     /// else a new one), which [`freeze`](FrameBuffer::freeze) turns into the frame.
     pub(crate) fn buffer(self: &Arc<Self>, len: usize) -> FrameBuffer {
-        if len < POOLED_FRAME_MIN {
+        if !(POOLED_FRAME_MIN..=POOLED_FRAME_MAX).contains(&len) {
             return FrameBuffer::Plain(BytesMut::zeroed(len));
         }
         let reused = {
@@ -181,6 +187,17 @@ mod tests {
         assert_eq!(f.len(), POOLED_FRAME_MIN - 1);
         drop(f);
         assert_eq!(pool.idle(), (0, 0));
+    }
+
+    #[test]
+    fn huge_frames_do_not_touch_the_pool() {
+        let pool = FramePool::new();
+        let f = frame(&pool, POOLED_FRAME_MAX + 1, 7);
+        assert_eq!(f.len(), POOLED_FRAME_MAX + 1);
+        drop(f);
+        assert_eq!(pool.idle(), (0, 0));
+        drop(frame(&pool, POOLED_FRAME_MAX, 7));
+        assert_eq!(pool.idle(), (1, POOLED_FRAME_MAX));
     }
 
     #[test]
