@@ -120,7 +120,10 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// fetched) whatever the brokers do: requests run in the engine with their own timeouts.
 /// One ShareFetch answer is read at a time; its frame is at most 100 MiB, and the records it
 /// decompresses are bounded by `fetch.max.bytes` per answer (see
-/// [`KafkaShareConsumerConfig::fetch_max_bytes`]).
+/// [`KafkaShareConsumerConfig::fetch_max_bytes`]). A record is a slice of its answer, so a record
+/// kept keeps its whole answer in memory. The buffer of an answer whose records are all
+/// dropped is reused for a later one: each connection keeps at most two idle buffers, each the
+/// size of an answer it received (answers over 32 MiB are not kept).
 ///
 /// ```no_run
 /// use std::time::Duration;
