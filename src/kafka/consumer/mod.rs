@@ -124,7 +124,10 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// fetched) whatever the brokers do: requests run in the engine with their own timeouts.
 /// One ShareFetch answer is read at a time; its frame is at most 100 MiB, and the records it
 /// decompresses are bounded by `fetch.max.bytes` per answer (see
-/// [`KafkaShareConsumerConfig::fetch_max_bytes`]).
+/// [`KafkaShareConsumerConfig::fetch_max_bytes`]). A record is a slice of its answer, so a record
+/// kept keeps its whole answer in memory. The buffer of an answer whose records are all
+/// dropped is reused for a later one: each connection keeps at most two idle buffers, each the
+/// size of an answer it received (answers over 32 MiB are not kept).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -154,7 +157,8 @@ pub struct KafkaShareConsumer {
     unreported: CommitResults,
     /// The brokers take ShareAcknowledge v2, so RENEW works.
     renew_supported: bool,
-    /// The records of the last poll, to present renewed ones again.
+    /// The records of the last poll, to present renewed ones again; the next poll keeps only
+    /// the renewed ones ([`forget_unrenewed`](Self::forget_unrenewed)).
     last_records: Vec<ConsumerRecord>,
     /// Renewed records to present again by the next poll.
     to_present: Vec<RecordId>,
@@ -428,6 +432,25 @@ impl KafkaShareConsumer {
         self.last_ack_failures = results.failures().map(|(tp, _)| tp.clone()).collect();
     }
 
+    /// Keeps of the last poll's records only those to present again. A record is a slice of
+    /// the ShareFetch answer it came in, so one kept record keeps that whole answer in memory:
+    /// an application that dropped its records must not have their answers held for it while
+    /// the next poll waits for the next answer.
+    fn forget_unrenewed(&mut self) {
+        if self.to_present.is_empty() {
+            self.last_records.clear();
+            return;
+        }
+        let keep = &self.to_present;
+        self.last_records.retain(|r| {
+            keep.iter().any(|id| {
+                id.offset() == r.offset()
+                    && id.partition() == r.partition()
+                    && id.topic() == r.topic()
+            })
+        });
+    }
+
     /// The renewed records of the last poll that are still ours, to present again.
     fn renewed_again(&mut self) -> Vec<ConsumerRecord> {
         let renewed = std::mem::take(&mut self.to_present);
@@ -555,6 +578,7 @@ impl ShareConsumer for KafkaShareConsumer {
             // held ones stay held and are not.
             self.to_present = renewed;
         }
+        self.forget_unrenewed();
         if renewing {
             // Present them again only once the broker said the RENEW held.
             let (reply, answer) = oneshot::channel();

@@ -52,6 +52,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tracing::{Instrument, debug, warn};
 
+use super::frame_pool::FramePool;
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::security::{SaslSettings, SecurityContext, sasl, tls};
@@ -587,7 +588,10 @@ impl Connection {
         let reader = tokio::spawn(read_loop(
             Arc::clone(&shared),
             read,
-            config.max_frame_bytes,
+            ReadLimits {
+                max_frame_bytes: config.max_frame_bytes,
+                pool: FramePool::new(),
+            },
             hints,
         ));
         let writer = tokio::spawn(write_loop(Arc::clone(&shared), write, queue));
@@ -1270,11 +1274,19 @@ fn looks_like_tls(len: i32) -> bool {
     (0x14..=0x18).contains(&content_type) && major == 3 && minor <= 4
 }
 
+/// How the reader task reads frames.
+struct ReadLimits {
+    /// The longest frame accepted.
+    max_frame_bytes: usize,
+    /// Where the buffers of large frames come from.
+    pool: Arc<FramePool>,
+}
+
 /// The reader task: delivers response frames until the connection closes.
-async fn read_loop(shared: Arc<Shared>, read: Reader, max_frame_bytes: usize, hints: Hints) {
+async fn read_loop(shared: Arc<Shared>, read: Reader, limits: ReadLimits, hints: Hints) {
     let mut closed = shared.closed.subscribe();
     let reason = tokio::select! {
-        reason = read_frames(&shared, read, max_frame_bytes, hints) => reason,
+        reason = read_frames(&shared, read, limits, hints) => reason,
         _ = closed.wait_for(|closed| *closed) => return,
     };
     shared.close(reason);
@@ -1284,9 +1296,13 @@ async fn read_loop(shared: Arc<Shared>, read: Reader, max_frame_bytes: usize, hi
 async fn read_frames(
     shared: &Shared,
     read: Reader,
-    max_frame_bytes: usize,
+    limits: ReadLimits,
     hints: Hints,
 ) -> CloseReason {
+    let ReadLimits {
+        max_frame_bytes,
+        pool,
+    } = limits;
     let mut read = BufReader::new(read);
     let mut frames_read: u64 = 0;
     loop {
@@ -1323,8 +1339,11 @@ async fn read_frames(
                 "the broker sent a frame of {len} bytes, too short for a correlation id"
             ));
         }
-        let mut frame = BytesMut::zeroed(len);
-        if let Err(error) = read.read_exact(&mut frame).await {
+        // A large frame (a ShareFetch answer) reuses the buffer of one whose records are all
+        // gone: allocated and freed each time, such buffers cost the allocator far more
+        // resident memory than they hold.
+        let mut frame = pool.buffer(len);
+        if let Err(error) = read.read_exact(frame.as_mut()).await {
             return CloseReason::read_error("reading a response", &error, &hints, frames_read);
         }
         frames_read += 1;

@@ -4,6 +4,7 @@
 pub(crate) mod bootstrap;
 pub(crate) mod connection;
 pub(crate) mod coordinator;
+pub(crate) mod frame_pool;
 
 /// `host:port` of a broker as Metadata or FindCoordinator name it, with an IPv6 host in
 /// brackets.

@@ -1,0 +1,262 @@
+//! Buffers for large response frames, reused once every slice of a frame is dropped.
+//!
+//! A ShareFetch answer is read into one buffer, and every record it brings is a slice of that
+//! buffer, so the buffer lives until the application drops the last of those records. Left to
+//! the allocator, buffers of a few MiB allocated and freed over and over cost far more resident
+//! memory than they hold: glibc's malloc serves the first ones with `mmap` and returns them on
+//! free, but raises its mmap threshold to the size of a freed block, so later buffers come from
+//! its heaps, one per thread that allocates (any tokio worker), where freed buffers leave holes
+//! that stay resident. Measured on the consumer benchmark, that was more resident memory than
+//! the answers themselves (see BENCHMARKS.md, "Peak RSS of the share consumer").
+//!
+//! So the reader of a connection takes the buffers of large frames from a [`FramePool`]:
+//! a frame's buffer goes back to the pool when the frame's last slice is dropped, and the next
+//! frame reuses it instead of allocating. The pool keeps at most [`IDLE_BUFFERS`] idle buffers,
+//! each as large as some frame received on the connection, and is freed with the connection
+//! once no frame of it is alive.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::{Bytes, BytesMut};
+
+/// Frames shorter than this are allocated one by one (the allocator handles small blocks well).
+pub(crate) const POOLED_FRAME_MIN: usize = 64 << 10;
+
+/// Frames longer than this are allocated one by one too: glibc always maps blocks above its
+/// largest mmap threshold (32 MiB on 64-bit targets) and unmaps them on free, so they leave no
+/// holes, and an idle pool does not keep such large buffers.
+pub(crate) const POOLED_FRAME_MAX: usize = 32 << 20;
+
+/// The most idle buffers a pool keeps; more go back to the allocator.
+pub(crate) const IDLE_BUFFERS: usize = 2;
+
+/// Reusable buffers for the large frames of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct FramePool {
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+impl FramePool {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// A zeroed buffer of `len` bytes to read a frame into: for a large frame (from
+    /// [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
+    /// the pool (the smallest idle one that fits, else the largest idle one grown to `len`,
+    /// else a new one), which [`freeze`](FrameBuffer::freeze) turns into the frame.
+    pub(crate) fn buffer(self: &Arc<Self>, len: usize) -> FrameBuffer {
+        if !(POOLED_FRAME_MIN..=POOLED_FRAME_MAX).contains(&len) {
+            return FrameBuffer::Plain(BytesMut::zeroed(len));
+        }
+        let reused = {
+            let mut idle = self.lock();
+            let fits = idle
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= len)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            let largest = || {
+                idle.iter()
+                    .enumerate()
+                    .max_by_key(|(_, b)| b.capacity())
+                    .map(|(i, _)| i)
+            };
+            fits.or_else(largest).map(|i| idle.swap_remove(i))
+        };
+        let mut buf = reused.unwrap_or_default();
+        buf.clear();
+        // Exactly the frame: a grown buffer does not double (the allocator may round up).
+        buf.reserve_exact(len);
+        buf.resize(len, 0);
+        FrameBuffer::Pooled(PooledBuffer {
+            buf,
+            pool: Arc::clone(self),
+        })
+    }
+
+    /// Takes back the buffer of a frame whose last slice was dropped.
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut idle = self.lock();
+        if idle.len() < IDLE_BUFFERS {
+            idle.push(buf);
+            return;
+        }
+        // Full: keep the larger buffers (they fit any frame a smaller one fits).
+        if let Some((i, _)) = idle
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, b)| b.capacity())
+            .filter(|(_, b)| b.capacity() < buf.capacity())
+        {
+            idle[i] = buf;
+        }
+    }
+
+    /// The idle buffers held, and their bytes (for tests).
+    #[cfg(test)]
+    fn idle(&self) -> (usize, usize) {
+        let idle = self.lock();
+        (idle.len(), idle.iter().map(Vec::capacity).sum())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        // The lock is never held across anything that can panic; a poisoned one is still
+        // a consistent list of buffers.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A buffer to read one frame into.
+#[derive(Debug)]
+pub(crate) enum FrameBuffer {
+    /// A small frame, allocated on its own.
+    Plain(BytesMut),
+    /// A large frame, in a buffer of the pool.
+    Pooled(PooledBuffer),
+}
+
+impl FrameBuffer {
+    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::Plain(b) => b,
+            Self::Pooled(b) => &mut b.buf,
+        }
+    }
+
+    /// The frame, read: its slices keep the buffer, which goes back to the pool after the last.
+    pub(crate) fn freeze(self) -> Bytes {
+        match self {
+            Self::Plain(b) => b.freeze(),
+            Self::Pooled(b) => b.freeze(),
+        }
+    }
+}
+
+/// A buffer of the pool, not yet frozen into a frame.
+#[derive(Debug)]
+pub(crate) struct PooledBuffer {
+    buf: Vec<u8>,
+    pool: Arc<FramePool>,
+}
+
+impl PooledBuffer {
+    fn freeze(self) -> Bytes {
+        Bytes::from_owner(Frame {
+            buf: self.buf,
+            pool: self.pool,
+        })
+    }
+}
+
+/// The owner of a frozen pooled frame: when `Bytes` drops its last slice, the buffer goes back.
+struct Frame {
+    buf: Vec<u8>,
+    pool: Arc<FramePool>,
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BIG: usize = 1 << 20;
+
+    fn frame(pool: &Arc<FramePool>, len: usize, fill: u8) -> Bytes {
+        let mut b = pool.buffer(len);
+        b.as_mut().fill(fill);
+        b.freeze()
+    }
+
+    #[test]
+    fn small_frames_do_not_touch_the_pool() {
+        let pool = FramePool::new();
+        let f = frame(&pool, POOLED_FRAME_MIN - 1, 7);
+        assert_eq!(f.len(), POOLED_FRAME_MIN - 1);
+        drop(f);
+        assert_eq!(pool.idle(), (0, 0));
+    }
+
+    #[test]
+    fn huge_frames_do_not_touch_the_pool() {
+        let pool = FramePool::new();
+        let f = frame(&pool, POOLED_FRAME_MAX + 1, 7);
+        assert_eq!(f.len(), POOLED_FRAME_MAX + 1);
+        drop(f);
+        assert_eq!(pool.idle(), (0, 0));
+        drop(frame(&pool, POOLED_FRAME_MAX, 7));
+        assert_eq!(pool.idle(), (1, POOLED_FRAME_MAX));
+    }
+
+    #[test]
+    fn a_buffer_comes_back_when_the_last_slice_of_its_frame_drops() {
+        let pool = FramePool::new();
+        let f = frame(&pool, BIG, 1);
+        let slice = f.slice(10..20);
+        drop(f);
+        assert_eq!(pool.idle(), (0, 0), "a slice keeps the frame");
+        assert_eq!(&slice[..], &[1; 10]);
+        drop(slice);
+        assert_eq!(pool.idle(), (1, BIG));
+    }
+
+    #[test]
+    fn a_reused_buffer_is_zeroed_and_as_long_as_the_new_frame() {
+        let pool = FramePool::new();
+        drop(frame(&pool, BIG, 0xff));
+        let mut b = pool.buffer(BIG / 2);
+        assert_eq!(b.as_mut().len(), BIG / 2);
+        assert!(b.as_mut().iter().all(|&x| x == 0));
+        let f = b.freeze();
+        assert_eq!(f.len(), BIG / 2);
+        assert_eq!(pool.idle(), (0, 0), "the idle buffer was reused");
+        drop(f);
+        assert_eq!(pool.idle(), (1, BIG), "with its capacity");
+    }
+
+    #[test]
+    fn a_larger_frame_grows_an_idle_buffer_to_its_size_only() {
+        let pool = FramePool::new();
+        drop(frame(&pool, BIG, 0));
+        let f = frame(&pool, 3 * BIG, 0);
+        assert_eq!(f.len(), 3 * BIG);
+        drop(f);
+        let (n, bytes) = pool.idle();
+        assert_eq!(n, 1);
+        assert!((3 * BIG..4 * BIG).contains(&bytes), "{bytes}");
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_idle_buffers_the_largest_ones() {
+        let pool = FramePool::new();
+        let frames: Vec<Bytes> = [BIG, 2 * BIG, 3 * BIG, 4 * BIG]
+            .into_iter()
+            .map(|len| frame(&pool, len, 0))
+            .collect();
+        assert_eq!(pool.idle(), (0, 0));
+        drop(frames);
+        let (n, bytes) = pool.idle();
+        assert_eq!(n, IDLE_BUFFERS);
+        assert_eq!(bytes, 7 * BIG);
+    }
+
+    #[test]
+    fn a_frame_outlives_its_pool_handle() {
+        let pool = FramePool::new();
+        let f = frame(&pool, BIG, 3);
+        drop(pool);
+        assert_eq!(f[BIG - 1], 3);
+    }
+}
