@@ -332,6 +332,7 @@ impl ConsumerRecord {
 
     /// How many times the share group has handed this record out, this delivery included
     /// (1 on the first delivery).
+    #[inline]
     pub fn delivery_count(&self) -> u16 {
         self.delivery_count
     }
@@ -351,6 +352,7 @@ impl ConsumerRecord {
     }
 
     /// Builds a record from its parts.
+    #[inline]
     pub(crate) fn from_parts(parts: RecordParts) -> Self {
         Self {
             topic: parts.topic,
@@ -367,6 +369,7 @@ impl ConsumerRecord {
     }
 
     /// Splits the record into its parts, moving the payloads out without copying.
+    #[inline]
     pub(crate) fn into_parts(self) -> RecordParts {
         RecordParts {
             topic: self.topic,
@@ -506,6 +509,7 @@ impl Value {
 }
 
 impl From<Option<Bytes>> for Value {
+    #[inline]
     fn from(bytes: Option<Bytes>) -> Self {
         // Not `map_or(Self::Null, ..)`: that builds a `Null` and drops it for every value.
         match bytes {
@@ -583,9 +587,12 @@ impl SinkHeader {
 /// `topic`, `partition`, key, value and headers may be changed by transforms; the `original_*`
 /// coordinates never change and are what acknowledgements and
 /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit) use.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct SinkRecord {
-    topic: Arc<str>,
+    /// The current topic when a transform changed it; `None` while it is the original one,
+    /// which saves a reference count on the topic name per record (two atomic operations,
+    /// building and dropping it).
+    topic: Option<Arc<str>>,
     partition: i32,
     key_schema: Option<SchemaRef>,
     key: Value,
@@ -596,6 +603,41 @@ pub struct SinkRecord {
     timestamp_type: TimestampType,
     delivery_count: u16,
     original: RecordId,
+}
+
+impl PartialEq for SinkRecord {
+    fn eq(&self, other: &Self) -> bool {
+        // By the topic name, wherever it is kept.
+        self.topic() == other.topic()
+            && self.partition == other.partition
+            && self.key_schema == other.key_schema
+            && self.key == other.key
+            && self.value_schema == other.value_schema
+            && self.value == other.value
+            && self.headers == other.headers
+            && self.timestamp == other.timestamp
+            && self.timestamp_type == other.timestamp_type
+            && self.delivery_count == other.delivery_count
+            && self.original == other.original
+    }
+}
+
+impl fmt::Debug for SinkRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkRecord")
+            .field("topic", &self.topic())
+            .field("partition", &self.partition)
+            .field("key_schema", &self.key_schema)
+            .field("key", &self.key)
+            .field("value_schema", &self.value_schema)
+            .field("value", &self.value)
+            .field("headers", &self.headers)
+            .field("timestamp", &self.timestamp)
+            .field("timestamp_type", &self.timestamp_type)
+            .field("delivery_count", &self.delivery_count)
+            .field("original", &self.original)
+            .finish()
+    }
 }
 
 /// The schema of a record's key or value: shared through its reference count, or one of
@@ -639,10 +681,9 @@ impl SinkRecord {
     /// once. Meant for tests of your own sink task and transforms; the driver builds records
     /// from what it polled.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
-        let topic = topic.into();
         Self {
-            original: RecordId::new(Arc::clone(&topic), partition, offset),
-            topic,
+            original: RecordId::new(topic, partition, offset),
+            topic: None,
             partition,
             key_schema: None,
             key: Value::Null,
@@ -718,7 +759,7 @@ impl SinkRecord {
     /// Changes the current topic and partition, as a topic-routing transform would. The
     /// original coordinates stay as they were.
     pub fn with_topic_partition(mut self, topic: impl Into<Arc<str>>, partition: i32) -> Self {
-        self.topic = topic.into();
+        self.topic = Some(topic.into());
         self.partition = partition;
         self
     }
@@ -726,6 +767,7 @@ impl SinkRecord {
     /// Builds the sink record of a polled record with the byte-array converter: key, value
     /// and header values stay bytes (the key and value schemas are Connect's optional bytes
     /// schema, as `ByteArrayConverter` gives), a timestamp of -1 becomes `None`.
+    #[inline]
     pub(crate) fn from_consumer_record(record: ConsumerRecord) -> Self {
         let parts = record.into_parts();
         let headers = if parts.headers.is_empty() {
@@ -743,11 +785,11 @@ impl SinkRecord {
         let schema: &'static Arc<Schema> = &OPTIONAL_BYTES;
         Self {
             original: RecordId {
-                topic: Arc::clone(&parts.topic),
+                topic: parts.topic,
                 partition: parts.partition,
                 offset: parts.offset,
             },
-            topic: parts.topic,
+            topic: None,
             partition: parts.partition,
             key_schema: Some(SchemaRef::Static(schema)),
             key: Value::from(parts.key),
@@ -772,7 +814,7 @@ impl SinkRecord {
         let (value_schema, value) = value.into_parts();
         Self {
             original: record.id(),
-            topic: Arc::clone(&record.topic),
+            topic: None,
             partition: record.partition,
             key_schema: key_schema.map(SchemaRef::from),
             key,
@@ -787,7 +829,7 @@ impl SinkRecord {
 
     /// The current topic (transforms may change it).
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.topic.as_deref().unwrap_or(&self.original.topic)
     }
 
     /// The current partition (transforms may change it).
@@ -848,6 +890,7 @@ impl SinkRecord {
     /// How many times the share group has handed this record out (1 on the first delivery).
     /// A value above 1 means an earlier delivery was released, timed out or crashed: make
     /// `put` idempotent.
+    #[inline]
     pub fn delivery_count(&self) -> u16 {
         self.delivery_count
     }
@@ -868,8 +911,28 @@ impl SinkRecord {
     }
 
     /// The original coordinates, which acknowledgements use.
+    #[inline]
     pub fn original_id(&self) -> &RecordId {
         &self.original
+    }
+
+    /// Empties `records` into `ids`: the original coordinates of each record are moved, not
+    /// cloned (no reference count touched), and the rest of the record is dropped.
+    pub(crate) fn drain_original_ids(records: &mut Vec<SinkRecord>, ids: &mut Vec<RecordId>) {
+        // Field by field, so no whole record is copied out of the vector first.
+        ids.extend(records.drain(..).map(
+            |Self {
+                 topic,
+                 key,
+                 value,
+                 headers,
+                 original,
+                 ..
+             }| {
+                drop((topic, key, value, headers));
+                original
+            },
+        ));
     }
 }
 
@@ -947,6 +1010,43 @@ mod tests {
                 sink.original_offset()
             ),
             ("orders", 1, 7)
+        );
+    }
+
+    #[test]
+    fn a_topic_is_compared_and_shown_by_name_wherever_it_is_kept() {
+        let polled = SinkRecord::from_consumer_record(ConsumerRecord::new("orders", 1, 7));
+        let routed = polled.clone().with_topic_partition("orders", 1);
+        assert_eq!(
+            polled, routed,
+            "the same topic name, set again by a transform"
+        );
+        assert_eq!(format!("{polled:?}"), format!("{routed:?}"));
+        assert!(
+            format!("{polled:?}").starts_with(r#"SinkRecord { topic: "orders", partition: 1,"#)
+        );
+        let moved = polled.clone().with_topic_partition("orders-eu", 1);
+        assert_ne!(polled, moved);
+        assert_eq!(moved.topic(), "orders-eu");
+        assert_eq!(moved.original_topic(), "orders");
+    }
+
+    #[test]
+    fn draining_original_ids_keeps_their_order_and_empties_the_batch() {
+        let mut batch: Vec<SinkRecord> = (0..3)
+            .map(|offset| SinkRecord::new("t", 0, offset).with_topic_partition("u", 2))
+            .collect();
+        let mut ids = vec![RecordId::new("s", 0, 9)];
+        SinkRecord::drain_original_ids(&mut batch, &mut ids);
+        assert!(batch.is_empty());
+        assert_eq!(
+            ids,
+            [
+                RecordId::new("s", 0, 9),
+                RecordId::new("t", 0, 0),
+                RecordId::new("t", 0, 1),
+                RecordId::new("t", 0, 2),
+            ]
         );
     }
 

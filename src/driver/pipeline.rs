@@ -33,6 +33,27 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let passthrough = self.config.converters.is_byte_array()
             && self.config.transforms.is_empty()
             && !self.keeps_raw();
+        // Record sizes bound what waits for a flush: needed only under after.flush.
+        let track_bytes = self.tracks_flush_bytes();
+        if passthrough && self.held.is_empty() {
+            // Nothing to convert, filter or hold back: build the batch in one pass of known
+            // length, which writes each record in place (no per-record move of a large
+            // struct), counting as it goes.
+            if track_bytes {
+                self.batch_bytes.extend(records.iter().map(record_size));
+            }
+            let (mut redelivered, mut last) = (0, 0);
+            self.batch.extend(records.into_iter().map(|record| {
+                let count = record.delivery_count();
+                redelivered += u64::from(count > 1);
+                last += usize::from(count >= last_delivery);
+                SinkRecord::from_consumer_record(record)
+            }));
+            self.metrics.records_redelivered += redelivered;
+            self.metrics.records_last_delivery += last as u64;
+            report.last_delivery += last;
+            return Ok(());
+        }
         let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
         let mut records = records.into_iter();
         while let Some(record) = records.next() {
@@ -59,16 +80,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     continue;
                 }
             }
-            let size = record_size(&record);
+            let size = if track_bytes { record_size(&record) } else { 0 };
             if passthrough {
                 self.batch.push(SinkRecord::from_consumer_record(record));
-                self.batch_bytes.push(size);
+                if track_bytes {
+                    self.batch_bytes.push(size);
+                }
                 continue;
             }
             match self.process(&record).await {
                 Ok(Some(sink)) => {
                     self.batch.push(sink);
-                    self.batch_bytes.push(size);
+                    if track_bytes {
+                        self.batch_bytes.push(size);
+                    }
                     if self.keeps_raw() {
                         self.raw.push(record);
                     }
