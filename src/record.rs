@@ -367,23 +367,6 @@ impl ConsumerRecord {
             leader_epoch: parts.leader_epoch,
         }
     }
-
-    /// Splits the record into its parts, moving the payloads out without copying.
-    #[inline]
-    pub(crate) fn into_parts(self) -> RecordParts {
-        RecordParts {
-            topic: self.topic,
-            partition: self.partition,
-            offset: self.offset,
-            key: self.key,
-            value: self.value,
-            headers: self.headers,
-            timestamp: self.timestamp,
-            timestamp_type: self.timestamp_type,
-            delivery_count: self.delivery_count,
-            leader_epoch: self.leader_epoch,
-        }
-    }
 }
 
 /// The fields of a [`ConsumerRecord`], for conversion inside the crate.
@@ -602,7 +585,9 @@ pub struct SinkRecord {
     timestamp: Option<i64>,
     timestamp_type: TimestampType,
     delivery_count: u16,
-    original: RecordId,
+    /// Always `Some`, except inside [`drain_original_ids`](Self::drain_original_ids),
+    /// which takes it out of records it drops right after.
+    original: Option<RecordId>,
 }
 
 impl PartialEq for SinkRecord {
@@ -618,7 +603,7 @@ impl PartialEq for SinkRecord {
             && self.timestamp == other.timestamp
             && self.timestamp_type == other.timestamp_type
             && self.delivery_count == other.delivery_count
-            && self.original == other.original
+            && self.original_id() == other.original_id()
     }
 }
 
@@ -635,7 +620,7 @@ impl fmt::Debug for SinkRecord {
             .field("timestamp", &self.timestamp)
             .field("timestamp_type", &self.timestamp_type)
             .field("delivery_count", &self.delivery_count)
-            .field("original", &self.original)
+            .field("original", self.original_id())
             .finish()
     }
 }
@@ -682,7 +667,7 @@ impl SinkRecord {
     /// from what it polled.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
         Self {
-            original: RecordId::new(topic, partition, offset),
+            original: Some(RecordId::new(topic, partition, offset)),
             topic: None,
             partition,
             key_schema: None,
@@ -768,37 +753,58 @@ impl SinkRecord {
     /// and header values stay bytes (the key and value schemas are Connect's optional bytes
     /// schema, as `ByteArrayConverter` gives), a timestamp of -1 becomes `None`.
     #[inline]
-    pub(crate) fn from_consumer_record(record: ConsumerRecord) -> Self {
-        let parts = record.into_parts();
-        let headers = if parts.headers.is_empty() {
-            Vec::new()
-        } else {
-            parts
-                .headers
-                .0
-                .into_iter()
-                .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
-                .collect()
-        };
+    pub(crate) fn from_consumer_record(mut record: ConsumerRecord) -> Self {
+        if record.headers.is_empty() {
+            return Self::from_consumer_record_without_headers(record);
+        }
+        let headers = std::mem::take(&mut record.headers);
+        let mut sink = Self::from_consumer_record_without_headers(record);
+        sink.headers = headers
+            .0
+            .into_iter()
+            .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
+            .collect();
+        sink
+    }
+
+    /// [`from_consumer_record`](Self::from_consumer_record) of a record without headers
+    /// (any it has are dropped). One struct expression, so the record is built where it is
+    /// stored: an empty header vector chosen by a branch and moved into place costs a
+    /// stalled load per record. Always inlined: called, it returns the record through a
+    /// temporary that is then copied into the batch.
+    #[inline(always)]
+    pub(crate) fn from_consumer_record_without_headers(record: ConsumerRecord) -> Self {
+        let ConsumerRecord {
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            headers: _,
+            timestamp,
+            timestamp_type,
+            delivery_count,
+            leader_epoch: _,
+        } = record;
         // Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
         static OPTIONAL_BYTES: LazyLock<Arc<Schema>> = LazyLock::new(optional_bytes);
         let schema: &'static Arc<Schema> = &OPTIONAL_BYTES;
         Self {
-            original: RecordId {
-                topic: parts.topic,
-                partition: parts.partition,
-                offset: parts.offset,
-            },
+            original: Some(RecordId {
+                topic,
+                partition,
+                offset,
+            }),
             topic: None,
-            partition: parts.partition,
+            partition,
             key_schema: Some(SchemaRef::Static(schema)),
-            key: Value::from(parts.key),
+            key: Value::from(key),
             value_schema: Some(SchemaRef::Static(schema)),
-            value: Value::from(parts.value),
-            headers,
-            timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
-            timestamp_type: parts.timestamp_type,
-            delivery_count: parts.delivery_count,
+            value: Value::from(value),
+            headers: Vec::new(),
+            timestamp: (timestamp >= 0).then_some(timestamp),
+            timestamp_type,
+            delivery_count,
         }
     }
 
@@ -813,7 +819,7 @@ impl SinkRecord {
         let (key_schema, key) = key.into_parts();
         let (value_schema, value) = value.into_parts();
         Self {
-            original: record.id(),
+            original: Some(record.id()),
             topic: None,
             partition: record.partition,
             key_schema: key_schema.map(SchemaRef::from),
@@ -829,7 +835,7 @@ impl SinkRecord {
 
     /// The current topic (transforms may change it).
     pub fn topic(&self) -> &str {
-        self.topic.as_deref().unwrap_or(&self.original.topic)
+        self.topic.as_deref().unwrap_or(&self.original_id().topic)
     }
 
     /// The current partition (transforms may change it).
@@ -839,7 +845,7 @@ impl SinkRecord {
 
     /// The offset of the consumed record. Transforms cannot change it.
     pub fn offset(&self) -> i64 {
-        self.original.offset
+        self.original_id().offset
     }
 
     /// The schema of the key; `None` when the converter gave none (schemaless).
@@ -897,42 +903,34 @@ impl SinkRecord {
 
     /// The topic the record was consumed from, before any transform.
     pub fn original_topic(&self) -> &str {
-        &self.original.topic
+        &self.original_id().topic
     }
 
     /// The partition the record was consumed from, before any transform.
     pub fn original_partition(&self) -> i32 {
-        self.original.partition
+        self.original_id().partition
     }
 
     /// The offset the record was consumed from.
     pub fn original_offset(&self) -> i64 {
-        self.original.offset
+        self.original_id().offset
     }
 
     /// The original coordinates, which acknowledgements use.
     #[inline]
     pub fn original_id(&self) -> &RecordId {
-        &self.original
+        // Never `None` outside `drain_original_ids`, which drops the record at once.
+        static TAKEN: LazyLock<RecordId> = LazyLock::new(|| RecordId::new("", -1, -1));
+        self.original.as_ref().unwrap_or(&TAKEN)
     }
 
     /// Empties `records` into `ids`: the original coordinates of each record are moved, not
     /// cloned (no reference count touched), and the rest of the record is dropped.
     pub(crate) fn drain_original_ids(records: &mut Vec<SinkRecord>, ids: &mut Vec<RecordId>) {
-        // Field by field, so no whole record is copied out of the vector first.
-        ids.extend(records.drain(..).map(
-            |Self {
-                 topic,
-                 key,
-                 value,
-                 headers,
-                 original,
-                 ..
-             }| {
-                drop((topic, key, value, headers));
-                original
-            },
-        ));
+        // Taken in place, so no record (a large struct) is copied out of the vector.
+        ids.reserve(records.len());
+        ids.extend(records.iter_mut().filter_map(|r| r.original.take()));
+        records.clear();
     }
 }
 
