@@ -42,13 +42,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if track_bytes {
                 self.batch_bytes.extend(records.iter().map(record_size));
             }
-            let (mut redelivered, mut last) = (0, 0);
-            self.batch.extend(records.into_iter().map(|record| {
-                let count = record.delivery_count();
-                redelivered += u64::from(count > 1);
-                last += usize::from(count >= last_delivery);
-                SinkRecord::from_consumer_record(record)
-            }));
+            let (redelivered, last) = if records.iter().all(|r| r.headers().is_empty()) {
+                extend_batch(
+                    &mut self.batch,
+                    records,
+                    last_delivery,
+                    SinkRecord::from_consumer_record_without_headers,
+                )
+            } else {
+                extend_batch(
+                    &mut self.batch,
+                    records,
+                    last_delivery,
+                    SinkRecord::from_consumer_record,
+                )
+            };
             self.metrics.records_redelivered += redelivered;
             self.metrics.records_last_delivery += last as u64;
             report.last_delivery += last;
@@ -264,6 +272,25 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_skipped += rejected as u64;
         Ok(())
     }
+}
+
+/// Converts `records` into `batch` in one pass of known length, which writes each record in
+/// place; returns how many were redelivered and how many are on their last delivery.
+#[inline]
+fn extend_batch(
+    batch: &mut Vec<SinkRecord>,
+    records: Vec<ConsumerRecord>,
+    last_delivery: u16,
+    convert: impl Fn(ConsumerRecord) -> SinkRecord,
+) -> (u64, usize) {
+    let (mut redelivered, mut last) = (0, 0);
+    batch.extend(records.into_iter().map(|record| {
+        let count = record.delivery_count();
+        redelivered += u64::from(count > 1);
+        last += usize::from(count >= last_delivery);
+        convert(record)
+    }));
+    (redelivered, last)
 }
 
 /// The bytes of a record's key, value and headers as polled.
