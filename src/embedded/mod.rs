@@ -618,10 +618,14 @@ impl State {
                     };
                     share.acquire(&request, config, &mut acquired);
                     records.reserve(acquired.len());
-                    // Markers are never visible.
+                    // Below the end of the log's leading plain records every entry is a
+                    // visible data record; past it, look (markers are never visible).
+                    let plain_end = log.log(p).map_or(0, PartitionLog::plain_end);
                     let deliverable = |a: &Acquired| {
-                        log.stored(p, a.offset)
-                            .is_some_and(|r| r.visible(isolation))
+                        (a.offset >= 0 && a.offset < plain_end)
+                            || log
+                                .stored(p, a.offset)
+                                .is_some_and(|r| r.visible(isolation))
                     };
                     if acquired.iter().all(deliverable) {
                         // The usual case: one pass of known length, which writes each record
