@@ -139,12 +139,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         &mut self,
         record: &ConsumerRecord,
     ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
-        let started = Instant::now();
-        let deadline = self
-            .config
-            .errors
-            .retry_timeout
-            .map(|t| deadline_after(started, t));
+        let timeout = self.config.errors.retry_timeout;
+        // errors.retry.timeout=0 (the default): a failure is final, and no clock is read
+        // for a record that converts.
+        let no_retry = timeout.is_some_and(|t| t.is_zero());
+        let deadline = if no_retry {
+            None
+        } else {
+            timeout.map(|t| deadline_after(Instant::now(), t))
+        };
         let mut attempt = 0;
         loop {
             let result = self
@@ -157,8 +160,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Err(failure) => failure,
             };
             self.metrics.record_failures += 1;
+            if !failure.is_retriable() || no_retry {
+                return Err(failure);
+            }
             let now = Instant::now();
-            if !failure.is_retriable() || deadline.is_some_and(|d| now >= d) {
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(failure);
             }
             attempt += 1;
