@@ -332,6 +332,7 @@ impl ConsumerRecord {
 
     /// How many times the share group has handed this record out, this delivery included
     /// (1 on the first delivery).
+    #[inline]
     pub fn delivery_count(&self) -> u16 {
         self.delivery_count
     }
@@ -351,6 +352,7 @@ impl ConsumerRecord {
     }
 
     /// Builds a record from its parts.
+    #[inline]
     pub(crate) fn from_parts(parts: RecordParts) -> Self {
         Self {
             topic: parts.topic,
@@ -363,22 +365,6 @@ impl ConsumerRecord {
             timestamp_type: parts.timestamp_type,
             delivery_count: parts.delivery_count,
             leader_epoch: parts.leader_epoch,
-        }
-    }
-
-    /// Splits the record into its parts, moving the payloads out without copying.
-    pub(crate) fn into_parts(self) -> RecordParts {
-        RecordParts {
-            topic: self.topic,
-            partition: self.partition,
-            offset: self.offset,
-            key: self.key,
-            value: self.value,
-            headers: self.headers,
-            timestamp: self.timestamp,
-            timestamp_type: self.timestamp_type,
-            delivery_count: self.delivery_count,
-            leader_epoch: self.leader_epoch,
         }
     }
 }
@@ -506,6 +492,7 @@ impl Value {
 }
 
 impl From<Option<Bytes>> for Value {
+    #[inline]
     fn from(bytes: Option<Bytes>) -> Self {
         // Not `map_or(Self::Null, ..)`: that builds a `Null` and drops it for every value.
         match bytes {
@@ -583,9 +570,12 @@ impl SinkHeader {
 /// `topic`, `partition`, key, value and headers may be changed by transforms; the `original_*`
 /// coordinates never change and are what acknowledgements and
 /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit) use.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct SinkRecord {
-    topic: Arc<str>,
+    /// The current topic when a transform changed it; `None` while it is the original one,
+    /// which saves a reference count on the topic name per record (two atomic operations,
+    /// building and dropping it).
+    topic: Option<Arc<str>>,
     partition: i32,
     key_schema: Option<SchemaRef>,
     key: Value,
@@ -595,7 +585,44 @@ pub struct SinkRecord {
     timestamp: Option<i64>,
     timestamp_type: TimestampType,
     delivery_count: u16,
-    original: RecordId,
+    /// Always `Some`, except inside [`drain_original_ids`](Self::drain_original_ids),
+    /// which takes it out of records it drops right after.
+    original: Option<RecordId>,
+}
+
+impl PartialEq for SinkRecord {
+    fn eq(&self, other: &Self) -> bool {
+        // By the topic name, wherever it is kept.
+        self.topic() == other.topic()
+            && self.partition == other.partition
+            && self.key_schema == other.key_schema
+            && self.key == other.key
+            && self.value_schema == other.value_schema
+            && self.value == other.value
+            && self.headers == other.headers
+            && self.timestamp == other.timestamp
+            && self.timestamp_type == other.timestamp_type
+            && self.delivery_count == other.delivery_count
+            && self.original_id() == other.original_id()
+    }
+}
+
+impl fmt::Debug for SinkRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkRecord")
+            .field("topic", &self.topic())
+            .field("partition", &self.partition)
+            .field("key_schema", &self.key_schema)
+            .field("key", &self.key)
+            .field("value_schema", &self.value_schema)
+            .field("value", &self.value)
+            .field("headers", &self.headers)
+            .field("timestamp", &self.timestamp)
+            .field("timestamp_type", &self.timestamp_type)
+            .field("delivery_count", &self.delivery_count)
+            .field("original", self.original_id())
+            .finish()
+    }
 }
 
 /// The schema of a record's key or value: shared through its reference count, or one of
@@ -639,10 +666,9 @@ impl SinkRecord {
     /// once. Meant for tests of your own sink task and transforms; the driver builds records
     /// from what it polled.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
-        let topic = topic.into();
         Self {
-            original: RecordId::new(Arc::clone(&topic), partition, offset),
-            topic,
+            original: Some(RecordId::new(topic, partition, offset)),
+            topic: None,
             partition,
             key_schema: None,
             key: Value::Null,
@@ -718,7 +744,7 @@ impl SinkRecord {
     /// Changes the current topic and partition, as a topic-routing transform would. The
     /// original coordinates stay as they were.
     pub fn with_topic_partition(mut self, topic: impl Into<Arc<str>>, partition: i32) -> Self {
-        self.topic = topic.into();
+        self.topic = Some(topic.into());
         self.partition = partition;
         self
     }
@@ -726,37 +752,59 @@ impl SinkRecord {
     /// Builds the sink record of a polled record with the byte-array converter: key, value
     /// and header values stay bytes (the key and value schemas are Connect's optional bytes
     /// schema, as `ByteArrayConverter` gives), a timestamp of -1 becomes `None`.
-    pub(crate) fn from_consumer_record(record: ConsumerRecord) -> Self {
-        let parts = record.into_parts();
-        let headers = if parts.headers.is_empty() {
-            Vec::new()
-        } else {
-            parts
-                .headers
-                .0
-                .into_iter()
-                .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
-                .collect()
-        };
+    #[inline]
+    pub(crate) fn from_consumer_record(mut record: ConsumerRecord) -> Self {
+        if record.headers.is_empty() {
+            return Self::from_consumer_record_without_headers(record);
+        }
+        let headers = std::mem::take(&mut record.headers);
+        let mut sink = Self::from_consumer_record_without_headers(record);
+        sink.headers = headers
+            .0
+            .into_iter()
+            .map(|h| SinkHeader::new(h.key, Value::from(h.value)))
+            .collect();
+        sink
+    }
+
+    /// [`from_consumer_record`](Self::from_consumer_record) of a record without headers
+    /// (any it has are dropped). One struct expression, so the record is built where it is
+    /// stored: an empty header vector chosen by a branch and moved into place costs a
+    /// stalled load per record. Always inlined: called, it returns the record through a
+    /// temporary that is then copied into the batch.
+    #[inline(always)]
+    pub(crate) fn from_consumer_record_without_headers(record: ConsumerRecord) -> Self {
+        let ConsumerRecord {
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            headers: _,
+            timestamp,
+            timestamp_type,
+            delivery_count,
+            leader_epoch: _,
+        } = record;
         // Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
         static OPTIONAL_BYTES: LazyLock<Arc<Schema>> = LazyLock::new(optional_bytes);
         let schema: &'static Arc<Schema> = &OPTIONAL_BYTES;
         Self {
-            original: RecordId {
-                topic: Arc::clone(&parts.topic),
-                partition: parts.partition,
-                offset: parts.offset,
-            },
-            topic: parts.topic,
-            partition: parts.partition,
+            original: Some(RecordId {
+                topic,
+                partition,
+                offset,
+            }),
+            topic: None,
+            partition,
             key_schema: Some(SchemaRef::Static(schema)),
-            key: Value::from(parts.key),
+            key: Value::from(key),
             value_schema: Some(SchemaRef::Static(schema)),
-            value: Value::from(parts.value),
-            headers,
-            timestamp: (parts.timestamp >= 0).then_some(parts.timestamp),
-            timestamp_type: parts.timestamp_type,
-            delivery_count: parts.delivery_count,
+            value: Value::from(value),
+            headers: Vec::new(),
+            timestamp: (timestamp >= 0).then_some(timestamp),
+            timestamp_type,
+            delivery_count,
         }
     }
 
@@ -771,8 +819,8 @@ impl SinkRecord {
         let (key_schema, key) = key.into_parts();
         let (value_schema, value) = value.into_parts();
         Self {
-            original: record.id(),
-            topic: Arc::clone(&record.topic),
+            original: Some(record.id()),
+            topic: None,
             partition: record.partition,
             key_schema: key_schema.map(SchemaRef::from),
             key,
@@ -787,7 +835,7 @@ impl SinkRecord {
 
     /// The current topic (transforms may change it).
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.topic.as_deref().unwrap_or(&self.original_id().topic)
     }
 
     /// The current partition (transforms may change it).
@@ -797,7 +845,7 @@ impl SinkRecord {
 
     /// The offset of the consumed record. Transforms cannot change it.
     pub fn offset(&self) -> i64 {
-        self.original.offset
+        self.original_id().offset
     }
 
     /// The schema of the key; `None` when the converter gave none (schemaless).
@@ -848,28 +896,41 @@ impl SinkRecord {
     /// How many times the share group has handed this record out (1 on the first delivery).
     /// A value above 1 means an earlier delivery was released, timed out or crashed: make
     /// `put` idempotent.
+    #[inline]
     pub fn delivery_count(&self) -> u16 {
         self.delivery_count
     }
 
     /// The topic the record was consumed from, before any transform.
     pub fn original_topic(&self) -> &str {
-        &self.original.topic
+        &self.original_id().topic
     }
 
     /// The partition the record was consumed from, before any transform.
     pub fn original_partition(&self) -> i32 {
-        self.original.partition
+        self.original_id().partition
     }
 
     /// The offset the record was consumed from.
     pub fn original_offset(&self) -> i64 {
-        self.original.offset
+        self.original_id().offset
     }
 
     /// The original coordinates, which acknowledgements use.
+    #[inline]
     pub fn original_id(&self) -> &RecordId {
-        &self.original
+        // Never `None` outside `drain_original_ids`, which drops the record at once.
+        static TAKEN: LazyLock<RecordId> = LazyLock::new(|| RecordId::new("", -1, -1));
+        self.original.as_ref().unwrap_or(&TAKEN)
+    }
+
+    /// Empties `records` into `ids`: the original coordinates of each record are moved, not
+    /// cloned (no reference count touched), and the rest of the record is dropped.
+    pub(crate) fn drain_original_ids(records: &mut Vec<SinkRecord>, ids: &mut Vec<RecordId>) {
+        // Taken in place, so no record (a large struct) is copied out of the vector.
+        ids.reserve(records.len());
+        ids.extend(records.iter_mut().filter_map(|r| r.original.take()));
+        records.clear();
     }
 }
 
@@ -947,6 +1008,43 @@ mod tests {
                 sink.original_offset()
             ),
             ("orders", 1, 7)
+        );
+    }
+
+    #[test]
+    fn a_topic_is_compared_and_shown_by_name_wherever_it_is_kept() {
+        let polled = SinkRecord::from_consumer_record(ConsumerRecord::new("orders", 1, 7));
+        let routed = polled.clone().with_topic_partition("orders", 1);
+        assert_eq!(
+            polled, routed,
+            "the same topic name, set again by a transform"
+        );
+        assert_eq!(format!("{polled:?}"), format!("{routed:?}"));
+        assert!(
+            format!("{polled:?}").starts_with(r#"SinkRecord { topic: "orders", partition: 1,"#)
+        );
+        let moved = polled.clone().with_topic_partition("orders-eu", 1);
+        assert_ne!(polled, moved);
+        assert_eq!(moved.topic(), "orders-eu");
+        assert_eq!(moved.original_topic(), "orders");
+    }
+
+    #[test]
+    fn draining_original_ids_keeps_their_order_and_empties_the_batch() {
+        let mut batch: Vec<SinkRecord> = (0..3)
+            .map(|offset| SinkRecord::new("t", 0, offset).with_topic_partition("u", 2))
+            .collect();
+        let mut ids = vec![RecordId::new("s", 0, 9)];
+        SinkRecord::drain_original_ids(&mut batch, &mut ids);
+        assert!(batch.is_empty());
+        assert_eq!(
+            ids,
+            [
+                RecordId::new("s", 0, 9),
+                RecordId::new("t", 0, 0),
+                RecordId::new("t", 0, 1),
+                RecordId::new("t", 0, 2),
+            ]
         );
     }
 

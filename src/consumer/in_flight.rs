@@ -133,6 +133,7 @@ impl InFlightBatch {
     }
 
     /// Records an acknowledgement for one record of the batch.
+    #[inline]
     pub(crate) fn acknowledge(
         &mut self,
         topic: &str,
@@ -187,6 +188,7 @@ impl InFlightBatch {
         Ok(())
     }
 
+    #[inline]
     fn index_of(&mut self, topic: &str, partition: i32, offset: i64) -> Option<usize> {
         if let Some(e) = self.entries.get(self.cursor) {
             let tp = &self.partitions[e.partition as usize];

@@ -163,9 +163,10 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// durable (after flush).
     delivered: Vec<RecordId>,
     /// The size of each record of `delivered`, index for index (keys, values and headers as
-    /// polled), for `max_awaiting_flush`.
+    /// polled), for `max_awaiting_flush`: kept only under `after.flush` (explicit mode),
+    /// empty otherwise.
     delivered_bytes: Vec<u64>,
-    /// The size of each record of `batch`, index for index.
+    /// The size of each record of `batch`, index for index; kept only as `delivered_bytes`.
     batch_bytes: Vec<u64>,
     /// Records kept acquired across polls, with their lock start.
     held: HeldRecords,
@@ -402,6 +403,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit))
     }
 
+    /// Whether record sizes are kept for `max_awaiting_flush`: under `after.flush` in
+    /// explicit mode, the only case where records wait for a flush.
+    fn tracks_flush_bytes(&self) -> bool {
+        self.config.ack_policy == AckPolicy::AfterFlush && !self.implicit()
+    }
+
     fn implicit(&self) -> bool {
         self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit
     }
@@ -558,11 +565,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_put += n as u64;
         self.acknowledged_since_commit += n as u64;
         if self.implicit() {
-            // The next poll or commit accepts the batch.
-            self.delivered
-                .extend(self.batch.iter().map(|r| r.original_id().clone()));
-            self.delivered_bytes
-                .extend(sizes(&self.batch_bytes, self.batch.len()));
+            // The next poll or commit accepts the batch; it is not needed any more: its ids
+            // are moved, not cloned. The sizes matter only under after.flush (explicit).
+            SinkRecord::drain_original_ids(&mut self.batch, &mut self.delivered);
             report.accepted += n;
             return Ok(());
         }
@@ -584,6 +589,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     }
                 }
                 report.accepted += n;
+                // Settled: nothing reads the batch again, so its ids are moved, not cloned.
+                // The sizes matter only under after.flush.
+                SinkRecord::drain_original_ids(&mut self.batch, &mut self.delivered);
+                return Ok(());
             }
             AckPolicy::AfterFlush => {
                 // Durable only once pre_commit says so: hold the records until then.

@@ -37,6 +37,35 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let passthrough = self.config.converters.is_byte_array()
             && self.config.transforms.is_empty()
             && !self.keeps_raw();
+        // Record sizes bound what waits for a flush: needed only under after.flush.
+        let track_bytes = self.tracks_flush_bytes();
+        if passthrough && self.held.is_empty() {
+            // Nothing to convert, filter or hold back: build the batch in one pass of known
+            // length, which writes each record in place (no per-record move of a large
+            // struct), counting as it goes.
+            if track_bytes {
+                self.batch_bytes.extend(records.iter().map(record_size));
+            }
+            let (redelivered, last) = if records.iter().all(|r| r.headers().is_empty()) {
+                extend_batch(
+                    &mut self.batch,
+                    records,
+                    last_delivery,
+                    SinkRecord::from_consumer_record_without_headers,
+                )
+            } else {
+                extend_batch(
+                    &mut self.batch,
+                    records,
+                    last_delivery,
+                    SinkRecord::from_consumer_record,
+                )
+            };
+            self.metrics.records_redelivered += redelivered;
+            self.metrics.records_last_delivery += last as u64;
+            report.last_delivery += last;
+            return Ok(());
+        }
         let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
         let mut records = records.into_iter();
         while let Some(record) = records.next() {
@@ -63,16 +92,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     continue;
                 }
             }
-            let size = record_size(&record);
+            let size = if track_bytes { record_size(&record) } else { 0 };
             if passthrough {
                 self.batch.push(SinkRecord::from_consumer_record(record));
-                self.batch_bytes.push(size);
+                if track_bytes {
+                    self.batch_bytes.push(size);
+                }
                 continue;
             }
             match self.process(&record).await {
                 Ok(Some(sink)) => {
                     self.batch.push(sink);
-                    self.batch_bytes.push(size);
+                    if track_bytes {
+                        self.batch_bytes.push(size);
+                    }
                     if self.keeps_raw() {
                         self.raw.push(record);
                     }
@@ -110,12 +143,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         &mut self,
         record: &ConsumerRecord,
     ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
-        let started = Instant::now();
-        let deadline = self
-            .config
-            .errors
-            .retry_timeout
-            .map(|t| deadline_after(started, t));
+        let timeout = self.config.errors.retry_timeout;
+        // errors.retry.timeout=0 (the default): a failure is final, and no clock is read
+        // for a record that converts.
+        let no_retry = timeout.is_some_and(|t| t.is_zero());
+        let deadline = if no_retry {
+            None
+        } else {
+            timeout.map(|t| deadline_after(Instant::now(), t))
+        };
         let mut attempt = 0;
         loop {
             let result = self
@@ -128,8 +164,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Err(failure) => failure,
             };
             self.metrics.record_failures += 1;
+            if !failure.is_retriable() || no_retry {
+                return Err(failure);
+            }
             let now = Instant::now();
-            if !failure.is_retriable() || deadline.is_some_and(|d| now >= d) {
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(failure);
             }
             attempt += 1;
@@ -243,6 +282,25 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_skipped += rejected as u64;
         Ok(())
     }
+}
+
+/// Converts `records` into `batch` in one pass of known length, which writes each record in
+/// place; returns how many were redelivered and how many are on their last delivery.
+#[inline]
+fn extend_batch(
+    batch: &mut Vec<SinkRecord>,
+    records: Vec<ConsumerRecord>,
+    last_delivery: u16,
+    convert: impl Fn(ConsumerRecord) -> SinkRecord,
+) -> (u64, usize) {
+    let (mut redelivered, mut last) = (0, 0);
+    batch.extend(records.into_iter().map(|record| {
+        let count = record.delivery_count();
+        redelivered += u64::from(count > 1);
+        last += usize::from(count >= last_delivery);
+        convert(record)
+    }));
+    (redelivered, last)
 }
 
 /// The bytes of a record's key, value and headers as polled.

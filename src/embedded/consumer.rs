@@ -258,6 +258,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         }
     }
 
+    #[inline]
     fn acknowledge_offset(
         &mut self,
         topic: &str,

@@ -107,6 +107,9 @@ pub(crate) struct PartitionLog {
     batch_starts: Vec<i64>,
     /// The current leader epoch, stamped on every entry appended.
     leader_epoch: i32,
+    /// The first offset of an entry that is not a plain data record (a transactional record
+    /// or a marker), if any: every entry below it is visible to every reader.
+    first_not_plain: Option<i64>,
 }
 
 impl PartitionLog {
@@ -143,6 +146,12 @@ impl PartitionLog {
         self.leader_epoch
     }
 
+    /// Where the run of plain data records at the start of the log ends: every entry below
+    /// this offset is one, visible under either isolation level.
+    pub(crate) fn plain_end(&self) -> i64 {
+        self.first_not_plain.unwrap_or_else(|| self.end())
+    }
+
     pub(crate) fn get(&self, offset: i64) -> Option<&StoredRecord> {
         self.entries.get(usize::try_from(offset).ok()?)
     }
@@ -161,6 +170,9 @@ impl PartitionLog {
     pub(crate) fn push(&mut self, mut record: StoredRecord) -> i64 {
         let offset = self.end();
         self.batch_starts.push(offset);
+        if record.kind != EntryKind::Plain {
+            self.first_not_plain.get_or_insert(offset);
+        }
         record.leader_epoch = self.leader_epoch;
         self.entries.push(record);
         offset
@@ -172,6 +184,10 @@ impl PartitionLog {
         if !records.is_empty() {
             self.batch_starts.push(offset);
             let epoch = self.leader_epoch;
+            if let Some(i) = records.iter().position(|r| r.kind != EntryKind::Plain) {
+                self.first_not_plain
+                    .get_or_insert(offset.saturating_add(i64::try_from(i).unwrap_or(i64::MAX)));
+            }
             self.entries.extend(records.into_iter().map(|mut r| {
                 r.leader_epoch = epoch;
                 r
@@ -186,6 +202,7 @@ impl PartitionLog {
         let offset = self.end();
         self.batch_starts.push(offset);
         self.open.entry(producer_id).or_insert(offset);
+        self.first_not_plain.get_or_insert(offset);
         record.producer_id = Some(producer_id);
         record.kind = EntryKind::Transactional(TxnStatus::Open);
         record.leader_epoch = self.leader_epoch;
@@ -213,6 +230,7 @@ impl PartitionLog {
         }
         let offset = self.end();
         self.batch_starts.push(offset);
+        self.first_not_plain.get_or_insert(offset);
         self.entries.push(StoredRecord {
             key: None,
             value: None,
@@ -265,6 +283,28 @@ mod tests {
         );
         assert_eq!(visible(&log, IsolationLevel::ReadCommitted), [0, 1, 3]);
         assert_eq!(visible(&log, IsolationLevel::ReadUncommitted), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn plain_records_run_until_the_first_transactional_record_or_marker() {
+        let mut log = PartitionLog::default();
+        log.push(record("a")); // 0
+        log.push_batch(vec![record("b"), record("c")]); // 1, 2
+        assert_eq!(log.plain_end(), 3, "all plain: the log end");
+        log.push_transactional(record("t"), 7); // 3
+        log.push(record("d")); // 4
+        assert_eq!(log.plain_end(), 3);
+        log.end_transaction(7, TxnOutcome::Commit, 0); // marker at 5
+        assert_eq!(log.plain_end(), 3, "the first one stays the bound");
+
+        let mut markers_first = PartitionLog::default();
+        markers_first.push(record("a")); // 0
+        markers_first.end_transaction(9, TxnOutcome::Abort, 0); // no open transaction: nothing
+        assert_eq!(markers_first.plain_end(), 1);
+        let mut marker = record("m");
+        marker.kind = EntryKind::Marker(TxnOutcome::Abort);
+        markers_first.push_batch(vec![record("b"), marker]); // 1, 2
+        assert_eq!(markers_first.plain_end(), 2);
     }
 
     #[test]

@@ -618,6 +618,30 @@ impl State {
                     };
                     share.acquire(&request, config, &mut acquired);
                     records.reserve(acquired.len());
+                    // Below the end of the log's leading plain records every entry is a
+                    // visible data record; past it, look (markers are never visible).
+                    let plain_end = log.log(p).map_or(0, PartitionLog::plain_end);
+                    let deliverable = |a: &Acquired| {
+                        (a.offset >= 0 && a.offset < plain_end)
+                            || log
+                                .stored(p, a.offset)
+                                .is_some_and(|r| r.visible(isolation))
+                    };
+                    if acquired.iter().all(deliverable) {
+                        // The usual case: one pass of known length, which writes each record
+                        // in place instead of moving it (a large struct) into the batch.
+                        records.extend(acquired.iter().map(|a| {
+                            match log.stored(p, a.offset) {
+                                Some(stored) => {
+                                    log.record_of(stored, p, a.offset, a.delivery_count)
+                                }
+                                // Not reached: every one was found above.
+                                None => ConsumerRecord::new(Arc::clone(&log.name), p, a.offset)
+                                    .with_delivery_count(a.delivery_count),
+                            }
+                        }));
+                        break;
+                    }
                     let mut skipped = false;
                     for a in &acquired {
                         let deliverable = log
@@ -799,8 +823,20 @@ impl Topic {
         if matches!(stored.kind, log::EntryKind::Marker(_)) {
             return None;
         }
+        Some(self.record_of(stored, partition, offset, delivery_count))
+    }
+
+    /// The consumer's record of the data entry `stored`, at `offset` of `partition`.
+    #[inline]
+    fn record_of(
+        &self,
+        stored: &StoredRecord,
+        partition: i32,
+        offset: i64,
+        delivery_count: u16,
+    ) -> ConsumerRecord {
         // Built in place: the builder methods would move the whole record once per field.
-        Some(ConsumerRecord::from_parts(RecordParts {
+        ConsumerRecord::from_parts(RecordParts {
             topic: Arc::clone(&self.name),
             partition,
             offset,
@@ -815,7 +851,7 @@ impl Topic {
             timestamp_type: TimestampType::CreateTime,
             delivery_count,
             leader_epoch: Some(stored.leader_epoch),
-        }))
+        })
     }
 }
 
