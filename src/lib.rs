@@ -52,8 +52,8 @@ pub use crate::dlq::{
     KafkaDeadLetterQueueConfig,
 };
 pub use crate::driver::{
-    AckPolicy, CommitPolicy, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
-    IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
+    AckPolicy, CommitPolicy, DEFAULT_COMMIT_RECORDS, DriverConfig, DriverMetrics, ErrorHandling,
+    ErrorTolerance, IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::{

@@ -5,7 +5,8 @@ use std::time::Duration;
 use crate::consumer::AcknowledgementMode;
 use crate::convert::Converters;
 use crate::driver::{
-    AckPolicy, CommitPolicy, DriverConfig, ErrorHandling, ErrorTolerance, PutRetriablePolicy,
+    AckPolicy, CommitPolicy, DEFAULT_COMMIT_RECORDS, DriverConfig, ErrorHandling, ErrorTolerance,
+    PutRetriablePolicy,
 };
 use crate::kafka::KafkaShareConsumerConfig;
 use crate::plugins::{ChainStageSpec, Plugins};
@@ -372,7 +373,8 @@ impl ConnectorConfig {
     }
 
     /// `offset.flush.interval.ms`: how often acknowledgements are committed; `None` (unset)
-    /// is the driver's default, once a second.
+    /// is the driver's default, once a second. Either way the driver also commits every
+    /// [`DEFAULT_COMMIT_RECORDS`](crate::DEFAULT_COMMIT_RECORDS) records.
     pub fn commit_interval(&self) -> Option<Duration> {
         self.commit_interval
     }
@@ -480,7 +482,8 @@ impl ConnectorConfig {
     }
 
     /// A driver config with everything this config decides: the topics, the task config,
-    /// the commit interval (`offset.flush.interval.ms`, the driver's once a second when unset) and
+    /// the commit interval (`offset.flush.interval.ms`, the driver's once a second when unset;
+    /// also every [`DEFAULT_COMMIT_RECORDS`](crate::DEFAULT_COMMIT_RECORDS) records) and
     /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`,
     /// `share.dead.letter.queue.required`, the `errors.*` settings, and the connector name and
     /// task number.
@@ -512,7 +515,10 @@ impl ConnectorConfig {
             bytes.unwrap_or(defaults.max_awaiting_flush_bytes),
         );
         match self.commit_interval {
-            Some(interval) => config.commit_policy(CommitPolicy::interval(interval)),
+            // Also bounded in records, as the driver's default: the ids awaiting `pre_commit`
+            // would otherwise grow with the interval (Connect's default is a minute).
+            Some(interval) => config
+                .commit_policy(CommitPolicy::interval(interval).or_records(DEFAULT_COMMIT_RECORDS)),
             None => config,
         }
     }
@@ -891,7 +897,7 @@ mod tests {
             .driver_config();
         assert_eq!(
             driver.commit_policy,
-            CommitPolicy::interval(Duration::from_millis(250))
+            CommitPolicy::interval(Duration::from_millis(250)).or_records(DEFAULT_COMMIT_RECORDS)
         );
         assert_eq!(driver.commit_timeout, Duration::from_secs(9));
         assert_eq!(driver.task_config.get("topics"), Some("a,b"));
@@ -921,7 +927,7 @@ mod tests {
             .driver_config();
         assert_eq!(
             driver.commit_policy,
-            CommitPolicy::interval(Duration::from_secs(1))
+            CommitPolicy::interval(Duration::from_secs(1)).or_records(DEFAULT_COMMIT_RECORDS)
         );
         assert_eq!(driver.commit_timeout, DEFAULT_COMMIT_TIMEOUT);
     }

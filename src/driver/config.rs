@@ -10,13 +10,17 @@ use crate::dlq::DeadLetterQueue;
 use crate::task::TaskConfig;
 use crate::transform::TransformChain;
 
+/// The record bound of the driver's default commit policy: at most this many acknowledged
+/// records wait for a commit (their ids, about 32 bytes each, wait with them).
+pub const DEFAULT_COMMIT_RECORDS: u64 = 100_000;
+
 /// When the driver commits acknowledgements with `commit_sync`.
 ///
 /// Between commits, acknowledgements still travel with the next poll (with
 /// [`KafkaShareConsumer`](crate::KafkaShareConsumer): on its next fetch, or alone within a
 /// second); a commit makes them durable on the broker, reports lost locks and calls
 /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit). [`DriverConfig`] commits once a
-/// second by default: measured on one Kafka 4.4 broker (BENCHMARKS.md), committing every
+/// second or every [`DEFAULT_COMMIT_RECORDS`] records by default: measured on one Kafka 4.4 broker (BENCHMARKS.md), committing every
 /// iteration costs a round trip per batch and held a no-op sink to about half the records/s.
 ///
 /// ```
@@ -125,8 +129,10 @@ impl DriverConfig {
             // Java's fetch.max.wait.ms.
             poll_timeout: Duration::from_millis(500),
             // Measured (BENCHMARKS.md): a commit per iteration is a round trip per batch;
-            // acknowledgements ride on fetches in between.
-            commit_policy: CommitPolicy::interval(Duration::from_secs(1)),
+            // acknowledgements ride on fetches in between. The record bound keeps the ids
+            // awaiting `pre_commit` (about 32 bytes each) to a few MB at any pace.
+            commit_policy: CommitPolicy::interval(Duration::from_secs(1))
+                .or_records(DEFAULT_COMMIT_RECORDS),
             // Java's default.api.timeout.ms.
             commit_timeout: Duration::from_secs(60),
             // Java's close() default.
@@ -171,8 +177,13 @@ impl DriverConfig {
         self
     }
 
-    /// When to commit acknowledgements (default: once a second,
-    /// `CommitPolicy::interval(Duration::from_secs(1))`).
+    /// When to commit acknowledgements (default: once a second or every
+    /// [`DEFAULT_COMMIT_RECORDS`] records, whichever comes first:
+    /// `CommitPolicy::interval(Duration::from_secs(1)).or_records(DEFAULT_COMMIT_RECORDS)`).
+    ///
+    /// The driver keeps the id of every record acknowledged since the last commit for
+    /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit), so a policy without a record
+    /// bound holds as many ids as records pass in one interval.
     pub fn commit_policy(mut self, policy: CommitPolicy) -> Self {
         self.commit_policy = policy;
         self
@@ -316,5 +327,13 @@ mod tests {
         assert!(p.is_due(Duration::from_secs(1), 0));
         assert!(p.is_due(Duration::ZERO, 10));
         assert!(!CommitPolicy::records(5).is_due(Duration::from_secs(3600), 4));
+    }
+
+    #[test]
+    fn the_default_commits_within_a_second_and_a_bounded_number_of_records() {
+        let p = DriverConfig::new(["t"]).commit_policy;
+        assert!(!p.is_due(Duration::from_millis(999), DEFAULT_COMMIT_RECORDS - 1));
+        assert!(p.is_due(Duration::from_secs(1), 0));
+        assert!(p.is_due(Duration::ZERO, DEFAULT_COMMIT_RECORDS));
     }
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-pub use self::config::{CommitPolicy, DriverConfig};
+pub use self::config::{CommitPolicy, DEFAULT_COMMIT_RECORDS, DriverConfig};
 use self::failure::Failure;
 use self::held::{HeldRecords, retry_backoff};
 pub use self::metrics::DriverMetrics;

@@ -21,11 +21,13 @@ use crate::time::deadline_after;
 impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Polls and builds the batch for `put`.
     pub(super) async fn poll_batch(&mut self, report: &mut IterationReport) -> Result<()> {
-        let polled_at = Instant::now();
-        let records = self.consumer.poll(self.config.poll_timeout).await?;
+        // The last batch is finished: dropped before the poll waits, its records no longer
+        // keep their fetch answer in memory while the next one arrives.
         self.batch.clear();
         self.batch_bytes.clear();
         self.raw.clear();
+        let polled_at = Instant::now();
+        let records = self.consumer.poll(self.config.poll_timeout).await?;
         self.batch.reserve(records.len());
         let last_delivery = self.last_delivery_limit();
         // Records fetched ahead were acquired before the poll: their locks run from then.
