@@ -257,8 +257,9 @@ impl KafkaShareConsumerConfig {
     /// processed, and asked for in flight. Records are slices of the ShareFetch answer they
     /// came in, which stays in memory until its last record is dropped, so this bounds the
     /// memory the consumer holds for records, whatever the sink's pace. The size of a record
-    /// is estimated from the answers so far (record sets' bytes per record acquired). One
-    /// poll's worth (`max.poll.records`) is always allowed, and one answer is still bounded
+    /// is estimated from the answers so far (record sets' bytes per record acquired). Two
+    /// polls' worth (`max.poll.records` each: a batch being processed and the next one, as
+    /// Java's consumer holds) are always allowed, and one answer is still bounded
     /// by `fetch.max.bytes` only; larger values make acquisitions larger, which costs the
     /// broker less per record.
     ///

@@ -191,6 +191,7 @@ impl KafkaShareConsumer {
     ///
     /// Dropping the future abandons the connection attempt; nothing else is started.
     pub async fn connect(config: KafkaShareConsumerConfig) -> Result<Self, ConsumerError> {
+        let max_poll_records = usize::try_from(config.max_poll_records).unwrap_or(usize::MAX);
         if config.group_id.trim().is_empty() {
             return Err(ConsumerError::Config {
                 key: "group.id".to_owned(),
@@ -291,7 +292,7 @@ impl KafkaShareConsumer {
             last_ack_failures: BTreeSet::new(),
             callback: CallbackSlot::default(),
             async_outcomes: Arc::default(),
-            pace: SinkPace::default(),
+            pace: SinkPace::for_polls_of(max_poll_records),
             handed_out: None,
             closed: false,
         })

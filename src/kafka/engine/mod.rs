@@ -510,7 +510,7 @@ impl Engine {
                 let level = buffered
                     .saturating_add(slots.in_app)
                     .saturating_add(self.asked.values().sum());
-                let records = sizing.acquire(budget, level, wanted)?;
+                let records = sizing.acquire(budget, level, buffered, wanted)?;
                 // Each leader fetched from gets its share; together they stay in the room.
                 let leaders = targets.len().max(1);
                 let each = records.div_ceil(leaders).max(1);

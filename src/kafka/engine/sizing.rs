@@ -43,14 +43,27 @@ const SPEED_UP_WEIGHT: f64 = 0.25;
 pub(crate) struct SinkPace {
     /// Nanoseconds per record; `None` until the first sample.
     per_record_ns: Option<f64>,
+    /// Polls of fewer records than this are no sample (see [`for_polls_of`](Self::for_polls_of)).
+    min_records: usize,
 }
 
 impl SinkPace {
+    /// A pace taken only from polls of at least half of `max_poll_records` records. Many
+    /// sinks cost per batch as much as per record (a round trip, a transaction): a poll of a
+    /// few leftover records takes as long as a full one, and its time per record would make
+    /// the sink look many times slower than it is, shrinking every acquisition after it.
+    pub(crate) fn for_polls_of(max_poll_records: usize) -> Self {
+        Self {
+            per_record_ns: None,
+            min_records: max_poll_records.div_ceil(2),
+        }
+    }
+
     /// The application took `elapsed` for `records` records (from the poll that handed them
     /// out to the next poll). A slower pace is taken at once; a faster one moves the estimate
     /// a quarter of the way, so one quick batch does not make the next acquisition large.
     pub(crate) fn observe(&mut self, records: usize, elapsed: Duration) {
-        if records == 0 {
+        if records == 0 || records < self.min_records {
             return;
         }
         // u128 -> f64 and usize -> f64 lose precision only far beyond any real value.
@@ -121,7 +134,7 @@ pub(crate) struct Sizing {
     pub(crate) max_record_locks: usize,
     /// The most bytes of answers the records held may keep in memory (see
     /// [`KafkaShareConsumerConfig::acquisition_max_bytes`](crate::KafkaShareConsumerConfig::acquisition_max_bytes)),
-    /// except that one poll's worth (`max.poll.records`) is always allowed.
+    /// except that two polls' worth (`max.poll.records` each) are always allowed.
     pub(crate) max_bytes: usize,
 }
 
@@ -150,7 +163,12 @@ impl Sizing {
         let usable = lock.saturating_mul(num) / den;
         let per_record = per_record.as_nanos().max(1);
         let fits = usable.as_nanos() / per_record;
-        let in_bytes = record_bytes.map_or(usize::MAX, |b| self.max_bytes / b.max(1));
+        // The byte bound leaves room for two polls' worth, as Java's consumer holds a batch
+        // being processed and the next fetch: with less, a large max.poll.records could not
+        // overlap fetching with the application and polls would come up short.
+        let in_bytes = record_bytes
+            .map_or(usize::MAX, |b| self.max_bytes / b.max(1))
+            .max(floor.saturating_mul(2));
         usize::try_from(fits)
             .unwrap_or(usize::MAX)
             .min(in_bytes)
@@ -158,17 +176,28 @@ impl Sizing {
     }
 
     /// Whether to acquire now, and at most how many records: `level` records are held
-    /// (fetched and not yet polled, plus handed out and not yet acknowledged), and
-    /// `poll_waits` says a poll found nothing and waits. A waiting poll always gets a fetch;
-    /// otherwise a fetch runs ahead only once the level is down to half the budget and there
-    /// is room for at least one poll's worth, and asks for no more than the room left.
-    pub(crate) fn acquire(&self, budget: usize, level: usize, poll_waits: bool) -> Option<usize> {
+    /// (fetched and not yet polled, plus handed out and not yet acknowledged), `buffered` of
+    /// them wait for a poll, and `poll_waits` says a poll found nothing and waits. A waiting
+    /// poll always gets a fetch; otherwise a fetch runs ahead once the level is down to half
+    /// the budget and there is room for at least one poll's worth, or once the next poll
+    /// would come up short (fewer than `max.poll.records` wait) and the room can complete
+    /// it. It asks for no more than the room left.
+    pub(crate) fn acquire(
+        &self,
+        budget: usize,
+        level: usize,
+        buffered: usize,
+        poll_waits: bool,
+    ) -> Option<usize> {
         let floor = self.max_poll_records.max(1);
         let room = budget.saturating_sub(level);
         if poll_waits {
             return Some(room.max(floor));
         }
-        (level <= budget / 2 && room >= floor).then_some(room)
+        let ahead = level <= budget / 2 && room >= floor;
+        let short = floor.saturating_sub(buffered);
+        let completes_next_poll = short > 0 && room >= short;
+        (ahead || completes_next_poll).then_some(room)
     }
 
     /// A record that has waited this long since its acquisition without being polled is
@@ -271,9 +300,9 @@ mod tests {
         // 1 KiB records plus batch overhead: 4 MiB hold 3855 of 1088 bytes, not 12,000.
         assert_eq!(bounded.budget(LOCK, us(1), 6, Some(1088)), 3855);
         // The bound is in bytes: records four times as large, a quarter as many (but at
-        // least one poll's worth).
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 963);
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(64 * 1024)), 500);
+        // least two polls' worth).
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 1000);
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(64 * 1024)), 1000);
         // Tiny records: the broker's in-flight limit is the bound again.
         assert_eq!(bounded.budget(LOCK, us(1), 6, Some(10)), 12_000);
         // A slow sink is bounded by its lock first.
@@ -286,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn what_the_budget_holds_stays_within_the_byte_bound_beyond_one_poll() {
+    fn what_the_budget_holds_stays_within_the_byte_bound_beyond_two_polls() {
         for max_bytes in [MIB, 4 * MIB, 64 * MIB] {
             let bounded = Sizing {
                 max_bytes,
@@ -297,14 +326,14 @@ mod tests {
                     let budget = bounded.budget(LOCK, us(1), partitions, Some(bytes));
                     let held = budget.saturating_mul(bytes);
                     assert!(
-                        held <= max_bytes || budget == 500,
+                        held <= max_bytes || budget <= 1000,
                         "{max_bytes} {bytes} {partitions}: {budget} records"
                     );
                     // Fetching ahead never takes the level past the budget, so the bytes
                     // held stay within the bound too.
                     for level in [0, budget / 2, budget] {
-                        if let Some(n) = bounded.acquire(budget, level, false) {
-                            assert!((level + n) * bytes <= max_bytes.max(500 * bytes));
+                        if let Some(n) = bounded.acquire(budget, level, level, false) {
+                            assert!((level + n) * bytes <= max_bytes.max(1000 * bytes));
                         }
                     }
                 }
@@ -333,38 +362,65 @@ mod tests {
 
     #[test]
     fn a_waiting_poll_always_gets_a_fetch() {
-        assert_eq!(SIZING.acquire(12_000, 0, true), Some(12_000));
-        assert_eq!(SIZING.acquire(500, 0, true), Some(500));
+        assert_eq!(SIZING.acquire(12_000, 0, 0, true), Some(12_000));
+        assert_eq!(SIZING.acquire(500, 0, 0, true), Some(500));
         // Even when the level says full (records in the application's hands, e.g. implicit
         // mode): at least one poll's worth.
-        assert_eq!(SIZING.acquire(500, 500, true), Some(500));
+        assert_eq!(SIZING.acquire(500, 500, 0, true), Some(500));
     }
 
     #[test]
     fn fetching_ahead_waits_for_half_the_budget_and_asks_for_the_room() {
         // A batch in the application, the buffer nearly full: nothing yet.
-        assert_eq!(SIZING.acquire(12_000, 11_000, false), None);
-        assert_eq!(SIZING.acquire(12_000, 6001, false), None);
+        assert_eq!(SIZING.acquire(12_000, 11_000, 10_500, false), None);
+        assert_eq!(SIZING.acquire(12_000, 6001, 5501, false), None);
         // Down to half: refill to the budget in one acquisition.
-        assert_eq!(SIZING.acquire(12_000, 6000, false), Some(6000));
-        assert_eq!(SIZING.acquire(12_000, 500, false), Some(11_500));
+        assert_eq!(SIZING.acquire(12_000, 6000, 5500, false), Some(6000));
+        assert_eq!(SIZING.acquire(12_000, 500, 0, false), Some(11_500));
         // A budget of one poll never fetches ahead of a batch being processed.
-        assert_eq!(SIZING.acquire(500, 500, false), None);
-        assert_eq!(SIZING.acquire(500, 0, false), Some(500));
-        // Room for less than a poll: wait.
-        assert_eq!(SIZING.acquire(800, 400, false), None);
+        assert_eq!(SIZING.acquire(500, 500, 0, false), None);
+        assert_eq!(SIZING.acquire(500, 0, 0, false), Some(500));
+        // Room for less than a poll, and a full poll waits: wait.
+        assert_eq!(SIZING.acquire(800, 400, 500, false), None);
     }
 
     #[test]
     fn the_level_never_passes_the_budget_by_fetching_ahead() {
         for budget in [500, 501, 999, 1000, 2000, 12_000] {
             for level in 0..=budget {
-                if let Some(n) = SIZING.acquire(budget, level, false) {
-                    assert!(level + n <= budget, "{budget} {level} {n}");
-                    assert!(n >= 500, "{budget} {level} {n}");
+                for buffered in [0, 1, 250, 499, 500, level] {
+                    let buffered = buffered.min(level);
+                    if let Some(n) = SIZING.acquire(budget, level, buffered, false) {
+                        assert!(level + n <= budget, "{budget} {level} {buffered} {n}");
+                        // Enough for a poll's worth, counting what already waits.
+                        assert!(buffered + n >= 500, "{budget} {level} {buffered} {n}");
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_short_next_poll_is_completed_ahead_of_time() {
+        let large = Sizing {
+            max_poll_records: 2000,
+            ..SIZING
+        };
+        // Budget of about two polls: one batch with the application, 40 records waiting.
+        // The level is above half the budget, but the next poll would get 40: fetch the room.
+        assert_eq!(large.acquire(4040, 2040, 40, false), Some(2000));
+        // A full poll waits: nothing to complete.
+        assert_eq!(large.acquire(4040, 4040, 2040, false), None);
+        // Half a poll waits and the room completes it: fetch.
+        assert_eq!(large.acquire(4040, 3000, 1000, false), Some(1040));
+        // The room cannot complete the next poll: wait for the application.
+        assert_eq!(large.acquire(4040, 3500, 500, false), None);
+        // The byte bound leaves two polls' worth even for large records.
+        let bounded = Sizing {
+            max_bytes: 4 * MIB,
+            ..large
+        };
+        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 4000);
     }
 
     #[test]
@@ -373,6 +429,18 @@ mod tests {
         assert_eq!(pace.per_record(), None);
         pace.observe(0, Duration::from_secs(1));
         assert_eq!(pace.per_record(), None, "no records, no sample");
+        let mut polls_of_500 = SinkPace::for_polls_of(500);
+        polls_of_500.observe(2000 / 4, Duration::from_millis(50));
+        // Ten leftover records in a put that costs 50 ms per batch: no sample (it would say
+        // 5 ms per record, 200 times the pace of the full polls).
+        polls_of_500.observe(10, Duration::from_millis(50));
+        assert_eq!(polls_of_500.per_record(), us(100));
+        polls_of_500.observe(250, Duration::from_millis(50));
+        assert_eq!(
+            polls_of_500.per_record(),
+            us(200),
+            "half a poll is a sample"
+        );
         pace.observe(500, Duration::from_millis(50));
         assert_eq!(pace.per_record(), us(100));
         pace.observe(500, Duration::from_millis(5));
