@@ -105,6 +105,20 @@ async fn consumer(f: &Fixture, mode: AcknowledgementMode) -> KafkaShareConsumer 
     c
 }
 
+/// A consumer in explicit mode acquiring at most `max.poll.records` (500) per fetch, as
+/// Java's with `share.acquire.mode=record_limit`, and never ahead of a poll.
+async fn consumer_record_limit(f: &Fixture) -> KafkaShareConsumer {
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .share_acquire_mode(ShareAcquireMode::RecordLimit)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut c = KafkaShareConsumer::connect(config)
+        .await
+        .expect("consumer connects");
+    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
+    c
+}
+
 /// Polls until `n` records arrived or `within` passed, acknowledging each with `ack`.
 async fn drain(
     c: &mut KafkaShareConsumer,
@@ -423,8 +437,11 @@ async fn two_members_share_one_partition_without_overlap() {
         Compression::NoCompression,
     )
     .await;
-    let mut a = consumer(&f, AcknowledgementMode::Explicit).await;
-    let mut b = consumer(&f, AcknowledgementMode::Explicit).await;
+    // A strict max.poll.records per fetch (record_limit, which also turns fetching ahead
+    // off): with the sized default, the first member to fetch may take the whole partition
+    // ahead of the second one's assignment, and sharing is what this test looks at.
+    let mut a = consumer_record_limit(&f).await;
+    let mut b = consumer_record_limit(&f).await;
     let mut seen: Vec<(i32, i64)> = Vec::new();
     let (mut from_a, mut from_b) = (0, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
