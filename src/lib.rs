@@ -78,4 +78,5 @@ pub use crate::record::{
 };
 pub use crate::stage::Stage;
 pub use crate::task::{Durability, SinkTask, SinkTaskContext, TaskConfig};
+pub use crate::topic_name::TopicName;
 pub use crate::transform::{Predicate, Transform, TransformChain, TransformError};

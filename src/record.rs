@@ -1,8 +1,9 @@
 //! Records: what a share consumer delivers ([`ConsumerRecord`]) and what a sink task sees
 //! ([`SinkRecord`]).
 //!
-//! Topic names are shared `Arc<str>`s and payloads are [`Bytes`], so moving a record from the
-//! consumer to the task clones reference counts, never payload bytes.
+//! Topic names are [`TopicName`]s and payloads are [`Bytes`], so moving a record from the
+//! consumer to the task copies no payload byte (and a topic name read from the cluster not
+//! even a reference count).
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -11,17 +12,18 @@ use bytes::Bytes;
 
 use crate::convert::SchemaAndValue;
 use crate::convert::schema::{Schema, optional_bytes};
+use crate::topic_name::TopicName;
 
 /// A topic and a partition number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
-    topic: Arc<str>,
+    topic: TopicName,
     partition: i32,
 }
 
 impl TopicPartition {
     /// Creates a topic-partition.
-    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
+    pub fn new(topic: impl Into<TopicName>, partition: i32) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -33,8 +35,8 @@ impl TopicPartition {
         &self.topic
     }
 
-    /// The shared topic name, cheap to clone.
-    pub fn topic_arc(&self) -> &Arc<str> {
+    /// The topic name, cheap to clone.
+    pub fn topic_name(&self) -> &TopicName {
         &self.topic
     }
 
@@ -53,14 +55,14 @@ impl fmt::Display for TopicPartition {
 /// Where a record lives: topic, partition and offset. This is what acknowledgements name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordId {
-    topic: Arc<str>,
+    topic: TopicName,
     partition: i32,
     offset: i64,
 }
 
 impl RecordId {
     /// Creates a record id.
-    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+    pub fn new(topic: impl Into<TopicName>, partition: i32, offset: i64) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -73,8 +75,8 @@ impl RecordId {
         &self.topic
     }
 
-    /// The shared topic name, cheap to clone.
-    pub fn topic_arc(&self) -> &Arc<str> {
+    /// The topic name, cheap to clone.
+    pub fn topic_name(&self) -> &TopicName {
         &self.topic
     }
 
@@ -91,7 +93,7 @@ impl RecordId {
     /// The topic-partition of this record.
     pub fn topic_partition(&self) -> TopicPartition {
         TopicPartition {
-            topic: Arc::clone(&self.topic),
+            topic: self.topic.clone(),
             partition: self.partition,
         }
     }
@@ -212,7 +214,7 @@ impl<'a> IntoIterator for &'a Headers {
 /// A record as a share consumer delivers it: raw bytes plus the share-group delivery count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
-    topic: Arc<str>,
+    topic: TopicName,
     partition: i32,
     offset: i64,
     key: Option<Bytes>,
@@ -227,7 +229,7 @@ pub struct ConsumerRecord {
 impl ConsumerRecord {
     /// A record with no key, value, headers or timestamp, delivered for the first time.
     /// Use the `with_*` methods to fill it in (handy in tests of your own sink).
-    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+    pub fn new(topic: impl Into<TopicName>, partition: i32, offset: i64) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -290,8 +292,8 @@ impl ConsumerRecord {
         &self.topic
     }
 
-    /// The shared topic name, cheap to clone.
-    pub fn topic_arc(&self) -> &Arc<str> {
+    /// The topic name, cheap to clone.
+    pub fn topic_name(&self) -> &TopicName {
         &self.topic
     }
 
@@ -339,13 +341,13 @@ impl ConsumerRecord {
 
     /// The record's topic-partition.
     pub(crate) fn topic_partition(&self) -> TopicPartition {
-        TopicPartition::new(Arc::clone(&self.topic), self.partition)
+        TopicPartition::new(self.topic.clone(), self.partition)
     }
 
     /// The record's coordinates.
     pub fn id(&self) -> RecordId {
         RecordId {
-            topic: Arc::clone(&self.topic),
+            topic: self.topic.clone(),
             partition: self.partition,
             offset: self.offset,
         }
@@ -372,7 +374,7 @@ impl ConsumerRecord {
 /// The fields of a [`ConsumerRecord`], for conversion inside the crate.
 #[derive(Debug)]
 pub(crate) struct RecordParts {
-    pub(crate) topic: Arc<str>,
+    pub(crate) topic: TopicName,
     pub(crate) partition: i32,
     pub(crate) offset: i64,
     pub(crate) key: Option<Bytes>,
@@ -575,20 +577,25 @@ pub struct SinkRecord {
     /// The current topic when a transform changed it; `None` while it is the original one,
     /// which saves a reference count on the topic name per record (two atomic operations,
     /// building and dropping it).
-    topic: Option<Arc<str>>,
+    topic: Option<TopicName>,
     partition: i32,
     key_schema: Option<SchemaRef>,
     key: Value,
     value_schema: Option<SchemaRef>,
     value: Value,
     headers: Vec<SinkHeader>,
-    timestamp: Option<i64>,
+    /// [`NO_TIMESTAMP`] for none: an `Option<i64>` would take 16 bytes of a record the
+    /// driver writes and reads several times per record.
+    timestamp: i64,
     timestamp_type: TimestampType,
     delivery_count: u16,
     /// Always `Some`, except inside [`drain_original_ids`](Self::drain_original_ids),
     /// which takes it out of records it drops right after.
     original: Option<RecordId>,
 }
+
+/// A [`SinkRecord`] without a timestamp.
+const NO_TIMESTAMP: i64 = i64::MIN;
 
 impl PartialEq for SinkRecord {
     fn eq(&self, other: &Self) -> bool {
@@ -600,7 +607,7 @@ impl PartialEq for SinkRecord {
             && self.value_schema == other.value_schema
             && self.value == other.value
             && self.headers == other.headers
-            && self.timestamp == other.timestamp
+            && self.timestamp() == other.timestamp()
             && self.timestamp_type == other.timestamp_type
             && self.delivery_count == other.delivery_count
             && self.original_id() == other.original_id()
@@ -617,7 +624,7 @@ impl fmt::Debug for SinkRecord {
             .field("value_schema", &self.value_schema)
             .field("value", &self.value)
             .field("headers", &self.headers)
-            .field("timestamp", &self.timestamp)
+            .field("timestamp", &self.timestamp())
             .field("timestamp_type", &self.timestamp_type)
             .field("delivery_count", &self.delivery_count)
             .field("original", self.original_id())
@@ -665,7 +672,7 @@ impl SinkRecord {
     /// A record with null key and value, no schemas, no headers and no timestamp, delivered
     /// once. Meant for tests of your own sink task and transforms; the driver builds records
     /// from what it polled.
-    pub fn new(topic: impl Into<Arc<str>>, partition: i32, offset: i64) -> Self {
+    pub fn new(topic: impl Into<TopicName>, partition: i32, offset: i64) -> Self {
         Self {
             original: Some(RecordId::new(topic, partition, offset)),
             topic: None,
@@ -675,7 +682,7 @@ impl SinkRecord {
             value_schema: None,
             value: Value::Null,
             headers: Vec::new(),
-            timestamp: None,
+            timestamp: NO_TIMESTAMP,
             timestamp_type: TimestampType::NoTimestampType,
             delivery_count: 1,
         }
@@ -728,9 +735,10 @@ impl SinkRecord {
         &mut self.headers
     }
 
-    /// Sets the timestamp and its type.
+    /// Sets the timestamp and its type. (`Some(i64::MIN)`, hundreds of millions of years
+    /// before the epoch, reads back as `None`.)
     pub fn with_timestamp(mut self, timestamp: Option<i64>, timestamp_type: TimestampType) -> Self {
-        self.timestamp = timestamp;
+        self.timestamp = timestamp.unwrap_or(NO_TIMESTAMP);
         self.timestamp_type = timestamp_type;
         self
     }
@@ -743,7 +751,7 @@ impl SinkRecord {
 
     /// Changes the current topic and partition, as a topic-routing transform would. The
     /// original coordinates stay as they were.
-    pub fn with_topic_partition(mut self, topic: impl Into<Arc<str>>, partition: i32) -> Self {
+    pub fn with_topic_partition(mut self, topic: impl Into<TopicName>, partition: i32) -> Self {
         self.topic = Some(topic.into());
         self.partition = partition;
         self
@@ -786,9 +794,7 @@ impl SinkRecord {
             delivery_count,
             leader_epoch: _,
         } = record;
-        // Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
-        static OPTIONAL_BYTES: LazyLock<Arc<Schema>> = LazyLock::new(optional_bytes);
-        let schema: &'static Arc<Schema> = &OPTIONAL_BYTES;
+        let schema = Self::optional_bytes_schema();
         Self {
             original: Some(RecordId {
                 topic,
@@ -802,9 +808,55 @@ impl SinkRecord {
             value_schema: Some(SchemaRef::Static(schema)),
             value: Value::from(value),
             headers: Vec::new(),
-            timestamp: (timestamp >= 0).then_some(timestamp),
+            timestamp: if timestamp >= 0 {
+                timestamp
+            } else {
+                NO_TIMESTAMP
+            },
             timestamp_type,
             delivery_count,
+        }
+    }
+
+    /// Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
+    #[inline]
+    pub(crate) fn optional_bytes_schema() -> &'static Arc<Schema> {
+        static OPTIONAL_BYTES: LazyLock<Arc<Schema>> = LazyLock::new(optional_bytes);
+        &OPTIONAL_BYTES
+    }
+
+    /// [`from_consumer_record_without_headers`](Self::from_consumer_record_without_headers)
+    /// reading `record` in place: key and value are taken out, the topic name cloned (no
+    /// reference count for a name the consumer read from the cluster). Reading fields where
+    /// they are spares copying the whole record to the stack first, which a move out of a
+    /// vector does. The record is left without key and value, to be dropped.
+    /// `schema` is [`optional_bytes_schema`](Self::optional_bytes_schema), looked up once
+    /// per batch by the caller.
+    #[inline(always)]
+    pub(crate) fn take_from_consumer_record_without_headers(
+        record: &mut ConsumerRecord,
+        schema: &'static Arc<Schema>,
+    ) -> Self {
+        Self {
+            original: Some(RecordId {
+                topic: record.topic.clone(),
+                partition: record.partition,
+                offset: record.offset,
+            }),
+            topic: None,
+            partition: record.partition,
+            key_schema: Some(SchemaRef::Static(schema)),
+            key: Value::from(record.key.take()),
+            value_schema: Some(SchemaRef::Static(schema)),
+            value: Value::from(record.value.take()),
+            headers: Vec::new(),
+            timestamp: if record.timestamp >= 0 {
+                record.timestamp
+            } else {
+                NO_TIMESTAMP
+            },
+            timestamp_type: record.timestamp_type,
+            delivery_count: record.delivery_count,
         }
     }
 
@@ -827,7 +879,11 @@ impl SinkRecord {
             value_schema: value_schema.map(SchemaRef::from),
             value,
             headers,
-            timestamp: (record.timestamp >= 0).then_some(record.timestamp),
+            timestamp: if record.timestamp >= 0 {
+                record.timestamp
+            } else {
+                NO_TIMESTAMP
+            },
             timestamp_type: record.timestamp_type,
             delivery_count: record.delivery_count,
         }
@@ -885,7 +941,7 @@ impl SinkRecord {
 
     /// The timestamp in milliseconds since the epoch; `None` when the record had none.
     pub fn timestamp(&self) -> Option<i64> {
-        self.timestamp
+        (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp)
     }
 
     /// What the timestamp means.

@@ -2,10 +2,9 @@
 //! acknowledged, and which acknowledgements are still to be sent. Shared by every
 //! [`ShareConsumer`](super::ShareConsumer) implementation, free of I/O.
 
-use std::sync::Arc;
-
 use super::{AcknowledgeType, ConsumerError};
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
+use crate::topic_name::TopicName;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -66,23 +65,23 @@ impl InFlightBatch {
         self.entries.reserve(records.len() + kept.len());
         let any_kept = !kept.is_empty();
         for (tp, mut entry) in kept {
-            entry.partition = self.partition_index_or_insert(tp.topic_arc(), tp.partition());
+            entry.partition = self.partition_index_or_insert(tp.topic_name(), tp.partition());
             self.entries.push(entry);
         }
         // Polls return runs of one partition: look the partition up once per run.
-        let mut last: Option<(&Arc<str>, i32, u32)> = None;
+        let mut last: Option<(&TopicName, i32, u32)> = None;
         let mut sorted = true;
         for record in records {
             let partition = match last {
                 Some((topic, p, index))
-                    if p == record.partition() && Arc::ptr_eq(topic, record.topic_arc()) =>
+                    if p == record.partition() && topic.same(record.topic_name()) =>
                 {
                     index
                 }
                 _ => {
                     let index =
-                        self.partition_index_or_insert(record.topic_arc(), record.partition());
-                    last = Some((record.topic_arc(), record.partition(), index));
+                        self.partition_index_or_insert(record.topic_name(), record.partition());
+                    last = Some((record.topic_name(), record.partition(), index));
                     index
                 }
             };
@@ -115,12 +114,12 @@ impl InFlightBatch {
         self.unacknowledged = self.entries.iter().filter(|e| e.awaiting_ack()).count();
     }
 
-    fn partition_index_or_insert(&mut self, topic: &Arc<str>, partition: i32) -> u32 {
+    fn partition_index_or_insert(&mut self, topic: &TopicName, partition: i32) -> u32 {
         if let Some(i) = self.partition_index(topic, partition) {
             return i;
         }
         self.partitions
-            .push(TopicPartition::new(Arc::clone(topic), partition));
+            .push(TopicPartition::new(topic.clone(), partition));
         u32::try_from(self.partitions.len() - 1).unwrap_or(u32::MAX)
     }
 
@@ -158,6 +157,24 @@ impl InFlightBatch {
         entry.ack = Some(ack);
         entry.sent = false;
         Ok(())
+    }
+
+    /// Acknowledges with `ack` every record that is not held and has no final
+    /// acknowledgement (none, or a RENEW); returns how many.
+    pub(crate) fn acknowledge_remaining(&mut self, ack: AcknowledgeType) -> usize {
+        let mut count = 0;
+        for entry in &mut self.entries {
+            if entry.held || entry.ack.is_some_and(|a| a != AcknowledgeType::Renew) {
+                continue;
+            }
+            if entry.ack.is_none() {
+                self.unacknowledged -= 1;
+            }
+            entry.ack = Some(ack);
+            entry.sent = false;
+            count += 1;
+        }
+        count
     }
 
     /// Keeps a record past the next poll without a final acknowledgement: it no longer
@@ -231,7 +248,7 @@ impl InFlightBatch {
         }
         self.entries.iter().find(|e| e.awaiting_ack()).map(|e| {
             let tp = &self.partitions[e.partition as usize];
-            RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
+            RecordId::new(tp.topic_name().clone(), tp.partition(), e.offset)
         })
     }
 
@@ -282,7 +299,7 @@ impl InFlightBatch {
             Some(ack) if !e.sent && pick(ack) => {
                 let tp = &self.partitions[e.partition as usize];
                 Some((
-                    RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset),
+                    RecordId::new(tp.topic_name().clone(), tp.partition(), e.offset),
                     ack,
                 ))
             }
@@ -298,7 +315,7 @@ impl InFlightBatch {
             .filter(|e| e.sent && e.ack == Some(AcknowledgeType::Renew) && !e.held)
             .map(|e| {
                 let tp = &self.partitions[e.partition as usize];
-                RecordId::new(Arc::clone(tp.topic_arc()), tp.partition(), e.offset)
+                RecordId::new(tp.topic_name().clone(), tp.partition(), e.offset)
             })
             .collect()
     }

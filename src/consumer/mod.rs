@@ -370,6 +370,21 @@ pub trait ShareConsumer: Send {
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError>;
 
+    /// Acknowledges with `ack` every record of the last poll that is not held and has no
+    /// final acknowledgement yet (none, or only a RENEW): what
+    /// [`acknowledge_offset`](Self::acknowledge_offset) on each of them does, in one call (a
+    /// sink that wrote the whole poll acknowledges it at once).
+    ///
+    /// Returns how many records it acknowledged, or `None` when this consumer cannot do it
+    /// in one call (the default): then acknowledge them one by one.
+    fn acknowledge_remaining(
+        &mut self,
+        ack: AcknowledgeType,
+    ) -> Result<Option<usize>, ConsumerError> {
+        let _ = ack;
+        Ok(None)
+    }
+
     /// Keeps a record of the last poll acquired past the next poll without acknowledging it
     /// (explicit mode): it no longer blocks the next poll and is not presented again, even
     /// after a RENEW. Acknowledge it later by its coordinates with
@@ -598,6 +613,13 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
         (**self).acknowledge_offset(topic, partition, offset, ack)
+    }
+
+    fn acknowledge_remaining(
+        &mut self,
+        ack: AcknowledgeType,
+    ) -> Result<Option<usize>, ConsumerError> {
+        (**self).acknowledge_remaining(ack)
     }
 
     fn hold_offset(

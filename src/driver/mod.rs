@@ -155,6 +155,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     raw: Vec<ConsumerRecord>,
     /// When the batch's locks started (the poll that brought it began).
     batch_acquired: Instant,
+    /// The batch is every record of the last poll, nothing acknowledged before `put`: a
+    /// successful `put` may then accept the whole poll in one call.
+    batch_is_poll: bool,
     /// Implicit mode: the batch is kept after a retriable error.
     retained: bool,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
@@ -207,6 +210,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             batch: Vec::new(),
             raw: Vec::new(),
             batch_acquired: now,
+            batch_is_poll: false,
             retained: false,
             retry: None,
             delivered: Vec::new(),
@@ -573,14 +577,24 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         match self.config.ack_policy {
             AckPolicy::AfterPut => {
-                for record in &self.batch {
-                    let id = record.original_id();
-                    self.consumer.acknowledge_offset(
-                        id.topic(),
-                        id.partition(),
-                        id.offset(),
-                        AcknowledgeType::Accept,
-                    )?;
+                // The whole poll, nothing held: one call accepts it, when the consumer can.
+                let at_once = self.batch_is_poll
+                    && self.held.is_empty()
+                    && self
+                        .consumer
+                        .acknowledge_remaining(AcknowledgeType::Accept)?
+                        == Some(n);
+                if !at_once {
+                    // Accepting again what the call above accepted only repeats it.
+                    for record in &self.batch {
+                        let id = record.original_id();
+                        self.consumer.acknowledge_offset(
+                            id.topic(),
+                            id.partition(),
+                            id.offset(),
+                            AcknowledgeType::Accept,
+                        )?;
+                    }
                 }
                 if !self.held.is_empty() {
                     // Held during a long put.
@@ -900,7 +914,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     fn polled_record(&self, i: usize) -> ConsumerRecord {
         self.raw.get(i).cloned().unwrap_or_else(|| {
             let id = self.batch[i].original_id();
-            ConsumerRecord::new(Arc::clone(id.topic_arc()), id.partition(), id.offset())
+            ConsumerRecord::new(id.topic_name().clone(), id.partition(), id.offset())
         })
     }
 

@@ -26,6 +26,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch.clear();
         self.batch_bytes.clear();
         self.raw.clear();
+        self.batch_is_poll = false;
         let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
         self.batch.reserve(records.len());
@@ -49,12 +50,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.batch_bytes.extend(records.iter().map(record_size));
             }
             let (redelivered, last) = if records.iter().all(|r| r.headers().is_empty()) {
-                extend_batch(
-                    &mut self.batch,
-                    records,
-                    last_delivery,
-                    SinkRecord::from_consumer_record_without_headers,
-                )
+                let mut records = records;
+                extend_batch_in_place(&mut self.batch, &mut records, last_delivery)
             } else {
                 extend_batch(
                     &mut self.batch,
@@ -66,6 +63,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.metrics.records_redelivered += redelivered;
             self.metrics.records_last_delivery += last as u64;
             report.last_delivery += last;
+            self.batch_is_poll = true;
             return Ok(());
         }
         let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
@@ -303,6 +301,32 @@ fn extend_batch(
         convert(record)
     }));
     (redelivered, last)
+}
+
+/// [`extend_batch`] for records without headers, read in place (see
+/// [`SinkRecord::take_from_consumer_record_without_headers`]).
+#[inline]
+fn extend_batch_in_place(
+    batch: &mut Vec<SinkRecord>,
+    records: &mut [ConsumerRecord],
+    last_delivery: u16,
+) -> (u64, usize) {
+    // Counted in a pass of their own: counters updated inside the conversion's closure live
+    // in memory, one store-to-load chain per record.
+    let counts = records.iter().fold((0, 0), |(redelivered, last), record| {
+        let count = record.delivery_count();
+        (
+            redelivered + u64::from(count > 1),
+            last + usize::from(count >= last_delivery),
+        )
+    });
+    let schema = SinkRecord::optional_bytes_schema();
+    batch.extend(
+        records
+            .iter_mut()
+            .map(|record| SinkRecord::take_from_consumer_record_without_headers(record, schema)),
+    );
+    counts
 }
 
 /// The bytes of a record's key, value and headers as polled.

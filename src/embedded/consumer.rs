@@ -280,6 +280,24 @@ impl ShareConsumer for EmbeddedShareConsumer {
         self.batch.acknowledge(topic, partition, offset, ack)
     }
 
+    fn acknowledge_remaining(
+        &mut self,
+        ack: AcknowledgeType,
+    ) -> Result<Option<usize>, ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        if ack == AcknowledgeType::Renew && !self.options.renew {
+            return Err(ConsumerError::Unsupported {
+                broker: "embedded broker".to_owned(),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
+            });
+        }
+        Ok(Some(self.batch.acknowledge_remaining(ack)))
+    }
+
     fn hold_offset(
         &mut self,
         topic: &str,

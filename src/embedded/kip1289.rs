@@ -339,7 +339,7 @@ impl State {
                     list.push((offset, disposition));
                 }
             }
-            partitions.push(((tp.topic_arc().clone(), tp.partition()), list));
+            partitions.push(((tp.topic_name().to_arc(), tp.partition()), list));
         }
         let member = self.validate_member(group)?;
         let group_id = group.group_id();

@@ -153,7 +153,7 @@ use crate::consumer::{AckError, BrokerDeadLetterQueue, CommitResults};
 use crate::record::{
     ConsumerRecord, Headers, RecordId, RecordParts, TimestampType, TopicPartition,
 };
-use crate::topic_name::topic_name_problem;
+use crate::topic_name::{TopicName, topic_name_problem};
 
 /// A record to produce to the embedded broker.
 ///
@@ -274,6 +274,8 @@ pub struct StateCounts {
 #[derive(Debug)]
 struct Topic {
     name: Arc<str>,
+    /// The name again, interned: every record of the topic carries it.
+    record_topic: TopicName,
     partitions: Vec<PartitionLog>,
     next_partition: usize,
 }
@@ -636,7 +638,7 @@ impl State {
                                     log.record_of(stored, p, a.offset, a.delivery_count)
                                 }
                                 // Not reached: every one was found above.
-                                None => ConsumerRecord::new(Arc::clone(&log.name), p, a.offset)
+                                None => ConsumerRecord::new(log.record_topic.clone(), p, a.offset)
                                     .with_delivery_count(a.delivery_count),
                             }
                         }));
@@ -694,7 +696,7 @@ impl State {
         {
             let group = self.group(group_id);
             for PartitionAcks { partition, acks } in acks {
-                let key = (Arc::clone(partition.topic_arc()), partition.partition());
+                let key = (partition.topic_name().to_arc(), partition.partition());
                 let result = match group.partitions.get_mut(&key) {
                     Some(share) => share.acknowledge(member, acks, now, &group.config),
                     None => Err(AckError::InvalidRecordState {
@@ -730,7 +732,7 @@ impl State {
         };
         let offset = log.partitions[partition].push(record.stored());
         Ok(RecordId::new(
-            Arc::clone(&log.name),
+            log.record_topic.clone(),
             i32::try_from(partition).unwrap_or(i32::MAX),
             offset,
         ))
@@ -754,7 +756,7 @@ impl State {
             .push_batch(records.into_iter().map(ProduceRecord::stored).collect());
         Ok((first..)
             .take(count)
-            .map(|offset| RecordId::new(Arc::clone(&log.name), partition, offset))
+            .map(|offset| RecordId::new(log.record_topic.clone(), partition, offset))
             .collect())
     }
 
@@ -837,7 +839,7 @@ impl Topic {
     ) -> ConsumerRecord {
         // Built in place: the builder methods would move the whole record once per field.
         ConsumerRecord::from_parts(RecordParts {
-            topic: Arc::clone(&self.name),
+            topic: self.record_topic.clone(),
             partition,
             offset,
             key: stored.key.clone(),
@@ -906,6 +908,7 @@ impl EmbeddedBroker {
         state.topics.insert(
             Arc::clone(&name),
             Topic {
+                record_topic: TopicName::interned(&name),
                 name,
                 partitions: vec![PartitionLog::default(); partitions],
                 next_partition: 0,
@@ -1326,7 +1329,10 @@ impl EmbeddedBroker {
             .values()
             .flat_map(|t| {
                 (0..t.partitions.len()).map(|p| {
-                    TopicPartition::new(Arc::clone(&t.name), i32::try_from(p).unwrap_or(i32::MAX))
+                    TopicPartition::new(
+                        t.record_topic.clone(),
+                        i32::try_from(p).unwrap_or(i32::MAX),
+                    )
                 })
             })
             .collect();

@@ -53,10 +53,7 @@ fn in_app_partitions(records: &[ConsumerRecord]) -> Vec<TopicPartition> {
             .iter()
             .any(|tp| tp.partition() == r.partition() && tp.topic() == r.topic())
         {
-            out.push(TopicPartition::new(
-                Arc::clone(r.topic_arc()),
-                r.partition(),
-            ));
+            out.push(TopicPartition::new(r.topic_name().clone(), r.partition()));
         }
     }
     out
@@ -80,7 +77,7 @@ fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
 fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRange>)> {
     let mut by_partition: BTreeMap<TopicPartition, Vec<AckRange>> = BTreeMap::new();
     for record in records {
-        let tp = TopicPartition::new(Arc::clone(record.topic_arc()), record.partition());
+        let tp = TopicPartition::new(record.topic_name().clone(), record.partition());
         by_partition.entry(tp).or_default().push(AckRange::one(
             record.offset(),
             AcknowledgeType::Release.wire_code(),
@@ -677,6 +674,24 @@ impl ShareConsumer for KafkaShareConsumer {
             });
         }
         self.batch.acknowledge(topic, partition, offset, ack)
+    }
+
+    fn acknowledge_remaining(
+        &mut self,
+        ack: AcknowledgeType,
+    ) -> Result<Option<usize>, ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        if ack == AcknowledgeType::Renew && !self.renew_supported {
+            return Err(ConsumerError::Unsupported {
+                broker: format!("cluster at {}", self.config.bootstrap),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
+            });
+        }
+        Ok(Some(self.batch.acknowledge_remaining(ack)))
     }
 
     fn hold_offset(

@@ -16,13 +16,15 @@ use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 use crate::kafka::session::book::{NodeId, SessionPartition};
 use crate::record::TopicPartition;
+use crate::topic_name::TopicName as RecordTopic;
 
 /// Java's `metadata.max.age.ms`.
 pub(crate) const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone)]
 pub(crate) struct TopicMeta {
-    pub(crate) name: Arc<str>,
+    /// Interned: every record of the topic carries it.
+    pub(crate) name: RecordTopic,
     pub(crate) leaders: HashMap<i32, NodeId>,
 }
 
@@ -86,9 +88,9 @@ impl Cluster {
     pub(crate) fn update(&mut self, fresh: Cluster) {
         let old = std::mem::replace(self, fresh);
         for (id, meta) in old.by_id {
-            if !self.by_id.contains_key(&id) && !self.by_name.contains_key(&meta.name) {
+            if !self.by_id.contains_key(&id) && !self.by_name.contains_key(meta.name.as_str()) {
                 self.stale = true;
-                self.by_name.insert(Arc::clone(&meta.name), id);
+                self.by_name.insert(meta.name.to_arc(), id);
                 self.by_id.insert(id, meta);
             }
         }
@@ -142,7 +144,8 @@ pub(crate) async fn fetch_metadata(
                 .push((name.0.as_str().to_owned(), topic.error_code));
             continue;
         }
-        let name: Arc<str> = Arc::from(name.0.as_str());
+        // Only subscribed topics are asked for, so the interned names stay few.
+        let name = RecordTopic::interned(name.0.as_str());
         // A partition without a leader (-1) is left out: asking again finds it.
         let leaders = topic
             .partitions
@@ -150,7 +153,9 @@ pub(crate) async fn fetch_metadata(
             .filter(|p| p.leader_id.0 >= 0)
             .map(|p| (p.partition_index, p.leader_id.0))
             .collect();
-        cluster.by_name.insert(Arc::clone(&name), topic.topic_id);
+        cluster
+            .by_name
+            .insert(Arc::from(name.as_str()), topic.topic_id);
         cluster
             .by_id
             .insert(topic.topic_id, TopicMeta { name, leaders });

@@ -1,7 +1,6 @@
 //! Reading ShareFetch and ShareAcknowledge answers: the records acquired, the acknowledgements
 //! the consumer makes itself, and what the session book needs to know.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::cluster::Cluster;
@@ -125,9 +124,9 @@ pub(crate) fn fetch_answer(
             out.stale = true;
             continue;
         };
-        let name = Arc::clone(&meta.name);
+        let name = meta.name.clone();
         for p in topic.partitions {
-            let tp = TopicPartition::new(Arc::clone(&name), p.partition_index);
+            let tp = TopicPartition::new(name.clone(), p.partition_index);
             out.answer.partitions.push(PartitionAnswer {
                 partition: tp.clone(),
                 ack_code: p.acknowledge_error_code,
@@ -215,7 +214,7 @@ pub(crate) fn acknowledge_answer(
             // UNKNOWN_TOPIC_OR_PARTITION once it dropped the share-partition.
             stale |= moved(p.error_code);
             answer.partitions.push(PartitionAnswer {
-                partition: TopicPartition::new(Arc::clone(&meta.name), p.partition_index),
+                partition: TopicPartition::new(meta.name.clone(), p.partition_index),
                 ack_code: p.error_code,
                 ack_message: p.error_message.map(|m| m.to_string()),
             });

@@ -45,8 +45,6 @@
 //! - a record is delivered only inside its batch's share and in increasing offset order: a
 //!   record repeating or preceding an offset already seen is dropped.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use crate::kafka::codec::record_batch::{
@@ -54,6 +52,7 @@ use crate::kafka::codec::record_batch::{
 };
 use crate::kafka::session::ranges::{OffsetRange, push_coalesced};
 use crate::record::{ConsumerRecord, Headers, TimestampType};
+use crate::topic_name::TopicName;
 
 /// An acquired offset range with its delivery count, inclusive, as the broker sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +184,7 @@ pub(crate) struct Extracted {
 }
 
 fn convert(
-    topic: &Arc<str>,
+    topic: &TopicName,
     partition: i32,
     record: record_batch::Record,
     timestamp_type: TimestampType,
@@ -201,7 +200,7 @@ fn convert(
     } else {
         timestamp_type
     };
-    ConsumerRecord::new(Arc::clone(topic), partition, record.offset)
+    ConsumerRecord::new(topic.clone(), partition, record.offset)
         .with_key(record.key)
         .with_value(record.value)
         .with_headers(headers)
@@ -326,7 +325,7 @@ fn span_of(batch: &Result<RawBatch, record_batch::BatchError>) -> (i64, i64) {
 /// partitions of one answer; see [`DecodeBudget`]). Never fails: what cannot be decoded is
 /// reported in `corrupt` and `errors`, what cannot be decoded now in `cut`.
 pub(crate) fn extract(
-    topic: &Arc<str>,
+    topic: &TopicName,
     partition: i32,
     data: Option<Bytes>,
     acquired: &[AcquiredRange],
@@ -430,7 +429,7 @@ fn classify_hole(
 /// Decodes a batch holding acquired offsets in `share`, within the budget, and sorts those
 /// offsets into records, gaps, corrupt or cut.
 fn decode_share(
-    topic: &Arc<str>,
+    topic: &TopicName,
     partition: i32,
     raw: RawBatch,
     share: OffsetRange,
@@ -605,7 +604,7 @@ mod tests {
 
     /// `extract` of partition 0 of topic "t", with a budget of its own.
     fn extract_alone(data: Option<Bytes>, acquired: &[AcquiredRange]) -> Extracted {
-        let topic: Arc<str> = "t".into();
+        let topic = TopicName::interned("t");
         let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
         extract(&topic, 0, data, acquired, &mut budget)
     }
@@ -616,7 +615,7 @@ mod tests {
 
     #[test]
     fn only_acquired_offsets_are_delivered_with_their_delivery_count() {
-        let topic: Arc<str> = "t".into();
+        let topic = TopicName::interned("t");
         let data = encode(
             &(0..6).map(|o| record(o, "v")).collect::<Vec<_>>(),
             Compression::None,
@@ -855,7 +854,7 @@ mod tests {
     /// acquired record.
     #[test]
     fn only_batches_holding_acquired_offsets_are_decompressed_within_the_budget() {
-        let topic: Arc<str> = "t".into();
+        let topic = TopicName::interned("t");
         let data = zstd_bombs();
         let mut budget = DecodeBudget::new(FETCH_MAX_BYTES);
         let got = extract(
@@ -914,7 +913,7 @@ mod tests {
         let data: Bytes = [big(0, Gzip), big(1, Gzip), big(2, Plain), big(3, Gzip)]
             .concat()
             .into();
-        let topic: Arc<str> = "t".into();
+        let topic = TopicName::interned("t");
         let mut budget = DecodeBudget::new(1_000);
         let got = extract(&topic, 0, Some(data), &[range(0, 3, 1)], &mut budget);
         // 0 fits; 1 does not fit in what is left and spends it; 2 is uncompressed and costs
@@ -928,7 +927,7 @@ mod tests {
 
     #[test]
     fn the_first_batch_of_an_answer_decodes_even_without_budget_and_a_bomb_is_rejected() {
-        let topic: Arc<str> = "t".into();
+        let topic = TopicName::interned("t");
         let data = batch(0, 3, record_batch::Compression::Lz4);
         let got = extract(
             &topic,
@@ -1260,7 +1259,7 @@ mod tests {
             if let Some(cut) = cut {
                 data.truncate(cut.index(data.len() + 1));
             }
-            let topic: Arc<str> = "t".into();
+            let topic = TopicName::interned("t");
             let mut budget = DecodeBudget::new(budget);
             let got = extract(&topic, 0, Some(data.into()), &acquired, &mut budget);
             check_partition(&acquired, &got)?;
@@ -1315,7 +1314,7 @@ mod tests {
                 .filter_map(|a| a.intersection(tail))
                 .collect();
 
-            let topic: Arc<str> = "t".into();
+            let topic = TopicName::interned("t");
             let mut budget = DecodeBudget::new(limited.unwrap_or(usize::MAX));
             let got = extract(&topic, 0, Some(data.into()), &acquired, &mut budget);
             check_partition(&acquired, &got)?;
