@@ -28,11 +28,59 @@ impl Entry {
     }
 }
 
-/// Acknowledgements of one partition, ready to be sent, in offset order.
+/// Acknowledgements of one partition, ready to be sent, in offset order: runs of
+/// consecutive offsets of one type (a poll accepted whole is one run per partition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PartitionAcks {
     pub(crate) partition: TopicPartition,
-    pub(crate) acks: Vec<(i64, AcknowledgeType)>,
+    pub(crate) runs: Vec<AckRun>,
+}
+
+/// Consecutive offsets, `first..=last`, acknowledged with one type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckRun {
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    pub(crate) ack: AcknowledgeType,
+}
+
+impl PartitionAcks {
+    /// The acknowledgements of `offsets` (in increasing order), in runs.
+    #[cfg(test)]
+    pub(crate) fn of(partition: TopicPartition, offsets: Vec<(i64, AcknowledgeType)>) -> Self {
+        let mut acks = Self {
+            partition,
+            runs: Vec::new(),
+        };
+        for (offset, ack) in offsets {
+            acks.push(offset, ack);
+        }
+        acks
+    }
+
+    /// Every acknowledged offset with its type, in order.
+    #[cfg(any(test, feature = "exactly-once"))]
+    pub(crate) fn offsets(&self) -> impl Iterator<Item = (i64, AcknowledgeType)> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|run| (run.first..=run.last).map(move |offset| (offset, run.ack)))
+    }
+
+    /// Adds `offset`, past every offset added before.
+    fn push(&mut self, offset: i64, ack: AcknowledgeType) {
+        if let Some(run) = self.runs.last_mut()
+            && run.ack == ack
+            && run.last.checked_add(1) == Some(offset)
+        {
+            run.last = offset;
+            return;
+        }
+        self.runs.push(AckRun {
+            first: offset,
+            last: offset,
+            ack,
+        });
+    }
 }
 
 /// The records of the last poll and their acknowledgement state.
@@ -275,15 +323,13 @@ impl InFlightBatch {
             entry.sent = true;
             if current != Some(entry.partition) {
                 current = Some(entry.partition);
-                // Entries are sorted by partition: the rest of this one's run bounds its acks.
-                let run = rest.partition_point(|e| e.partition == entry.partition);
                 out.push(PartitionAcks {
                     partition: self.partitions[entry.partition as usize].clone(),
-                    acks: Vec::with_capacity(run + 1),
+                    runs: Vec::new(),
                 });
             }
             if let Some(last) = out.last_mut() {
-                last.acks.push((entry.offset, ack));
+                last.push(entry.offset, ack);
             }
         }
         out
@@ -367,10 +413,10 @@ mod tests {
         let sent = b.take_unsent(false);
         assert_eq!(
             sent,
-            vec![PartitionAcks {
-                partition: TopicPartition::new("a", 1),
-                acks: vec![(6, AcknowledgeType::Accept), (7, AcknowledgeType::Release)],
-            }]
+            vec![PartitionAcks::of(
+                TopicPartition::new("a", 1),
+                vec![(6, AcknowledgeType::Accept), (7, AcknowledgeType::Release)],
+            )]
         );
         assert!(b.take_unsent(false).is_empty(), "acks are sent once");
     }
@@ -401,12 +447,31 @@ mod tests {
         let sent = b.take_unsent(false);
         assert_eq!(
             sent.iter()
-                .map(|p| (p.partition.topic(), p.acks.len()))
+                .map(|p| (p.partition.topic(), p.offsets().count()))
                 .collect::<Vec<_>>(),
             vec![("a", 4), ("b", 3)]
         );
-        assert_eq!(sent[0].acks[3], (3, AcknowledgeType::Release));
-        assert_eq!(sent[1].acks[0], (0, AcknowledgeType::Reject));
+        assert_eq!(
+            sent[0].offsets().nth(3),
+            Some((3, AcknowledgeType::Release))
+        );
+        assert_eq!(sent[1].offsets().next(), Some((0, AcknowledgeType::Reject)));
+        // Consecutive offsets of one type travel as one run.
+        assert_eq!(
+            sent[0].runs,
+            vec![
+                AckRun {
+                    first: 0,
+                    last: 2,
+                    ack: AcknowledgeType::Accept
+                },
+                AckRun {
+                    first: 3,
+                    last: 3,
+                    ack: AcknowledgeType::Release
+                }
+            ]
+        );
     }
 
     #[test]
@@ -435,7 +500,7 @@ mod tests {
         b.acknowledge("b", 0, 5, AcknowledgeType::Accept).unwrap();
         assert!(b.renewed().is_empty());
         assert_eq!(
-            b.take_unsent(false)[0].acks,
+            b.take_unsent(false)[0].offsets().collect::<Vec<_>>(),
             vec![(5, AcknowledgeType::Accept)]
         );
     }
@@ -454,10 +519,10 @@ mod tests {
         );
         assert_eq!(
             b.take_unsent(false),
-            vec![PartitionAcks {
-                partition: TopicPartition::new("a", 1),
-                acks: vec![(6, AcknowledgeType::Accept)],
-            }],
+            vec![PartitionAcks::of(
+                TopicPartition::new("a", 1),
+                vec![(6, AcknowledgeType::Accept)],
+            )],
             "held records send nothing until acknowledged"
         );
         b.clear_unheld();
@@ -475,7 +540,11 @@ mod tests {
         let mut sent: Vec<_> = b
             .take_unsent(false)
             .into_iter()
-            .flat_map(|p| p.acks.into_iter().map(move |a| (p.partition.clone(), a)))
+            .flat_map(|p| {
+                p.offsets()
+                    .map(|a| (p.partition.clone(), a))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         sent.sort_by_key(|(tp, (offset, _))| (tp.clone(), *offset));
         assert_eq!(
@@ -512,11 +581,48 @@ mod tests {
     }
 
     #[test]
+    fn acknowledging_the_rest_skips_held_and_settled_records_and_takes_renewed_ones() {
+        let records: Vec<ConsumerRecord> = (0..5).map(|o| ConsumerRecord::new("a", 0, o)).collect();
+        let mut b = InFlightBatch::default();
+        b.reset(&records);
+        b.acknowledge("a", 0, 0, AcknowledgeType::Release).unwrap();
+        b.hold("a", 0, 1).unwrap();
+        b.acknowledge("a", 0, 2, AcknowledgeType::Renew).unwrap();
+        b.take_unsent(false);
+        assert_eq!(b.unacknowledged(), 2, "3 and 4");
+        // 2 was renewed (not final), 3 and 4 have nothing: all three are accepted; 0 keeps
+        // its RELEASE, 1 stays held.
+        assert_eq!(b.acknowledge_remaining(AcknowledgeType::Accept), 3);
+        assert_eq!(b.unacknowledged(), 0);
+        assert_eq!(b.first_unacknowledged(), None);
+        let sent: Vec<_> = b
+            .take_unsent(false)
+            .iter()
+            .flat_map(PartitionAcks::offsets)
+            .collect();
+        assert_eq!(
+            sent,
+            vec![
+                (2, AcknowledgeType::Accept),
+                (3, AcknowledgeType::Accept),
+                (4, AcknowledgeType::Accept)
+            ]
+        );
+        assert_eq!(
+            b.acknowledge_remaining(AcknowledgeType::Accept),
+            0,
+            "nothing left"
+        );
+        // The held record is still acknowledged by its coordinates.
+        b.acknowledge("a", 0, 1, AcknowledgeType::Accept).unwrap();
+    }
+
+    #[test]
     fn implicit_mode_accepts_everything_unacknowledged() {
         let mut b = batch();
         b.acknowledge("a", 1, 6, AcknowledgeType::Release).unwrap();
         let sent = b.take_unsent(true);
-        let all: Vec<_> = sent.iter().flat_map(|p| p.acks.clone()).collect();
+        let all: Vec<_> = sent.iter().flat_map(PartitionAcks::offsets).collect();
         assert_eq!(
             all,
             vec![

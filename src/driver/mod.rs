@@ -578,6 +578,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         match self.config.ack_policy {
             AckPolicy::AfterPut => {
                 // The whole poll, nothing held: one call accepts it, when the consumer can.
+                // It accepts what is not held and has no final acknowledgement, which then
+                // is the batch; a count that differs falls back to record by record (which
+                // repeats an ACCEPT already made, harmlessly).
                 let at_once = self.batch_is_poll
                     && self.held.is_empty()
                     && self
@@ -585,7 +588,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         .acknowledge_remaining(AcknowledgeType::Accept)?
                         == Some(n);
                 if !at_once {
-                    // Accepting again what the call above accepted only repeats it.
                     for record in &self.batch {
                         let id = record.original_id();
                         self.consumer.acknowledge_offset(

@@ -10,8 +10,6 @@ use tokio::time::Instant;
 use super::partition::MemberKey;
 use super::{ConsumerOptions, OnDrop, Shared};
 use crate::consumer::in_flight::InFlightBatch;
-#[cfg(feature = "exactly-once")]
-use crate::consumer::in_flight::PartitionAcks;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
@@ -437,12 +435,9 @@ impl ShareConsumer for EmbeddedShareConsumer {
             });
         }
         let mut acks = crate::exactly_once::ShareAcknowledgements::new();
-        for PartitionAcks {
-            partition,
-            acks: list,
-        } in self.batch.take_unsent(self.implicit())
-        {
-            for (offset, ack) in list {
+        for partition_acks in self.batch.take_unsent(self.implicit()) {
+            let partition = &partition_acks.partition;
+            for (offset, ack) in partition_acks.offsets() {
                 acks.add(partition.topic(), partition.partition(), offset, ack);
             }
         }

@@ -694,11 +694,21 @@ impl State {
     ) -> CommitResults {
         let mut results = CommitResults::new();
         {
+            // The partitions' keys, with the log's name (no allocation).
+            let names: Vec<Option<Arc<str>>> = acks
+                .iter()
+                .map(|p| {
+                    self.topics
+                        .get(p.partition.topic())
+                        .map(|log| Arc::clone(&log.name))
+                })
+                .collect();
             let group = self.group(group_id);
-            for PartitionAcks { partition, acks } in acks {
-                let key = (partition.topic_name().to_arc(), partition.partition());
-                let result = match group.partitions.get_mut(&key) {
-                    Some(share) => share.acknowledge(member, acks, now, &group.config),
+            for (PartitionAcks { partition, runs }, name) in acks.iter().zip(names) {
+                let share =
+                    name.and_then(|name| group.partitions.get_mut(&(name, partition.partition())));
+                let result = match share {
+                    Some(share) => share.acknowledge(member, runs, now, &group.config),
                     None => Err(AckError::InvalidRecordState {
                         detail: "the group has never read this partition".to_owned(),
                     }),

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use tokio::time::Instant;
 
 use super::GroupConfig;
+use crate::consumer::in_flight::AckRun;
 use crate::consumer::{AckError, AcknowledgeType};
 
 #[cfg(feature = "exactly-once")]
@@ -455,13 +456,12 @@ impl SharePartition {
     pub(crate) fn acknowledge(
         &mut self,
         member: MemberKey,
-        acks: &[(i64, AcknowledgeType)],
+        runs: &[AckRun],
         now: Instant,
         config: &GroupConfig,
     ) -> Result<(), AckError> {
         self.expire(now, config);
-        if !config.renew_acknowledge_enable
-            && acks.iter().any(|(_, a)| *a == AcknowledgeType::Renew)
+        if !config.renew_acknowledge_enable && runs.iter().any(|r| r.ack == AcknowledgeType::Renew)
         {
             // What a Kafka 4.4 broker answers for the partition (SharePartition.acknowledge).
             return Err(AckError::InvalidRecordState {
@@ -470,7 +470,11 @@ impl SharePartition {
                     .to_owned(),
             });
         }
-        for &(offset, _) in acks {
+        let offsets = || {
+            runs.iter()
+                .flat_map(|run| (run.first..=run.last).map(move |offset| (offset, run.ack)))
+        };
+        for (offset, _) in offsets() {
             // A record acquired by anyone is inside the window.
             let held = self.index(offset).is_some_and(|i| {
                 let s = &self.slots[i];
@@ -493,7 +497,7 @@ impl SharePartition {
             }
         }
         let deadline = deadline_after(now, config.record_lock_duration);
-        for &(offset, ack) in acks {
+        for (offset, ack) in offsets() {
             let Some(i) = self.index(offset) else {
                 continue;
             };
@@ -580,6 +584,17 @@ mod tests {
 
     use super::*;
 
+    /// One run per offset.
+    fn runs(acks: &[(i64, AcknowledgeType)]) -> Vec<AckRun> {
+        acks.iter()
+            .map(|&(offset, ack)| AckRun {
+                first: offset,
+                last: offset,
+                ack,
+            })
+            .collect()
+    }
+
     fn config() -> GroupConfig {
         GroupConfig::new()
             .record_lock_duration(Duration::from_secs(10))
@@ -647,10 +662,10 @@ mod tests {
         assert!(out.is_empty());
         // Released records come back batch-aligned, even past the cap.
         let release: Vec<_> = (2..10).map(|o| (o, AcknowledgeType::Release)).collect();
-        p.acknowledge(1, &release, now, &config()).unwrap();
+        p.acknowledge(1, &runs(&release), now, &config()).unwrap();
         p.acknowledge(
             1,
-            &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)],
+            &runs(&[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)]),
             now,
             &config(),
         )
@@ -698,7 +713,7 @@ mod tests {
         assert!(acquire(&mut p, 2, now, 10, 100).is_empty());
         p.acknowledge(
             1,
-            &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Reject)],
+            &runs(&[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Reject)]),
             now,
             &config(),
         )
@@ -712,7 +727,7 @@ mod tests {
         assert_eq!(terminal(&p, 1), Some((RecordState::Archived, 1)));
         p.acknowledge(
             1,
-            &[(2, AcknowledgeType::Accept), (3, AcknowledgeType::Accept)],
+            &runs(&[(2, AcknowledgeType::Accept), (3, AcknowledgeType::Accept)]),
             now,
             &config(),
         )
@@ -741,7 +756,7 @@ mod tests {
         let err = p
             .acknowledge(
                 1,
-                &[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)],
+                &runs(&[(0, AcknowledgeType::Accept), (1, AcknowledgeType::Accept)]),
                 now,
                 &config(),
             )
@@ -784,7 +799,7 @@ mod tests {
         let mut out = Vec::new();
         // Offset 0 times out on all three deliveries; offset 1 is rejected on its first.
         p.acquire(&request(1, now, 2, 2), &config, &mut out);
-        p.acknowledge(1, &[(1, AcknowledgeType::Reject)], now, &config)
+        p.acknowledge(1, &runs(&[(1, AcknowledgeType::Reject)]), now, &config)
             .unwrap();
         for _ in 0..3 {
             now += Duration::from_secs(10);

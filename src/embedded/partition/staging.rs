@@ -342,8 +342,17 @@ mod tests {
         let now = Instant::now();
         let mut p = SharePartition::new(0);
         acquire(&mut p, 1, now, 2);
-        p.acknowledge(1, &[(1, AcknowledgeType::Release)], now, &config())
-            .unwrap();
+        p.acknowledge(
+            1,
+            &[crate::consumer::in_flight::AckRun {
+                first: 1,
+                last: 1,
+                ack: AcknowledgeType::Release,
+            }],
+            now,
+            &config(),
+        )
+        .unwrap();
         acquire(&mut p, 2, now, 2);
         assert_eq!(state(&p, 1), (RecordState::Acquired, 2));
         let err = p

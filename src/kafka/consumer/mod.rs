@@ -61,10 +61,14 @@ fn in_app_partitions(records: &[ConsumerRecord]) -> Vec<TopicPartition> {
 
 fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
     acks.into_iter()
-        .map(|PartitionAcks { partition, acks }| {
-            let mut ranges: Vec<AckRange> = acks
+        .map(|PartitionAcks { partition, runs }| {
+            let mut ranges: Vec<AckRange> = runs
                 .into_iter()
-                .map(|(offset, ack)| AckRange::one(offset, ack.wire_code()))
+                .map(|run| AckRange {
+                    first: run.first,
+                    last: run.last,
+                    code: run.ack.wire_code(),
+                })
                 .collect();
             // Contiguous offsets of one type become one range, as on the wire.
             acks::normalize(&mut ranges);
