@@ -427,32 +427,44 @@ impl Engine {
     /// again, and the acknowledgements of the old copies, sent to it, would be accepted for
     /// the new ones: a commit would report success and the new copies would come again.
     fn hold_back_moved(&mut self, targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>) {
-        // A fetch still in flight to the old leader may yet bring copies: wait for its answer.
-        for (node, partitions) in targets.iter_mut() {
-            partitions.retain(|p| !self.book.fetching_elsewhere(p, *node));
-        }
-        targets.retain(|_, partitions| !partitions.is_empty());
-        if self.origins.is_empty() {
-            return;
-        }
-        let held: Vec<TopicPartition> = {
-            let slots = self.mailbox.lock();
-            self.origins
-                .values()
-                .map(|(_, tp)| tp)
-                .filter(|tp| slots.records.holds(tp) || slots.in_app_partitions.contains(tp))
-                .cloned()
-                .collect()
+        // Only a partition acquired from another node than the one it would be fetched from
+        // now needs to know what is held: in the steady state none is, and neither the
+        // mailbox nor the command queue is touched.
+        let origins = &self.origins;
+        let moved: Vec<&TopicPartition> = targets
+            .iter()
+            .flat_map(|(&node, partitions)| {
+                partitions.iter().filter_map(move |p| match origins.get(p) {
+                    Some((from, tp)) if *from != node => Some(tp),
+                    _ => None,
+                })
+            })
+            .collect();
+        let held: Vec<TopicPartition> = if moved.is_empty() {
+            Vec::new()
+        } else {
+            let held = {
+                let slots = self.mailbox.lock();
+                moved
+                    .into_iter()
+                    .filter(|tp| slots.records.holds(tp) || slots.in_app_partitions.contains(tp))
+                    .cloned()
+                    .collect()
+            };
+            // The consumer hands acknowledgements over before it says the application is
+            // done with their records: take those already sent, so none is missed in between.
+            while let Ok(command) = self.commands.try_recv() {
+                self.apply(command);
+            }
+            held
         };
-        // The consumer hands acknowledgements over before it says the application is done
-        // with their records: take those already sent, so none is missed in between.
-        while let Ok(command) = self.commands.try_recv() {
-            self.apply(command);
-        }
         let book = &self.book;
-        hold_back_moved(targets, &mut self.origins, |tp| {
-            held.contains(tp) || book.unsettled(tp)
-        });
+        hold_back_moved(
+            targets,
+            &mut self.origins,
+            |p, node| book.fetching_elsewhere(p, node),
+            |tp| held.contains(tp) || book.unsettled(tp),
+        );
     }
 
     /// With an acknowledgement commit callback, outcomes no commit waits for (those of
@@ -870,16 +882,36 @@ impl Engine {
     }
 }
 
-/// Forgets the origins of partitions no longer `held`, then drops from `targets` every
-/// partition still held from a leader other than the one it would be fetched from now.
+/// Drops from `targets` every partition that must not be fetched from its node yet: a
+/// fetch for it to another node is still in flight (its answer may bring copies), or copies
+/// acquired from another node may still be `held`. A partition acquired elsewhere whose
+/// copies are all settled has its origin forgotten and is fetched.
 fn hold_back_moved(
     targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>,
     origins: &mut HashMap<SessionPartition, (NodeId, TopicPartition)>,
+    fetching_elsewhere: impl Fn(&SessionPartition, NodeId) -> bool,
     held: impl Fn(&TopicPartition) -> bool,
 ) {
-    origins.retain(|_, (_, tp)| held(tp));
+    let mut settled = Vec::new();
     for (node, partitions) in targets.iter_mut() {
-        partitions.retain(|p| origins.get(p).is_none_or(|(from, _)| from == node));
+        partitions.retain(|p| {
+            if fetching_elsewhere(p, *node) {
+                return false;
+            }
+            match origins.get(p) {
+                Some((from, tp)) if from != node => {
+                    if held(tp) {
+                        return false;
+                    }
+                    settled.push(*p);
+                    true
+                }
+                _ => true,
+            }
+        });
+    }
+    for p in settled {
+        origins.remove(&p);
     }
     targets.retain(|_, partitions| !partitions.is_empty());
 }
@@ -900,19 +932,43 @@ mod tests {
         let id = uuid::Uuid::from_u128(7);
         let p0 = TopicPartition::new("t", 0);
         let p1 = TopicPartition::new("t", 1);
-        // p0 was acquired from node 1 and now leads on node 2, with p1.
+        let p2 = TopicPartition::new("t", 2);
+        // p0 was acquired from node 1 and now leads on node 2, with p1 (acquired there) and
+        // p2 (never acquired).
         let mut origins = HashMap::from([((id, 0), (1, p0.clone())), ((id, 1), (2, p1.clone()))]);
-        let targets = HashMap::from([(2, BTreeSet::from([(id, 0), (id, 1)]))]);
+        let targets = HashMap::from([(2, BTreeSet::from([(id, 0), (id, 1), (id, 2)]))]);
+        let nowhere = |_: &SessionPartition, _: NodeId| false;
 
         let mut now = targets.clone();
-        hold_back_moved(&mut now, &mut origins, |_| true);
-        assert_eq!(now, HashMap::from([(2, BTreeSet::from([(id, 1)]))]));
+        hold_back_moved(&mut now, &mut origins, nowhere, |_| true);
+        assert_eq!(
+            now,
+            HashMap::from([(2, BTreeSet::from([(id, 1), (id, 2)]))])
+        );
+        assert_eq!(origins.len(), 2, "nothing forgotten while held");
 
-        // Nothing of p0 is held any more: it is fetched from its new leader.
+        // A fetch to node 1 still in flight for p2 holds it back too, held or not.
+        let mut in_flight = targets.clone();
+        hold_back_moved(
+            &mut in_flight,
+            &mut origins,
+            |p, node| *p == (id, 2) && node == 2,
+            |_| true,
+        );
+        assert_eq!(in_flight, HashMap::from([(2, BTreeSet::from([(id, 1)]))]));
+
+        // Nothing of p0 is held any more: it is fetched from its new leader, and its origin
+        // forgotten; p1, not moved, keeps its origin (held or not), for a later move.
         let mut later = targets.clone();
-        hold_back_moved(&mut later, &mut origins, |tp| *tp == p1);
+        hold_back_moved(&mut later, &mut origins, nowhere, |tp| *tp == p2);
         assert_eq!(later, targets);
         assert!(!origins.contains_key(&(id, 0)));
+        assert!(origins.contains_key(&(id, 1)));
+
+        // Every partition held back on a node: the node is left out.
+        let mut all_held = HashMap::from([(3, BTreeSet::from([(id, 1)]))]);
+        hold_back_moved(&mut all_held, &mut origins, nowhere, |_| true);
+        assert!(all_held.is_empty());
     }
 
     #[test]
