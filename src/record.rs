@@ -597,6 +597,15 @@ pub struct SinkRecord {
 /// A [`SinkRecord`] without a timestamp.
 const NO_TIMESTAMP: i64 = i64::MIN;
 
+/// A polled record's timestamp as a sink record keeps it: -1 (or any negative) is none.
+fn sink_timestamp(timestamp: i64) -> i64 {
+    if timestamp >= 0 {
+        timestamp
+    } else {
+        NO_TIMESTAMP
+    }
+}
+
 impl PartialEq for SinkRecord {
     fn eq(&self, other: &Self) -> bool {
         // By the topic name, wherever it is kept.
@@ -776,46 +785,10 @@ impl SinkRecord {
     }
 
     /// [`from_consumer_record`](Self::from_consumer_record) of a record without headers
-    /// (any it has are dropped). One struct expression, so the record is built where it is
-    /// stored: an empty header vector chosen by a branch and moved into place costs a
-    /// stalled load per record. Always inlined: called, it returns the record through a
-    /// temporary that is then copied into the batch.
+    /// (any it has are dropped).
     #[inline(always)]
-    pub(crate) fn from_consumer_record_without_headers(record: ConsumerRecord) -> Self {
-        let ConsumerRecord {
-            topic,
-            partition,
-            offset,
-            key,
-            value,
-            headers: _,
-            timestamp,
-            timestamp_type,
-            delivery_count,
-            leader_epoch: _,
-        } = record;
-        let schema = Self::optional_bytes_schema();
-        Self {
-            original: Some(RecordId {
-                topic,
-                partition,
-                offset,
-            }),
-            topic: None,
-            partition,
-            key_schema: Some(SchemaRef::Static(schema)),
-            key: Value::from(key),
-            value_schema: Some(SchemaRef::Static(schema)),
-            value: Value::from(value),
-            headers: Vec::new(),
-            timestamp: if timestamp >= 0 {
-                timestamp
-            } else {
-                NO_TIMESTAMP
-            },
-            timestamp_type,
-            delivery_count,
-        }
+    pub(crate) fn from_consumer_record_without_headers(mut record: ConsumerRecord) -> Self {
+        Self::take_from_consumer_record_without_headers(&mut record, Self::optional_bytes_schema())
     }
 
     /// Connect's optional bytes schema, the very `Arc` the byte-array converter hands out.
@@ -829,9 +802,10 @@ impl SinkRecord {
     /// reading `record` in place: key and value are taken out, the topic name cloned (no
     /// reference count for a name the consumer read from the cluster). Reading fields where
     /// they are spares copying the whole record to the stack first, which a move out of a
-    /// vector does. The record is left without key and value, to be dropped.
-    /// `schema` is [`optional_bytes_schema`](Self::optional_bytes_schema), looked up once
-    /// per batch by the caller.
+    /// vector does. The record is left without key and value, to be dropped. One struct
+    /// expression, so the sink record is built where it is stored. `schema` is
+    /// [`optional_bytes_schema`](Self::optional_bytes_schema), looked up once per batch by
+    /// the caller.
     #[inline(always)]
     pub(crate) fn take_from_consumer_record_without_headers(
         record: &mut ConsumerRecord,
@@ -850,11 +824,7 @@ impl SinkRecord {
             value_schema: Some(SchemaRef::Static(schema)),
             value: Value::from(record.value.take()),
             headers: Vec::new(),
-            timestamp: if record.timestamp >= 0 {
-                record.timestamp
-            } else {
-                NO_TIMESTAMP
-            },
+            timestamp: sink_timestamp(record.timestamp),
             timestamp_type: record.timestamp_type,
             delivery_count: record.delivery_count,
         }
@@ -879,11 +849,7 @@ impl SinkRecord {
             value_schema: value_schema.map(SchemaRef::from),
             value,
             headers,
-            timestamp: if record.timestamp >= 0 {
-                record.timestamp
-            } else {
-                NO_TIMESTAMP
-            },
+            timestamp: sink_timestamp(record.timestamp),
             timestamp_type: record.timestamp_type,
             delivery_count: record.delivery_count,
         }

@@ -589,13 +589,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         == Some(n);
                 if !at_once {
                     for record in &self.batch {
-                        let id = record.original_id();
-                        self.consumer.acknowledge_offset(
-                            id.topic(),
-                            id.partition(),
-                            id.offset(),
-                            AcknowledgeType::Accept,
-                        )?;
+                        accept(&mut self.consumer, record.original_id())?;
                     }
                 }
                 if !self.held.is_empty() {
@@ -1039,12 +1033,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     waiting.push(id);
                     waiting_bytes.push(delivered_bytes.get(i).copied().unwrap_or(0));
                 } else if self.held.remove(&id) {
-                    self.consumer.acknowledge_offset(
-                        id.topic(),
-                        id.partition(),
-                        id.offset(),
-                        AcknowledgeType::Accept,
-                    )?;
+                    accept(&mut self.consumer, &id)?;
                     accepted += 1;
                 }
                 // A covered record that is no longer held was settled already (or lost
@@ -1314,6 +1303,17 @@ async fn commit_renewals<C: ShareConsumer>(
         Ok(results) => count_failures(&results, metrics),
         Err(e) => tracing::warn!(error = %ErrorChain(&e), "could not send lock renewals"),
     }
+}
+
+/// ACCEPTs the record `id` of the last poll.
+fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<()> {
+    consumer.acknowledge_offset(
+        id.topic(),
+        id.partition(),
+        id.offset(),
+        AcknowledgeType::Accept,
+    )?;
+    Ok(())
 }
 
 fn count_failures(results: &CommitResults, metrics: &mut DriverMetrics) {

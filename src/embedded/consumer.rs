@@ -119,6 +119,23 @@ impl EmbeddedShareConsumer {
         }
     }
 
+    /// What an acknowledgement by the application needs: an open consumer in explicit
+    /// mode, and for RENEW a group that takes it.
+    fn check_acknowledgement(&self, ack: AcknowledgeType) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        if ack == AcknowledgeType::Renew && !self.options.renew {
+            return Err(ConsumerError::Unsupported {
+                broker: "embedded broker".to_owned(),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     fn implicit(&self) -> bool {
         self.options.acknowledgement_mode == AcknowledgementMode::Implicit
     }
@@ -264,17 +281,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         offset: i64,
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.options.renew {
-            return Err(ConsumerError::Unsupported {
-                broker: "embedded broker".to_owned(),
-                api: "ShareAcknowledge",
-                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
-            });
-        }
+        self.check_acknowledgement(ack)?;
         self.batch.acknowledge(topic, partition, offset, ack)
     }
 
@@ -282,17 +289,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         &mut self,
         ack: AcknowledgeType,
     ) -> Result<Option<usize>, ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.options.renew {
-            return Err(ConsumerError::Unsupported {
-                broker: "embedded broker".to_owned(),
-                api: "ShareAcknowledge",
-                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
-            });
-        }
+        self.check_acknowledgement(ack)?;
         Ok(Some(self.batch.acknowledge_remaining(ack)))
     }
 

@@ -387,6 +387,23 @@ impl KafkaShareConsumer {
         }
     }
 
+    /// What an acknowledgement by the application needs: an open consumer in explicit
+    /// mode, and for RENEW a group that takes it.
+    fn check_acknowledgement(&self, ack: AcknowledgeType) -> Result<(), ConsumerError> {
+        self.ensure_open()?;
+        if self.implicit() {
+            return Err(ConsumerError::ImplicitAcknowledgement);
+        }
+        if ack == AcknowledgeType::Renew && !self.renew_supported {
+            return Err(ConsumerError::Unsupported {
+                broker: format!("cluster at {}", self.config.bootstrap),
+                api: "ShareAcknowledge",
+                wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     fn implicit(&self) -> bool {
         self.config.acknowledgement_mode == AcknowledgementMode::Implicit
     }
@@ -666,17 +683,7 @@ impl ShareConsumer for KafkaShareConsumer {
         offset: i64,
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.renew_supported {
-            return Err(ConsumerError::Unsupported {
-                broker: format!("cluster at {}", self.config.bootstrap),
-                api: "ShareAcknowledge",
-                wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
-            });
-        }
+        self.check_acknowledgement(ack)?;
         self.batch.acknowledge(topic, partition, offset, ack)
     }
 
@@ -684,17 +691,7 @@ impl ShareConsumer for KafkaShareConsumer {
         &mut self,
         ack: AcknowledgeType,
     ) -> Result<Option<usize>, ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.renew_supported {
-            return Err(ConsumerError::Unsupported {
-                broker: format!("cluster at {}", self.config.bootstrap),
-                api: "ShareAcknowledge",
-                wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
-            });
-        }
+        self.check_acknowledgement(ack)?;
         Ok(Some(self.batch.acknowledge_remaining(ack)))
     }
 
