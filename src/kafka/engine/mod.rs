@@ -334,6 +334,12 @@ impl Engine {
 
     /// Looks at everything and starts what is due: metadata, connections, requests.
     fn step(&mut self, now: Instant) {
+        // Acknowledgements the consumer handed over since the last event ride on what is
+        // planned below (the event loop takes one event at a time: a poll's wake-up and the
+        // acknowledgements sent just before it would otherwise make a fetch without them).
+        while let Ok(command) = self.commands.try_recv() {
+            self.apply(command);
+        }
         let dead: Vec<NodeId> = self
             .connections
             .iter()
@@ -452,7 +458,8 @@ impl Engine {
                     .collect()
             };
             // The consumer hands acknowledgements over before it says the application is
-            // done with their records: take those already sent, so none is missed in between.
+            // done with their records: take those sent since the drain at the start of the
+            // step, so none is missed between it and the look at the mailbox.
             while let Ok(command) = self.commands.try_recv() {
                 self.apply(command);
             }
