@@ -47,8 +47,36 @@ enum Repr {
 /// topics from growing without end (at most about 1 MiB of names).
 const MAX_INTERNED: usize = 4096;
 
-static INTERNED: LazyLock<Mutex<HashMap<&'static str, &'static Kept>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+static INTERNED: LazyLock<Mutex<Interner>> =
+    LazyLock::new(|| Mutex::new(Interner::new(MAX_INTERNED)));
+
+/// Names kept for the life of the process, up to a bound.
+struct Interner {
+    names: HashMap<&'static str, &'static Kept>,
+    max: usize,
+}
+
+impl Interner {
+    fn new(max: usize) -> Self {
+        Self {
+            names: HashMap::new(),
+            max,
+        }
+    }
+
+    /// The kept `name`, kept now if it was not and there is room.
+    fn get(&mut self, name: &str) -> Option<&'static Kept> {
+        if let Some(&kept) = self.names.get(name) {
+            return Some(kept);
+        }
+        if self.names.len() >= self.max {
+            return None;
+        }
+        let kept: &'static Kept = Box::leak(Box::new(Kept(Box::from(name))));
+        self.names.insert(&kept.0, kept);
+        Some(kept)
+    }
+}
 
 /// An interned name: a box, so a reference to it is thin.
 struct Kept(Box<str>);
@@ -66,19 +94,15 @@ impl TopicName {
     /// its clones cost no atomic operation. For names read from the cluster, once per batch
     /// of records, never per record.
     pub(crate) fn interned(name: &str) -> Self {
-        let Ok(mut names) = INTERNED.lock() else {
+        let kept = match INTERNED.lock() {
+            Ok(mut names) => names.get(name),
             // A panic while the map was held: shared names still work.
-            return Self::shared(name);
+            Err(_) => None,
         };
-        if let Some(&kept) = names.get(name) {
-            return Self(Repr::Interned(kept));
+        match kept {
+            Some(kept) => Self(Repr::Interned(kept)),
+            None => Self::shared(name),
         }
-        if names.len() >= MAX_INTERNED {
-            return Self::shared(name);
-        }
-        let kept: &'static Kept = Box::leak(Box::new(Kept(Box::from(name))));
-        names.insert(&kept.0, kept);
-        Self(Repr::Interned(kept))
     }
 
     /// True when both are the same kept name or the same shared allocation: equal without
@@ -248,6 +272,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_interner_keeps_each_name_once_and_no_more_names_than_its_bound() {
+        let mut interner = Interner::new(2);
+        let a = interner.get("a").expect("room");
+        assert!(
+            std::ptr::eq(a, interner.get("a").expect("kept")),
+            "kept once"
+        );
+        assert!(interner.get("b").is_some());
+        assert!(interner.get("c").is_none(), "past the bound: not kept");
+        assert!(interner.get("a").is_some(), "what is kept stays");
+        assert_eq!(interner.names.len(), 2);
+    }
+
+    #[test]
     fn a_name_is_the_same_string_whichever_way_it_is_kept() {
         use std::collections::HashSet;
         let interned = TopicName::interned("orders-topic-name-test");
@@ -273,6 +311,9 @@ mod tests {
             TopicName::from("a").cmp(&TopicName::interned("b-topic-name-test")),
             std::cmp::Ordering::Less
         );
+        // Records cross threads and tasks.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<TopicName>();
         // As small as the Arc<str> it replaces, and so is an optional one.
         assert_eq!(
             std::mem::size_of::<TopicName>(),
