@@ -1,0 +1,196 @@
+//! Acknowledgements made before a poll ride on the ShareFetch that poll sends, on the fake
+//! broker: no ShareAcknowledge of their own, each offset acknowledged once.
+//!
+//! With Java's acquisition (one fetch per poll, nothing fetched ahead) every poll's fetch can
+//! carry what the application acknowledged since the last one. (Under the sized default with
+//! fetch ahead, whether a fetch planned while acknowledgements are on their way to the engine
+//! carries them depends on the order the engine takes events in: `scripts/bench.sh` measures
+//! that, a one-thread test here could not make it happen.)
+
+#[path = "support/fake_broker.rs"]
+mod fake_broker;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::ShareFetchResponse;
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_share_sink::{
+    AcknowledgeType, AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+/// Polls whose records are acknowledged before the next poll.
+const CYCLES: i64 = 12;
+const PER_FETCH: i64 = 3;
+
+/// A record batch of `PER_FETCH` records from `base`.
+fn records_from(base: i64) -> bytes::Bytes {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = (base..base + PER_FETCH)
+        .map(|offset| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: i32::try_from(offset).expect("small"),
+            timestamp: 1_000,
+            key: None,
+            value: Some(bytes::Bytes::from(format!("v{offset}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("batch");
+    buf.freeze()
+}
+
+/// The offsets a request acknowledges, with the acknowledgement types of their batch.
+fn acknowledged(batches: &[(i64, i64, Vec<i8>)]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|(first, last, _)| *first..=*last)
+        .collect()
+}
+
+#[tokio::test]
+async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    // Each fetch acquires the next PER_FETCH records, CYCLES times; then nothing.
+    let next = Arc::new(AtomicI64::new(0));
+    let served = Arc::clone(&next);
+    broker.on(ApiKey::ShareFetch, move |request| {
+        let body = request.share_fetch().expect("ShareFetch decodes");
+        let Some(topic) = body.request.topics.first() else {
+            return Reply::share_fetch(&ShareFetchResponse::default());
+        };
+        let base = served.load(Ordering::SeqCst);
+        let mut partition = PartitionData::default().with_partition_index(0);
+        if base < CYCLES * PER_FETCH {
+            served.store(base + PER_FETCH, Ordering::SeqCst);
+            partition = partition
+                .with_records(Some(records_from(base)))
+                .with_acquired_records(vec![
+                    AcquiredRecords::default()
+                        .with_first_offset(base)
+                        .with_last_offset(base + PER_FETCH - 1)
+                        .with_delivery_count(1),
+                ]);
+        }
+        Reply::share_fetch(
+            &ShareFetchResponse::default()
+                .with_acquisition_lock_timeout_ms(fake_broker::LOCK_TIMEOUT_MS)
+                .with_responses(vec![
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(topic.topic_id)
+                        .with_partitions(vec![partition]),
+                ]),
+        )
+    });
+    // Java's acquisition (one fetch per poll, nothing fetched ahead), so that each poll's
+    // fetch is the one its acknowledgements can ride on.
+    let config = KafkaShareConsumerConfig::new(broker.addr(), "fake-group")
+        .fetch_max_wait(Duration::from_millis(50))
+        .acquisition_sizing(AcquisitionSizing::Fixed);
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe");
+
+    let mut polled = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while polled.len() < usize::try_from(CYCLES * PER_FETCH).expect("small") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "got {} records",
+            polled.len()
+        );
+        let records = consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+        for record in &records {
+            consumer
+                .acknowledge(record, AcknowledgeType::Accept)
+                .expect("acknowledge");
+            polled.push(record.offset());
+        }
+    }
+    // The last poll's acknowledgements go with the next poll's fetch too.
+    consumer
+        .poll(Duration::from_millis(200))
+        .await
+        .expect("poll");
+    let results = consumer.commit_sync(WAIT).await.expect("commit");
+    assert_eq!(results.failures().count(), 0, "{results:?}");
+
+    let on_fetches: Vec<i64> = broker
+        .requests_of(ApiKey::ShareFetch)
+        .iter()
+        .flat_map(|request| {
+            let body = request.share_fetch().expect("ShareFetch decodes");
+            let batches: Vec<(i64, i64, Vec<i8>)> = body
+                .request
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .flat_map(|p| p.acknowledgement_batches.iter())
+                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                .collect();
+            assert!(
+                batches.iter().all(|(_, _, types)| types == &[1]),
+                "only ACCEPTs: {batches:?}"
+            );
+            acknowledged(&batches)
+        })
+        .collect();
+    let alone: Vec<i64> = broker
+        .requests_of(ApiKey::ShareAcknowledge)
+        .iter()
+        .flat_map(|request| {
+            let body = request
+                .share_acknowledge()
+                .expect("ShareAcknowledge decodes");
+            let batches: Vec<(i64, i64, Vec<i8>)> = body
+                .request
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .flat_map(|p| p.acknowledgement_batches.iter())
+                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                .collect();
+            acknowledged(&batches)
+        })
+        .collect();
+    assert!(
+        alone.is_empty(),
+        "acknowledged by ShareAcknowledge instead of riding on a fetch: {alone:?}"
+    );
+    assert_eq!(
+        on_fetches,
+        (0..CYCLES * PER_FETCH).collect::<Vec<_>>(),
+        "each offset acknowledged once, on the fetch of the poll after it was polled"
+    );
+    consumer.close(WAIT).await.expect("close");
+}
