@@ -95,9 +95,18 @@ async fn produce(f: &Fixture, partition: i32, records: Vec<Record>, compression:
 }
 
 async fn consumer(f: &Fixture, mode: AcknowledgementMode) -> KafkaShareConsumer {
-    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
-        .acknowledgement_mode(mode)
-        .fetch_max_wait(Duration::from_millis(200));
+    consumer_with(f, |config| config.acknowledgement_mode(mode)).await
+}
+
+/// A consumer of the fixture's topic with `tweak` applied to its settings (200 ms fetch wait).
+async fn consumer_with(
+    f: &Fixture,
+    tweak: impl FnOnce(KafkaShareConsumerConfig) -> KafkaShareConsumerConfig,
+) -> KafkaShareConsumer {
+    let config = tweak(
+        KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+            .fetch_max_wait(Duration::from_millis(200)),
+    );
     let mut c = KafkaShareConsumer::connect(config)
         .await
         .expect("consumer connects");
@@ -108,15 +117,12 @@ async fn consumer(f: &Fixture, mode: AcknowledgementMode) -> KafkaShareConsumer 
 /// A consumer in explicit mode acquiring at most `max.poll.records` (500) per fetch, as
 /// Java's with `share.acquire.mode=record_limit`, and never ahead of a poll.
 async fn consumer_record_limit(f: &Fixture) -> KafkaShareConsumer {
-    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
-        .acknowledgement_mode(AcknowledgementMode::Explicit)
-        .share_acquire_mode(ShareAcquireMode::RecordLimit)
-        .fetch_max_wait(Duration::from_millis(200));
-    let mut c = KafkaShareConsumer::connect(config)
-        .await
-        .expect("consumer connects");
-    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
-    c
+    consumer_with(f, |config| {
+        config
+            .acknowledgement_mode(AcknowledgementMode::Explicit)
+            .share_acquire_mode(ShareAcquireMode::RecordLimit)
+    })
+    .await
 }
 
 /// Polls until `n` records arrived or `within` passed, acknowledging each with `ack`.
@@ -986,15 +992,12 @@ async fn max_partition_fetch_bytes_bounds_what_one_fetch_returns() {
 }
 
 async fn consumer_polling(f: &Fixture, max_poll_records: i32) -> KafkaShareConsumer {
-    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
-        .acknowledgement_mode(AcknowledgementMode::Explicit)
-        .max_poll_records(max_poll_records)
-        .fetch_max_wait(Duration::from_millis(200));
-    let mut c = KafkaShareConsumer::connect(config)
-        .await
-        .expect("consumer connects");
-    c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
-    c
+    consumer_with(f, |config| {
+        config
+            .acknowledgement_mode(AcknowledgementMode::Explicit)
+            .max_poll_records(max_poll_records)
+    })
+    .await
 }
 
 /// Sized acquisition (the default) acquires whole log batches of 500 and more, but a poll
