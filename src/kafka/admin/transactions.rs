@@ -2,6 +2,10 @@
 //! API versions, and the transactional ids the transaction coordinators know.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::debug;
 
 use kafka_protocol::messages::{
     ApiKey, ListTransactionsRequest, ListTransactionsResponse, MetadataRequest,
@@ -9,9 +13,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Message, StrBytes};
 
 use super::{AdminError, Failure, KafkaAdmin, metadata, negotiate, send};
+use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, check};
 use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
+use crate::time::deadline_after;
 
 /// What one broker of the cluster reported in its ApiVersions answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,21 +58,57 @@ impl KafkaAdmin {
             let mut ids = BTreeSet::new();
             for broker in &response.brokers {
                 let address = broker_address(broker.host.as_str(), broker.port);
-                let on = Connection::connect(&address, &self.config)
-                    .await
-                    .map_err(|source| Failure::Connect {
-                        bootstrap: address.clone(),
-                        source,
-                    })?;
-                let result = list_on(&on, prefix).await;
-                on.close();
-                ids.extend(result?);
+                ids.extend(self.list_retrying(&address, prefix).await?);
             }
             Ok(ids.into_iter().collect())
         })
         .await
     }
+
+    /// ListTransactions on the broker at `address`. A broker that cannot be reached or drops
+    /// the connection (restarting, say: the metadata still names it) is tried again with a
+    /// backoff until the request timeout has passed, as Java's admin retries until its API
+    /// timeout; then its failure is the call's. Skipping it could miss the transactional ids
+    /// its coordinator knows.
+    async fn list_retrying(&self, address: &str, prefix: &str) -> Result<Vec<String>, Failure> {
+        let deadline = deadline_after(Instant::now(), self.config.request_timeout);
+        let mut backoff = LIST_BACKOFF;
+        loop {
+            let result = match Connection::connect(address, &self.config).await {
+                Ok(on) => {
+                    let result = list_on(&on, prefix).await;
+                    on.close();
+                    result
+                }
+                Err(source) => Err(Failure::Connect {
+                    bootstrap: address.to_owned(),
+                    source,
+                }),
+            };
+            let lost = matches!(
+                &result,
+                Err(Failure::Connect { source, .. } | Failure::Client(source))
+                    if matches!(source, ConsumerError::Connection { .. })
+            );
+            let again = deadline_after(Instant::now(), backoff);
+            if !lost || again >= deadline {
+                return result;
+            }
+            debug!(
+                broker = address,
+                ?backoff,
+                "ListTransactions: broker unreachable, trying again"
+            );
+            tokio::time::sleep_until(again).await;
+            backoff = backoff.saturating_mul(2).min(LIST_BACKOFF_MAX);
+        }
+    }
 }
+
+/// The first pause before asking an unreachable broker again for its transactions.
+const LIST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest pause between two tries.
+const LIST_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 async fn list_on(connection: &Connection, prefix: &str) -> Result<Vec<String>, Failure> {
     let key = ApiKey::ListTransactions;
