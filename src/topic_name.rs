@@ -42,7 +42,7 @@ enum Repr {
 }
 
 /// How many distinct names [`TopicName::interned`] keeps for the life of the process; past
-/// it, names are shared `Arc<str>`s (correct, and only slower). A share consumer's names come
+/// it, names are reference counted (correct, and only slower). A share consumer's names come
 /// from its subscription, a few in practice; the bound keeps a process that churns through
 /// topics from growing without end (at most about 1 MiB of names).
 const MAX_INTERNED: usize = 4096;
