@@ -29,42 +29,21 @@ const WAIT: Duration = Duration::from_secs(10);
 const CYCLES: i64 = 12;
 const PER_FETCH: i64 = 3;
 
-/// A record batch of `PER_FETCH` records from `base`.
-fn records_from(base: i64) -> bytes::Bytes {
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+/// The acknowledgement batches of a ShareFetch or ShareAcknowledge request (two types of the
+/// same shape): first and last offset, and the types.
+macro_rules! ack_batches {
+    ($request:expr) => {
+        $request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .flat_map(|p| p.acknowledgement_batches.iter())
+            .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+            .collect::<Vec<(i64, i64, Vec<i8>)>>()
     };
-    let records: Vec<Record> = (base..base + PER_FETCH)
-        .map(|offset| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset,
-            sequence: i32::try_from(offset).expect("small"),
-            timestamp: 1_000,
-            key: None,
-            value: Some(bytes::Bytes::from(format!("v{offset}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("batch");
-    buf.freeze()
 }
 
-/// The offsets a request acknowledges, with the acknowledgement types of their batch.
+/// The offsets the batches acknowledge.
 fn acknowledged(batches: &[(i64, i64, Vec<i8>)]) -> Vec<i64> {
     batches
         .iter()
@@ -89,7 +68,7 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
         if base < CYCLES * PER_FETCH {
             served.store(base + PER_FETCH, Ordering::SeqCst);
             partition = partition
-                .with_records(Some(records_from(base)))
+                .with_records(Some(fake_broker::record_batch(base..base + PER_FETCH)))
                 .with_acquired_records(vec![
                     AcquiredRecords::default()
                         .with_first_offset(base)
@@ -150,14 +129,7 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
         .iter()
         .flat_map(|request| {
             let body = request.share_fetch().expect("ShareFetch decodes");
-            let batches: Vec<(i64, i64, Vec<i8>)> = body
-                .request
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .flat_map(|p| p.acknowledgement_batches.iter())
-                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
-                .collect();
+            let batches = ack_batches!(body.request);
             assert!(
                 batches.iter().all(|(_, _, types)| types == &[1]),
                 "only ACCEPTs: {batches:?}"
@@ -172,15 +144,7 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
             let body = request
                 .share_acknowledge()
                 .expect("ShareAcknowledge decodes");
-            let batches: Vec<(i64, i64, Vec<i8>)> = body
-                .request
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .flat_map(|p| p.acknowledgement_batches.iter())
-                .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
-                .collect();
-            acknowledged(&batches)
+            acknowledged(&ack_batches!(body.request))
         })
         .collect();
     assert!(

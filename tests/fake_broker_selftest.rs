@@ -196,41 +196,6 @@ async fn raw_bytes_are_written_as_they_are() {
     );
 }
 
-/// Three records of partition 0 as one v2 batch, offsets 0 to 2.
-fn three_records() -> bytes::Bytes {
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-    let records: Vec<Record> = (0..3)
-        .map(|offset| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset,
-            sequence: i32::try_from(offset).expect("small"),
-            timestamp: 1_000,
-            key: None,
-            value: Some(bytes::Bytes::from(format!("v{offset}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("batch");
-    buf.freeze()
-}
-
 #[tokio::test]
 async fn scripted_records_are_delivered_and_acknowledged_with_share_acknowledge() {
     use kafka_protocol::messages::ShareFetchResponse;
@@ -253,7 +218,7 @@ async fn scripted_records_are_delivered_and_acknowledged_with_share_acknowledge(
                         .with_partitions(vec![
                             PartitionData::default()
                                 .with_partition_index(0)
-                                .with_records(Some(three_records()))
+                                .with_records(Some(fake_broker::record_batch(0..3)))
                                 .with_acquired_records(vec![
                                     AcquiredRecords::default()
                                         .with_first_offset(0)

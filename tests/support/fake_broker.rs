@@ -918,6 +918,42 @@ fn default_answer(inner: &Inner, request: &Request) -> anyhow::Result<Option<(By
     }
 }
 
+/// A record batch (v2, uncompressed) of the records at `offsets`, each valued `v{offset}`,
+/// for scripted ShareFetch answers.
+pub(crate) fn record_batch(offsets: std::ops::Range<i64>) -> Bytes {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = offsets
+        .map(|offset| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: i32::try_from(offset).expect("small"),
+            timestamp: 1_000,
+            key: None,
+            value: Some(Bytes::from(format!("v{offset}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("batch");
+    buf.freeze()
+}
+
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
