@@ -78,6 +78,10 @@ async fn child() {
         ("sqlite.path", db),
         ("consumer.override.max.poll.records", "25"),
         ("consumer.override.fetch.max.wait.ms", "100"),
+        // Rows reach the table at each commit (pre_commit is the database transaction):
+        // commits every 100 ms make the table fill in steps, so the parent's SIGKILL lands
+        // mid-run. At the default second, one commit could write all 3,000 rows at once.
+        ("offset.flush.interval.ms", "100"),
     ]);
     let supervisor = Supervisor::new(
         "sqlite-crash",
