@@ -17,9 +17,6 @@ use std::time::Duration;
 use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::ShareFetchResponse;
-use kafka_protocol::messages::share_fetch_response::{
-    AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
-};
 use kafka_share_sink::{
     AcknowledgeType, AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
 };
@@ -64,27 +61,9 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
             return Reply::share_fetch(&ShareFetchResponse::default());
         };
         let base = served.load(Ordering::SeqCst);
-        let mut partition = PartitionData::default().with_partition_index(0);
-        if base < CYCLES * PER_FETCH {
-            served.store(base + PER_FETCH, Ordering::SeqCst);
-            partition = partition
-                .with_records(Some(fake_broker::record_batch(base..base + PER_FETCH)))
-                .with_acquired_records(vec![
-                    AcquiredRecords::default()
-                        .with_first_offset(base)
-                        .with_last_offset(base + PER_FETCH - 1)
-                        .with_delivery_count(1),
-                ]);
-        }
-        Reply::share_fetch(
-            &ShareFetchResponse::default()
-                .with_acquisition_lock_timeout_ms(fake_broker::LOCK_TIMEOUT_MS)
-                .with_responses(vec![
-                    ShareFetchableTopicResponse::default()
-                        .with_topic_id(topic.topic_id)
-                        .with_partitions(vec![partition]),
-                ]),
-        )
+        let end = (base + PER_FETCH).min(CYCLES * PER_FETCH);
+        served.store(end, Ordering::SeqCst);
+        Reply::share_fetch_acquired(topic.topic_id, base..end)
     });
     // Java's acquisition (one fetch per poll, nothing fetched ahead), so that each poll's
     // fetch is the one its acknowledgements can ride on.

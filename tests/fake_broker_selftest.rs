@@ -198,10 +198,6 @@ async fn raw_bytes_are_written_as_they_are() {
 
 #[tokio::test]
 async fn scripted_records_are_delivered_and_acknowledged_with_share_acknowledge() {
-    use kafka_protocol::messages::ShareFetchResponse;
-    use kafka_protocol::messages::share_fetch_response::{
-        AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
-    };
     use kafka_share_sink::AcknowledgeType;
 
     let broker = FakeBroker::start().await;
@@ -209,25 +205,7 @@ async fn scripted_records_are_delivered_and_acknowledged_with_share_acknowledge(
     broker.once(ApiKey::ShareFetch, |request| {
         let body = request.share_fetch().expect("ShareFetch decodes");
         let topic = &body.request.topics[0];
-        Reply::share_fetch(
-            &ShareFetchResponse::default()
-                .with_acquisition_lock_timeout_ms(fake_broker::LOCK_TIMEOUT_MS)
-                .with_responses(vec![
-                    ShareFetchableTopicResponse::default()
-                        .with_topic_id(topic.topic_id)
-                        .with_partitions(vec![
-                            PartitionData::default()
-                                .with_partition_index(0)
-                                .with_records(Some(fake_broker::record_batch(0..3)))
-                                .with_acquired_records(vec![
-                                    AcquiredRecords::default()
-                                        .with_first_offset(0)
-                                        .with_last_offset(2)
-                                        .with_delivery_count(1),
-                                ]),
-                        ]),
-                ]),
-        )
+        Reply::share_fetch_acquired(topic.topic_id, 0..3)
     });
     let mut consumer = KafkaShareConsumer::connect(config(&broker))
         .await

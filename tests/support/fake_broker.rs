@@ -168,6 +168,31 @@ impl Reply {
         Self::message(response, 1)
     }
 
+    /// A ShareFetch answer acquiring the records at `offsets` of partition 0 of `topic_id`
+    /// (built by [`record_batch`], first delivery); an empty range acquires nothing.
+    pub(crate) fn share_fetch_acquired(topic_id: Uuid, offsets: std::ops::Range<i64>) -> Self {
+        let mut partition = share_fetch_response::PartitionData::default().with_partition_index(0);
+        if !offsets.is_empty() {
+            partition = partition
+                .with_records(Some(record_batch(offsets.clone())))
+                .with_acquired_records(vec![
+                    share_fetch_response::AcquiredRecords::default()
+                        .with_first_offset(offsets.start)
+                        .with_last_offset(offsets.end - 1)
+                        .with_delivery_count(1),
+                ]);
+        }
+        Self::share_fetch(
+            &ShareFetchResponse::default()
+                .with_acquisition_lock_timeout_ms(LOCK_TIMEOUT_MS)
+                .with_responses(vec![
+                    share_fetch_response::ShareFetchableTopicResponse::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(vec![partition]),
+                ]),
+        )
+    }
+
     /// A ShareAcknowledge response for a request of `version`; v2 also carries
     /// `lock_timeout_ms` (`AcquisitionLockTimeoutMs`), which kafka-protocol cannot encode.
     ///
