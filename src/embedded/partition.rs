@@ -451,6 +451,26 @@ impl SharePartition {
         })
     }
 
+    /// The first offset of `run` that `member` does not hold (acquired, by it), if any. A
+    /// record acquired by anyone is inside the window.
+    fn first_not_held(&self, run: &AckRun, member: MemberKey) -> Option<i64> {
+        if run.first > run.last {
+            return None;
+        }
+        if run.first < self.start || run.first >= self.end {
+            return Some(run.first);
+        }
+        let first = usize::try_from(run.first - self.start).ok()?;
+        let last = usize::try_from(run.last.min(self.end - 1) - self.start).ok()?;
+        let held = |s: &Slot| s.state == RecordState::Acquired && s.owner == Some(member);
+        match self.slots.range(first..=last).position(|s| !held(s)) {
+            Some(at) => Some(run.first + i64::try_from(at).unwrap_or(i64::MAX)),
+            // Past the window's end, its first offset fails.
+            None if run.last >= self.end => Some(self.end),
+            None => None,
+        }
+    }
+
     /// Applies `member`'s acknowledgements, all or none: if any record is not held by the
     /// member, nothing changes and the error says which.
     pub(crate) fn acknowledge(
@@ -470,17 +490,9 @@ impl SharePartition {
                     .to_owned(),
             });
         }
-        let offsets = || {
-            runs.iter()
-                .flat_map(|run| (run.first..=run.last).map(move |offset| (offset, run.ack)))
-        };
-        for (offset, _) in offsets() {
-            // A record acquired by anyone is inside the window.
-            let held = self.index(offset).is_some_and(|i| {
-                let s = &self.slots[i];
-                s.state == RecordState::Acquired && s.owner == Some(member)
-            });
-            if !held {
+        // All or none: every offset is checked before any changes.
+        for run in runs {
+            if let Some(offset) = self.first_not_held(run, member) {
                 let why = match self.slot(offset) {
                     None => "it was never acquired".to_owned(),
                     Some(s) if s.state == RecordState::Acquired => {
@@ -497,40 +509,47 @@ impl SharePartition {
             }
         }
         let deadline = deadline_after(now, config.record_lock_duration);
-        for (offset, ack) in offsets() {
-            let Some(i) = self.index(offset) else {
+        for run in runs {
+            // Held, so inside the window (checked above).
+            let (Some(first), Some(last)) = (self.index(run.first), self.index(run.last)) else {
                 continue;
             };
-            if ack == AcknowledgeType::Release {
-                self.release_slot(i, config);
-                continue;
-            }
-            let slot = &mut self.slots[i];
-            match ack {
+            match run.ack {
                 AcknowledgeType::Accept => {
-                    slot.state = RecordState::Acknowledged;
-                    slot.owner = None;
-                    slot.deadline = None;
+                    for slot in self.slots.range_mut(first..=last) {
+                        slot.state = RecordState::Acknowledged;
+                        slot.owner = None;
+                        slot.deadline = None;
+                    }
+                }
+                AcknowledgeType::Release => {
+                    for i in first..=last {
+                        self.release_slot(i, config);
+                    }
                 }
                 AcknowledgeType::Reject => {
                     // With a dead-letter queue a 4.4 broker writes rejected records there too.
-                    slot.state = if config.dead_letter_queue.is_some() {
-                        self.dead_letters.push(DeadLetter {
-                            offset,
-                            delivery_count: slot.delivery_count,
-                            cause: DeadLetterCause::Rejected,
-                        });
-                        RecordState::Archiving
-                    } else {
-                        RecordState::Archived
-                    };
-                    slot.owner = None;
-                    slot.deadline = None;
+                    let dead_letter = config.dead_letter_queue.is_some();
+                    for (slot, offset) in self.slots.range_mut(first..=last).zip(run.first..) {
+                        slot.state = if dead_letter {
+                            self.dead_letters.push(DeadLetter {
+                                offset,
+                                delivery_count: slot.delivery_count,
+                                cause: DeadLetterCause::Rejected,
+                            });
+                            RecordState::Archiving
+                        } else {
+                            RecordState::Archived
+                        };
+                        slot.owner = None;
+                        slot.deadline = None;
+                    }
                 }
                 AcknowledgeType::Renew => {
-                    slot.deadline = Some(deadline);
+                    for slot in self.slots.range_mut(first..=last) {
+                        slot.deadline = Some(deadline);
+                    }
                 }
-                AcknowledgeType::Release => {} // released above
             }
         }
         self.advance_start();
@@ -745,6 +764,64 @@ mod tests {
             assert_eq!(slot.owner.is_some(), state == RecordState::Acquired);
         }
         assert!(p.slot(6).is_none(), "never acquired");
+    }
+
+    #[test]
+    fn a_run_names_the_first_offset_not_held_and_applies_to_every_offset() {
+        let now = Instant::now();
+        let config = config().partition_max_record_locks(100);
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        p.acquire(&request(1, now, 4, 4), &config, &mut out);
+        p.acquire(&request(2, now, 5, 1), &config, &mut out);
+        p.acquire(&request(1, now, 8, 3), &config, &mut out);
+        let run = |first, last, ack| AckRun { first, last, ack };
+        let failing = |p: &mut SharePartition, r: AckRun| {
+            p.acknowledge(1, &[r], now, &config)
+                .unwrap_err()
+                .to_string()
+        };
+        // Member 2 holds offset 4, in the middle; the window ends at 8.
+        let err = failing(&mut p, run(2, 6, AcknowledgeType::Accept));
+        assert!(
+            err.contains("offset 4: it is acquired by another member"),
+            "{err}"
+        );
+        let err = failing(&mut p, run(5, 9, AcknowledgeType::Accept));
+        assert!(err.contains("offset 8: it was never acquired"), "{err}");
+        assert!(
+            (0..8).all(|o| p.slot(o).unwrap().state == RecordState::Acquired),
+            "nothing applied"
+        );
+        p.acknowledge(
+            1,
+            &[
+                run(0, 1, AcknowledgeType::Accept),
+                run(2, 3, AcknowledgeType::Reject),
+                run(5, 6, AcknowledgeType::Release),
+                run(7, 7, AcknowledgeType::Renew),
+            ],
+            now,
+            &config,
+        )
+        .expect("all held");
+        let state = |o| p.slot(o).unwrap().state;
+        assert_eq!(
+            (0..8).map(state).collect::<Vec<_>>(),
+            [
+                RecordState::Acknowledged,
+                RecordState::Acknowledged,
+                RecordState::Archived,
+                RecordState::Archived,
+                RecordState::Acquired,
+                RecordState::Available,
+                RecordState::Available,
+                RecordState::Acquired,
+            ]
+        );
+        assert_eq!(p.start_offset(), 4, "the terminal head leaves the window");
+        let err = failing(&mut p, run(2, 4, AcknowledgeType::Accept));
+        assert!(err.contains("offset 2: it is Archived"), "{err}");
     }
 
     #[test]
