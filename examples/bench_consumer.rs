@@ -107,6 +107,11 @@ struct Progress {
     batches: AtomicU64,
     commits: AtomicU64,
     lock_losses: AtomicU64,
+    /// ShareFetch requests, those carrying acknowledgements, and ShareAcknowledge requests,
+    /// over all consumers (from `KafkaShareConsumer::request_counts`).
+    share_fetches: AtomicU64,
+    fetches_with_acks: AtomicU64,
+    share_acknowledges: AtomicU64,
     /// Drivers that have received records.
     started: AtomicUsize,
     process_start: Instant,
@@ -252,6 +257,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
         batches: AtomicU64::new(0),
         commits: AtomicU64::new(0),
         lock_losses: AtomicU64::new(0),
+        share_fetches: AtomicU64::new(0),
+        fetches_with_acks: AtomicU64::new(0),
+        share_acknowledges: AtomicU64::new(0),
         started: AtomicUsize::new(0),
         process_start: Instant::now(),
         window: Mutex::new(Window::default()),
@@ -324,6 +332,17 @@ async fn consume(args: &Args) -> BoxResult<()> {
             progress
                 .lock_losses
                 .fetch_add(metrics.lock_losses, Ordering::Relaxed);
+            let requests = driver.consumer().request_counts();
+            progress
+                .share_fetches
+                .fetch_add(requests.share_fetches, Ordering::Relaxed);
+            progress.fetches_with_acks.fetch_add(
+                requests.share_fetches_with_acknowledgements,
+                Ordering::Relaxed,
+            );
+            progress
+                .share_acknowledges
+                .fetch_add(requests.share_acknowledges, Ordering::Relaxed);
             let closed = driver.close().await;
             outcome?;
             closed?;
@@ -352,7 +371,8 @@ async fn consume(args: &Args) -> BoxResult<()> {
     println!(
         "BENCH client=A records={records} bytes={bytes} window_records={} window_bytes={} \
          window_ms={:.3} join_ms={join_ms} redelivered={} drivers={drivers} complete={} \
-         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={} lock_losses={}",
+         window_start_unix_ms={} window_end_unix_ms={} polls={} commits={} lock_losses={} \
+         share_fetches={} fetches_with_acks={} share_acknowledges={}",
         r1 - r0,
         b1 - b0,
         (end - start).as_secs_f64() * 1000.0,
@@ -363,6 +383,9 @@ async fn consume(args: &Args) -> BoxResult<()> {
         progress.batches.load(Ordering::Relaxed),
         progress.commits.load(Ordering::Relaxed),
         progress.lock_losses.load(Ordering::Relaxed),
+        progress.share_fetches.load(Ordering::Relaxed),
+        progress.fetches_with_acks.load(Ordering::Relaxed),
+        progress.share_acknowledges.load(Ordering::Relaxed),
     );
     first_error.map_or(Ok(()), Err)
 }

@@ -69,7 +69,7 @@ pub use crate::kafka::security::{
 };
 pub use crate::kafka::{
     AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError,
-    ShareAcquireMode,
+    RequestCounts, ShareAcquireMode,
 };
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

@@ -44,18 +44,22 @@ async fn setup(test: &str, records: usize) -> Option<(String, String, String)> {
         .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
         .await
         .expect("partition client");
-    let batch: Vec<Record> = (0..records)
-        .map(|i| Record {
-            key: None,
-            value: Some(format!("v{i}").into_bytes()),
-            headers: BTreeMap::new(),
-            timestamp: chrono::Utc::now(),
-        })
-        .collect();
-    partition
-        .produce(batch, Compression::NoCompression)
-        .await
-        .expect("produce");
+    // In produce batches of at most 100 records, as producers write them: a share fetch
+    // acquires whole batches.
+    for first in (0..records).step_by(100) {
+        let batch: Vec<Record> = (first..records.min(first + 100))
+            .map(|i| Record {
+                key: None,
+                value: Some(format!("v{i}").into_bytes()),
+                headers: BTreeMap::new(),
+                timestamp: chrono::Utc::now(),
+            })
+            .collect();
+        partition
+            .produce(batch, Compression::NoCompression)
+            .await
+            .expect("produce");
+    }
     Some((bootstrap, topic, group))
 }
 
@@ -361,4 +365,69 @@ async fn a_record_the_converter_rejects_lands_in_the_dead_letter_topic_byte_for_
     );
     let rest: Vec<&str> = got[want.len()..].iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(rest, vec!["__connect.errors.exception.stacktrace"]);
+}
+
+/// Counts what it is given, writes nothing.
+struct Counting(Arc<Mutex<usize>>);
+
+#[async_trait]
+impl SinkTask for Counting {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        *self.0.lock().unwrap() += records.len();
+        Ok(())
+    }
+}
+
+/// With the defaults, acknowledgements ride on the fetches the next polls make: a
+/// ShareAcknowledge of their own is the exception (a commit, or acknowledgements no fetch
+/// carried in time), not a round trip per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_defaults_acknowledgements_ride_on_fetches() {
+    const RECORDS: usize = 20_000;
+    let Some((bootstrap, topic, group)) = setup("acks_ride_on_fetches", RECORDS).await else {
+        return;
+    };
+    let consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(&bootstrap, &group))
+        .await
+        .expect("connect");
+    let put = Arc::new(Mutex::new(0));
+    let mut driver = ShareSinkTask::new(
+        Box::new(Counting(Arc::clone(&put))),
+        consumer,
+        DriverConfig::new([topic.as_str()]),
+    );
+    driver.initialize().await.expect("initialize");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut accepted = 0;
+    while accepted < RECORDS {
+        assert!(
+            Instant::now() < deadline,
+            "{accepted} of {RECORDS} accepted in 60 s"
+        );
+        accepted += driver.iteration().await.expect("iteration").accepted;
+    }
+    // One more poll carries the last batch's acknowledgements.
+    driver.iteration().await.expect("iteration");
+    let counts = driver.consumer().request_counts();
+    let commits = driver.metrics().commits;
+    driver.close().await.expect("close");
+    println!("{counts:?}, {commits} commits");
+    assert_eq!(*put.lock().unwrap(), RECORDS, "each record put once");
+    let acknowledged = counts.offsets_acknowledged_on_fetch + counts.offsets_acknowledged_alone;
+    assert!(
+        acknowledged >= RECORDS as u64,
+        "every record acknowledged before close: {counts:?}"
+    );
+    assert!(
+        counts.offsets_acknowledged_on_fetch * 10 >= acknowledged * 9,
+        "at least 90 % of the acknowledgements rode on fetches: {counts:?}"
+    );
+    assert!(
+        counts.share_acknowledges <= commits + 2,
+        "a ShareAcknowledge of its own only for a commit (and at most two that waited too \
+         long for a fetch): {counts:?}, {commits} commits"
+    );
 }

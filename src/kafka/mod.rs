@@ -32,3 +32,4 @@ pub use self::consumer::KafkaShareConsumer;
 pub use self::consumer::config::{
     AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
+pub use self::engine::requests::RequestCounts;

@@ -30,6 +30,7 @@ use crate::consumer::{
     CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
     normalize_subscription,
 };
+use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -297,6 +298,31 @@ impl KafkaShareConsumer {
             handed_out: None,
             closed: false,
         })
+    }
+
+    /// How many ShareFetch and ShareAcknowledge requests this consumer has sent, and how its
+    /// acknowledgements travelled (on fetches, or in requests of their own): a view of the
+    /// round trips it costs the brokers. Acknowledgements ride on fetches unless a commit, a
+    /// RENEW or `close` needs them sent, or no fetch carried them within a fraction of the
+    /// acquisition lock.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), kafka_share_sink::ConsumerError> {
+    /// use kafka_share_sink::{KafkaShareConsumer, KafkaShareConsumerConfig};
+    /// let consumer =
+    ///     KafkaShareConsumer::connect(KafkaShareConsumerConfig::new("localhost:9092", "sink")).await?;
+    /// // ... poll and acknowledge ...
+    /// let counts = consumer.request_counts();
+    /// println!(
+    ///     "{} fetches, {} acknowledgements alone",
+    ///     counts.share_fetches, counts.share_acknowledges
+    /// );
+    /// # Ok(())
+    /// # }
+    /// # let _ = example;
+    /// ```
+    pub fn request_counts(&self) -> RequestCounts {
+        self.engine.mailbox.requests.snapshot()
     }
 
     /// Acquisition sized to the sink: the setting, except with a strict `max.poll.records`.

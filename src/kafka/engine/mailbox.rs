@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use super::requests::RequestCounters;
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::record::{ConsumerRecord, TopicPartition};
 
@@ -156,6 +157,8 @@ pub(crate) struct Mailbox {
     news: watch::Sender<u64>,
     /// Wakes the engine (a poll started waiting).
     pub(crate) wake: Notify,
+    /// The requests the engine sent.
+    pub(crate) requests: RequestCounters,
 }
 
 impl Mailbox {
@@ -164,6 +167,7 @@ impl Mailbox {
             slots: Mutex::new(Slots::default()),
             news: watch::Sender::new(0),
             wake: Notify::new(),
+            requests: RequestCounters::default(),
         }
     }
 

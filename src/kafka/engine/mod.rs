@@ -28,6 +28,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod mailbox;
+pub(crate) mod requests;
 mod responses;
 pub(crate) mod sizing;
 
@@ -605,6 +606,7 @@ impl Engine {
         let timeout = self.config.request_timeout.saturating_add(wait);
         match request {
             Planned::Fetch { request, .. } => {
+                self.mailbox.requests.fetch_sent(&request.topics);
                 if self.book.is_acquiring(ticket) {
                     let asked = usize::try_from(request.max_records).unwrap_or(0);
                     self.asked.insert(ticket, asked);
@@ -630,6 +632,7 @@ impl Engine {
                 }));
             }
             Planned::Acknowledge { request, .. } => {
+                self.mailbox.requests.acknowledge_sent(&request.topics);
                 let timeout = self.config.request_timeout;
                 self.work.push(Box::pin(async move {
                     let result = match conn.negotiate(ApiKey::ShareAcknowledge, share_v2::VERSIONS)
