@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
 use kafka_share_sink::{
-    AckPolicy, CommitPolicy, DriverConfig, Durability, RecordId, ShareSinkTask, SinkRecord,
-    SinkTask, TaskConfig, TaskError,
+    AckPolicy, CommitPolicy, Delivered, DriverConfig, Durability, RecordId, ShareSinkTask,
+    SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
 const TOPIC: &str = "events";
@@ -49,7 +49,7 @@ impl SinkTask for BufferingSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, _delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _delivered: &Delivered) -> Result<Durability, TaskError> {
         if self.buffer.len() < self.flush_at {
             // Not worth a write yet: nothing is durable, nothing is acknowledged.
             return Ok(Durability::Nothing);
@@ -67,7 +67,7 @@ impl SinkTask for BufferingSink {
 
     async fn flush(&mut self) -> Result<(), TaskError> {
         self.flush_at = 0;
-        self.pre_commit(&[]).await.map(|_| ())
+        self.pre_commit(&Delivered::new()).await.map(|_| ())
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod config;
 pub mod consumer;
 pub mod convert;
+mod delivered;
 pub mod dlq;
 mod driver;
 pub mod embedded;
@@ -47,6 +48,7 @@ pub use crate::convert::{
     ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,
     SchemaAndValue, SchemaType, StageError, StageFailure,
 };
+pub use crate::delivered::Delivered;
 pub use crate::dlq::{
     DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext, KafkaDeadLetterQueue,
     KafkaDeadLetterQueueConfig,

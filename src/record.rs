@@ -589,9 +589,8 @@ pub struct SinkRecord {
     timestamp: i64,
     timestamp_type: TimestampType,
     delivery_count: u16,
-    /// Always `Some`, except inside [`drain_original_ids`](Self::drain_original_ids),
-    /// which takes it out of records it drops right after.
-    original: Option<RecordId>,
+    /// Where the record was polled from.
+    original: RecordId,
 }
 
 /// A [`SinkRecord`] without a timestamp.
@@ -683,7 +682,7 @@ impl SinkRecord {
     /// from what it polled.
     pub fn new(topic: impl Into<TopicName>, partition: i32, offset: i64) -> Self {
         Self {
-            original: Some(RecordId::new(topic, partition, offset)),
+            original: RecordId::new(topic, partition, offset),
             topic: None,
             partition,
             key_schema: None,
@@ -812,11 +811,11 @@ impl SinkRecord {
         schema: &'static Arc<Schema>,
     ) -> Self {
         Self {
-            original: Some(RecordId {
+            original: RecordId {
                 topic: record.topic.clone(),
                 partition: record.partition,
                 offset: record.offset,
-            }),
+            },
             topic: None,
             partition: record.partition,
             key_schema: Some(SchemaRef::Static(schema)),
@@ -841,7 +840,7 @@ impl SinkRecord {
         let (key_schema, key) = key.into_parts();
         let (value_schema, value) = value.into_parts();
         Self {
-            original: Some(record.id()),
+            original: record.id(),
             topic: None,
             partition: record.partition,
             key_schema: key_schema.map(SchemaRef::from),
@@ -941,18 +940,7 @@ impl SinkRecord {
     /// The original coordinates, which acknowledgements use.
     #[inline]
     pub fn original_id(&self) -> &RecordId {
-        // Never `None` outside `drain_original_ids`, which drops the record at once.
-        static TAKEN: LazyLock<RecordId> = LazyLock::new(|| RecordId::new("", -1, -1));
-        self.original.as_ref().unwrap_or(&TAKEN)
-    }
-
-    /// Empties `records` into `ids`: the original coordinates of each record are moved, not
-    /// cloned (no reference count touched), and the rest of the record is dropped.
-    pub(crate) fn drain_original_ids(records: &mut Vec<SinkRecord>, ids: &mut Vec<RecordId>) {
-        // Taken in place, so no record (a large struct) is copied out of the vector.
-        ids.reserve(records.len());
-        ids.extend(records.iter_mut().filter_map(|r| r.original.take()));
-        records.clear();
+        &self.original
     }
 }
 
@@ -1049,25 +1037,6 @@ mod tests {
         assert_ne!(polled, moved);
         assert_eq!(moved.topic(), "orders-eu");
         assert_eq!(moved.original_topic(), "orders");
-    }
-
-    #[test]
-    fn draining_original_ids_keeps_their_order_and_empties_the_batch() {
-        let mut batch: Vec<SinkRecord> = (0..3)
-            .map(|offset| SinkRecord::new("t", 0, offset).with_topic_partition("u", 2))
-            .collect();
-        let mut ids = vec![RecordId::new("s", 0, 9)];
-        SinkRecord::drain_original_ids(&mut batch, &mut ids);
-        assert!(batch.is_empty());
-        assert_eq!(
-            ids,
-            [
-                RecordId::new("s", 0, 9),
-                RecordId::new("t", 0, 0),
-                RecordId::new("t", 0, 1),
-                RecordId::new("t", 0, 2),
-            ]
-        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 
 use crate::config::secret::RedactedMap;
+use crate::delivered::Delivered;
 use crate::error::TaskError;
 use crate::record::{RecordId, SinkRecord, TopicPartition};
 
@@ -212,13 +213,14 @@ pub trait SinkTask: Send {
     }
 
     /// Called before each acknowledgement commit with the records put since the last one
-    /// (by their original coordinates); says which are durable. The default calls
-    /// [`flush`](Self::flush) and answers [`Durability::All`].
+    /// (by their original coordinates, as runs of offsets: see [`Delivered`]); says which
+    /// are durable. The default calls [`flush`](Self::flush) and answers
+    /// [`Durability::All`].
     ///
     /// With the acknowledge-after-put rule, records are already accepted when `put` returns,
     /// so a partial answer is logged as a warning: a task that only buffers in `put` should
     /// flush in `put`, or wait for the acknowledge-after-flush policy.
-    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
         let _ = delivered;
         self.flush().await?;
         Ok(Durability::All)
@@ -268,7 +270,7 @@ impl<T: SinkTask + ?Sized> SinkTask for Box<T> {
     async fn flush(&mut self) -> Result<(), TaskError> {
         (**self).flush().await
     }
-    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
         (**self).pre_commit(delivered).await
     }
     async fn stop(&mut self) -> Result<(), TaskError> {

@@ -20,7 +20,7 @@ use kafka_share_sink::embedded::{
     AutoOffsetReset, ConsumerOptions, EmbeddedBroker, GroupConfig, ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AckPolicy, CommitPolicy, DriverConfig, Durability, RecordId, ShareSinkTask, SinkRecord,
+    AckPolicy, CommitPolicy, Delivered, DriverConfig, Durability, ShareSinkTask, SinkRecord,
     SinkTask, TaskConfig, TaskError,
 };
 use proptest::prelude::*;
@@ -60,7 +60,7 @@ impl SinkTask for BufferingSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
         take(self.step).await;
         self.durable.lock().unwrap().extend(self.buffer.drain(..));
         Ok(Durability::All)

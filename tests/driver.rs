@@ -12,9 +12,9 @@ use kafka_share_sink::embedded::{
 };
 use kafka_share_sink::{
     AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
-    ConsumerRecord, DriverConfig, Durability, Error, GroupMetadata, PendingCommit, RecordId,
-    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, SinkTaskContext, TaskConfig, TaskError,
-    TaskStage,
+    ConsumerRecord, Delivered, DriverConfig, Durability, Error, GroupMetadata, PendingCommit,
+    RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, SinkTaskContext, TaskConfig,
+    TaskError, TaskStage,
 };
 
 const GROUP: &str = "sink";
@@ -112,12 +112,12 @@ impl SinkTask for ScriptedSink {
         }
     }
 
-    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
         self.log
             .lock()
             .unwrap()
             .pre_commits
-            .push(delivered.to_vec());
+            .push(delivered.iter().collect());
         Ok(Durability::All)
     }
 

@@ -11,7 +11,7 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AckPolicy, CommitPolicy, DriverConfig, Durability, Error, RecordId, ShareConsumer,
+    AckPolicy, CommitPolicy, Delivered, DriverConfig, Durability, Error, RecordId, ShareConsumer,
     ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
@@ -74,7 +74,7 @@ impl SinkTask for Sink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
         let mut store = self.0.lock().unwrap();
         store.pre_commits += 1;
         if !store.flush {

@@ -11,9 +11,9 @@ use kafka_share_sink::embedded::{
 };
 use kafka_share_sink::{
     AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
-    ConsumerRecord, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata, PendingCommit,
-    PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
-    TaskError,
+    ConsumerRecord, Delivered, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata,
+    PendingCommit, PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord,
+    SinkTask, TaskConfig, TaskError,
 };
 
 const GROUP: &str = "sink";
@@ -79,14 +79,14 @@ impl SinkTask for BufferingSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
         let mut store = self.store.lock().unwrap();
         if store.buffer.len() < self.flush_at.max(1) {
             return Ok(Durability::Nothing);
         }
         let flushed = std::mem::take(&mut store.buffer);
         store.durable.extend(flushed);
-        assert!(delivered.iter().all(|id| store.durable.contains(id)));
+        assert!(delivered.iter().all(|id| store.durable.contains(&id)));
         Ok(Durability::All)
     }
 }
@@ -186,7 +186,7 @@ impl SinkTask for DurableBelowTwo {
     async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
         Ok(())
     }
-    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
         Ok(Durability::Below(
             [(kafka_share_sink::TopicPartition::new("t", 0), 2)]
                 .into_iter()

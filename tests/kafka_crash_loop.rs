@@ -8,19 +8,18 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_share_sink::{
-    AckPolicy, BrokerDeadLetterQueue, CommitPolicy, DriverConfig, Durability, KafkaAdmin,
-    KafkaShareConsumer, KafkaShareConsumerConfig, RecordId, ShareConsumer, ShareSinkTask,
+    AckPolicy, BrokerDeadLetterQueue, CommitPolicy, Delivered, DriverConfig, Durability,
+    KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, ShareSinkTask,
     SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, UnknownTopicHandling};
-use rskafka::record::Record;
+use rskafka::client::partition::UnknownTopicHandling;
 use tokio::time::Instant;
 
 const PARTITIONS: i32 = 2;
@@ -52,7 +51,7 @@ impl SinkTask for BufferingSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
         self.durable.lock().unwrap().extend(self.buffer.drain(..));
         Ok(Durability::All)
     }
@@ -169,27 +168,9 @@ async fn sinks_crashing_before_they_flush_lose_nothing() {
         c.dead_letter_topic() == Some(dlq.as_str())
     })
     .await;
-    let client = ClientBuilder::new(vec![bootstrap.clone()])
-        .build()
-        .await
-        .expect("rskafka");
     for p in 0..PARTITIONS {
-        let partition = client
-            .partition_client(topic.clone(), p, UnknownTopicHandling::Retry)
-            .await
-            .expect("partition client");
-        let batch: Vec<Record> = (0..RECORDS_PER_PARTITION)
-            .map(|i| Record {
-                key: None,
-                value: Some(format!("{p}-{i}").into_bytes()),
-                headers: BTreeMap::new(),
-                timestamp: chrono::Utc::now(),
-            })
-            .collect();
-        partition
-            .produce(batch, Compression::NoCompression)
-            .await
-            .expect("produce");
+        let values = (0..RECORDS_PER_PARTITION).map(|i| format!("{p}-{i}").into_bytes());
+        support::produce_values(&bootstrap, &topic, p, values, RECORDS_PER_PARTITION).await;
     }
 
     let durable = Durable::default();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kafka_share_sink::{
-    AckPolicy, AcknowledgementMode, CommitPolicy, DriverConfig, Durability, KafkaAdmin,
+    AckPolicy, AcknowledgementMode, CommitPolicy, Delivered, DriverConfig, Durability, KafkaAdmin,
     KafkaShareConsumer, KafkaShareConsumerConfig, RecordId, ShareConsumer, ShareSinkTask,
     SinkRecord, SinkTask, TaskConfig, TaskError,
 };
@@ -36,30 +36,9 @@ async fn setup(test: &str, records: usize) -> Option<(String, String, String)> {
         )
         .await
         .expect("group config");
-    let client = ClientBuilder::new(vec![bootstrap.clone()])
-        .build()
-        .await
-        .expect("rskafka");
-    let partition = client
-        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
-    // In produce batches of at most 100 records, as producers write them: a share fetch
-    // acquires whole batches.
-    for first in (0..records).step_by(100) {
-        let batch: Vec<Record> = (first..records.min(first + 100))
-            .map(|i| Record {
-                key: None,
-                value: Some(format!("v{i}").into_bytes()),
-                headers: BTreeMap::new(),
-                timestamp: chrono::Utc::now(),
-            })
-            .collect();
-        partition
-            .produce(batch, Compression::NoCompression)
-            .await
-            .expect("produce");
-    }
+    // As producers write them, in batches: a share fetch acquires whole batches.
+    let values = (0..records).map(|i| format!("v{i}").into_bytes());
+    support::produce_values(&bootstrap, &topic, 0, values, 100).await;
     Some((bootstrap, topic, group))
 }
 
@@ -106,7 +85,7 @@ impl SinkTask for SlowFlushSink {
         }
         Ok(())
     }
-    async fn pre_commit(&mut self, _: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
         if self.first_put.is_none_or(|t| t.elapsed() < self.hold) {
             return Ok(Durability::Nothing);
         }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_share_sink::supervisor::{Supervisor, SupervisorConfig, TaskParts};
 use kafka_share_sink::{
-    Durability, KafkaAdmin, Plugins, Properties, RecordId, SinkRecord, SinkTask, TaskConfig,
+    Delivered, Durability, KafkaAdmin, Plugins, Properties, SinkRecord, SinkTask, TaskConfig,
     TaskError,
 };
 use rskafka::client::ClientBuilder;
@@ -44,7 +44,7 @@ impl SinkTask for AckLater {
     async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
         self.sink.put(records).await
     }
-    async fn pre_commit(&mut self, delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
         let durable = self.sink.pre_commit(delivered).await?;
         if !delivered.is_empty() {
             tokio::time::sleep(self.pause).await;

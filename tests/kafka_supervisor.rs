@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,9 +14,6 @@ use kafka_share_sink::supervisor::{Supervisor, SupervisorConfig, TaskParts, Task
 use kafka_share_sink::{
     KafkaAdmin, Plugins, Properties, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, UnknownTopicHandling};
-use rskafka::record::Record;
 
 const RECORDS: usize = 600;
 
@@ -84,28 +81,8 @@ async fn three_supervised_tasks_drain_one_partition_with_a_restart_and_stop_clea
         )
         .await
         .expect("group config");
-    let client = ClientBuilder::new(vec![bootstrap.clone()])
-        .build()
-        .await
-        .expect("rskafka");
-    let partition = client
-        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
-    let records: Vec<Record> = (0..RECORDS)
-        .map(|i| Record {
-            key: None,
-            value: Some(format!("v{i}").into_bytes()),
-            headers: BTreeMap::new(),
-            timestamp: chrono::Utc::now(),
-        })
-        .collect();
-    for chunk in records.chunks(20) {
-        partition
-            .produce(chunk.to_vec(), Compression::NoCompression)
-            .await
-            .expect("produce");
-    }
+    let values = (0..RECORDS).map(|i| format!("v{i}").into_bytes());
+    support::produce_values(&bootstrap, &topic, 0, values, 20).await;
 
     let worker = Properties::from_iter([("bootstrap.servers", bootstrap.as_str())]);
     let connector = Properties::from_iter([

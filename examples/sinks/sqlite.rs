@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use kafka_share_sink::{Durability, RecordId, SinkRecord, SinkTask, TaskConfig, TaskError, Value};
+use kafka_share_sink::{Delivered, Durability, SinkRecord, SinkTask, TaskConfig, TaskError, Value};
 use rusqlite::{Connection, params};
 
 /// The class name the standalone runner knows this sink by.
@@ -109,7 +109,7 @@ impl SinkTask for SqliteSink {
         Ok(())
     }
 
-    async fn pre_commit(&mut self, _delivered: &[RecordId]) -> Result<Durability, TaskError> {
+    async fn pre_commit(&mut self, _delivered: &Delivered) -> Result<Durability, TaskError> {
         if self.buffer.is_empty() {
             return Ok(Durability::All);
         }

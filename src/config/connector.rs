@@ -515,8 +515,8 @@ impl ConnectorConfig {
             bytes.unwrap_or(defaults.max_awaiting_flush_bytes),
         );
         match self.commit_interval {
-            // Also bounded in records, as the driver's default: the ids awaiting `pre_commit`
-            // would otherwise grow with the interval (Connect's default is a minute).
+            // Also bounded in records, as the driver's default: what waits for a commit would
+            // otherwise grow with the interval (Connect's default is a minute).
             Some(interval) => config
                 .commit_policy(CommitPolicy::interval(interval).or_records(DEFAULT_COMMIT_RECORDS)),
             None => config,

@@ -11,7 +11,7 @@ use crate::task::TaskConfig;
 use crate::transform::TransformChain;
 
 /// The record bound of the driver's default commit policy: at most this many acknowledged
-/// records wait for a commit (their ids, about 32 bytes each, wait with them).
+/// records wait for a commit (and for `pre_commit` to hear of them).
 pub const DEFAULT_COMMIT_RECORDS: u64 = 100_000;
 
 /// When the driver commits acknowledgements with `commit_sync`.
@@ -129,8 +129,8 @@ impl DriverConfig {
             // Java's fetch.max.wait.ms.
             poll_timeout: Duration::from_millis(500),
             // Measured (BENCHMARKS.md): a commit per iteration is a round trip per batch;
-            // acknowledgements ride on fetches in between. The record bound keeps the ids
-            // awaiting `pre_commit` (about 32 bytes each) to a few MB at any pace.
+            // acknowledgements ride on fetches in between. The record bound keeps what waits
+            // for a commit's confirmation bounded at any pace.
             commit_policy: CommitPolicy::interval(Duration::from_secs(1))
                 .or_records(DEFAULT_COMMIT_RECORDS),
             // Java's default.api.timeout.ms.

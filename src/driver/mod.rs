@@ -48,6 +48,7 @@ use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults,
     DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
 };
+use crate::delivered::Delivered;
 use crate::dlq::{DeadLetterRecord, ErrorContext};
 use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
@@ -164,8 +165,8 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     retry: Option<RetryInPlace>,
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
-    delivered: Vec<RecordId>,
-    /// The size of each record of `delivered`, index for index (keys, values and headers as
+    delivered: Delivered,
+    /// The size of each record of `delivered`, in its order (keys, values and headers as
     /// polled), for `max_awaiting_flush`: kept only under `after.flush` (explicit mode),
     /// empty otherwise.
     delivered_bytes: Vec<u64>,
@@ -213,7 +214,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             batch_is_poll: false,
             retained: false,
             retry: None,
-            delivered: Vec::new(),
+            delivered: Delivered::new(),
             delivered_bytes: Vec::new(),
             batch_bytes: Vec::new(),
             held: HeldRecords::default(),
@@ -569,9 +570,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_put += n as u64;
         self.acknowledged_since_commit += n as u64;
         if self.implicit() {
-            // The next poll or commit accepts the batch; it is not needed any more: its ids
-            // are moved, not cloned. The sizes matter only under after.flush (explicit).
-            SinkRecord::drain_original_ids(&mut self.batch, &mut self.delivered);
+            // The next poll or commit accepts the batch. The sizes matter only under
+            // after.flush (explicit).
+            self.delivered.extend_from_batch(&self.batch);
+            self.batch.clear();
             report.accepted += n;
             return Ok(());
         }
@@ -599,9 +601,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     }
                 }
                 report.accepted += n;
-                // Settled: nothing reads the batch again, so its ids are moved, not cloned.
-                // The sizes matter only under after.flush.
-                SinkRecord::drain_original_ids(&mut self.batch, &mut self.delivered);
+                // Settled: nothing reads the batch again. The sizes matter only under
+                // after.flush.
+                self.delivered.extend_from_batch(&self.batch);
+                self.batch.clear();
                 return Ok(());
             }
             AckPolicy::AfterFlush => {
@@ -615,8 +618,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
             }
         }
-        self.delivered
-            .extend(self.batch.iter().map(|r| r.original_id().clone()));
+        self.delivered.extend_from_batch(&self.batch);
         self.delivered_bytes
             .extend(sizes(&self.batch_bytes, self.batch.len()));
         Ok(())
@@ -856,8 +858,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut records = Vec::with_capacity(not_durable.len());
         for i in not_durable {
             let id = self.batch[i].original_id().clone();
-            if let Some(at) = self.delivered.iter().position(|d| *d == id) {
-                self.delivered.remove(at);
+            if let Some(at) = self.delivered.remove(&id) {
                 if at < self.delivered_bytes.len() {
                     self.delivered_bytes.remove(at);
                 }
@@ -1026,11 +1027,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         };
         let mut accepted = 0;
         if after_flush {
-            let mut waiting = Vec::new();
+            let mut waiting = Delivered::new();
             let mut waiting_bytes = Vec::new();
-            for (i, id) in delivered.into_iter().enumerate() {
+            for (i, id) in delivered.iter().enumerate() {
                 if !durability.covers(&id) {
-                    waiting.push(id);
+                    waiting.push(&id);
                     waiting_bytes.push(delivered_bytes.get(i).copied().unwrap_or(0));
                 } else if self.held.remove(&id) {
                     accept(&mut self.consumer, &id)?;

@@ -108,3 +108,41 @@ pub(crate) async fn share_group_config_until(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Produces `values` (no key, no headers) to one partition of `topic`, in produce batches of
+/// at most `per_batch` records (a share fetch acquires whole batches).
+pub(crate) async fn produce_values(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    values: impl IntoIterator<Item = Vec<u8>>,
+    per_batch: usize,
+) {
+    use rskafka::client::ClientBuilder;
+    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use rskafka::record::Record;
+
+    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
+        .build()
+        .await
+        .expect("rskafka");
+    let partition = client
+        .partition_client(topic.to_owned(), partition, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    let records: Vec<Record> = values
+        .into_iter()
+        .map(|value| Record {
+            key: None,
+            value: Some(value),
+            headers: std::collections::BTreeMap::new(),
+            timestamp: chrono::Utc::now(),
+        })
+        .collect();
+    for batch in records.chunks(per_batch.max(1)) {
+        partition
+            .produce(batch.to_vec(), Compression::NoCompression)
+            .await
+            .expect("produce");
+    }
+}
