@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use crate::record::{RecordId, SinkRecord, TopicPartition};
+use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
+use crate::topic_name::TopicName;
 
 /// The records written by `put` since the last commit, by their original coordinates, in the
 /// order they were put: what [`SinkTask::pre_commit`](crate::SinkTask::pre_commit) is asked
@@ -80,20 +81,54 @@ impl Delivered {
 
     /// Adds a record put after every one added before.
     pub fn push(&mut self, id: &RecordId) {
-        self.len = self.len.saturating_add(1);
+        self.push_at(id.topic_name(), id.partition(), id.offset());
+    }
+
+    /// [`push`](Self::push) of each polled record's coordinates, in order: one pass that
+    /// keeps the current run in registers.
+    pub(crate) fn extend_polled(&mut self, records: &[ConsumerRecord]) {
+        let Some((first, rest)) = records.split_first() else {
+            return;
+        };
+        let (mut topic, mut partition) = (first.topic_name(), first.partition());
+        let (mut start, mut last) = (first.offset(), first.offset());
+        for record in rest {
+            let offset = record.offset();
+            if last.checked_add(1) == Some(offset)
+                && record.partition() == partition
+                && record.topic_name() == topic
+            {
+                last = offset;
+                continue;
+            }
+            self.push_run(topic, partition, start, last);
+            (topic, partition) = (record.topic_name(), record.partition());
+            (start, last) = (offset, offset);
+        }
+        self.push_run(topic, partition, start, last);
+        self.len = self.len.saturating_add(records.len());
+    }
+
+    /// Adds the run `first..=last` (not counted in `len`), joining the last one when they meet.
+    fn push_run(&mut self, topic: &TopicName, partition: i32, first: i64, last: i64) {
         if let Some(run) = self.runs.last_mut()
-            && run.last.checked_add(1) == Some(id.offset())
-            && run.partition.partition() == id.partition()
-            && run.partition.topic_name() == id.topic_name()
+            && run.last.checked_add(1) == Some(first)
+            && run.partition.partition() == partition
+            && run.partition.topic_name() == topic
         {
-            run.last = id.offset();
+            run.last = last;
             return;
         }
         self.runs.push(Run {
-            partition: TopicPartition::new(id.topic_name(), id.partition()),
-            first: id.offset(),
-            last: id.offset(),
+            partition: TopicPartition::new(topic, partition),
+            first,
+            last,
         });
+    }
+
+    fn push_at(&mut self, topic: &TopicName, partition: i32, offset: i64) {
+        self.len = self.len.saturating_add(1);
+        self.push_run(topic, partition, offset, offset);
     }
 
     /// The records, in the order they were put.
@@ -135,6 +170,25 @@ impl Delivered {
                 .or_insert(after);
         }
         next
+    }
+
+    /// Moves every record of `other` after those here, leaving `other` empty.
+    pub(crate) fn append(&mut self, other: &mut Delivered) {
+        let mut runs = other.runs.drain(..);
+        if let Some(first) = runs.next() {
+            match self.runs.last_mut() {
+                Some(run)
+                    if run.last.checked_add(1) == Some(first.first)
+                        && run.partition == first.partition =>
+                {
+                    run.last = first.last;
+                }
+                _ => self.runs.push(first),
+            }
+            self.runs.extend(runs);
+        }
+        self.len = self.len.saturating_add(other.len);
+        other.len = 0;
     }
 
     /// Forgets every record, keeping the allocation.
@@ -278,6 +332,53 @@ mod tests {
             [id("t", 0, 0), id("t", 0, 1)].into_iter().collect(),
             "the same records in the same order"
         );
+    }
+
+    #[test]
+    fn polled_records_make_the_runs_their_ids_make() {
+        let coordinates = [
+            ("a", 0, 3),
+            ("a", 0, 4),
+            ("a", 1, 5),
+            ("a", 0, 5),
+            ("b", 0, 6),
+            ("b", 0, 7),
+        ];
+        let records: Vec<ConsumerRecord> = coordinates
+            .iter()
+            .map(|&(t, p, o)| ConsumerRecord::new(t, p, o))
+            .collect();
+        let mut polled: Delivered = [id("a", 0, 2)].into_iter().collect();
+        polled.extend_polled(&records);
+        polled.extend_polled(&[]);
+        let pushed: Delivered = std::iter::once(id("a", 0, 2))
+            .chain(coordinates.iter().map(|&(t, p, o)| id(t, p, o)))
+            .collect();
+        assert_eq!(polled.len(), 7);
+        assert_eq!(
+            polled.ranges().collect::<Vec<_>>(),
+            pushed.ranges().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn append_joins_the_runs_that_meet() {
+        let mut d: Delivered = [id("t", 0, 0), id("t", 0, 1)].into_iter().collect();
+        let mut more: Delivered = [id("t", 0, 2), id("t", 1, 0), id("t", 0, 3)]
+            .into_iter()
+            .collect();
+        d.append(&mut more);
+        assert!(more.is_empty() && more.ranges().count() == 0);
+        assert_eq!(d.len(), 5);
+        assert_eq!(d.ranges().count(), 3, "{d:?}");
+        let expected: Delivered = [0, 1, 2]
+            .map(|o| id("t", 0, o))
+            .into_iter()
+            .chain([id("t", 1, 0), id("t", 0, 3)])
+            .collect();
+        assert_eq!(d, expected);
+        d.append(&mut Delivered::new());
+        assert_eq!(d.len(), 5);
     }
 
     #[test]

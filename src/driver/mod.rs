@@ -166,6 +166,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
     delivered: Delivered,
+    /// The original coordinates of `batch` when it is a whole poll (`batch_is_poll`), noted
+    /// while polling, where the records are still in cache; empty otherwise.
+    batch_delivered: Delivered,
     /// The size of each record of `delivered`, in its order (keys, values and headers as
     /// polled), for `max_awaiting_flush`: kept only under `after.flush` (explicit mode),
     /// empty otherwise.
@@ -215,6 +218,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retained: false,
             retry: None,
             delivered: Delivered::new(),
+            batch_delivered: Delivered::new(),
             delivered_bytes: Vec::new(),
             batch_bytes: Vec::new(),
             held: HeldRecords::default(),
@@ -572,7 +576,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if self.implicit() {
             // The next poll or commit accepts the batch. The sizes matter only under
             // after.flush (explicit).
-            self.delivered.extend_from_batch(&self.batch);
+            self.deliver_batch();
             self.batch.clear();
             report.accepted += n;
             return Ok(());
@@ -603,7 +607,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 report.accepted += n;
                 // Settled: nothing reads the batch again. The sizes matter only under
                 // after.flush.
-                self.delivered.extend_from_batch(&self.batch);
+                self.deliver_batch();
                 self.batch.clear();
                 return Ok(());
             }
@@ -618,10 +622,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
             }
         }
-        self.delivered.extend_from_batch(&self.batch);
+        self.deliver_batch();
         self.delivered_bytes
             .extend(sizes(&self.batch_bytes, self.batch.len()));
         Ok(())
+    }
+
+    /// Notes the batch's records as delivered, for the next `pre_commit`.
+    fn deliver_batch(&mut self) {
+        if self.batch_is_poll && self.batch_delivered.len() == self.batch.len() {
+            // Noted while polling.
+            self.delivered.append(&mut self.batch_delivered);
+        } else {
+            self.delivered.extend_from_batch(&self.batch);
+        }
     }
 
     async fn on_put_retriable(

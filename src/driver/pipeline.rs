@@ -14,6 +14,7 @@ use super::held::retry_backoff;
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
+use crate::delivered::Delivered;
 use crate::error::{Error, Result};
 use crate::record::{ConsumerRecord, SinkRecord};
 use crate::time::deadline_after;
@@ -27,6 +28,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch_bytes.clear();
         self.raw.clear();
         self.batch_is_poll = false;
+        self.batch_delivered.clear();
         let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
         self.batch.reserve(records.len());
@@ -49,17 +51,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if track_bytes {
                 self.batch_bytes.extend(records.iter().map(record_size));
             }
-            let (redelivered, last) = if records.iter().all(|r| r.headers().is_empty()) {
+            // One pass over the records while the fetch has just written them: delivery
+            // counts, and the batch's coordinates for `pre_commit`.
+            let (redelivered, last) =
+                count_and_note(&records, last_delivery, &mut self.batch_delivered);
+            if records.iter().all(|r| r.headers().is_empty()) {
                 let mut records = records;
-                extend_batch_in_place(&mut self.batch, &mut records, last_delivery)
+                extend_batch_in_place(&mut self.batch, &mut records);
             } else {
-                extend_batch(
-                    &mut self.batch,
-                    records,
-                    last_delivery,
-                    SinkRecord::from_consumer_record,
-                )
-            };
+                self.batch
+                    .extend(records.into_iter().map(SinkRecord::from_consumer_record));
+            }
             self.metrics.records_redelivered += redelivered;
             self.metrics.records_last_delivery += last as u64;
             report.last_delivery += last;
@@ -284,49 +286,34 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 }
 
-/// Converts `records` into `batch` in one pass of known length, which writes each record in
-/// place; returns how many were redelivered and how many are on their last delivery.
-#[inline]
-fn extend_batch(
-    batch: &mut Vec<SinkRecord>,
-    records: Vec<ConsumerRecord>,
+/// How many of `records` were redelivered and how many are on their last delivery, noting
+/// their coordinates in `delivered`. In passes of their own: counters updated inside the
+/// conversion's closure live in memory, one store-to-load chain per record.
+fn count_and_note(
+    records: &[ConsumerRecord],
     last_delivery: u16,
-    convert: impl Fn(ConsumerRecord) -> SinkRecord,
+    delivered: &mut Delivered,
 ) -> (u64, usize) {
-    let (mut redelivered, mut last) = (0, 0);
-    batch.extend(records.into_iter().map(|record| {
-        let count = record.delivery_count();
-        redelivered += u64::from(count > 1);
-        last += usize::from(count >= last_delivery);
-        convert(record)
-    }));
-    (redelivered, last)
-}
-
-/// [`extend_batch`] for records without headers, read in place (see
-/// [`SinkRecord::take_from_consumer_record_without_headers`]).
-#[inline]
-fn extend_batch_in_place(
-    batch: &mut Vec<SinkRecord>,
-    records: &mut [ConsumerRecord],
-    last_delivery: u16,
-) -> (u64, usize) {
-    // Counted in a pass of their own: counters updated inside the conversion's closure live
-    // in memory, one store-to-load chain per record.
-    let counts = records.iter().fold((0, 0), |(redelivered, last), record| {
+    delivered.extend_polled(records);
+    records.iter().fold((0, 0), |(redelivered, last), record| {
         let count = record.delivery_count();
         (
             redelivered + u64::from(count > 1),
             last + usize::from(count >= last_delivery),
         )
-    });
+    })
+}
+
+/// Converts records without headers into `batch` in one pass of known length, reading each
+/// in place (see [`SinkRecord::take_from_consumer_record_without_headers`]).
+#[inline]
+fn extend_batch_in_place(batch: &mut Vec<SinkRecord>, records: &mut [ConsumerRecord]) {
     let schema = SinkRecord::optional_bytes_schema();
     batch.extend(
         records
             .iter_mut()
             .map(|record| SinkRecord::take_from_consumer_record_without_headers(record, schema)),
     );
-    counts
 }
 
 /// The bytes of a record's key, value and headers as polled.
