@@ -207,7 +207,11 @@ async fn records_are_put_then_accepted_and_committed() {
         1,
         "pre_commit runs before the commit"
     );
-    assert_eq!(log.pre_commits[0].len(), 6);
+    let written: Vec<RecordId> = log.written.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(
+        log.pre_commits[0], written,
+        "pre_commit hears of the records put, in the order put"
+    );
     let m = d.metrics();
     assert_eq!(
         (m.records_read, m.records_put, m.put_batches, m.commits),

@@ -67,6 +67,7 @@ impl PartitionAcks {
     }
 
     /// Adds `offset`, past every offset added before.
+    #[cfg(test)]
     fn push(&mut self, offset: i64, ack: AcknowledgeType) {
         if let Some(run) = self.runs.last_mut()
             && run.ack == ack
@@ -113,37 +114,41 @@ impl InFlightBatch {
         self.entries.reserve(records.len() + kept.len());
         let any_kept = !kept.is_empty();
         for (tp, mut entry) in kept {
-            entry.partition = self.partition_index_or_insert(tp.topic_name(), tp.partition());
+            entry.partition =
+                partition_index_or_insert(&mut self.partitions, tp.topic_name(), tp.partition());
             self.entries.push(entry);
         }
         // Polls return runs of one partition: look the partition up once per run.
         let mut last: Option<(&TopicName, i32, u32)> = None;
         let mut sorted = true;
-        for record in records {
+        let mut previous = self.entries.last().map(|e| (e.partition, e.offset));
+        let Self {
+            partitions,
+            entries,
+            ..
+        } = self;
+        entries.extend(records.iter().map(|record| {
+            let (topic, p, offset) = (record.topic_name(), record.partition(), record.offset());
             let partition = match last {
-                Some((topic, p, index))
-                    if p == record.partition() && topic.same(record.topic_name()) =>
-                {
-                    index
-                }
+                Some((last_topic, last_p, index)) if last_p == p && last_topic.same(topic) => index,
                 _ => {
-                    let index =
-                        self.partition_index_or_insert(record.topic_name(), record.partition());
-                    last = Some((record.topic_name(), record.partition(), index));
+                    let index = partition_index_or_insert(partitions, topic, p);
+                    last = Some((topic, p, index));
                     index
                 }
             };
-            if let Some(previous) = self.entries.last() {
-                sorted &= (previous.partition, previous.offset) < (partition, record.offset());
+            if let Some(before) = previous {
+                sorted &= before < (partition, offset);
             }
-            self.entries.push(Entry {
+            previous = Some((partition, offset));
+            Entry {
                 partition,
-                offset: record.offset(),
+                offset,
                 ack: None,
                 sent: false,
                 held: false,
-            });
-        }
+            }
+        }));
         self.cursor = 0;
         if any_kept {
             // Stable, so a new entry sorts after the held one it replaces.
@@ -159,24 +164,16 @@ impl InFlightBatch {
             self.entries
                 .sort_unstable_by_key(|e| (e.partition, e.offset));
         }
-        self.unacknowledged = self.entries.iter().filter(|e| e.awaiting_ack()).count();
-    }
-
-    fn partition_index_or_insert(&mut self, topic: &TopicName, partition: i32) -> u32 {
-        if let Some(i) = self.partition_index(topic, partition) {
-            return i;
-        }
-        self.partitions
-            .push(TopicPartition::new(topic.clone(), partition));
-        u32::try_from(self.partitions.len() - 1).unwrap_or(u32::MAX)
+        self.unacknowledged = if any_kept {
+            self.entries.iter().filter(|e| e.awaiting_ack()).count()
+        } else {
+            // Every entry is new, none acknowledged.
+            self.entries.len()
+        };
     }
 
     fn partition_index(&self, topic: &str, partition: i32) -> Option<u32> {
-        // A poll spans few partitions; a linear scan beats hashing here.
-        self.partitions
-            .iter()
-            .position(|tp| tp.partition() == partition && same_topic(tp.topic(), topic))
-            .and_then(|i| u32::try_from(i).ok())
+        partition_index(&self.partitions, topic, partition)
     }
 
     /// Records an acknowledgement for one record of the batch.
@@ -303,34 +300,65 @@ impl InFlightBatch {
     /// Takes the acknowledgements not yet sent, grouped by partition, and marks them sent.
     /// With `accept_unacknowledged` (implicit mode) records without one are accepted.
     pub(crate) fn take_unsent(&mut self, accept_unacknowledged: bool) -> Vec<PartitionAcks> {
+        let Self {
+            partitions,
+            entries,
+            unacknowledged,
+            ..
+        } = self;
         let mut out: Vec<PartitionAcks> = Vec::new();
-        let mut current: Option<u32> = None;
-        let mut rest = self.entries.as_mut_slice();
-        while let Some((entry, tail)) = rest.split_first_mut() {
-            rest = tail;
+        // The partition of `out`'s last entry.
+        let mut out_partition: Option<u32> = None;
+        let mut emit = |partition: u32, run: AckRun| {
+            if out_partition != Some(partition) {
+                out_partition = Some(partition);
+                out.push(PartitionAcks {
+                    partition: partitions[partition as usize].clone(),
+                    runs: Vec::new(),
+                });
+            }
+            if let Some(last) = out.last_mut() {
+                last.runs.push(run);
+            }
+        };
+        // The run being built, kept out of memory until it ends.
+        let mut current: Option<(u32, AckRun)> = None;
+        for entry in entries.iter_mut() {
             if entry.sent {
                 continue;
             }
             let ack = match entry.ack {
                 Some(ack) => ack,
                 None if accept_unacknowledged => {
-                    self.unacknowledged -= 1;
+                    *unacknowledged -= 1;
                     entry.ack = Some(AcknowledgeType::Accept);
                     AcknowledgeType::Accept
                 }
                 None => continue,
             };
             entry.sent = true;
-            if current != Some(entry.partition) {
-                current = Some(entry.partition);
-                out.push(PartitionAcks {
-                    partition: self.partitions[entry.partition as usize].clone(),
-                    runs: Vec::new(),
-                });
+            match &mut current {
+                Some((partition, run))
+                    if *partition == entry.partition
+                        && run.ack == ack
+                        && run.last.checked_add(1) == Some(entry.offset) =>
+                {
+                    run.last = entry.offset;
+                }
+                _ => {
+                    let next = AckRun {
+                        first: entry.offset,
+                        last: entry.offset,
+                        ack,
+                    };
+                    if let Some((partition, run)) = current.replace((entry.partition, next)) {
+                        emit(partition, run);
+                    }
+                }
             }
-            if let Some(last) = out.last_mut() {
-                last.push(entry.offset, ack);
-            }
+        }
+        if let Some((partition, run)) = current {
+            emit(partition, run);
         }
         out
     }
@@ -382,6 +410,28 @@ impl InFlightBatch {
     }
 }
 
+/// The index of a partition in `partitions`.
+fn partition_index(partitions: &[TopicPartition], topic: &str, partition: i32) -> Option<u32> {
+    // A poll spans few partitions; a linear scan beats hashing here.
+    partitions
+        .iter()
+        .position(|tp| tp.partition() == partition && same_topic(tp.topic(), topic))
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+/// The index of a partition in `partitions`, added at the end if it is not there.
+fn partition_index_or_insert(
+    partitions: &mut Vec<TopicPartition>,
+    topic: &TopicName,
+    partition: i32,
+) -> u32 {
+    if let Some(i) = partition_index(partitions, topic, partition) {
+        return i;
+    }
+    partitions.push(TopicPartition::new(topic.clone(), partition));
+    u32::try_from(partitions.len() - 1).unwrap_or(u32::MAX)
+}
+
 /// Topic names compare equal; the same shared name is recognized without reading it.
 fn same_topic(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
@@ -419,6 +469,70 @@ mod tests {
             )]
         );
         assert!(b.take_unsent(false).is_empty(), "acks are sent once");
+    }
+
+    #[test]
+    fn unsent_acks_come_as_runs_per_partition_broken_by_gaps_and_types() {
+        // Partition a-0: 0..=5, offset 3 rejected, 6 missing, 7..=8; b-0: 10..=11; a-1: 2.
+        let coordinates = [
+            ("a", 0, 0),
+            ("a", 0, 1),
+            ("a", 0, 2),
+            ("a", 0, 3),
+            ("a", 0, 4),
+            ("a", 0, 5),
+            ("a", 0, 7),
+            ("a", 0, 8),
+            ("b", 0, 10),
+            ("b", 0, 11),
+            ("a", 1, 2),
+        ];
+        let records: Vec<ConsumerRecord> = coordinates
+            .iter()
+            .map(|&(t, p, o)| ConsumerRecord::new(t, p, o))
+            .collect();
+        let mut b = InFlightBatch::default();
+        b.reset(&records);
+        b.acknowledge("a", 0, 3, AcknowledgeType::Reject).unwrap();
+        b.acknowledge("b", 0, 11, AcknowledgeType::Release).unwrap();
+        // Implicit mode accepts the rest.
+        let sent = b.take_unsent(true);
+        use AcknowledgeType::{Accept, Reject, Release};
+        let expected = vec![
+            PartitionAcks::of(
+                TopicPartition::new("a", 0),
+                vec![
+                    (0, Accept),
+                    (1, Accept),
+                    (2, Accept),
+                    (3, Reject),
+                    (4, Accept),
+                    (5, Accept),
+                    (7, Accept),
+                    (8, Accept),
+                ],
+            ),
+            PartitionAcks::of(TopicPartition::new("a", 1), vec![(2, Accept)]),
+            PartitionAcks::of(
+                TopicPartition::new("b", 0),
+                vec![(10, Accept), (11, Release)],
+            ),
+        ];
+        let runs = |acks: &[PartitionAcks]| -> Vec<(String, Vec<AckRun>)> {
+            let mut v: Vec<_> = acks
+                .iter()
+                .map(|p| (p.partition.to_string(), p.runs.clone()))
+                .collect();
+            v.sort_by(|x, y| x.0.cmp(&y.0));
+            v
+        };
+        assert_eq!(runs(&sent), runs(&expected));
+        assert_eq!(
+            sent[0].runs.len() + sent[1].runs.len() + sent[2].runs.len(),
+            7
+        );
+        assert_eq!(b.unacknowledged(), 0);
+        assert!(b.take_unsent(true).is_empty());
     }
 
     #[test]
