@@ -304,31 +304,33 @@ impl SharePartition {
     }
 
     fn advance_start(&mut self) {
-        let mut done = 0;
-        for slot in &self.slots {
-            if !slot.state.is_terminal() {
-                break;
-            }
+        let done = self
+            .slots
+            .iter()
+            .position(|slot| !slot.state.is_terminal())
+            .unwrap_or(self.slots.len());
+        if done == 0 {
+            return;
+        }
+        let mut offset = self.start;
+        for slot in self.slots.range(..done) {
             debug_assert!(slot.owner.is_none() && slot.deadline.is_none());
-            let offset = self.start + done as i64;
+            offset += 1;
             match self.terminal.last_mut() {
                 Some(run)
                     if run.state == slot.state && run.delivery_count == slot.delivery_count =>
                 {
-                    run.end = offset + 1;
+                    run.end = offset;
                 }
                 _ => self.terminal.push(TerminalRun {
-                    end: offset + 1,
+                    end: offset,
                     state: slot.state,
                     delivery_count: slot.delivery_count,
                 }),
             }
-            done += 1;
         }
-        if done > 0 {
-            self.slots.drain(..done);
-            self.start += done as i64;
-        }
+        self.slots.drain(..done);
+        self.start = offset;
     }
 
     fn lock(&mut self, slot_index: usize, member: MemberKey, deadline: Instant) -> Acquired {
@@ -414,30 +416,30 @@ impl SharePartition {
         let wanted_end = first.saturating_add(remaining).min(log_end);
         let window_end = batch_end(wanted_end - 1).min(log_end).max(wanted_end);
         let acquired_end = if strict { wanted_end } else { window_end };
-        let new = usize::try_from(window_end - first).unwrap_or(0);
-        out.reserve(new);
-        self.slots.reserve(new);
-        for offset in first..window_end {
-            if offset < acquired_end {
-                self.slots.push_back(Slot {
-                    state: RecordState::Acquired,
-                    delivery_count: 1,
-                    owner: Some(member),
-                    deadline: Some(deadline),
-                });
-                out.push(Acquired {
-                    offset,
-                    delivery_count: 1,
-                });
-            } else {
-                self.slots.push_back(Slot {
-                    state: RecordState::Available,
-                    delivery_count: 0,
-                    owner: None,
-                    deadline: None,
-                });
-            }
-        }
+        // Every new record is alike: acquired (`first..acquired_end`), then available.
+        let acquired = usize::try_from(acquired_end.min(window_end) - first).unwrap_or(0);
+        let available = usize::try_from(window_end - first)
+            .unwrap_or(0)
+            .saturating_sub(acquired);
+        let locked = Slot {
+            state: RecordState::Acquired,
+            delivery_count: 1,
+            owner: Some(member),
+            deadline: Some(deadline),
+        };
+        let free = Slot {
+            state: RecordState::Available,
+            delivery_count: 0,
+            owner: None,
+            deadline: None,
+        };
+        self.slots.extend(
+            std::iter::repeat_n(locked, acquired).chain(std::iter::repeat_n(free, available)),
+        );
+        out.extend((first..).take(acquired).map(|offset| Acquired {
+            offset,
+            delivery_count: 1,
+        }));
         self.end = window_end;
         self.next_deadline = Some(self.next_deadline.map_or(deadline, |n| n.min(deadline)));
     }
