@@ -312,20 +312,29 @@ impl SharePartition {
         if done == 0 {
             return;
         }
+        debug_assert!(
+            self.slots
+                .range(..done)
+                .all(|s| s.owner.is_none() && s.deadline.is_none())
+        );
+        // Runs of the same state and delivery count: one terminal run each.
         let mut offset = self.start;
-        for slot in self.slots.range(..done) {
-            debug_assert!(slot.owner.is_none() && slot.deadline.is_none());
+        let mut slots = self.slots.range(..done).peekable();
+        while let Some(first) = slots.next() {
+            let key = (first.state, first.delivery_count);
             offset += 1;
+            while slots
+                .next_if(|s| (s.state, s.delivery_count) == key)
+                .is_some()
+            {
+                offset += 1;
+            }
             match self.terminal.last_mut() {
-                Some(run)
-                    if run.state == slot.state && run.delivery_count == slot.delivery_count =>
-                {
-                    run.end = offset;
-                }
+                Some(run) if (run.state, run.delivery_count) == key => run.end = offset,
                 _ => self.terminal.push(TerminalRun {
                     end: offset,
-                    state: slot.state,
-                    delivery_count: slot.delivery_count,
+                    state: key.0,
+                    delivery_count: key.1,
                 }),
             }
         }
