@@ -521,10 +521,13 @@ impl SharePartition {
         }
         let deadline = deadline_after(now, config.record_lock_duration);
         for run in runs {
-            // Held, so inside the window (checked above).
+            // Held, so inside the window (checked above); an empty run names nothing.
             let (Some(first), Some(last)) = (self.index(run.first), self.index(run.last)) else {
                 continue;
             };
+            if first > last {
+                continue;
+            }
             match run.ack {
                 AcknowledgeType::Accept => {
                     for slot in self.slots.range_mut(first..=last) {
@@ -833,6 +836,10 @@ mod tests {
         assert_eq!(p.start_offset(), 4, "the terminal head leaves the window");
         let err = failing(&mut p, run(2, 4, AcknowledgeType::Accept));
         assert!(err.contains("offset 2: it is Archived"), "{err}");
+        // A run the wrong way round names no record: nothing changes, nothing fails.
+        p.acknowledge(1, &[run(7, 4, AcknowledgeType::Accept)], now, &config)
+            .expect("an empty run");
+        assert_eq!(p.slot(7).unwrap().state, RecordState::Acquired);
     }
 
     #[test]
