@@ -26,8 +26,7 @@ use kafka_share_sink::{
     KafkaShareConsumerConfig, OffsetSpec, ResetTo, ShareConsumer, ShareGroupPartitionOffsets,
     ShareGroupState,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
 /// The admin client of the test broker, or `None` to skip.
@@ -630,14 +629,7 @@ async fn dead_letter_fixture(test: &str, copy_record: bool) -> Option<DeadLetter
 impl DeadLetterFixture {
     /// Produces `n` records, `key-i`/`value-i` with a header `source: web`.
     async fn produce(&self, n: usize) {
-        let client = ClientBuilder::new(vec![self.bootstrap.clone()])
-            .build()
-            .await
-            .expect("rskafka client");
-        let partition = client
-            .partition_client(self.topic.clone(), 0, UnknownTopicHandling::Retry)
-            .await
-            .expect("partition client");
+        let partition = support::rskafka_partition(&self.bootstrap, &self.topic, 0).await;
         let records = (0..n)
             .map(|i| Record {
                 key: Some(format!("key-{i}").into_bytes()),
@@ -911,14 +903,7 @@ async fn share_fixture(test: &str, partitions: i32) -> Option<ShareFixture> {
 impl ShareFixture {
     /// Produces `n` records `value-{from+i}` to `partition`, in one batch.
     async fn produce(&self, partition: i32, from: usize, n: usize) {
-        let client = ClientBuilder::new(vec![self.bootstrap.clone()])
-            .build()
-            .await
-            .expect("rskafka client");
-        let partition = client
-            .partition_client(self.topic.clone(), partition, UnknownTopicHandling::Retry)
-            .await
-            .expect("partition client");
+        let partition = support::rskafka_partition(&self.bootstrap, &self.topic, partition).await;
         let records = (from..from + n)
             .map(|i| Record {
                 key: None,

@@ -13,8 +13,7 @@ use kafka_share_sink::{
     KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer,
     ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
 const LOCK_MS: u64 = 2_000;
@@ -78,14 +77,7 @@ fn record(i: usize) -> Record {
 }
 
 async fn produce(f: &Fixture, partition: i32, records: Vec<Record>, compression: Compression) {
-    let client = ClientBuilder::new(vec![f.bootstrap.clone()])
-        .build()
-        .await
-        .expect("rskafka client");
-    let partition = client
-        .partition_client(f.topic.clone(), partition, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
+    let partition = support::rskafka_partition(&f.bootstrap, &f.topic, partition).await;
     for chunk in records.chunks(500) {
         partition
             .produce(chunk.to_vec(), compression)

@@ -18,8 +18,6 @@ use kafka_share_sink::{
     KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, ShareSinkTask,
     SinkRecord, SinkTask, TaskConfig, TaskError,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::UnknownTopicHandling;
 use tokio::time::Instant;
 
 const PARTITIONS: i32 = 2;
@@ -102,14 +100,7 @@ async fn sink(bootstrap: &str, group: &str, topic: &str, durable: &Durable) {
 
 /// The (partition, offset) of every record the broker wrote to the dead-letter topic.
 async fn dead_letters(bootstrap: &str, dlq: &str) -> BTreeSet<(i32, i64)> {
-    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
-        .build()
-        .await
-        .expect("rskafka");
-    let partition = client
-        .partition_client(dlq.to_owned(), 0, UnknownTopicHandling::Retry)
-        .await
-        .expect("dead-letter partition");
+    let partition = support::rskafka_partition(bootstrap, dlq, 0).await;
     let mut out = BTreeSet::new();
     let mut offset = 0;
     loop {

@@ -24,7 +24,6 @@ use kafka_share_sink::{
     TimestampType,
 };
 use rskafka::client::ClientBuilder;
-use rskafka::client::partition::UnknownTopicHandling;
 use rskafka::record::RecordAndOffset;
 
 /// A converter error with a cause.
@@ -82,14 +81,7 @@ fn context_pairs(
 
 /// Reads every record of a partition with rskafka.
 async fn read_with_rskafka(bootstrap: &str, topic: &str, partition: i32) -> Vec<RecordAndOffset> {
-    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
-        .build()
-        .await
-        .expect("rskafka client");
-    let partition = client
-        .partition_client(topic.to_owned(), partition, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
+    let partition = support::rskafka_partition(bootstrap, topic, partition).await;
     let (records, _high_watermark) = partition
         .fetch_records(0, 1..10_000_000, 1_000)
         .await

@@ -14,8 +14,7 @@ use kafka_share_sink::{
     AcknowledgementMode, AcquisitionSizing, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, ShareAcquireMode, ShareConsumer,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
+use rskafka::client::partition::{Compression, PartitionClient};
 use rskafka::record::Record;
 use share_behaviour::{Backend, Group};
 
@@ -61,14 +60,7 @@ impl Kafka {
                         .or(c.get("share.partition.max.record.locks"))
         })
         .await;
-        let client = ClientBuilder::new(vec![bootstrap.clone()])
-            .build()
-            .await
-            .expect("rskafka client");
-        let partition = client
-            .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-            .await
-            .expect("partition client");
+        let partition = support::rskafka_partition(&bootstrap, &topic, 0).await;
         Some(Self {
             bootstrap,
             topic,

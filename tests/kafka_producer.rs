@@ -17,8 +17,6 @@ use kafka_share_sink::producer::{
     IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, LogReader, Producer,
     ProducerError, ProducerRecord,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::UnknownTopicHandling;
 use rskafka::record::RecordAndOffset;
 
 async fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
@@ -32,14 +30,7 @@ async fn topic(bootstrap: &str, prefix: &str, partitions: i32) -> String {
 }
 
 async fn read_all(bootstrap: &str, topic: &str, partition: i32) -> Vec<RecordAndOffset> {
-    let client = ClientBuilder::new(bootstrap.split(',').map(str::to_owned).collect())
-        .build()
-        .await
-        .expect("rskafka client");
-    let partition = client
-        .partition_client(topic.to_owned(), partition, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
+    let partition = support::rskafka_partition(bootstrap, topic, partition).await;
     let mut out: Vec<RecordAndOffset> = Vec::new();
     loop {
         let next = out.last().map_or(0, |r| r.offset + 1);

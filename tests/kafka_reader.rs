@@ -18,8 +18,7 @@ use kafka_share_sink::{
     ConsumerRecord, DeadLetterQueue, DeadLetterRecord, Headers, KafkaAdmin, KafkaDeadLetterQueue,
     KafkaDeadLetterQueueConfig, TimestampType,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
+use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
 
 const BOTH: [IsolationLevel; 2] = [
@@ -85,14 +84,7 @@ async fn records_of_every_codec_read_back_from_the_start_and_the_middle() {
         .create_topic(&topic, 1, 1)
         .await
         .expect("topic");
-    let client = ClientBuilder::new(vec![bootstrap.clone()])
-        .build()
-        .await
-        .expect("rskafka client");
-    let partition = client
-        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
+    let partition = support::rskafka_partition(&bootstrap, &topic, 0).await;
     let mut offset = 0;
     for codec in CODECS {
         let records: Vec<Record> = (offset..offset + PER_CODEC)

@@ -23,8 +23,7 @@ use kafka_share_sink::{
     Properties, SaslSettings, Security, ShareConsumer, TlsSettings, TokenProvider,
     UnsecuredJwsTokenProvider,
 };
-use rskafka::client::ClientBuilder;
-use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
 /// The secret every test credential contains, to look for in logs and errors.
@@ -70,14 +69,7 @@ async fn topic_with_records(test: &str, n: usize) -> (String, String) {
         .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
         .await
         .expect("group config");
-    let client = ClientBuilder::new(vec![plaintext])
-        .build()
-        .await
-        .expect("rskafka");
-    let partition = client
-        .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition");
+    let partition = support::rskafka_partition(&plaintext, &topic, 0).await;
     let records = (0..n)
         .map(|i| Record {
             key: Some(format!("key-{i}").into_bytes()),
@@ -607,14 +599,7 @@ fn consume_across_sessions(test: &str, sasl: SaslSettings) -> Option<Vec<String>
             .expect("runtime");
         runtime.block_on(async move {
             let (topic, group) = topic_with_records(&test, 10).await;
-            let client = ClientBuilder::new(vec![plaintext])
-                .build()
-                .await
-                .expect("rskafka");
-            let partition = client
-                .partition_client(topic.clone(), 0, UnknownTopicHandling::Retry)
-                .await
-                .expect("partition");
+            let partition = support::rskafka_partition(&plaintext, &topic, 0).await;
             let mut consumer = KafkaShareConsumer::connect(
                 KafkaShareConsumerConfig::new(&addr, &group)
                     .fetch_max_wait(Duration::from_millis(200))

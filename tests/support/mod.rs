@@ -118,18 +118,10 @@ pub(crate) async fn produce_values(
     values: impl IntoIterator<Item = Vec<u8>>,
     per_batch: usize,
 ) {
-    use rskafka::client::ClientBuilder;
-    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use rskafka::client::partition::Compression;
     use rskafka::record::Record;
 
-    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
-        .build()
-        .await
-        .expect("rskafka");
-    let partition = client
-        .partition_client(topic.to_owned(), partition, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
+    let partition = rskafka_partition(bootstrap, topic, partition).await;
     let records: Vec<Record> = values
         .into_iter()
         .map(|value| Record {
@@ -145,4 +137,26 @@ pub(crate) async fn produce_values(
             .await
             .expect("produce");
     }
+}
+
+/// An rskafka client of one partition of `topic` (`bootstrap`: one address, or several
+/// separated by commas), waiting for the topic to be known.
+pub(crate) async fn rskafka_partition(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> rskafka::client::partition::PartitionClient {
+    let client =
+        rskafka::client::ClientBuilder::new(bootstrap.split(',').map(str::to_owned).collect())
+            .build()
+            .await
+            .expect("rskafka client");
+    client
+        .partition_client(
+            topic.to_owned(),
+            partition,
+            rskafka::client::partition::UnknownTopicHandling::Retry,
+        )
+        .await
+        .expect("partition client")
 }
