@@ -81,7 +81,8 @@ impl Delivered {
 
     /// Adds a record put after every one added before.
     pub fn push(&mut self, id: &RecordId) {
-        self.push_at(id.topic_name(), id.partition(), id.offset());
+        self.len = self.len.saturating_add(1);
+        self.push_run(id.topic_name(), id.partition(), id.offset(), id.offset());
     }
 
     /// [`push`](Self::push) of each polled record's coordinates, in order: one pass that
@@ -124,11 +125,6 @@ impl Delivered {
             first,
             last,
         });
-    }
-
-    fn push_at(&mut self, topic: &TopicName, partition: i32, offset: i64) {
-        self.len = self.len.saturating_add(1);
-        self.push_run(topic, partition, offset, offset);
     }
 
     /// The records, in the order they were put.
@@ -176,15 +172,13 @@ impl Delivered {
     pub(crate) fn append(&mut self, other: &mut Delivered) {
         let mut runs = other.runs.drain(..);
         if let Some(first) = runs.next() {
-            match self.runs.last_mut() {
-                Some(run)
-                    if run.last.checked_add(1) == Some(first.first)
-                        && run.partition == first.partition =>
-                {
-                    run.last = first.last;
-                }
-                _ => self.runs.push(first),
-            }
+            let partition = &first.partition;
+            self.push_run(
+                partition.topic_name(),
+                partition.partition(),
+                first.first,
+                first.last,
+            );
             self.runs.extend(runs);
         }
         self.len = self.len.saturating_add(other.len);
