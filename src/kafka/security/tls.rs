@@ -117,7 +117,12 @@ fn certificates(
 ) -> Result<Vec<CertificateDer<'static>>, SettingError> {
     let certs = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SettingError::new(key, format!("the {what} are not valid PEM: {e}")))?;
+        .map_err(|e| {
+            SettingError::new(
+                key,
+                format!("the {what} are not valid PEM: {}", pem_failure(&e, bytes)),
+            )
+        })?;
     if certs.is_empty() {
         return Err(SettingError::new(
             key,
@@ -199,6 +204,37 @@ fn identity_parts(
         )
     })?;
     Ok((chain, key))
+}
+
+/// What is wrong with PEM input, in words that carry none of its bytes.
+///
+/// The PEM parser's own `Display` prints the line it stopped at as a byte list: for a PEM file
+/// whose line breaks were lost (what `echo $KEY > client.pem` writes) that is the whole file,
+/// private key included. Nothing of the input may reach an error message, so each failure is
+/// named here instead.
+fn pem_failure(error: &rustls::pki_types::pem::Error, bytes: &[u8]) -> String {
+    use rustls::pki_types::pem::Error as E;
+    let one_line = !bytes.iter().any(|b| *b == b'\n' || *b == b'\r');
+    let lines_lost = if one_line {
+        " (the text has no line breaks: a PEM file needs each -----BEGIN/END----- marker and \
+         each base64 line on a line of its own, as written by `openssl` or copied with its \
+         line breaks, not by `echo $VAR`)"
+    } else {
+        ""
+    };
+    let what = match error {
+        E::MissingSectionEnd { .. } => {
+            "a -----BEGIN ...----- section has no matching -----END \
+             ...----- line"
+        }
+        E::IllegalSectionStart { .. } => "a -----BEGIN ...----- line is malformed",
+        E::Base64Decode(_) => "a section's body is not valid base64",
+        E::Io(_) => "the PEM text could not be read",
+        E::NoItemsFound => "no PEM section was found",
+        E::SectionTooLarge => "a PEM section is larger than 256 MB",
+        _ => "the PEM text cannot be parsed",
+    };
+    format!("{what}{lines_lost}")
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -443,6 +479,37 @@ mod tests {
         assert_eq!(error.key, "ssl.keystore.key");
         assert!(error.reason.contains("openssl pkey"), "{}", error.reason);
         assert!(!error.reason.contains("pw\""));
+    }
+
+    /// A PEM key whose line breaks were lost is refused without one byte of it in the error,
+    /// in any form (text, decimal or hex bytes, base64 body).
+    #[test]
+    fn a_mangled_pem_key_never_appears_in_the_error() {
+        let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSECRETSECRETSECRET";
+        let flat = format!(
+            "-----BEGIN PRIVATE KEY----- {body} -----END PRIVATE KEY----- {}",
+            CHAIN.replace('\n', " ")
+        );
+        let settings = TlsSettings::system_roots().client_pem(flat.clone(), flat.clone());
+        let error = TlsContext::build(&settings).expect_err("mangled PEM");
+        let consumer = error.clone().into_consumer();
+        for shown in [
+            consumer.to_string(),
+            format!("{consumer:?}"),
+            format!("{error:?}"),
+        ] {
+            assert!(!shown.contains("SECRET"), "{shown}");
+            assert!(!shown.contains("MIGH"), "{shown}");
+            assert!(!shown.contains("MIIB"), "{shown}");
+            assert!(!shown.contains("PRIVATE KEY-----"), "{shown}");
+            // `-----BEGIN PRI` as decimal and as hex bytes.
+            assert!(!shown.contains("80, 82, 73, 86"), "{shown}");
+            assert!(
+                !shown.contains("52, 49, 56, 50") && !shown.contains("0x50"),
+                "{shown}"
+            );
+            assert!(shown.contains("no line breaks"), "{shown}");
+        }
     }
 
     /// A self-signed certificate, only to get past the chain parsing.
