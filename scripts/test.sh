@@ -5,7 +5,9 @@
 # (scripts/kafka.sh, KAFKA_SECURITY=1), so the security tests (tests/kafka_security.rs) run in
 # the same first pass at no extra broker start. Then the leader-move tests run against a three-node
 # cluster, a smoke subset of the broker tests against the first release where share groups are
-# production ready, and a check against a cluster whose share groups are turned off.
+# production ready, and a check against a cluster whose share groups are turned off. First, with
+# no broker, scripts/dependent.sh builds the packaged crate as a service that depends on it does
+# and runs the hostile-broker cases through that build.
 #
 # Usage: ./scripts/test.sh [extra cargo test arguments]
 #   KAFKA_VERSION        the main Kafka release (default 4.4.0)
@@ -26,6 +28,8 @@ start_broker() {
   export KAFKA_REQUIRE_BROKER=1
   echo "test.sh: broker at $KAFKA_BOOTSTRAP (Kafka ${KAFKA_VERSION:-4.4.0})"
 }
+
+./scripts/dependent.sh
 
 main_version="${KAFKA_VERSION:-4.4.0}"
 start_broker

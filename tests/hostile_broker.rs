@@ -1,6 +1,7 @@
 //! A broker (or anything between it and us) that announces more than it sends must not stop the
-//! process: every response decoder is bounded by its input (the kafka-protocol patch of
-//! `src/vendor/kafka-protocol/PATCHED.md`).
+//! process: every response decoder is bounded by its input (the crate's codecs, `protocol/`;
+//! what changed from kafka-protocol 0.18.0: `protocol/PATCHED.md`). `scripts/dependent.sh` also
+//! builds this file against the packaged crate, as a service that depends on it compiles it.
 //!
 //! Each network test answers one call of the crate's clients with a body whose array count is
 //! `u32::MAX` (a compact-array varint; `i32::MAX` for a version without compact arrays) and
