@@ -277,6 +277,9 @@ fn move_leaders(bootstrap: String, topic: String) -> tokio::task::JoinHandle<()>
         let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
         for p in admin.partitions(&topic).await.expect("partitions") {
             let to = p.leader.map_or(1, |l| l % 3 + 1);
+            // A broker just killed and started again (the chaos does that) leads nothing until
+            // it has caught up: wait for it to be in sync before asking it to lead.
+            wait_in_sync(&admin, &topic, p.partition, to).await;
             admin
                 .move_leader(&topic, p.partition, to)
                 .await
@@ -284,6 +287,31 @@ fn move_leaders(bootstrap: String, topic: String) -> tokio::task::JoinHandle<()>
             eprintln!("moved the leader of {topic}-{} to broker {to}", p.partition);
         }
     })
+}
+
+/// Waits until `broker` is live (registered, not fenced) and an in-sync replica of `topic`'s
+/// `partition` (at most two minutes, far beyond a restarted broker's catch-up here).
+async fn wait_in_sync(admin: &KafkaAdmin, topic: &str, partition: i32, broker: i32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let live = admin
+            .broker_ids()
+            .await
+            .is_ok_and(|ids| ids.contains(&broker));
+        let placements = admin.partitions(topic).await;
+        let in_sync = placements.as_ref().is_ok_and(|ps| {
+            ps.iter()
+                .any(|p| p.partition == partition && p.isr.contains(&broker))
+        });
+        if live && in_sync {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker {broker} not in sync for `{topic}` partition {partition} after 120 s: {placements:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The same on three brokers (source, target and ledger replicated three times), with the
