@@ -394,3 +394,102 @@ async fn ledger_mode_writes_dead_letters_in_the_transaction() {
     assert_eq!(seen.len(), 2, "the two good records mirrored: {seen:?}");
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
 }
+
+/// A target with fewer partitions than the source, mirrored with `keep_partition`: every
+/// transaction holding a record of source partition 2 cannot be written, however often it is
+/// tried. The task stops with a typed error naming the target within one transaction timeout,
+/// and releases what it held: no record is archived at the delivery-count limit (each source
+/// record is either in the output or still waiting in the group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
+    let Some(bootstrap) =
+        support::bootstrap("a_target_without_the_partition_stops_the_task_and_archives_nothing")
+    else {
+        return;
+    };
+    let records = 600;
+    let s = eos::setup(bootstrap, records, 1).await;
+    let narrow = format!("narrow.{}", s.source);
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    admin
+        .create_topic(&narrow, eos::PARTITIONS - 1, 1)
+        .await
+        .expect("narrow target");
+    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
+    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
+        .transactional_id(eos_config.transactional_id())
+        .transaction_timeout(Duration::from_secs(10));
+    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
+        .await
+        .expect("cluster");
+    let producer = KafkaProducer::connect(producer_config)
+        .await
+        .expect("producer");
+    let consumer = KafkaShareConsumer::connect(
+        KafkaShareConsumerConfig::new(s.bootstrap.clone(), s.group.clone()).max_poll_records(200),
+    )
+    .await
+    .expect("consumer");
+    let config = DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300));
+    let mut d = ShareSinkTask::new(
+        Box::new(MirrorTask::with_prefix("narrow.")),
+        consumer,
+        config,
+    )
+    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config);
+    d.initialize().await.expect("initialize");
+
+    let started = tokio::time::Instant::now();
+    let error = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the task did not stop"
+        );
+        match d.iteration_exactly_once().await {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    let waited = started.elapsed();
+    assert!(!error.is_retriable(), "{error:?}");
+    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
+        topic, partition, ..
+    }) = &error
+    else {
+        panic!("expected OutputRefused, got {error:?}");
+    };
+    assert_eq!(topic.as_deref(), Some(narrow.as_str()));
+    assert_eq!(*partition, Some(eos::PARTITIONS - 1));
+    assert!(
+        waited < Duration::from_secs(10) + Duration::from_secs(5),
+        "stopped after {waited:?}, more than one transaction timeout"
+    );
+    let m = d.metrics();
+    assert_eq!(
+        m.transactions_aborted, 1,
+        "aborted once, not retried: {m:?}"
+    );
+    drop(d);
+
+    // Nothing archived: what is not in the output is still waiting in the group.
+    let mut written = 0;
+    for p in 0..eos::PARTITIONS - 1 {
+        written += read_committed::read_committed(&s.bootstrap, &narrow, p)
+            .await
+            .len();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let offsets = admin.share_group_offsets(&s.group).await.expect("offsets");
+        let lag: i64 = offsets.iter().filter_map(|o| o.lag).sum();
+        if usize::try_from(lag).expect("lag") + written == records {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{written} written and a lag of {lag}: {} records archived or lost",
+            records as i64 - lag - written as i64
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -32,8 +32,8 @@ use crate::convert::StageFailure;
 use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
-    ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, TransactionalOutput,
-    choose_mode, transactional_id,
+    ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, OutputFailure,
+    TransactionalOutput, choose_mode, transactional_id,
 };
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
@@ -205,7 +205,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// A retriable error of the task, the producer or a lost lock aborts the transaction and
     /// releases the batch (it is delivered again and checked); it is reported, not returned.
     /// A fenced producer (another instance with the same transactional id took over) and a
-    /// fatal task error stop the driver.
+    /// fatal task error stop the driver. So does an output that retrying cannot write (the
+    /// target has no such partition, the topic is gone, writing it is not authorized, a record
+    /// is too large or invalid): the transaction is aborted, the batch released — not
+    /// delivered again until the broker archives it at the delivery-count limit — and
+    /// [`ExactlyOnceError::OutputRefused`] names the topic and partition.
     ///
     /// # Cancel safety
     ///
@@ -749,6 +753,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if abort_error.is_fatal() {
                 return self.producer_failed(eos, abort_error);
             }
+        }
+        if OutputFailure::of(&error) == OutputFailure::Permanent {
+            // Delivering the records again would fail the same way each time, until the
+            // broker archives them at the delivery-count limit: stop instead, releasing them.
+            let (topic, partition) = OutputFailure::target(&error);
+            tracing::error!(topic, partition, error = %ErrorChain(&error), "an output of the transaction cannot be written and retrying would not help; the transaction was aborted, the records are released and the task stops");
+            return Aborted::Fatal(
+                ExactlyOnceError::OutputRefused {
+                    topic,
+                    partition,
+                    source: error,
+                }
+                .into(),
+            );
         }
         Aborted::retry(error)
     }
