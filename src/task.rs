@@ -254,6 +254,20 @@ pub trait SinkTask: Send {
             "this task does not implement SinkTask::put_transactional, which the exactly-once iteration calls",
         ))
     }
+
+    /// The topics [`put_transactional`](Self::put_transactional) writes for records of
+    /// `source`, when the task knows them in advance. The driver checks each at
+    /// [`initialize`](crate::ShareSinkTask::initialize), before anything is read: the topic
+    /// must exist, and one that keeps the source partition needs at least as many partitions
+    /// as `source`. A target that cannot take what the task will write is refused there
+    /// ([`ExactlyOnceError::UnfitTarget`](crate::exactly_once::ExactlyOnceError::UnfitTarget)),
+    /// not found out transaction by transaction. The default declares nothing (no check);
+    /// [`MirrorTask`](crate::exactly_once::MirrorTask) declares its renamed topic.
+    #[cfg(feature = "exactly-once")]
+    fn transactional_outputs(&self, source: &str) -> Vec<crate::exactly_once::OutputTarget> {
+        let _ = source;
+        Vec::new()
+    }
 }
 
 #[async_trait]
@@ -284,6 +298,11 @@ impl<T: SinkTask + ?Sized> SinkTask for Box<T> {
         output: &mut crate::exactly_once::TransactionalOutput,
     ) -> Result<(), TaskError> {
         (**self).put_transactional(records, output).await
+    }
+
+    #[cfg(feature = "exactly-once")]
+    fn transactional_outputs(&self, source: &str) -> Vec<crate::exactly_once::OutputTarget> {
+        (**self).transactional_outputs(source)
     }
 }
 

@@ -20,16 +20,16 @@ use kafka_share_sink::embedded::{
     EmbeddedShareConsumer, GroupConfig, ProduceRecord,
 };
 use kafka_share_sink::exactly_once::{
-    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceMode, ShareAcknowledgements,
-    TransactionalOutput,
+    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
+    ShareAcknowledgements, TransactionalOutput,
 };
 use kafka_share_sink::producer::{
     DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
     AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, ConsumerRecord,
-    DriverConfig, GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask,
-    TaskConfig, TaskError,
+    DriverConfig, Error, GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord,
+    SinkTask, TaskConfig, TaskError,
 };
 use proptest::prelude::*;
 use tokio::sync::Notify;
@@ -739,11 +739,12 @@ impl SinkTask for FirstSendFails {
     }
 }
 
-/// A send refused before anything was staged or renewed aborts the transaction and releases
-/// the batch; the next iteration goes on (no unacknowledged records left behind) and the
-/// output is exactly once.
+/// A send refused before anything was staged or renewed, for a reason retrying cannot fix (no
+/// such partition), aborts the transaction, releases the batch once and stops the task with
+/// `OutputRefused` naming the target: nothing is rejected or archived, and a task started again
+/// with a fixed output finishes every input exactly once.
 #[tokio::test(start_paused = true)]
-async fn a_refused_send_aborts_and_releases_and_the_next_iteration_goes_on() {
+async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
     for mode in [
         ExactlyOnceMode::Ledger,
         ExactlyOnceMode::AtomicAcknowledgements,
@@ -761,14 +762,42 @@ async fn a_refused_send_aborts_and_releases_and_the_next_iteration_goes_on() {
         };
         let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
         let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
-            .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+            .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos.clone());
         driver.initialize().await.expect("initialize");
-        let first = driver
+        let error = driver
             .iteration_exactly_once()
             .await
-            .expect("aborted, not failed");
-        assert_eq!(first.released, INPUTS, "{mode}: {first:?}");
+            .expect_err("a permanent refusal stops the task");
+        match &error {
+            Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
+                topic, partition, ..
+            }) => {
+                assert_eq!(topic.as_deref(), Some("out"), "{mode}");
+                assert_eq!(*partition, Some(99), "{mode}");
+            }
+            other => panic!("{mode}: expected OutputRefused, got {other:?}"),
+        }
+        assert!(!error.is_retriable(), "{mode}");
         assert_eq!(driver.metrics().transactions_aborted, 1, "{mode}");
+        let _ = driver.close().await;
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(
+            (counts.acknowledged, counts.archiving, counts.archived),
+            (0, 0, 0),
+            "{mode}: released, nothing rejected or archived: {counts:?}"
+        );
+
+        // Started again with a task that writes where it can.
+        let producer = broker
+            .transactional_producer(&eos.transactional_id())
+            .expect("producer");
+        let task = Fanout {
+            slow: Arc::default(),
+        };
+        let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+        let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
+            .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+        driver.initialize().await.expect("initialize");
         for _ in 0..10 {
             driver.iteration_exactly_once().await.expect("goes on");
             if broker.state_counts(GROUP).acknowledged == INPUTS as u64 {

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use dies_at_commit::DiesAtCommit;
 use kafka_share_sink::convert::{Converters, JsonConverter};
 use kafka_share_sink::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
+use kafka_share_sink::exactly_once::TransactionalOutput;
 use kafka_share_sink::exactly_once::{
     ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, KafkaExactlyOnceCluster, MirrorTask,
 };
@@ -33,7 +34,7 @@ use kafka_share_sink::producer::{
 };
 use kafka_share_sink::{
     AdminError, DriverConfig, Error, ErrorHandling, ErrorTolerance, KafkaAdmin, KafkaShareConsumer,
-    KafkaShareConsumerConfig, ShareSinkTask,
+    KafkaShareConsumerConfig, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
 async fn driver(
@@ -431,8 +432,11 @@ async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
     .await
     .expect("consumer");
     let config = DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300));
+    // A task that does not declare its targets (MirrorTask does, and is refused at
+    // initialize: the next test), so the refusal comes from the broker, transaction by
+    // transaction.
     let mut d = ShareSinkTask::new(
-        Box::new(MirrorTask::with_prefix("narrow.")),
+        Box::new(Undeclared(MirrorTask::with_prefix("narrow."))),
         consumer,
         config,
     )
@@ -492,4 +496,100 @@ async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A task that writes what `MirrorTask` writes but declares no targets.
+struct Undeclared(MirrorTask);
+
+#[async_trait]
+impl SinkTask for Undeclared {
+    async fn start(&mut self, config: &TaskConfig) -> Result<(), TaskError> {
+        self.0.start(config).await
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        self.0.put(records).await
+    }
+
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        self.0.put_transactional(records, output).await
+    }
+}
+
+/// A transactional task on the test's cluster and group, not yet initialized.
+async fn eos_driver(s: &eos::Setup, task: MirrorTask) -> ShareSinkTask<KafkaShareConsumer> {
+    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
+    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
+        .transactional_id(eos_config.transactional_id());
+    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
+        .await
+        .expect("cluster");
+    let producer = KafkaProducer::connect(producer_config)
+        .await
+        .expect("producer");
+    let consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(
+        s.bootstrap.clone(),
+        s.group.clone(),
+    ))
+    .await
+    .expect("consumer");
+    ShareSinkTask::new(
+        Box::new(task),
+        consumer,
+        DriverConfig::new([s.source.clone()]),
+    )
+    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config)
+}
+
+/// `MirrorTask` declares its target: one with fewer partitions than the source, with the
+/// source partition kept, or one that does not exist, is refused at `initialize`, before
+/// anything is read, and says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirror_task_refuses_a_target_it_cannot_fill_at_initialize() {
+    let Some(bootstrap) =
+        support::bootstrap("mirror_task_refuses_a_target_it_cannot_fill_at_initialize")
+    else {
+        return;
+    };
+    let s = eos::setup(bootstrap, 0, 1).await;
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    admin
+        .create_topic(&format!("narrow.{}", s.source), eos::PARTITIONS - 1, 1)
+        .await
+        .expect("narrow target");
+    for (task, wanted) in [
+        (
+            MirrorTask::with_prefix("narrow."),
+            format!(
+                "it has {} partitions and the source {}",
+                eos::PARTITIONS - 1,
+                eos::PARTITIONS
+            ),
+        ),
+        (
+            MirrorTask::with_prefix("absent."),
+            format!(
+                "it does not exist: create it first with at least {} partitions",
+                eos::PARTITIONS
+            ),
+        ),
+    ] {
+        let mut d = eos_driver(&s, task).await;
+        let error = d.initialize().await.expect_err("refused");
+        let Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { reason, .. }) = &error else {
+            panic!("expected UnfitTarget, got {error:?}");
+        };
+        assert!(reason.contains(&wanted), "{reason}");
+        assert!(!error.is_retriable());
+    }
+    // Letting the producer pick the partition fits the narrow target.
+    let mut d = eos_driver(&s, MirrorTask::with_prefix("narrow.").keep_partition(false)).await;
+    d.initialize()
+        .await
+        .expect("a target the producer partitions is fine");
+    d.close().await.expect("close");
 }

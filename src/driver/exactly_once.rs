@@ -33,7 +33,7 @@ use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
     ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, OutputFailure,
-    TransactionalOutput, choose_mode, transactional_id,
+    OutputTarget, TransactionalOutput, choose_mode, transactional_id,
 };
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
@@ -135,6 +135,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let group = self.consumer.group_metadata().group_id().to_owned();
         let implicit = self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit;
         let topics = self.config.topics.clone();
+        let outputs: Vec<(String, Vec<OutputTarget>)> = topics
+            .iter()
+            .map(|t| (t.clone(), self.task.transactional_outputs(t)))
+            .collect();
         let mut eos = self.exactly_once.take().ok_or(Error::NotInitialized)?;
         // Nothing of `self` is borrowed inside: the future stays Send for any consumer.
         let result = async {
@@ -166,6 +170,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                      task fences its predecessor only if it keeps the same id"
                 );
             }
+            check_targets(&*eos.cluster, &outputs).await?;
             let capabilities = eos.cluster.capabilities(&group).await?;
             let mode = choose_mode(&capabilities, eos.config.mode)
                 .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
@@ -829,6 +834,54 @@ impl Aborted {
     fn retry(error: ProducerError) -> Self {
         Self::Retry(ExactlyOnceError::Producer(error).into())
     }
+}
+
+/// Refuses a declared target that cannot take what the task will write.
+async fn check_targets(
+    cluster: &dyn ExactlyOnceCluster,
+    outputs: &[(String, Vec<OutputTarget>)],
+) -> std::result::Result<(), ExactlyOnceError> {
+    for (source, targets) in outputs {
+        if targets.is_empty() {
+            continue;
+        }
+        let source_partitions = cluster.partition_count(source).await?;
+        for target in targets {
+            let unfit = |reason: String| ExactlyOnceError::UnfitTarget {
+                source_topic: source.clone(),
+                target: target.topic().to_owned(),
+                reason,
+            };
+            match (
+                cluster.partition_count(target.topic()).await?,
+                source_partitions,
+            ) {
+                (None, _) => {
+                    return Err(unfit(format!(
+                        "it does not exist: create it first{} (a topic the broker creates on the \
+                         first write gets its default partition count)",
+                        match source_partitions {
+                            Some(n) if target.keeps_partitions() => {
+                                format!(" with at least {n} partitions, as the source has")
+                            }
+                            _ => String::new(),
+                        }
+                    )));
+                }
+                (Some(have), Some(need)) if target.keeps_partitions() && have < need => {
+                    return Err(unfit(format!(
+                        "it has {have} partitions and the source {need}, and each output keeps \
+                         its source partition: records of partitions {have} to {} could not be \
+                         written; add partitions to the target, or let the producer pick them \
+                         (MirrorTask::keep_partition(false))",
+                        need - 1
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Finds or creates the ledger topic.

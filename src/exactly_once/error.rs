@@ -61,6 +61,22 @@ pub enum ExactlyOnceError {
     /// Reading the ledger failed.
     #[error("reading the ledger failed")]
     Read(#[source] ConsumerError),
+    /// A target the task declared
+    /// ([`SinkTask::transactional_outputs`](crate::SinkTask::transactional_outputs)) cannot
+    /// take what the task will write: it does not exist, or it keeps the source partition
+    /// and has fewer partitions than the source. Found at
+    /// [`initialize`](crate::ShareSinkTask::initialize), before anything is read.
+    #[error(
+        "the exactly-once target `{target}` of source topic `{source_topic}` cannot be used: {reason}"
+    )]
+    UnfitTarget {
+        /// The source topic.
+        source_topic: String,
+        /// The target topic.
+        target: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// An output of the transaction cannot be written, and writing it again would fail the
     /// same way: the target has no such partition, the topic is gone, the producer may not
     /// write it, its credentials are refused, or a record is refused for itself (larger than
@@ -162,6 +178,7 @@ impl ExactlyOnceError {
             Self::MissingCapability { .. }
             | Self::Config { .. }
             | Self::Ledger { .. }
+            | Self::UnfitTarget { .. }
             | Self::OutputRefused { .. } => false,
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::TransactionalOutput;
+use super::{OutputTarget, TransactionalOutput};
 use crate::error::TaskError;
 use crate::producer::ProducerRecord;
 use crate::record::{Headers, SinkRecord, Value};
@@ -136,6 +136,10 @@ impl SinkTask for MirrorTask {
             output.send(self.mirror(record)?);
         }
         Ok(())
+    }
+
+    fn transactional_outputs(&self, source: &str) -> Vec<OutputTarget> {
+        vec![OutputTarget::new(self.target_topic(source)).keeping_partitions(self.keep_partition)]
     }
 }
 

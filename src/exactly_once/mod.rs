@@ -31,4 +31,4 @@ pub use self::error::ExactlyOnceError;
 pub(crate) use self::error::OutputFailure;
 pub use self::kafka::KafkaExactlyOnceCluster;
 pub use self::mirror::MirrorTask;
-pub use self::output::TransactionalOutput;
+pub use self::output::{OutputTarget, TransactionalOutput};
