@@ -70,8 +70,8 @@ pub use crate::kafka::security::{
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
 };
 pub use crate::kafka::{
-    AcquisitionSizing, KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError,
-    RequestCounts, ShareAcquireMode,
+    AcquisitionSizing, ConnectionCounts, KafkaShareConsumer, KafkaShareConsumerConfig,
+    ParseShareAcquireModeError, RequestCounts, ShareAcquireMode,
 };
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{

@@ -557,6 +557,35 @@ async fn a_token_provider_that_starts_failing_reaches_poll() {
         }
     };
     assert_authentication(&error, &["OAUTHBEARER", "identity provider is down"]);
+    // From then on every poll and commit says so at once, and the provider is not asked
+    // in a tight loop: at most one connection attempt per second.
+    let counts = consumer.connection_counts();
+    assert!(counts.authentication_failures >= 1, "{counts:?}");
+    let started = Instant::now();
+    let again = consumer
+        .poll(Duration::from_secs(30))
+        .await
+        .expect_err("still refused");
+    assert_authentication(&again, &["OAUTHBEARER"]);
+    let commit = consumer
+        .commit_sync(Duration::from_secs(30))
+        .await
+        .expect_err("commit refused");
+    assert_authentication(&commit, &["OAUTHBEARER"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let later = consumer.connection_counts();
+    assert!(
+        later.attempts - counts.attempts <= 1 + started.elapsed().as_secs(),
+        "{counts:?} -> {later:?}"
+    );
+    consumer
+        .close(Duration::from_secs(30))
+        .await
+        .expect("close");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -755,4 +784,226 @@ fn failed_logins_log_no_secret() {
     for line in &lines {
         assert!(!line.contains(PASSWORD), "{line}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// One cause, one answer: every public client classifies a refused credential the same way
+// ---------------------------------------------------------------------------------------
+
+/// A client certificate from an unrelated CA, at the listener that requires one: the share
+/// consumer, the producer, the admin client and the log reader each report an
+/// authentication failure (not a retriable connection error), naming the rejected
+/// certificate, within a bounded time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rogue_client_certificate_is_an_authentication_failure_for_every_client() {
+    use kafka_share_sink::producer::{
+        KafkaLogReader, KafkaProducer, KafkaProducerConfig, ProducerError,
+    };
+    let Some(addr) = listener("rogue_everywhere", "KAFKA_MTLS_BOOTSTRAP") else {
+        return;
+    };
+    let rogue = || Security::ssl(ca().client_pem_file(pki("rogue-client.pem")));
+    let expect = ["rejected the client certificate", "CertificateUnknown"];
+
+    let consumer = refused(&addr, rogue()).await;
+    assert_authentication(&consumer, &expect);
+
+    let admin = tokio::time::timeout(
+        REFUSED_WITHIN,
+        KafkaAdmin::builder(&addr)
+            .connect_timeout(Duration::from_secs(5))
+            .security(rogue())
+            .connect(),
+    )
+    .await
+    .expect("admin refused in time")
+    .expect_err("admin refused");
+    assert!(!admin.is_retriable(), "{admin:?}");
+    let AdminError::Authentication { source, .. } = &admin else {
+        panic!("admin: {admin:?}")
+    };
+    assert_authentication(source, &expect);
+
+    let producer = tokio::time::timeout(
+        REFUSED_WITHIN,
+        KafkaProducer::connect(
+            KafkaProducerConfig::new(&addr)
+                .delivery_timeout(Duration::from_secs(10))
+                .security(rogue()),
+        ),
+    )
+    .await
+    .expect("producer refused in time")
+    .expect_err("producer refused");
+    assert!(!producer.is_retriable(), "{producer:?}");
+    let ProducerError::Authentication { source } = &producer else {
+        panic!("producer: {producer:?}")
+    };
+    assert_authentication(source, &expect);
+
+    let reader = tokio::time::timeout(
+        REFUSED_WITHIN,
+        KafkaLogReader::builder(&addr)
+            .connect_timeout(Duration::from_secs(5))
+            .security(rogue())
+            .connect(),
+    )
+    .await
+    .expect("reader refused in time")
+    .expect_err("reader refused");
+    assert_authentication(&reader, &expect);
+}
+
+// ---------------------------------------------------------------------------------------
+// Credentials revoked mid-run
+// ---------------------------------------------------------------------------------------
+
+/// Sets `user`'s SCRAM-SHA-512 password on the broker, as `kafka-configs.sh --alter
+/// --add-config 'SCRAM-SHA-512=[...]' --entity-type users` does.
+fn set_scram_password(plaintext: &str, user: &str, password: &str) {
+    let output =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+            .args([
+                "run-class",
+                "org.apache.kafka.tools.ConfigCommand",
+                "--bootstrap-server",
+                plaintext,
+                "--alter",
+                "--add-config",
+                &format!("SCRAM-SHA-512=[iterations=4096,password={password}]"),
+                "--entity-type",
+                "users",
+                "--entity-name",
+                user,
+            ])
+            .output()
+            .expect("scripts/kafka.sh run-class");
+    assert!(
+        output.status.success(),
+        "ConfigCommand: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A sink task that takes every record.
+struct Accepting;
+
+#[async_trait]
+impl kafka_share_sink::SinkTask for Accepting {
+    async fn start(
+        &mut self,
+        _: &kafka_share_sink::TaskConfig,
+    ) -> Result<(), kafka_share_sink::TaskError> {
+        Ok(())
+    }
+    async fn put(
+        &mut self,
+        _: &[kafka_share_sink::SinkRecord],
+    ) -> Result<(), kafka_share_sink::TaskError> {
+        Ok(())
+    }
+}
+
+/// A SCRAM password changed on the broker while the driver runs on the REAUTH listener
+/// (5 s sessions, so every connection authenticates again within 5 s): the first
+/// re-authentication is refused, and within 2 s of that refusal the driver returns the
+/// consumer's typed authentication error and stops; meanwhile the consumer dialled the broker
+/// at most once per second (`reconnect.backoff.max.ms`).
+///
+/// The refusal is timed by the consumer's count of authentication failures, read between
+/// iterations: it came after the last read that found none, so the time from that read to
+/// the driver's error bounds the time from the refusal to the error from above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_mid_run_stops_the_driver_promptly_without_a_reconnect_storm() {
+    use kafka_share_sink::{DriverConfig, Error as DriverError, ShareSinkTask};
+    let Some(addr) = listener("revoked", "KAFKA_REAUTH_BOOTSTRAP") else {
+        return;
+    };
+    let plaintext = support::bootstrap("revoked").expect("broker");
+    let user = support::unique("revoked-user");
+    let old = format!("{PASSWORD}-old");
+    set_scram_password(&plaintext, &user, &old);
+    let security =
+        || Security::sasl_plaintext(SaslSettings::scram_sha512(user.clone(), old.clone()));
+    // The new user reaches the listener through the metadata log: wait until it logs in.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = KafkaAdmin::builder(&addr)
+        .security(security())
+        .connect()
+        .await
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the new user never logged in: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (topic, group) = topic_with_records("revoked", 20).await;
+    let consumer = KafkaShareConsumer::connect(
+        KafkaShareConsumerConfig::new(&addr, &group)
+            .fetch_max_wait(Duration::from_millis(200))
+            .security(security()),
+    )
+    .await
+    .expect("connect");
+    let config = DriverConfig::new([topic.as_str()]).poll_timeout(Duration::from_millis(200));
+    let mut driver = ShareSinkTask::new(Box::new(Accepting), consumer, config);
+    driver.initialize().await.expect("initialize");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut taken = 0;
+    while taken < 20 {
+        assert!(Instant::now() < deadline, "{taken} records in 60 s");
+        taken += driver.iteration().await.expect("iteration").records;
+    }
+    let before = driver.consumer().connection_counts();
+    assert_eq!(before.authentication_failures, 0, "{before:?}");
+
+    set_scram_password(&plaintext, &user, &format!("{PASSWORD}-new"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut none_yet = Instant::now();
+    let error = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the driver still runs 30 s after the change"
+        );
+        if driver
+            .consumer()
+            .connection_counts()
+            .authentication_failures
+            == 0
+        {
+            none_yet = Instant::now();
+        }
+        match driver.iteration().await {
+            Ok(_) => {}
+            Err(e) if e.is_retriable() => {}
+            Err(e) => break e,
+        }
+    };
+    let stopped = Instant::now();
+    let DriverError::Consumer(consumer_error) = &error else {
+        panic!("not a consumer error: {error:?}")
+    };
+    assert_authentication(consumer_error, &["SCRAM-SHA-512", "invalid credentials"]);
+    assert!(matches!(driver.iteration().await, Err(DriverError::Failed)));
+    assert!(
+        stopped - none_yet < Duration::from_secs(2),
+        "the driver stopped {:?} after the last look that found no refusal",
+        stopped - none_yet
+    );
+    let at_stop = driver.consumer().connection_counts();
+    assert!(at_stop.authentication_failures >= 1, "{at_stop:?}");
+    // The consumer keeps pacing its attempts until it is closed.
+    driver.close().await.expect("close");
+    let closed = Instant::now();
+    let counts = driver.consumer().connection_counts();
+    // Connections dialled since the refusal: at most one per second (this listener has one
+    // broker), plus one under way when it came.
+    let dialled = counts.attempts - before.attempts;
+    let allowed = 1 + (closed - none_yet).as_secs();
+    assert!(
+        dialled <= allowed,
+        "{dialled} connection attempts in {:?}: {before:?} -> {at_stop:?} -> {counts:?}",
+        closed - none_yet
+    );
 }

@@ -28,6 +28,10 @@ pub(crate) struct ConsumerSettings {
     pub(crate) fetch_max_wait: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// `reconnect.backoff.ms`.
+    pub(crate) reconnect_backoff: Option<Duration>,
+    /// `reconnect.backoff.max.ms`.
+    pub(crate) reconnect_backoff_max: Option<Duration>,
     /// `share.acquire.mode`.
     pub(crate) share_acquire_mode: Option<ShareAcquireMode>,
     /// `max.partition.fetch.bytes`.
@@ -175,6 +179,8 @@ impl Clients {
             fetch_max_wait: ms("fetch.max.wait.ms", value::INT_MAX)?,
             request_timeout: ms("request.timeout.ms", value::INT_MAX)?,
             connect_timeout: ms("socket.connection.setup.timeout.ms", value::LONG_MAX)?,
+            reconnect_backoff: ms("reconnect.backoff.ms", value::LONG_MAX)?,
+            reconnect_backoff_max: ms("reconnect.backoff.max.ms", value::LONG_MAX)?,
             max_partition_fetch_bytes: int("max.partition.fetch.bytes", 1)?,
             share_acquire_mode: merged
                 .get("share.acquire.mode")

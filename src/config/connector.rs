@@ -9,6 +9,7 @@ use crate::driver::{
     PutRetriablePolicy,
 };
 use crate::kafka::KafkaShareConsumerConfig;
+use crate::kafka::net::backoff::DEFAULT_RECONNECT_BACKOFF;
 use crate::plugins::{ChainStageSpec, Plugins};
 use crate::task::TaskConfig;
 
@@ -428,7 +429,9 @@ impl ConnectorConfig {
     /// group, `client.id`, the acknowledgement mode, the security settings
     /// (`security.protocol`, `ssl.*`, `sasl.*`), and `max.poll.records`,
     /// `fetch.min.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`, `request.timeout.ms` and
-    /// `socket.connection.setup.timeout.ms` when set. Other consumer settings are not used by
+    /// `socket.connection.setup.timeout.ms`, `reconnect.backoff.ms` and
+    /// `reconnect.backoff.max.ms` (`reconnect.backoff.ms` alone sets both, as in Java's
+    /// client) when set. Other consumer settings are not used by
     /// the native consumer yet.
     pub fn kafka_consumer_config(&self) -> Result<KafkaShareConsumerConfig, ConfigError> {
         let bootstrap = self
@@ -471,6 +474,16 @@ impl ConnectorConfig {
         }
         if let Some(d) = s.connect_timeout {
             config = config.connect_timeout(d);
+        }
+        // As Java's client: `reconnect.backoff.ms` alone also sets the maximum (no doubling).
+        match (s.reconnect_backoff, s.reconnect_backoff_max) {
+            (Some(initial), max) => {
+                config = config.reconnect_backoff(initial, max.unwrap_or(initial));
+            }
+            (None, Some(max)) => {
+                config = config.reconnect_backoff(DEFAULT_RECONNECT_BACKOFF, max);
+            }
+            (None, None) => {}
         }
         Ok(config)
     }
@@ -856,6 +869,50 @@ mod tests {
         assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Implicit);
         assert_eq!(c.share_acquire_mode, ShareAcquireMode::RecordLimit);
         assert_eq!(c.max_partition_fetch_bytes, Some(65_536));
+        // Not set: Java's defaults.
+        assert_eq!(
+            (c.reconnect_backoff.initial, c.reconnect_backoff.max),
+            (Duration::from_millis(50), Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn the_reconnect_backoff_is_read_as_javas_client_reads_it() {
+        let worker = props(&[("bootstrap.servers", "k:9092")]);
+        let backoff = |pairs: &[(&str, &str)]| {
+            let mut connector = vec![("name", "n"), ("topics", "t")];
+            connector.extend_from_slice(pairs);
+            let config = ConnectorConfig::resolve(&worker, &props(&connector)).unwrap();
+            let c = config.kafka_consumer_config().unwrap();
+            (c.reconnect_backoff.initial, c.reconnect_backoff.max)
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(
+            backoff(&[
+                ("consumer.override.reconnect.backoff.ms", "100"),
+                ("consumer.override.reconnect.backoff.max.ms", "5000"),
+            ]),
+            (ms(100), ms(5000))
+        );
+        // The initial pause alone turns the doubling off.
+        assert_eq!(
+            backoff(&[("consumer.override.reconnect.backoff.ms", "200")]),
+            (ms(200), ms(200))
+        );
+        assert_eq!(
+            backoff(&[("consumer.override.reconnect.backoff.max.ms", "3000")]),
+            (ms(50), ms(3000))
+        );
+        let connector = props(&[
+            ("name", "n"),
+            ("topics", "t"),
+            ("consumer.override.reconnect.backoff.max.ms", "soon"),
+        ]);
+        let error = ConnectorConfig::resolve(&worker, &connector).unwrap_err();
+        assert_eq!(
+            error.key(),
+            Some("consumer.override.reconnect.backoff.max.ms")
+        );
     }
 
     #[test]

@@ -82,6 +82,30 @@ pub enum ConsumerError {
     /// token, mechanism not enabled on the listener) or the client certificate, or this
     /// client refused the broker's certificate (untrusted issuer, expired, issued for
     /// another host). Not retriable: change the settings.
+    ///
+    /// # One cause, one answer
+    ///
+    /// Every public client classifies a refused credential as an authentication failure,
+    /// whichever connection meets it (bootstrap, coordinator, leader) and whenever (when
+    /// connecting, or when an open connection authenticates again under KIP-368):
+    ///
+    /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer) (`connect`, `poll`, `commit_sync`) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) | [`KafkaLogReader`](crate::producer::KafkaLogReader) |
+    /// |---|---|---|---|---|
+    /// | SASL credentials refused (wrong or changed password, unknown or removed user) | `ConsumerError::Authentication` | [`ProducerError::Authentication`](crate::producer::ProducerError::Authentication) | [`AdminError::Authentication`](crate::AdminError::Authentication) | `ConsumerError::Authentication` |
+    /// | OAUTHBEARER token refused (expired, invalid), or the token provider failed | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
+    /// | SASL mechanism not enabled on the listener, or no SASL there | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
+    /// | Client certificate missing, or from a CA the broker does not trust (TLS alert, in the handshake or on the first read) | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
+    /// | Broker certificate refused by this client (unknown issuer, expired, another host) | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
+    ///
+    /// The producer's and the admin client's variants carry this error as their
+    /// [`source`](std::error::Error::source). The driver returns it as
+    /// [`Error::Consumer`](crate::Error::Consumer) and stops; the dead-letter queue as
+    /// [`DeadLetterError::Kafka`](crate::DeadLetterError::Kafka) or
+    /// [`DeadLetterError::Producer`](crate::DeadLetterError::Producer) with it as the cause.
+    /// Not authentication failures: a listener of another security protocol
+    /// ([`ConsumerError::Config`] naming `security.protocol`, or
+    /// [`ConsumerError::Connection`] with a hint), and a broker that cannot be reached
+    /// ([`ConsumerError::Connection`], retriable).
     #[error("authentication with broker {broker} failed: {reason}")]
     Authentication {
         /// The broker address.

@@ -10,6 +10,9 @@
 //! | retriable error | RELEASE the batch (or retry it in place first, with `put.retriable.policy=retry.in.place`); a record at `max.delivery.attempts` is dead-lettered and REJECTed instead | keep the batch and `put` it again next iteration |
 //! | fatal error | REJECT the batch (dead-lettered first when a queue is set), commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
 //!
+//! A consumer error no retry fixes, such as credentials a broker refuses (also mid-run), stops
+//! the driver too: see [`ShareSinkTask::iteration`](ShareSinkTask::iteration#authentication-failures).
+//!
 //! # Where a process can die
 //!
 //! Acknowledgements are local until a poll or commit sends them, and the driver acknowledges
@@ -311,6 +314,24 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// retained) and is not returned. A fatal error is returned once; every later call
     /// returns [`Error::Failed`]. Errors for which [`Error::is_retriable`] is true leave the
     /// driver usable.
+    ///
+    /// # Authentication failures
+    ///
+    /// The policy is to stop. When a broker refuses the consumer's credentials or
+    /// certificate, also in the middle of a run (a password changed or a user removed on the
+    /// broker, a certificate revoked, an OAUTHBEARER token provider that starts failing),
+    /// the consumer's next `poll` or commit returns
+    /// [`ConsumerError::Authentication`](crate::ConsumerError::Authentication) at once (see
+    /// [`KafkaShareConsumer`](crate::KafkaShareConsumer#authentication-failures)), and this
+    /// call returns it as [`Error::Consumer`], which is not retriable: the driver stops
+    /// (later calls return [`Error::Failed`]; [`run`](Self::run) closes it and returns the
+    /// error). There is no setting to keep trying: the same credentials are refused the
+    /// same way, so fix them and build a new driver (a supervisor restarting it with backoff
+    /// does the rest). Records handed to `put` whose acknowledgements could not be sent, and
+    /// records fetched but not handed out, are delivered again when their locks expire:
+    /// nothing is lost, and a record `put` wrote may be written again. Until the driver
+    /// stops, the consumer dials a broker at most once per `reconnect.backoff.max.ms`
+    /// (default 1 s) after an authentication failure.
     ///
     /// # Cancel safety
     ///

@@ -33,3 +33,4 @@ pub use self::consumer::config::{
     AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
 pub use self::engine::requests::RequestCounts;
+pub use self::net::backoff::ConnectionCounts;

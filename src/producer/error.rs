@@ -87,6 +87,23 @@ pub enum ProducerError {
         #[source]
         source: Arc<ConsumerError>,
     },
+    /// The broker refused this producer's credentials or client certificate, or this
+    /// producer refused the broker's certificate: TLS or SASL failed. The same cause is
+    /// [`ConsumerError::Authentication`] for the share consumer and the log reader and
+    /// [`AdminError::Authentication`](crate::AdminError::Authentication) for the admin
+    /// client (the table is in [`ConsumerError::Authentication`]). Not retriable: fix the
+    /// security settings (`security.protocol`, `ssl.*`, `sasl.*`) named in the cause. An
+    /// open transaction must be aborted.
+    #[error(
+        "the Kafka cluster refused the producer's authentication; fix the security settings \
+         (security.protocol, ssl.*, sasl.*) named in the cause"
+    )]
+    Authentication {
+        /// What was refused, naming the broker, never a secret
+        /// ([`ConsumerError::Authentication`]).
+        #[source]
+        source: Arc<ConsumerError>,
+    },
     /// The partition leader refused the records of a batch (e.g. MESSAGE_TOO_LARGE,
     /// TOPIC_AUTHORIZATION_FAILED, INVALID_RECORD).
     #[error("the broker refused the records for partition {partition} of `{topic}`")]
@@ -154,10 +171,26 @@ impl ProducerError {
         matches!(
             self,
             Self::Abortable { .. }
+                | Self::Authentication { .. }
                 | Self::Rejected { .. }
                 | Self::Timeout { .. }
                 | Self::Kafka { .. }
         )
+    }
+
+    /// The error of a failed client call: [`ProducerError::Authentication`] when the
+    /// connection's authentication was refused, [`ProducerError::Kafka`] otherwise.
+    pub(crate) fn kafka(source: ConsumerError) -> Self {
+        Self::from_client(Arc::new(source))
+    }
+
+    /// [`kafka`](Self::kafka) for a shared client error.
+    pub(crate) fn from_client(source: Arc<ConsumerError>) -> Self {
+        if matches!(*source, ConsumerError::Authentication { .. }) {
+            Self::Authentication { source }
+        } else {
+            Self::Kafka { source }
+        }
     }
 
     /// True when trying the same call again later may succeed unchanged.

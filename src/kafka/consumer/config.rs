@@ -10,6 +10,7 @@ pub(crate) const DEFAULT_MAX_RECORD_LOCKS: u32 = 2000;
 pub(crate) const DEFAULT_ACQUISITION_MAX_BYTES: usize = 4 << 20;
 
 use crate::consumer::AcknowledgementMode;
+use crate::kafka::net::backoff::ReconnectBackoff;
 use crate::kafka::security::Security;
 use crate::time::FAR_FUTURE;
 
@@ -127,6 +128,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) acquisition_max_bytes: usize,
     pub(crate) group_config_refresh: Duration,
     pub(crate) security: Security,
+    pub(crate) reconnect_backoff: ReconnectBackoff,
 }
 
 impl KafkaShareConsumerConfig {
@@ -152,6 +154,7 @@ impl KafkaShareConsumerConfig {
             acquisition_max_bytes: DEFAULT_ACQUISITION_MAX_BYTES,
             group_config_refresh: Duration::from_secs(300),
             security: Security::plaintext(),
+            reconnect_backoff: ReconnectBackoff::default(),
         }
     }
 
@@ -207,6 +210,38 @@ impl KafkaShareConsumerConfig {
     /// [`request_timeout`](Self::request_timeout).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout.min(FAR_FUTURE);
+        self
+    }
+
+    /// `reconnect.backoff.ms` (default 50 ms) and `reconnect.backoff.max.ms` (default 1 s):
+    /// how soon the consumer dials a broker again after a connection attempt to it failed.
+    ///
+    /// The pause is per broker and shared by every connection of the consumer (bootstrap,
+    /// group coordinator, partition leaders): after a failure the next attempt waits
+    /// `initial`, doubling with each failure in a row up to `max`, each pause spread by
+    /// ±20 % (never above `max`), as Java's client. After an **authentication failure**
+    /// (credentials or a certificate refused, also when a re-authentication of an open
+    /// connection is refused) the next attempt waits `max` at once, so a broker sees at
+    /// most one attempt per `max` from this consumer while the credentials are refused.
+    /// A successful connection ends the backoff. Counted by
+    /// [`connection_counts`](super::KafkaShareConsumer::connection_counts).
+    ///
+    /// A `max` below `initial` is raised to `initial` (Java's client disables the
+    /// doubling when only `reconnect.backoff.ms` is set, which is the same).
+    ///
+    /// ```
+    /// use kafka_share_sink::KafkaShareConsumerConfig;
+    /// use std::time::Duration;
+    /// let config = KafkaShareConsumerConfig::new("127.0.0.1:9092", "orders-sink")
+    ///     .reconnect_backoff(Duration::from_millis(100), Duration::from_secs(10));
+    /// # let _ = config;
+    /// ```
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        let initial = initial.min(FAR_FUTURE);
+        self.reconnect_backoff = ReconnectBackoff {
+            initial,
+            max: max.min(FAR_FUTURE).max(initial),
+        };
         self
     }
 
@@ -337,5 +372,21 @@ mod tests {
         }
         let config = config.request_timeout(Duration::from_secs(7));
         assert_eq!(config.request_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn the_reconnect_backoff_defaults_to_javas_and_its_maximum_is_at_least_the_initial() {
+        let config = KafkaShareConsumerConfig::new("k:9092", "g");
+        assert_eq!(
+            config.reconnect_backoff,
+            ReconnectBackoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_secs(1),
+            }
+        );
+        let config = config.reconnect_backoff(Duration::from_millis(300), Duration::ZERO);
+        assert_eq!(config.reconnect_backoff.max, Duration::from_millis(300));
+        let config = config.reconnect_backoff(Duration::MAX, Duration::MAX);
+        assert_eq!(config.reconnect_backoff.max, FAR_FUTURE);
     }
 }

@@ -215,6 +215,12 @@ impl Membership {
         }
     }
 
+    /// The refusal that stopped the loop (credentials or settings the group's brokers do
+    /// not accept), if any: reported by every later poll and commit.
+    pub(crate) fn refused(&self) -> Option<ConsumerError> {
+        self.shared.lock().refused.as_ref().map(Refused::error)
+    }
+
     /// A fatal error of the loop, or a transient one not yet reported.
     pub(crate) fn take_error(&self) -> Option<ConsumerError> {
         let mut state = self.shared.lock();

@@ -33,6 +33,7 @@ use crate::consumer::{
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
+use crate::kafka::net::backoff::{ConnectionCounts, Dialer};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::security::SecurityContext;
@@ -108,6 +109,29 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// when no fetch carried them within a tenth of the lock); `close` sends the final ones with session epoch -1,
 /// which releases everything else this member holds, then leaves the group.
 ///
+/// # Authentication failures
+///
+/// When a broker refuses the consumer's credentials or certificate (SASL refused, a TLS
+/// certificate rejected on either side, a token provider that fails), on any connection and
+/// at any time (when connecting, or when an open connection authenticates again, KIP-368),
+/// the consumer stops, as Java's share consumer throws its `AuthenticationException`:
+///
+/// - every later [`poll`](ShareConsumer::poll) and
+///   [`commit_sync`](ShareConsumer::commit_sync) returns [`ConsumerError::Authentication`]
+///   at once (not retriable), a waiting one included. Records already fetched are not handed
+///   out: they could not be acknowledged. They, and records handed out whose
+///   acknowledgements were not sent, are delivered again when their locks expire (or at once
+///   when the broker closes the session); nothing is lost;
+/// - no more records are acquired, and a broker is dialled again no sooner than the
+///   reconnect backoff allows: `reconnect.backoff.max.ms` (default 1 s) after an
+///   authentication failure (see [`KafkaShareConsumerConfig::reconnect_backoff`]); so a
+///   broker sees at most one attempt per second from this consumer;
+/// - [`close`](ShareConsumer::close) still completes. Build a new consumer once the
+///   credentials are fixed.
+///
+/// [`ShareSinkTask`](crate::ShareSinkTask) stops on it (see its
+/// [`iteration`](crate::ShareSinkTask::iteration)).
+///
 /// # Cancel safety
 ///
 /// Every async method may be dropped at any `.await` (a `select!` with a shutdown signal, a
@@ -179,6 +203,8 @@ pub struct KafkaShareConsumer {
     /// When the last poll handed records out, and how many.
     handed_out: Option<(Instant, usize)>,
     closed: bool,
+    /// The reconnect backoff of every connection of the consumer, and its counts.
+    dialer: Arc<Dialer>,
 }
 
 impl KafkaShareConsumer {
@@ -207,8 +233,10 @@ impl KafkaShareConsumer {
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
             security,
+            dialer: Arc::new(Dialer::new(config.reconnect_backoff)),
             ..ConnectionConfig::default()
         };
+        let dialer = Arc::clone(&connection_config.dialer);
         let bootstrap =
             Arc::new(Bootstrap::connect(&config.bootstrap, connection_config.clone()).await?);
         let first = bootstrap.get().await?;
@@ -297,7 +325,29 @@ impl KafkaShareConsumer {
             pace: SinkPace::for_polls_of(max_poll_records),
             handed_out: None,
             closed: false,
+            dialer,
         })
+    }
+
+    /// How many connections this consumer tried to open (bootstrap, group coordinator,
+    /// partition leaders), and how many failed or were refused authentication, since
+    /// [`connect`](Self::connect). After a failure a broker is dialled again no sooner than
+    /// the reconnect backoff allows (see
+    /// [`KafkaShareConsumerConfig::reconnect_backoff`]).
+    pub fn connection_counts(&self) -> ConnectionCounts {
+        self.dialer.counts()
+    }
+
+    /// The authentication error this consumer reports from now on, if a broker refused its
+    /// credentials (on a connection of the fetches or of the group membership).
+    fn refused(&self) -> Result<(), ConsumerError> {
+        if let Some(error) = self.engine.mailbox.lock().refusal() {
+            return Err(error);
+        }
+        match self.membership.refused() {
+            Some(error @ ConsumerError::Authentication { .. }) => Err(error),
+            _ => Ok(()),
+        }
     }
 
     /// How many ShareFetch and ShareAcknowledge requests this consumer has sent, and how its
@@ -606,6 +656,7 @@ impl ShareConsumer for KafkaShareConsumer {
         if self.subscription.is_empty() {
             return Err(ConsumerError::NotSubscribed);
         }
+        self.refused()?;
         if let Some(e) = self.membership.take_error() {
             return Err(e);
         }
@@ -661,6 +712,12 @@ impl ShareConsumer for KafkaShareConsumer {
             self.news.borrow_and_update();
             {
                 let mut slots = self.engine.mailbox.lock();
+                if let Some(e) = slots.refusal() {
+                    // Records acquired over connections that can no longer acknowledge them
+                    // are not handed out: they come back when their locks expire.
+                    slots.poll_deadline = None;
+                    return Err(e);
+                }
                 if !slots.records.is_empty() {
                     // With a strict max.poll.records (a broker before 4.2 acquired whole
                     // batches) or a sized acquisition, the rest waits, acquired, for the
@@ -743,13 +800,32 @@ impl ShareConsumer for KafkaShareConsumer {
     /// Cancel safe: the acknowledgements are with the engine before the first `.await`; if
     /// the future is dropped (or times out) they are sent all the same, and their outcomes
     /// are reported by the next commit.
+    ///
+    /// Once a broker refused this consumer's credentials it returns
+    /// [`ConsumerError::Authentication`] at once, also while it waits for the answers.
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.ensure_open()?;
         let implicit = self.implicit();
         self.hand_over_acks(implicit)?;
-        let (reply, answer) = oneshot::channel();
+        self.refused()?;
+        let (reply, mut answer) = oneshot::channel();
         self.engine.send(Command::Commit(reply))?;
-        match tokio::time::timeout(timeout, answer).await {
+        let deadline = deadline_after(Instant::now(), timeout);
+        let mut news = self.engine.mailbox.subscribe();
+        let mut watching = true;
+        let outcome = loop {
+            tokio::select! {
+                result = &mut answer => break Ok(result),
+                changed = news.changed(), if watching => {
+                    // A refusal met while the acknowledgements are on their way: dropped,
+                    // the answer's outcomes wait for the next commit.
+                    watching = changed.is_ok();
+                    self.refused()?;
+                }
+                () = tokio::time::sleep_until(deadline) => break Err(()),
+            }
+        };
+        match outcome {
             Ok(Ok(results)) => {
                 self.saw(&results);
                 self.notify(&results);

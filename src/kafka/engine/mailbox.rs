@@ -30,6 +30,10 @@ pub(crate) struct Slots {
     pub(crate) per_record: Option<Duration>,
     /// An error the next poll reports (one retrying cannot fix).
     pub(crate) error: Option<ConsumerError>,
+    /// A broker refused this consumer's credentials or certificate (`broker`, `reason` of
+    /// [`ConsumerError::Authentication`]): every later poll and commit reports it, before
+    /// handing out any record, and the engine acquires nothing more.
+    pub(crate) refused: Option<(String, String)>,
     /// A poll asked for records and none were handed over since: the engine fetches (one
     /// answer at a time) until some arrive, even after that poll gave up.
     pub(crate) wanted: bool,
@@ -44,6 +48,19 @@ pub(crate) struct Slots {
     pub(crate) collect: bool,
     /// Outcomes moved here for the callback, taken by the consumer's next call.
     pub(crate) settled: CommitResults,
+}
+
+impl Slots {
+    /// The authentication error every poll and commit reports once a broker refused this
+    /// consumer's credentials.
+    pub(crate) fn refusal(&self) -> Option<ConsumerError> {
+        self.refused
+            .as_ref()
+            .map(|(broker, reason)| ConsumerError::Authentication {
+                broker: broker.clone(),
+                reason: reason.clone(),
+            })
+    }
 }
 
 /// One ShareFetch answer's records, in order, with the moment they were acquired.

@@ -505,6 +505,10 @@ impl Engine {
             return None;
         }
         let slots = self.mailbox.lock();
+        if slots.refused.is_some() {
+            // Records acquired now could be neither handed out nor acknowledged.
+            return None;
+        }
         let buffered = slots.records.len();
         let wanted = slots.wanted && buffered == 0;
         let poll_wait = slots
@@ -576,6 +580,10 @@ impl Engine {
         }));
     }
 
+    /// Starts a connection to `node` unless one is open or being made. The connection waits
+    /// its turn at the client's reconnect backoff ([`backoff`](crate::kafka::net::backoff))
+    /// first, so a leader that keeps failing is dialled no more often than that allows,
+    /// however often the engine steps.
     fn ensure_connection(&mut self, node: NodeId) {
         if self.connections.contains_key(&node) || self.connecting.contains(&node) {
             return;
@@ -833,11 +841,33 @@ impl Engine {
         }
     }
 
+    /// Hands an error no retry fixes to the polls. An authentication failure is kept for
+    /// every later poll and commit ([`Slots::refused`](mailbox::Slots::refused)); the
+    /// others are reported by the next poll.
     fn report_if_fatal(&mut self, error: ConsumerError) {
-        if is_fatal(&error) {
-            self.mailbox.lock().error.get_or_insert(error);
-            self.mailbox.announce();
+        if !is_fatal(&error) {
+            return;
         }
+        {
+            let mut slots = self.mailbox.lock();
+            match error {
+                ConsumerError::Authentication { broker, reason } => {
+                    if slots.refused.is_none() {
+                        tracing::error!(
+                            broker,
+                            reason,
+                            "a broker refused the consumer's authentication; every poll and \
+                             commit reports it from now on, and nothing more is acquired"
+                        );
+                        slots.refused = Some((broker, reason));
+                    }
+                }
+                error => {
+                    slots.error.get_or_insert(error);
+                }
+            }
+        }
+        self.mailbox.announce();
     }
 
     fn answer_commits(&mut self) {

@@ -7,7 +7,10 @@
 //!   the SASL exchange (`SASL_PLAINTEXT`, `SASL_SSL`: SaslHandshake v1 and SaslAuthenticate
 //!   requests through the ordinary request path). A connection is handed out only once all
 //!   of that succeeded. Failures of authentication, on either side, are
-//!   [`ConsumerError::Authentication`], which is not retriable.
+//!   [`ConsumerError::Authentication`], which is not retriable; the client types map it to
+//!   their own `Authentication` variants (the table of causes and variants is on
+//!   [`ConsumerError::Authentication`]). Attempts wait for the client's reconnect backoff
+//!   after failures ([`backoff`](super::backoff)).
 //! - Frames are a 4-byte big-endian length followed by that many bytes.
 //! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
 //!   bounded channel, so any number of tasks may send through one `&Connection` at once.
@@ -52,6 +55,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tracing::{Instrument, debug, warn};
 
+use super::backoff::{Dialer, Outcome};
 use super::frame_pool::FramePool;
 use crate::consumer::ConsumerError;
 use crate::kafka::errors::{api_name, broker_error};
@@ -94,6 +98,9 @@ pub(crate) struct ConnectionConfig {
     pub(crate) max_frame_bytes: usize,
     /// TLS and SASL, built once per client.
     pub(crate) security: SecurityContext,
+    /// The reconnect backoff per broker, shared by every connection of the client (clones
+    /// of this config share it).
+    pub(crate) dialer: Arc<Dialer>,
 }
 
 impl Default for ConnectionConfig {
@@ -104,6 +111,7 @@ impl Default for ConnectionConfig {
             request_timeout: Duration::from_secs(30),
             max_frame_bytes: 100 << 20,
             security: SecurityContext::default(),
+            dialer: Arc::new(Dialer::default()),
         }
     }
 }
@@ -154,6 +162,9 @@ struct Reauth {
     due: Mutex<Option<tokio::time::Instant>>,
     /// Held for reading by requests being queued, for writing by the exchange.
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// Told when a re-authentication is refused, so the client's next connection to the
+    /// broker waits its reconnect backoff.
+    dialer: Arc<Dialer>,
 }
 
 impl Drop for Inner {
@@ -441,13 +452,28 @@ impl Connection {
     /// UNSUPPORTED_VERSION) and the SASL exchange (likewise). Refused credentials or
     /// certificates are [`ConsumerError::Authentication`].
     ///
+    /// After a failed attempt to `addr` by any connection of the same client (the
+    /// [`ConnectionConfig::dialer`] they share), it first waits the reconnect backoff
+    /// (`reconnect.backoff.ms` doubling up to `reconnect.backoff.max.ms`; the maximum after
+    /// an authentication failure): see [`backoff`](super::backoff). That wait is not bounded
+    /// by the connect timeout.
+    ///
     /// # Cancel safety
     ///
-    /// Dropping the future drops the socket: nothing half-open is kept.
+    /// Dropping the future drops the socket: nothing half-open is kept. Dropped while it
+    /// waits for the backoff, nothing was dialled.
     pub(crate) async fn connect(
         addr: &str,
         config: &ConnectionConfig,
     ) -> Result<Self, ConsumerError> {
+        let attempt = config.dialer.turn(addr).await;
+        let result = Self::dial(addr, config).await;
+        attempt.finish(Outcome::of(&result));
+        result
+    }
+
+    /// One connection attempt, as [`connect`](Self::connect) without the backoff.
+    async fn dial(addr: &str, config: &ConnectionConfig) -> Result<Self, ConsumerError> {
         let connection_error = |source| ConsumerError::Connection {
             broker: addr.to_owned(),
             source,
@@ -608,6 +634,7 @@ impl Connection {
                     timeout: config.connect_timeout,
                     due: Mutex::new(None),
                     gate: Arc::new(tokio::sync::RwLock::new(())),
+                    dialer: Arc::clone(&config.dialer),
                 },
             }),
         }
@@ -748,6 +775,10 @@ impl Connection {
                 self.schedule_reauth(lifetime);
             }
             Err(ConsumerError::Authentication { reason, .. }) => {
+                self.inner
+                    .reauth
+                    .dialer
+                    .finish(self.broker(), Outcome::Refused, false);
                 shared.close(CloseReason::Authentication(format!(
                     "re-authentication failed: {reason}"
                 )));

@@ -1,6 +1,8 @@
 //! Connections: one TCP connection to one broker with pipelined requests, the bootstrap
-//! list that hands out a live one, and finding a coordinator.
+//! list that hands out a live one, finding a coordinator, and the reconnect backoff that
+//! paces a client's connection attempts to each broker.
 
+pub(crate) mod backoff;
 pub(crate) mod bootstrap;
 pub(crate) mod connection;
 pub(crate) mod coordinator;

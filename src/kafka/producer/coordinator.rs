@@ -136,13 +136,9 @@ impl Coordinator {
                         error,
                         ConsumerError::Authentication { .. } | ConsumerError::Config { .. }
                     ) {
-                        return Err(ProducerError::Kafka {
-                            source: Arc::new(error),
-                        });
+                        return Err(ProducerError::kafka(error));
                     }
-                    last = Some(ProducerError::Kafka {
-                        source: Arc::new(error),
-                    });
+                    last = Some(ProducerError::kafka(error));
                     sleep_backoff(&mut backoff, retry.max, deadline).await;
                     continue;
                 }
@@ -162,13 +158,9 @@ impl Coordinator {
                         error,
                         ConsumerError::Unsupported { .. } | ConsumerError::Protocol { .. }
                     ) {
-                        return Err(ProducerError::Kafka {
-                            source: Arc::new(error),
-                        });
+                        return Err(ProducerError::kafka(error));
                     }
-                    last = Some(ProducerError::Kafka {
-                        source: Arc::new(error),
-                    });
+                    last = Some(ProducerError::kafka(error));
                 }
                 Ok((0, _, answer)) => return Ok(answer),
                 Ok((error_code, message, _)) => {
@@ -191,15 +183,11 @@ impl Coordinator {
                     match action {
                         Action::Done => {}
                         Action::Retry => {
-                            last = Some(ProducerError::Kafka {
-                                source: Arc::new(error),
-                            });
+                            last = Some(ProducerError::kafka(error));
                         }
                         Action::Rediscover => {
                             self.connection = None;
-                            last = Some(ProducerError::Kafka {
-                                source: Arc::new(error),
-                            });
+                            last = Some(ProducerError::kafka(error));
                         }
                         Action::Fenced | Action::Abortable | Action::Fatal => {
                             return Err(coordinator_error(&action, self.id(), error, call));

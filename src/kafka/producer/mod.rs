@@ -153,7 +153,8 @@ impl KafkaProducer {
     ///
     /// # Errors
     ///
-    /// [`ProducerError::Config`] for settings out of range; [`ProducerError::Kafka`] when no
+    /// [`ProducerError::Config`] for settings out of range; [`ProducerError::Authentication`]
+    /// when a broker refuses the TLS or SASL credentials; [`ProducerError::Kafka`] when no
     /// bootstrap server answers or InitProducerId fails; [`ProducerError::Timeout`] when
     /// that takes longer than `delivery.timeout.ms`.
     ///
@@ -182,9 +183,7 @@ impl KafkaProducer {
                     timeout,
                     last: None,
                 })?
-                .map_err(|source| ProducerError::Kafka {
-                    source: Arc::new(source),
-                })?;
+                .map_err(ProducerError::kafka)?;
         let idempotent = config.is_idempotent();
         let transactional = config.transactional_id.is_some();
         let accumulator = Accumulator::new(AccumulatorConfig {

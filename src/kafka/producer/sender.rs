@@ -493,7 +493,7 @@ fn handle_metadata(
             }
             TopicMetadata::Failed(error) => {
                 if let Some(queue) = state.waiting.remove(&topic) {
-                    let error = ProducerError::Kafka { source: error };
+                    let error = ProducerError::from_client(error);
                     for w in queue {
                         state.accumulator.untrack(&[w.id]);
                         let _ = w.sender.send(Err(error.clone()));
@@ -659,15 +659,11 @@ fn handle_produce(
             );
             let outcome = if lost || error.is_retriable() {
                 BatchOutcome::Retriable {
-                    error: ProducerError::Kafka {
-                        source: Arc::new(error),
-                    },
+                    error: ProducerError::kafka(error),
                     unknown: true,
                 }
             } else {
-                BatchOutcome::Failed(ProducerError::Kafka {
-                    source: Arc::new(error),
-                })
+                BatchOutcome::Failed(ProducerError::kafka(error))
             };
             for (tp, id, _) in batches {
                 state.metadata_wanted.insert(Arc::clone(&tp.0));

@@ -304,14 +304,10 @@ pub(crate) fn coordinator_error(
             };
             ProducerError::Abortable {
                 reason,
-                source: Some(Arc::new(ProducerError::Kafka {
-                    source: Arc::new(source),
-                })),
+                source: Some(Arc::new(ProducerError::kafka(source))),
             }
         }
-        _ => ProducerError::Kafka {
-            source: Arc::new(source),
-        },
+        _ => ProducerError::kafka(source),
     }
 }
 
