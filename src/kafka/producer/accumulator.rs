@@ -225,6 +225,12 @@ pub(crate) struct Accumulator {
     incomplete: BTreeSet<u64>,
     /// The idempotent producer must bump its epoch before sending new batches.
     bump_pending: bool,
+    /// No batch that [`expire`](Self::expire) could give up has a deadline before this
+    /// (`None`: no such batch). A lower bound, so `expire` looks at the batches only once it
+    /// passed: a new batch's deadline is never earlier than an older one's (the same
+    /// `delivery.timeout.ms` from a later creation), so only a batch that leaves the
+    /// in-flight state can lower it ([`complete`](Self::complete) does).
+    next_expiry: Option<Instant>,
 }
 
 impl Accumulator {
@@ -236,7 +242,13 @@ impl Accumulator {
             next_batch: 0,
             incomplete: BTreeSet::new(),
             bump_pending: false,
+            next_expiry: None,
         }
+    }
+
+    /// Notes a batch that `expire` may give up at `deadline`.
+    fn expiry_at(&mut self, deadline: Instant) {
+        self.next_expiry = Some(self.next_expiry.map_or(deadline, |e| e.min(deadline)));
     }
 
     /// The producer identity batches are written with.
@@ -348,6 +360,8 @@ impl Accumulator {
         }
         self.next_batch += 1;
         let full = BATCH_OVERHEAD + size >= batch_size;
+        let deadline = deadline_after(now, self.config.delivery_timeout);
+        self.next_expiry = Some(self.next_expiry.map_or(deadline, |e| e.min(deadline)));
         state.queued.push_back(Batch {
             id: self.next_batch,
             tp,
@@ -355,7 +369,7 @@ impl Accumulator {
             senders: vec![(id, sender)],
             bytes: BATCH_OVERHEAD + size,
             created: now,
-            deadline: deadline_after(now, self.config.delivery_timeout),
+            deadline,
             closed: full,
             sequence: None,
             encoded: None,
@@ -568,6 +582,15 @@ impl Accumulator {
                 effects.failed = Some(error);
             }
         }
+        // A batch sent again later can now expire: `expire` must look at it.
+        let waiting = state
+            .unacked
+            .iter()
+            .find(|b| b.id == batch_id && b.state != BatchState::InFlight)
+            .map(|b| b.deadline);
+        if let Some(deadline) = waiting {
+            self.expiry_at(deadline);
+        }
         if effects.gap && config.idempotent && !config.transactional {
             self.bump_pending = true;
         }
@@ -576,9 +599,18 @@ impl Accumulator {
     }
 
     /// Fails the batches past their delivery timeout that are not in flight.
+    ///
+    /// The sender calls it every turn (after each `send` that woke it, each answer): until the
+    /// earliest deadline a batch could be given up at, it returns at once without looking at
+    /// any partition.
     pub(crate) fn expire(&mut self, now: Instant) -> (Vec<u64>, Effects) {
         let mut done = Vec::new();
         let mut effects = Effects::default();
+        if self.next_expiry.is_none_or(|at| now < at) {
+            return (done, effects);
+        }
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for state in self.partitions.values_mut() {
             while state.queued.front().is_some_and(|b| b.deadline <= now) {
                 if let Some(batch) = state.queued.pop_front() {
@@ -587,22 +619,39 @@ impl Accumulator {
                     effects.failed = Some(error);
                 }
             }
-            let mut kept = VecDeque::with_capacity(state.unacked.len());
-            for batch in state.unacked.drain(..) {
-                if batch.deadline <= now && batch.state != BatchState::InFlight {
-                    let error = timeout_error(&batch, &self.config);
-                    if let Some(sequence) = batch.sequence {
-                        state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
-                        effects.gap = true;
-                    }
-                    batch.fail(&error, &mut done);
-                    effects.failed = Some(error);
-                } else {
-                    kept.push_back(batch);
-                }
+            // Queued batches' deadlines grow from the front.
+            if let Some(front) = state.queued.front() {
+                consider(front.deadline);
             }
-            state.unacked = kept;
+            let expired = |b: &Batch| b.deadline <= now && b.state != BatchState::InFlight;
+            if state.unacked.iter().any(expired) {
+                let mut kept = VecDeque::with_capacity(state.unacked.len());
+                for batch in state.unacked.drain(..) {
+                    if expired(&batch) {
+                        let error = timeout_error(&batch, &self.config);
+                        if let Some(sequence) = batch.sequence {
+                            state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                            effects.gap = true;
+                        }
+                        batch.fail(&error, &mut done);
+                        effects.failed = Some(error);
+                    } else {
+                        kept.push_back(batch);
+                    }
+                }
+                state.unacked = kept;
+            }
+            // In flight past its deadline: it can expire only after its answer, and
+            // `complete` notes it then.
+            for batch in state
+                .unacked
+                .iter()
+                .filter(|b| b.deadline > now || b.state != BatchState::InFlight)
+            {
+                consider(batch.deadline);
+            }
         }
+        self.next_expiry = next;
         if effects.gap && self.config.idempotent && !self.config.transactional {
             self.bump_pending = true;
         }
@@ -1125,5 +1174,62 @@ mod tests {
         let (done, effects) = acc.expire(now + Duration::from_secs(10));
         assert_eq!(done, vec![0]);
         assert!(effects.gap && acc.bump_pending());
+    }
+
+    /// Batches `expire(now)` should give up: past their deadline and not in flight.
+    fn expirable(acc: &Accumulator, now: Instant) -> usize {
+        acc.partitions
+            .values()
+            .map(|p| {
+                p.queued.iter().filter(|b| b.deadline <= now).count()
+                    + p.unacked
+                        .iter()
+                        .filter(|b| b.deadline <= now && b.state != BatchState::InFlight)
+                        .count()
+            })
+            .sum()
+    }
+
+    proptest::proptest! {
+        /// `expire` skips its scan until the earliest deadline a batch could be given up at;
+        /// whatever happens in between (records appended at later times, batches sent,
+        /// answered, sent again), once it has run no batch it should have given up is left.
+        #[test]
+        fn expire_never_leaves_an_expirable_batch(
+            steps in proptest::collection::vec((0u8..4, 0u64..4_000, 0i32..3), 1..60),
+        ) {
+            let start = Instant::now();
+            let mut config = config(true, false);
+            config.delivery_timeout = Duration::from_secs(5);
+            let mut acc = Accumulator::new(config);
+            acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+            let mut now = start;
+            let mut in_flight: Vec<Drained> = Vec::new();
+            let mut futures = Vec::new();
+            for (i, (op, advance_ms, partition)) in steps.into_iter().enumerate() {
+                now += Duration::from_millis(advance_ms);
+                match op {
+                    0 => {
+                        let (sender, future) = DeliveryFuture::channel();
+                        acc.append((Arc::from("t"), partition), i as u64, record(i), sender, now);
+                        futures.push(future);
+                    }
+                    1 => in_flight.extend(acc.drain(now, true, &mut |_| true).0),
+                    2 => {
+                        if let Some(sent) = in_flight.pop() {
+                            acc.complete(&sent.tp, sent.batch_id, retriable(false), now);
+                        }
+                    }
+                    _ => {
+                        if !in_flight.is_empty() {
+                            let sent = in_flight.remove(0);
+                            acc.complete(&sent.tp, sent.batch_id, written(0), now);
+                        }
+                    }
+                }
+                acc.expire(now);
+                proptest::prop_assert_eq!(expirable(&acc, now), 0, "after step {}", i);
+            }
+        }
     }
 }
