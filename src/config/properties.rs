@@ -42,21 +42,24 @@ impl Properties {
         Self::default()
     }
 
-    /// Reads Java `.properties` text (the syntax of `java.util.Properties.load`):
+    /// Reads Java `.properties` text as `java.util.Properties.load(Reader)` reads it:
     ///
-    /// - a line whose first non-blank character is `#` or `!` is a comment; blank lines are
-    ///   skipped; leading spaces, tabs and form feeds are ignored;
+    /// - a line whose first non-blank character is `#` or `!` is a comment (a comment does
+    ///   not go on at the next line, whatever it ends with); blank lines are skipped; leading
+    ///   spaces, tabs and form feeds are ignored; lines end at `\n`, `\r` or `\r\n`;
     /// - `key=value`, `key: value` and `key value` all work; blanks around the separator are
     ///   dropped, trailing blanks of the value are kept;
     /// - a line ending in an odd number of backslashes goes on at the next line, whose
-    ///   leading blanks are dropped;
+    ///   leading blanks are dropped (the lines are joined without a separator); a blank
+    ///   next line ends the entry, and a backslash at the end of the text is dropped;
     /// - escapes: `\t`, `\n`, `\r`, `\f`, `\uXXXX` (UTF-16, surrogate pairs included), and a
     ///   backslash before any other character stands for that character (`\\`, `\=`, `\:`,
     ///   `\#`, `\ `).
     ///
-    /// A key set twice keeps its last value. Fails with [`ConfigError::Syntax`] on a
-    /// malformed `\uXXXX` escape or one that encodes a lone surrogate (which Java accepts
-    /// but a Rust string cannot hold); the error gives the line, never the value.
+    /// A key set twice keeps its last value. Every text Java reads is read the same, except
+    /// one: fails with [`ConfigError::Syntax`] on a malformed `\uXXXX` escape (as Java does)
+    /// and on one that encodes a lone surrogate (which Java accepts but a Rust string cannot
+    /// hold); the error gives the line, never the value.
     ///
     /// ```
     /// use kafka_share_sink::Properties;
@@ -67,20 +70,7 @@ impl Properties {
     /// ```
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut props = Self::new();
-        let mut lines = NaturalLines::new(text);
-        while let Some((line_no, first)) = lines.next() {
-            let first = trim_blank_start(first);
-            if first.is_empty() || first.starts_with(['#', '!']) {
-                continue;
-            }
-            let mut logical = String::from(first);
-            while ends_with_odd_backslashes(&logical) {
-                logical.pop();
-                match lines.next() {
-                    Some((_, next)) => logical.push_str(trim_blank_start(next)),
-                    None => break,
-                }
-            }
+        for (line_no, logical) in LogicalLines::new(text) {
             let (key, value) = split_entry(&logical);
             let key = unescape(key).map_err(|problem| ConfigError::Syntax {
                 line: line_no,
@@ -218,42 +208,105 @@ impl<'a> IntoIterator for &'a Properties {
     }
 }
 
-/// The natural lines of a text, ended by `\n`, `\r` or `\r\n`, with their numbers (from 1).
-struct NaturalLines<'a> {
-    rest: &'a str,
+/// The logical lines of `.properties` text, as `java.util.Properties` reads them: comments
+/// and blank lines skipped, leading blanks dropped, continuation lines joined (their
+/// backslash and the next line's leading blanks dropped). Each comes with the number (from
+/// 1) of the natural line where it starts; its escapes are still to be resolved.
+struct LogicalLines<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    /// The number of the natural line the next character is on.
     line: usize,
 }
 
-impl<'a> NaturalLines<'a> {
+impl<'a> LogicalLines<'a> {
     fn new(text: &'a str) -> Self {
         Self {
-            rest: text,
-            line: 0,
+            chars: text.chars().peekable(),
+            line: 1,
         }
+    }
+
+    /// The next character, counting line ends (`\r\n` once).
+    fn bump(&mut self) -> Option<char> {
+        let c = self.chars.next()?;
+        if c == '\n' || (c == '\r' && self.chars.peek() != Some(&'\n')) {
+            self.line += 1;
+        }
+        Some(c)
     }
 }
 
-impl<'a> Iterator for NaturalLines<'a> {
-    type Item = (usize, &'a str);
+impl Iterator for LogicalLines<'_> {
+    type Item = (usize, String);
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        self.line += 1;
-        let (line, rest) = match self.rest.find(['\n', '\r']) {
-            Some(end) => {
-                let after = if self.rest[end..].starts_with("\r\n") {
-                    end + 2
-                } else {
-                    end + 1
-                };
-                (&self.rest[..end], &self.rest[after..])
+        let mut line = String::new();
+        let mut start = self.line;
+        // At the start of a natural line: blanks are skipped, and so are line ends unless
+        // this line continues another (then an empty line ends the logical one).
+        let mut skip_blanks = true;
+        let mut continued = false;
+        // After a continuation ended by `\r`: a `\n` right after it belongs to it.
+        let mut skip_lf = false;
+        let mut odd_backslashes = false;
+        loop {
+            let Some(c) = self.bump() else {
+                // The end of the text; a backslash there is dropped.
+                if line.is_empty() {
+                    return None;
+                }
+                if odd_backslashes {
+                    line.pop();
+                }
+                return Some((start, line));
+            };
+            if std::mem::take(&mut skip_lf) && c == '\n' {
+                continue;
             }
-            None => (self.rest, ""),
-        };
-        self.rest = rest;
-        Some((self.line, line))
+            let line_end = c == '\n' || c == '\r';
+            if skip_blanks {
+                if is_blank(c) || (line_end && !continued) {
+                    continue;
+                }
+                skip_blanks = false;
+                continued = false;
+            }
+            if line.is_empty() && (c == '#' || c == '!') {
+                // A comment, up to and including its line end: it never continues.
+                while let Some(c) = self.bump() {
+                    if c == '\n' || c == '\r' {
+                        break;
+                    }
+                }
+                skip_blanks = true;
+                continue;
+            }
+            if !line_end {
+                if line.is_empty() {
+                    start = self.line;
+                }
+                line.push(c);
+                odd_backslashes = c == '\\' && !odd_backslashes;
+                continue;
+            }
+            if line.is_empty() {
+                // A line that continued into an empty line: nothing; read on.
+                skip_blanks = true;
+                continue;
+            }
+            if self.chars.peek().is_none() || !odd_backslashes {
+                if odd_backslashes {
+                    line.pop();
+                }
+                return Some((start, line));
+            }
+            // A continuation: drop the backslash, go on at the next line's first non-blank.
+            line.pop();
+            odd_backslashes = false;
+            skip_blanks = true;
+            continued = true;
+            skip_lf = c == '\r';
+        }
     }
 }
 
@@ -263,10 +316,6 @@ fn is_blank(c: char) -> bool {
 
 fn trim_blank_start(s: &str) -> &str {
     s.trim_start_matches(is_blank)
-}
-
-fn ends_with_odd_backslashes(s: &str) -> bool {
-    s.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
 }
 
 /// Splits a logical line at the first unescaped `=`, `:` or blank; blanks and one `=` or
@@ -414,6 +463,22 @@ mod tests {
         assert_eq!(parse("a=1\\\n\nb=2\\"), pairs(&[("a", "1"), ("b", "2")]));
         // Old Mac line ends.
         assert_eq!(parse("a=1\rb=2"), pairs(&[("a", "1"), ("b", "2")]));
+        // What java.util.Properties does with a line that is only a backslash: it goes on
+        // at the next line as if it were a new one (a comment there is a comment), and an
+        // empty line after it makes nothing; at the end of the text it is an empty key.
+        assert_eq!(parse("\\\n#foo\nkey=v"), pairs(&[("key", "v")]));
+        assert_eq!(parse("\\\n\nb=2"), pairs(&[("b", "2")]));
+        assert_eq!(parse(" \\"), pairs(&[("", "")]));
+        assert_eq!(parse("\\\n"), pairs(&[("", "")]));
+        // A comment never continues; `\r\n` after a continuation is one line end.
+        assert_eq!(parse("#a\\\nb=1"), pairs(&[("b", "1")]));
+        assert_eq!(parse("a\\\r\n b\\\r\r\nc"), pairs(&[("ab", ""), ("c", "")]));
+    }
+
+    #[test]
+    fn syntax_errors_give_the_line_where_the_entry_starts() {
+        let err = Properties::parse("a=1\r\n\r\n# c\n  b=2\\\n  \\u00zz").unwrap_err();
+        assert!(err.to_string().starts_with("line 4: "), "{err}");
     }
 
     #[test]

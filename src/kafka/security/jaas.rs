@@ -3,8 +3,10 @@
 //! words or quoted strings (double or single quotes, backslash escapes), `//` and `/* */`
 //! comments may appear anywhere, and a client takes exactly one entry.
 //!
-//! Errors never include a value (the string holds passwords): they say what was expected
-//! where, by token number.
+//! Errors never include a value, nor any word of the text that is not a known login module
+//! or option name (the string holds passwords, and a password with a space or a stray quote
+//! splits into words that would read as names): they say what was expected where, by token
+//! number.
 
 use std::collections::BTreeMap;
 
@@ -147,21 +149,23 @@ pub(crate) fn parse(text: &str) -> Result<JaasEntry, String> {
                     .any(|f| f.eq_ignore_ascii_case(&flag)) => {}
             Some((i, _)) => {
                 return Err(format!(
-                    "token {}: expected a control flag (required, requisite, sufficient or optional) after the login module `{module}`",
-                    i + 1
+                    "token {}: expected a control flag (required, requisite, sufficient or optional) after the login module {}",
+                    i + 1,
+                    module_name(&module)
                 ));
             }
             None => {
                 return Err(format!(
-                    "the entry of `{module}` ends before its control flag (e.g. `required`)"
+                    "the entry of the login module {} ends before its control flag (e.g. `required`)",
+                    module_name(&module)
                 ));
             }
         }
         let mut options = BTreeMap::new();
         loop {
-            let key = match rest.next() {
+            let (key, at) = match rest.next() {
                 Some((_, Token::Punct(';'))) => break,
-                Some((_, Token::Word(key))) => key,
+                Some((i, Token::Word(key))) => (key, i + 1),
                 Some((i, _)) => {
                     return Err(format!(
                         "token {}: expected an option name or the `;` that ends the entry",
@@ -169,16 +173,24 @@ pub(crate) fn parse(text: &str) -> Result<JaasEntry, String> {
                     ));
                 }
                 None => {
-                    return Err(format!("the entry of `{module}` does not end with `;`"));
+                    return Err(format!(
+                        "the entry of the login module {} does not end with `;`",
+                        module_name(&module)
+                    ));
                 }
             };
             match rest.next() {
                 Some((_, Token::Punct('='))) => {}
-                _ => return Err(format!("the option `{key}` has no `=`")),
+                _ => {
+                    return Err(format!(
+                        "{} has no `=` (quote a value that has spaces: password=\"...\")",
+                        option_name(&key, at)
+                    ));
+                }
             }
             let value = match rest.next() {
                 Some((_, Token::Word(v) | Token::Quoted(v))) => v,
-                _ => return Err(format!("the option `{key}` has no value")),
+                _ => return Err(format!("{} has no value", option_name(&key, at))),
             };
             options.insert(key, value);
         }
@@ -192,6 +204,54 @@ pub(crate) fn parse(text: &str) -> Result<JaasEntry, String> {
         (Some(_), Some(_)) => Err(format!(
             "{count} login modules are given; a client takes exactly one"
         )),
+    }
+}
+
+/// The login modules whose names errors may show.
+const KNOWN_MODULES: &[&str] = &[
+    "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+    "com.sun.security.auth.module.Krb5LoginModule",
+];
+
+/// The options whose names errors may show.
+const KNOWN_OPTIONS: &[&str] = &[
+    "username",
+    "password",
+    "tokenauth",
+    "unsecuredLoginStringClaim_sub",
+    "unsecuredLoginLifetimeSeconds",
+    "useKeyTab",
+    "storeKey",
+    "keyTab",
+    "principal",
+];
+
+/// A login module as errors show it: by name when it is a known one, else by its length
+/// only (a word where the class name goes may be a misplaced password).
+pub(crate) fn module_name(module: &str) -> String {
+    if KNOWN_MODULES.contains(&module) {
+        format!("`{module}`")
+    } else {
+        format!(
+            "(an unknown class name of {} characters, not shown)",
+            module.chars().count()
+        )
+    }
+}
+
+/// An option as errors show it: `the option `password``, or by position for a word that is
+/// not a known option name.
+fn option_name(key: &str, token: usize) -> String {
+    let known = KNOWN_OPTIONS.contains(&key)
+        || key.starts_with("unsecuredLoginExtension_")
+        || key.starts_with("unsecuredLoginNumberClaim_")
+        || key.starts_with("unsecuredLoginListClaim_");
+    if known {
+        format!("the option `{key}`")
+    } else {
+        format!("the word at token {token} (read as an option name, not shown)")
     }
 }
 
@@ -244,6 +304,13 @@ mod tests {
             ("m required; n required;", "2 login modules"),
             ("\"m\" required;", "login module class name"),
             ("m required = ;", "option name"),
+            // A password with a space, unquoted: its second word reads as an option name.
+            (
+                "m required username=u password=abc hunter2;",
+                "token 9 (read as an option name",
+            ),
+            ("hunter2", "unknown class name of 7 characters"),
+            ("hunter2 required username=\"u\"", "does not end with `;`"),
         ] {
             let error = parse(text).expect_err(text);
             assert!(error.contains(expected), "{text}: {error}");

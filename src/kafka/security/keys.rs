@@ -401,7 +401,7 @@ fn sasl_settings(
             } else {
                 format!(
                     "the login module {} is not supported by this client; sasl.mechanism={mechanism} takes {expected}",
-                    entry.module.escape_debug()
+                    jaas::module_name(&entry.module)
                 )
             },
         });

@@ -95,7 +95,7 @@ impl TlsContext {
     }
 }
 
-/// The PEM bytes of a source, and the key that names it.
+/// The PEM bytes of a source, as written, and the key that names it.
 fn pem_bytes(
     pem: &Pem,
     file_key: &'static str,
@@ -109,20 +109,23 @@ fn pem_bytes(
     }
 }
 
-/// Certificates of PEM bytes; none is an error naming `key`.
+/// Certificates of PEM bytes as written (see [`normalize_pem`]); none is an error naming
+/// `key`.
 fn certificates(
-    bytes: &[u8],
+    raw: &[u8],
     key: &'static str,
     what: &str,
 ) -> Result<Vec<CertificateDer<'static>>, SettingError> {
-    let certs = CertificateDer::pem_slice_iter(bytes)
+    let invalid = |problem: &str| {
+        SettingError::new(
+            key,
+            format!("the {what} are not valid PEM: {problem}{}", lines_lost(raw)),
+        )
+    };
+    let bytes = normalize_pem(raw).map_err(|shape| invalid(shape.problem()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            SettingError::new(
-                key,
-                format!("the {what} are not valid PEM: {}", pem_failure(&e, bytes)),
-            )
-        })?;
+        .map_err(|e| invalid(pem_failure(&e)))?;
     if certs.is_empty() {
         return Err(SettingError::new(
             key,
@@ -179,7 +182,21 @@ fn identity_parts(
         ),
     };
     let chain = certificates(&chain_bytes, chain_name, "client certificate chain")?;
-    if contains(&key_bytes, b"-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+    let key_pem = normalize_pem(&key_bytes).map_err(|shape| {
+        SettingError::new(
+            key_name,
+            format!(
+                "the private key is not valid PEM: {}{}",
+                shape.problem(),
+                lines_lost(&key_bytes)
+            ),
+        )
+    })?;
+    // PKCS#8 (`ENCRYPTED PRIVATE KEY`) and OpenSSL's legacy encryption (`Proc-Type:
+    // 4,ENCRYPTED` headers in an `RSA PRIVATE KEY` or `EC PRIVATE KEY` section).
+    if contains(&key_pem, b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || contains(&key_bytes, b"4,ENCRYPTED")
+    {
         let password = if has_password {
             "ssl.key.password is set, but "
         } else {
@@ -194,12 +211,16 @@ fn identity_parts(
             ),
         ));
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|_| {
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        let found = match e {
+            rustls::pki_types::pem::Error::NoItemsFound => String::new(),
+            other => format!(" ({}{})", pem_failure(&other), lines_lost(&key_bytes)),
+        };
         SettingError::new(
             key_name,
             format!(
-                "no PEM private key (PKCS#8, PKCS#1 or SEC1) found for the client certificate; \
-                 {CONVERSION_HINT}"
+                "no PEM private key (PKCS#8, PKCS#1 or SEC1) found for the client \
+                 certificate{found}; {CONVERSION_HINT}"
             ),
         )
     })?;
@@ -209,23 +230,13 @@ fn identity_parts(
 /// What is wrong with PEM input, in words that carry none of its bytes.
 ///
 /// The PEM parser's own `Display` prints the line it stopped at as a byte list: for a PEM file
-/// whose line breaks were lost (what `echo $KEY > client.pem` writes) that is the whole file,
-/// private key included. Nothing of the input may reach an error message, so each failure is
-/// named here instead.
-fn pem_failure(error: &rustls::pki_types::pem::Error, bytes: &[u8]) -> String {
+/// whose line breaks were lost that is the whole file, private key included. Nothing of the
+/// input may reach an error message, so each failure is named here instead.
+fn pem_failure(error: &rustls::pki_types::pem::Error) -> &'static str {
     use rustls::pki_types::pem::Error as E;
-    let one_line = !bytes.iter().any(|b| *b == b'\n' || *b == b'\r');
-    let lines_lost = if one_line {
-        " (the text has no line breaks: a PEM file needs each -----BEGIN/END----- marker and \
-         each base64 line on a line of its own, as written by `openssl` or copied with its \
-         line breaks, not by `echo $VAR`)"
-    } else {
-        ""
-    };
-    let what = match error {
+    match error {
         E::MissingSectionEnd { .. } => {
-            "a -----BEGIN ...----- section has no matching -----END \
-             ...----- line"
+            "a -----BEGIN ...----- section has no matching -----END ...----- line"
         }
         E::IllegalSectionStart { .. } => "a -----BEGIN ...----- line is malformed",
         E::Base64Decode(_) => "a section's body is not valid base64",
@@ -233,8 +244,130 @@ fn pem_failure(error: &rustls::pki_types::pem::Error, bytes: &[u8]) -> String {
         E::NoItemsFound => "no PEM section was found",
         E::SectionTooLarge => "a PEM section is larger than 256 MB",
         _ => "the PEM text cannot be parsed",
-    };
-    format!("{what}{lines_lost}")
+    }
+}
+
+/// A hint for PEM text without a single line break, or nothing.
+fn lines_lost(raw: &[u8]) -> &'static str {
+    if raw.iter().any(|b| *b == b'\n' || *b == b'\r') {
+        ""
+    } else {
+        " (the text has no line breaks; markers and base64 on one line are read, so the \
+         text itself is damaged: copy the file as `openssl` wrote it)"
+    }
+}
+
+/// Why PEM text cannot be put into standard form; never any of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PemShape {
+    /// `-----BEGIN` without the five dashes that close the marker.
+    UnclosedBegin,
+    /// A label that is not a PEM label (RFC 7468: printable ASCII and spaces, at most 64).
+    BadLabel,
+    /// A section without its `-----END ...-----` marker.
+    MissingEnd,
+    /// An `-----END ...-----` marker naming another label than its `-----BEGIN`.
+    MismatchedEnd,
+}
+
+impl PemShape {
+    fn problem(self) -> &'static str {
+        match self {
+            Self::UnclosedBegin => "a -----BEGIN marker is not closed by -----",
+            Self::BadLabel => "a -----BEGIN ...----- or -----END ...----- marker is malformed",
+            Self::MissingEnd => {
+                "a -----BEGIN ...----- section has no matching -----END ...----- marker"
+            }
+            Self::MismatchedEnd => {
+                "a section's -----END ...----- marker names another type than its -----BEGIN \
+                 ...----- marker"
+            }
+        }
+    }
+}
+
+/// PEM text as Java's Kafka client reads it, put into the standard form the PEM parser
+/// takes: each `-----BEGIN/END <label>-----` marker on a line of its own and the base64 body
+/// re-wrapped at 64 characters.
+///
+/// Java (`DefaultSslEngineFactory.PemParser`) finds the markers anywhere and drops every
+/// whitespace character of the body, so it reads PEM whose line breaks became spaces
+/// (`echo $VAR`), vanished (`.properties` continuation lines, which `java.util.Properties`
+/// joins without a separator) or became `\r\n`. Whitespace inside a label is read as one
+/// space. Text outside the sections is dropped. A body with characters other than base64
+/// and whitespace (RFC 1421 headers) is kept as it was, for the parser to judge.
+fn normalize_pem(raw: &[u8]) -> Result<Vec<u8>, PemShape> {
+    const BEGIN: &[u8] = b"-----BEGIN";
+    const END: &[u8] = b"-----END";
+    const DASHES: &[u8] = b"-----";
+    let mut out = Vec::with_capacity(raw.len() + raw.len() / 64 + 64);
+    let mut rest = raw;
+    while let Some(start) = find(rest, BEGIN) {
+        let after_begin = &rest[start + BEGIN.len()..];
+        let label_len = find(after_begin, DASHES).ok_or(PemShape::UnclosedBegin)?;
+        let label = pem_label(&after_begin[..label_len])?;
+        let body_and_rest = skip_dashes(&after_begin[label_len..]);
+        let body_len = find(body_and_rest, END).ok_or(PemShape::MissingEnd)?;
+        let body = &body_and_rest[..body_len];
+        let after_end = &body_and_rest[body_len + END.len()..];
+        let end_label_len = find(after_end, DASHES).ok_or(PemShape::MissingEnd)?;
+        if pem_label(&after_end[..end_label_len])? != label {
+            return Err(PemShape::MismatchedEnd);
+        }
+        // Exactly the five dashes: the next marker may follow without a separator.
+        rest = &after_end[end_label_len + DASHES.len()..];
+
+        out.extend_from_slice(b"-----BEGIN ");
+        out.extend_from_slice(&label);
+        out.extend_from_slice(b"-----\n");
+        let compact: Vec<u8> = body.iter().copied().filter(|b| !is_pem_space(*b)).collect();
+        if compact
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        {
+            for line in compact.chunks(64) {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        } else {
+            out.extend_from_slice(body);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"-----END ");
+        out.extend_from_slice(&label);
+        out.extend_from_slice(b"-----\n");
+    }
+    Ok(out)
+}
+
+/// A marker's label with surrounding whitespace dropped and inner runs of it made one space.
+fn pem_label(raw: &[u8]) -> Result<Vec<u8>, PemShape> {
+    let mut label = Vec::with_capacity(raw.len());
+    for word in raw.split(|b| is_pem_space(*b)).filter(|w| !w.is_empty()) {
+        if !label.is_empty() {
+            label.push(b' ');
+        }
+        label.extend_from_slice(word);
+    }
+    let printable = label.iter().all(|b| b.is_ascii_graphic() || *b == b' ');
+    if label.is_empty() || label.len() > 64 || !printable {
+        return Err(PemShape::BadLabel);
+    }
+    Ok(label)
+}
+
+/// Java's `\s`: space, tab, line feed, vertical tab, form feed, carriage return.
+fn is_pem_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn skip_dashes(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| **b == b'-').count();
+    &s[n..]
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -481,36 +614,201 @@ mod tests {
         assert!(!error.reason.contains("pw\""));
     }
 
-    /// A PEM key whose line breaks were lost is refused without one byte of it in the error,
-    /// in any form (text, decimal or hex bytes, base64 body).
+    /// The ways users flatten PEM text, each read as Java's Kafka client reads it.
+    fn flattenings(pem: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("as written", pem.to_owned()),
+            // `echo $VAR > file`: every line break became a space.
+            ("echo", pem.trim_end().replace('\n', " ")),
+            // `.properties` continuation lines: java.util.Properties joins without a separator.
+            ("continuation lines", pem.replace('\n', "")),
+            ("CRLF", pem.replace('\n', "\r\n")),
+            ("tabs and indentation", pem.replace('\n', "\n\t  ")),
+            ("spaces in the base64", pem.replace("AAAA", "AA AA")),
+        ]
+    }
+
     #[test]
-    fn a_mangled_pem_key_never_appears_in_the_error() {
-        let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSECRETSECRETSECRET";
-        let flat = format!(
-            "-----BEGIN PRIVATE KEY----- {body} -----END PRIVATE KEY----- {}",
-            CHAIN.replace('\n', " ")
+    fn pem_without_its_line_breaks_reads_as_java_reads_it() {
+        let canonical_chain = certificates(
+            TEST_CERT.as_bytes(),
+            "ssl.truststore.certificates",
+            "trusted certificates",
+        )
+        .expect("canonical chain");
+        let canonical_key = PrivateKeyDer::from_pem_slice(TEST_KEY.as_bytes()).expect("key");
+        for (how, chain) in flattenings(TEST_CERT) {
+            let parsed = certificates(
+                chain.as_bytes(),
+                "ssl.truststore.certificates",
+                "trusted certificates",
+            )
+            .unwrap_or_else(|e| panic!("{how}: {e:?}"));
+            assert_eq!(parsed, canonical_chain, "{how}");
+            // Two certificates back to back, as a chain file holds them.
+            let two = certificates(
+                format!("{chain}{chain}").as_bytes(),
+                "ssl.truststore.certificates",
+                "trusted certificates",
+            )
+            .unwrap_or_else(|e| panic!("{how}: {e:?}"));
+            assert_eq!(two.len(), 2, "{how}");
+            for (key_how, key) in flattenings(TEST_KEY) {
+                let normalized = normalize_pem(key.as_bytes()).expect("normalized");
+                let parsed = PrivateKeyDer::from_pem_slice(&normalized)
+                    .unwrap_or_else(|e| panic!("{key_how}: {}", pem_failure(&e)));
+                assert_eq!(parsed.secret_der(), canonical_key.secret_der(), "{key_how}");
+                let settings = TlsSettings::ca_pem(chain.clone()).client_pem(key, chain.clone());
+                let context = TlsContext::build(&settings)
+                    .unwrap_or_else(|e| panic!("{how} / {key_how}: {e:?}"));
+                assert!(context.client_cert);
+            }
+        }
+        // One file holding the key and the chain, flattened together.
+        let dir = std::env::temp_dir().join(format!("kss-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("client.pem");
+        std::fs::write(&file, format!("{TEST_KEY}{TEST_CERT}").replace('\n', " ")).expect("write");
+        let settings = TlsSettings::ca_pem_file(&file).client_pem_file(&file);
+        let context = TlsContext::build(&settings);
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(context.expect("one flattened file").client_cert);
+    }
+
+    #[test]
+    fn properties_continuation_lines_give_pem_that_reads() {
+        let continued = |pem: &str| pem.trim_end().replace('\n', "\\\n    ");
+        let text = format!(
+            "security.protocol=SSL\n\
+             ssl.truststore.certificates={}\n\
+             ssl.keystore.key={}\n\
+             ssl.keystore.certificate.chain={}\n",
+            continued(TEST_CERT),
+            continued(TEST_KEY),
+            continued(TEST_CERT)
         );
-        let settings = TlsSettings::system_roots().client_pem(flat.clone(), flat.clone());
-        let error = TlsContext::build(&settings).expect_err("mangled PEM");
-        let consumer = error.clone().into_consumer();
-        for shown in [
-            consumer.to_string(),
-            format!("{consumer:?}"),
-            format!("{error:?}"),
-        ] {
-            assert!(!shown.contains("SECRET"), "{shown}");
-            assert!(!shown.contains("MIGH"), "{shown}");
-            assert!(!shown.contains("MIIB"), "{shown}");
-            assert!(!shown.contains("PRIVATE KEY-----"), "{shown}");
-            // `-----BEGIN PRI` as decimal and as hex bytes.
-            assert!(!shown.contains("80, 82, 73, 86"), "{shown}");
-            assert!(
-                !shown.contains("52, 49, 56, 50") && !shown.contains("0x50"),
-                "{shown}"
-            );
-            assert!(shown.contains("no line breaks"), "{shown}");
+        let props = crate::config::Properties::parse(&text).expect("properties");
+        let value = props.get("ssl.keystore.key").expect("key");
+        assert!(
+            !value.contains('\n') && value.contains("KEY-----MIG"),
+            "{value}"
+        );
+        let security = super::super::Security::from_properties(&props).expect("security");
+        let context = super::super::SecurityContext::build(&security).expect("context");
+        assert!(context.tls.expect("tls").client_cert);
+    }
+
+    /// Damaged PEM is refused without one byte of it in the error, in any form (text,
+    /// decimal or hex bytes, base64 body).
+    #[test]
+    fn damaged_pem_never_appears_in_the_error() {
+        let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSECRETSECRETSECRET";
+        let flat_chain = TEST_CERT.replace('\n', " ");
+        let cases = [
+            // Not base64: the length is wrong.
+            format!("-----BEGIN PRIVATE KEY----- {body} -----END PRIVATE KEY----- {flat_chain}"),
+            format!("-----BEGIN PRIVATE KEY----- {body} {flat_chain}"),
+            format!("-----BEGIN PRIVATE KEY {body} -----END PRIVATE KEY-----"),
+            format!("-----BEGIN PRIVATE KEY----- {body} -----END CERTIFICATE-----"),
+            format!("-----BEGIN PRIV\u{1}ATE KEY----- {body} -----END PRIV\u{1}ATE KEY-----"),
+            format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"),
+            format!(
+                "-----BEGIN RSA PRIVATE KEY----- Proc-Type: 4,ENCRYPTED {body} -----END RSA PRIVATE KEY-----"
+            ),
+        ];
+        for (case, flat) in cases.iter().enumerate() {
+            for (which, settings) in [
+                TlsSettings::system_roots().client_pem(flat.clone(), TEST_CERT),
+                TlsSettings::system_roots().client_pem(TEST_KEY, flat.clone()),
+                TlsSettings::ca_pem(flat.clone()),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                if case == 0 && which > 0 {
+                    // Certificates may come with other sections: a stray key is not read.
+                    continue;
+                }
+                let error = TlsContext::build(&settings)
+                    .expect_err(&format!("damaged PEM: case {case}, settings {which}"));
+                let consumer = error.clone().into_consumer();
+                for shown in [
+                    consumer.to_string(),
+                    format!("{consumer:?}"),
+                    format!("{error:?}"),
+                ] {
+                    assert!(!shown.contains("SECRET"), "{shown}");
+                    assert!(!shown.contains("MIGH"), "{shown}");
+                    assert!(!shown.contains("MIIB"), "{shown}");
+                    assert!(!shown.contains("PRIVATE KEY-----"), "{shown}");
+                    // `-----BEGIN PRI` as decimal and as hex bytes.
+                    assert!(!shown.contains("80, 82, 73, 86"), "{shown}");
+                    assert!(!shown.contains("[80,"), "{shown}");
+                    assert!(
+                        !shown.contains("52, 49, 56, 50") && !shown.contains("0x50"),
+                        "{shown}"
+                    );
+                    assert!(!shown.contains("5052495641"), "{shown}");
+                }
+            }
         }
     }
+
+    #[test]
+    fn normalized_pem_names_what_is_wrong() {
+        assert_eq!(normalize_pem(b"no pem at all"), Ok(Vec::new()));
+        assert_eq!(normalize_pem(b"-----BEGIN X"), Err(PemShape::UnclosedBegin));
+        assert_eq!(
+            normalize_pem(b"-----BEGIN X----- AAAA"),
+            Err(PemShape::MissingEnd)
+        );
+        assert_eq!(
+            normalize_pem(b"-----BEGIN X----- AAAA -----END Y-----"),
+            Err(PemShape::MismatchedEnd)
+        );
+        assert_eq!(
+            normalize_pem(b"-----BEGIN ----- AAAA -----END -----"),
+            Err(PemShape::BadLabel)
+        );
+        assert_eq!(
+            normalize_pem(b"junk -----BEGIN  EC\r\n PARAMETERS-----BggqhkjOPQMBBw==-----END EC PARAMETERS----- junk").expect("ok"),
+            b"-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n"
+        );
+        let long = "A".repeat(100);
+        let normalized =
+            normalize_pem(format!("-----BEGIN X-----{long}-----END X-----").as_bytes())
+                .expect("ok");
+        assert_eq!(
+            String::from_utf8(normalized).expect("text"),
+            format!(
+                "-----BEGIN X-----\n{}\n{}\n-----END X-----\n",
+                &long[..64],
+                &long[64..]
+            )
+        );
+    }
+
+    /// A test key and its self-signed certificate (CN and SAN `localhost`), made with
+    /// `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes`.
+    const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgrqVbTcCOwHTvCrg3
+m5i+xBxIYFjwOlbYyrgsK9IerQ+hRANCAARHMe8JnoOkCQQngt8Fp5fP2lb1o5/h
+Y/wkl1uuP1W+boujEM0JDdqiiz5Prbjq52hgmILQrTwoS5ifqa6jiBs+
+-----END PRIVATE KEY-----
+";
+
+    const TEST_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBmTCCAT+gAwIBAgIUO+AHyxvdjXi2Jt9lh82cjstXVf4wCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLdGVzdC1jbGllbnQwIBcNMjYxMjA0MTQzMzIxWhgPMjEyNjEx
+MTAxNDMzMjFaMBYxFDASBgNVBAMMC3Rlc3QtY2xpZW50MFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAERzHvCZ6DpAkEJ4LfBaeXz9pW9aOf4WP8JJdbrj9Vvm6LoxDN
+CQ3aoos+T6246udoYJiC0K08KEuYn6muo4gbPqNpMGcwHQYDVR0OBBYEFBVArX5s
+rHPz+gQ0F5eAcpG2ZjuWMB8GA1UdIwQYMBaAFBVArX5srHPz+gQ0F5eAcpG2ZjuW
+MA8GA1UdEwEB/wQFMAMBAf8wFAYDVR0RBA0wC4IJbG9jYWxob3N0MAoGCCqGSM49
+BAMCA0gAMEUCIEGS9/uhm72qXrJkbBxDzEidB5UtAe2aCtTJ/5TvEBuBAiEA2Iaj
+Rmt5JgWKe8JgbbIfFZfv+dStxDNrbLrdQVnfHPs=
+-----END CERTIFICATE-----
+";
 
     /// A self-signed certificate, only to get past the chain parsing.
     const CHAIN: &str = "-----BEGIN CERTIFICATE-----
