@@ -681,11 +681,23 @@ impl Accumulator {
         done
     }
 
-    /// The earliest time something becomes sendable or expires.
-    pub(crate) fn next_wakeup(&self) -> Option<Instant> {
+    /// The earliest time after `now` something becomes sendable or expires; `now` is the
+    /// time [`drain`](Self::drain) and [`expire`](Self::expire) were given in this turn.
+    ///
+    /// A time at or before `now` is left out: what was due then was drained or expired in
+    /// this turn, or is held back by something only an event ends (the partition's in-flight
+    /// window, the connection's, an unknown leader, an epoch bump), and each of those events
+    /// wakes the sender. Counting it would wake the sender at once, over and over, until the
+    /// event came: a busy loop that cost the producer most of its CPU while batches were in
+    /// flight.
+    pub(crate) fn next_wakeup(&self, now: Instant) -> Option<Instant> {
         let linger = self.config.linger;
         let mut next: Option<Instant> = None;
-        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        let mut consider = |t: Instant| {
+            if t > now {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
         for state in self.partitions.values() {
             if let Some(front) = state.queued.front() {
                 consider(front.created.checked_add(linger).unwrap_or(front.created));
@@ -1174,6 +1186,30 @@ mod tests {
         let (done, effects) = acc.expire(now + Duration::from_secs(10));
         assert_eq!(done, vec![0]);
         assert!(effects.gap && acc.bump_pending());
+    }
+
+    /// A batch ready but held back by the partition's in-flight window is not a reason to
+    /// wake the sender (the answer that frees the window is): only times still to come are.
+    #[test]
+    fn a_batch_held_back_by_the_window_wakes_nobody_before_its_deadline() {
+        let now = Instant::now();
+        let mut config = config(true, false);
+        config.linger = Duration::from_millis(5);
+        let (mut acc, _futures) = filled(config, 3, now);
+        // Before the first answer one batch at a time is in flight.
+        assert_eq!(drain_all(&mut acc, now).len(), 1);
+        let later = now + Duration::from_millis(50);
+        assert!(
+            drain_all(&mut acc, later).is_empty(),
+            "held back by the window"
+        );
+        let wake = acc.next_wakeup(later).expect("the delivery deadline");
+        assert!(wake > later, "not a time already past: {wake:?}");
+        assert_eq!(
+            wake,
+            now + Duration::from_secs(10),
+            "the front batch's deadline"
+        );
     }
 
     /// Batches `expire(now)` should give up: past their deadline and not in flight.

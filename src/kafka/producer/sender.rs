@@ -229,7 +229,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     by_node.entry(*node).or_default().push(batch);
                 }
             }
-            wake_at = state.accumulator.next_wakeup();
+            wake_at = state.accumulator.next_wakeup(now);
             for waiting in state.waiting.values().filter_map(|w| w.front()) {
                 wake_at = Some(wake_at.map_or(waiting.deadline, |w| w.min(waiting.deadline)));
             }
@@ -244,7 +244,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             {
                 wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
-            if state.accumulator.bump_pending() && !bump_busy {
+            // A bump due already waits for the batches in flight, whose answers wake us.
+            if state.accumulator.bump_pending() && !bump_busy && bump_at > now {
                 wake_at = Some(wake_at.map_or(bump_at, |w| w.min(bump_at)));
             }
             // Topic ids for Produce v13.
