@@ -24,13 +24,14 @@
 //!   the producer) is handled the same way, the batch kept for a retry after the bump.
 //! - In a transaction a gap is not repaired: the transaction must be aborted.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::outstanding::Outstanding;
 use crate::kafka::codec::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
 use crate::producer::record::DeliverySender;
 use crate::producer::{ProducerError, RecordMetadata};
@@ -222,7 +223,7 @@ pub(crate) struct Accumulator {
     producer: ProducerIdentity,
     next_batch: u64,
     /// Record ids not yet complete, for `flush`.
-    incomplete: BTreeSet<u64>,
+    incomplete: Outstanding,
     /// The idempotent producer must bump its epoch before sending new batches.
     bump_pending: bool,
     /// No batch that [`expire`](Self::expire) could give up has a deadline before this
@@ -240,7 +241,7 @@ impl Accumulator {
             partitions: HashMap::new(),
             producer: ProducerIdentity::NONE,
             next_batch: 0,
-            incomplete: BTreeSet::new(),
+            incomplete: Outstanding::default(),
             bump_pending: false,
             next_expiry: None,
         }
@@ -264,13 +265,13 @@ impl Accumulator {
     /// Marks record ids complete.
     pub(crate) fn untrack(&mut self, ids: &[u64]) {
         for id in ids {
-            self.incomplete.remove(id);
+            self.incomplete.remove(*id);
         }
     }
 
     /// True when every record with an id below `upto` is complete.
     pub(crate) fn complete_below(&self, upto: u64) -> bool {
-        self.incomplete.first().is_none_or(|first| *first >= upto)
+        self.incomplete.none_below(upto)
     }
 
     /// Batches in flight, over all partitions.

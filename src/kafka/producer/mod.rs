@@ -13,6 +13,7 @@ pub(crate) mod accumulator;
 pub(crate) mod cluster;
 pub(crate) mod config;
 pub(crate) mod coordinator;
+mod outstanding;
 pub(crate) mod partitioner;
 pub(crate) mod sender;
 pub(crate) mod txn;
