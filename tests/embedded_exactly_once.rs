@@ -28,8 +28,8 @@ use kafka_share_sink::producer::{
 };
 use kafka_share_sink::{
     AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, ConsumerRecord,
-    DriverConfig, Error, GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord,
-    SinkTask, TaskConfig, TaskError,
+    DriverConfig, Error, ErrorHandling, ErrorTolerance, GroupMetadata, PendingCommit,
+    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use proptest::prelude::*;
 use tokio::sync::Notify;
@@ -45,9 +45,11 @@ fn outputs_of(i: usize) -> usize {
     i % 3
 }
 
-/// The task: `put_transactional` takes as long as `slow` says (a slow sink).
+/// The task: `put_transactional` takes as long as `slow` says (a slow sink). With `refuse`,
+/// the output of input [`TOO_LARGE`] is larger than the producer's [`MAX_REQUEST`].
 struct Fanout {
     slow: Arc<std::sync::Mutex<Duration>>,
+    refuse: bool,
 }
 
 #[async_trait]
@@ -73,10 +75,14 @@ impl SinkTask for Fanout {
                 .to_owned();
             let i: usize = value[2..].parse().expect("r-<i>");
             for j in 0..outputs_of(i) {
+                let mut out = format!("{value}/{j}");
+                if self.refuse && i == TOO_LARGE {
+                    out.push_str(&"x".repeat(2 * MAX_REQUEST));
+                }
                 output.send(
                     ProducerRecord::new("out")
                         .partition(record.partition())
-                        .value(format!("{value}/{j}")),
+                        .value(out),
                 );
             }
         }
@@ -297,14 +303,22 @@ impl Worker {
     }
 }
 
-async fn worker(broker: &EmbeddedBroker, task: u32, fault: Arc<Fault>) -> Option<Worker> {
+/// A worker; with `refuse`, its task's output of input [`TOO_LARGE`] is refused
+/// (`errors.tolerance=all`, dead-letter queue `dlq`).
+async fn worker(
+    broker: &EmbeddedBroker,
+    task: u32,
+    fault: Arc<Fault>,
+    refuse: bool,
+) -> Option<Worker> {
     let slot: FaultSlot = Arc::new(std::sync::Mutex::new(Arc::clone(&fault)));
     let eos = ExactlyOnceConfig::new("eos", task, 2).with_barrier_timeout(Duration::from_secs(60));
     let producer = broker
         .producer_with(
             EmbeddedProducerConfig::new()
                 .transactional_id(eos.transactional_id())
-                .transaction_timeout(TXN_TIMEOUT),
+                .transaction_timeout(TXN_TIMEOUT)
+                .max_request_size(MAX_REQUEST),
         )
         .expect("producer");
     let inner = broker.share_consumer(GROUP);
@@ -316,10 +330,17 @@ async fn worker(broker: &EmbeddedBroker, task: u32, fault: Arc<Fault>) -> Option
         inner: producer,
         fault: Arc::clone(&slot),
     };
-    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let mut config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    if refuse {
+        let queue = broker.dead_letter_queue("dlq").expect("queue");
+        config = config
+            .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+            .dead_letter_queue(Arc::new(queue), false);
+    }
     let slow = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let task = Fanout {
         slow: Arc::clone(&slow),
+        refuse,
     };
     let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
         Arc::new(producer),
@@ -440,7 +461,14 @@ fn broker(mode: ExactlyOnceMode) -> EmbeddedBroker {
     broker
 }
 
-async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), TestCaseError> {
+/// Runs `steps`, then drains with clean workers and checks the outputs are exactly once.
+/// With `refuse`, the output of input [`TOO_LARGE`] is refused: the input must be in the
+/// dead-letter queue exactly once instead.
+async fn run_schedule(
+    mode: ExactlyOnceMode,
+    steps: Vec<Step>,
+    refuse: bool,
+) -> Result<(), TestCaseError> {
     let broker = broker(mode);
     let mut slots: [Option<Worker>; 2] = [None, None];
     let mut zombies: Vec<Worker> = Vec::new();
@@ -453,7 +481,7 @@ async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), Tes
             } => {
                 let i = w as usize;
                 if slots[i].is_none() {
-                    slots[i] = worker(&broker, w, Fault::new(None, None)).await;
+                    slots[i] = worker(&broker, w, Fault::new(None, None), refuse).await;
                 }
                 if let Some(mut w) = slots[i].take() {
                     // The faults apply to this iteration only.
@@ -478,6 +506,7 @@ async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), Tes
                             &broker,
                             u32::try_from(i).expect("0 or 1"),
                             Fault::new(None, None),
+                            refuse,
                         )
                         .await;
                     }
@@ -515,7 +544,7 @@ async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), Tes
             Step::Zombie { worker: w } => {
                 let i = w as usize;
                 let old = slots[i].take();
-                slots[i] = worker(&broker, w, Fault::new(None, None)).await;
+                slots[i] = worker(&broker, w, Fault::new(None, None), refuse).await;
                 if let Some(mut zombie) = old {
                     // The old instance tries once more: it must be fenced or do no harm.
                     if iterate(&mut zombie).await {
@@ -529,21 +558,22 @@ async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), Tes
     drop(zombies);
 
     // Clean workers drain everything.
-    let mut a = worker(&broker, 0, Fault::new(None, None))
+    let mut a = worker(&broker, 0, Fault::new(None, None), refuse)
         .await
         .expect("clean worker 0");
-    let mut b = worker(&broker, 1, Fault::new(None, None))
+    let mut b = worker(&broker, 1, Fault::new(None, None), refuse)
         .await
         .expect("clean worker 1");
     for round in 0.. {
         let counts = broker.state_counts(GROUP);
-        if counts.acknowledged == INPUTS as u64 {
+        if counts.acknowledged + counts.archived == INPUTS as u64 {
             break;
         }
         prop_assert!(round < 400, "not drained: {counts:?}");
-        prop_assert_eq!(
-            counts.archived,
-            0,
+        // The dead-lettered input is REJECTed (archived); redelivered after its commit, it
+        // is found claimed and ACCEPTed.
+        prop_assert!(
+            counts.archived <= u64::from(refuse),
             "an input was archived (delivery limit): {:?}",
             counts
         );
@@ -579,17 +609,30 @@ async fn run_schedule(mode: ExactlyOnceMode, steps: Vec<Step>) -> Result<(), Tes
             from = read.next_offset;
         }
     }
-    let mut expected = BTreeMap::new();
-    for i in 0..INPUTS {
-        for j in 0..outputs_of(i) {
-            expected.insert(format!("r-{i}/{j}"), 1);
+    let expected = if refuse {
+        outputs_but_the_refused()
+    } else {
+        let mut expected = BTreeMap::new();
+        for i in 0..INPUTS {
+            for j in 0..outputs_of(i) {
+                expected.insert(format!("r-{i}/{j}"), 1);
+            }
         }
-    }
+        expected
+    };
     prop_assert_eq!(
         seen,
         expected,
         "the read_committed output is not each input's outputs exactly once"
     );
+    if refuse {
+        let letters = committed_values(&broker, "dlq").await;
+        prop_assert_eq!(
+            letters,
+            BTreeMap::from([(format!("r-{TOO_LARGE}"), 1)]),
+            "the refused input is not dead-lettered exactly once"
+        );
+    }
     Ok(())
 }
 
@@ -606,12 +649,25 @@ proptest! {
 
     #[test]
     fn ledger_mode_is_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
-        runtime().block_on(run_schedule(ExactlyOnceMode::Ledger, steps))?;
+        runtime().block_on(run_schedule(ExactlyOnceMode::Ledger, steps, false))?;
     }
 
     #[test]
     fn atomic_acknowledgements_are_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
-        runtime().block_on(run_schedule(ExactlyOnceMode::AtomicAcknowledgements, steps))?;
+        runtime().block_on(run_schedule(ExactlyOnceMode::AtomicAcknowledgements, steps, false))?;
+    }
+
+    /// An output refused for itself under `errors.tolerance=all`: the faults also strike
+    /// while the batch is processed again one record per transaction and the record is
+    /// dead-lettered.
+    #[test]
+    fn ledger_mode_isolating_a_refused_output_is_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
+        runtime().block_on(run_schedule(ExactlyOnceMode::Ledger, steps, true))?;
+    }
+
+    #[test]
+    fn atomic_mode_isolating_a_refused_output_is_exactly_once_under_random_faults(steps in proptest::collection::vec(step(), 1..14)) {
+        runtime().block_on(run_schedule(ExactlyOnceMode::AtomicAcknowledgements, steps, true))?;
     }
 }
 
@@ -758,6 +814,7 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
             calls: 0,
             fanout: Fanout {
                 slow: Arc::default(),
+                refuse: false,
             },
         };
         let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
@@ -793,6 +850,7 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
             .expect("producer");
         let task = Fanout {
             slow: Arc::default(),
+            refuse: false,
         };
         let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
         let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
@@ -834,6 +892,7 @@ async fn run_exactly_once_iterates_until_shutdown_and_closes() {
         .expect("producer");
     let task = Fanout {
         slow: Arc::default(),
+        refuse: false,
     };
     let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
     let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
@@ -852,4 +911,298 @@ async fn run_exactly_once_iterates_until_shutdown_and_closes() {
     );
     let committed = driver.metrics().transactions_committed;
     assert!(committed >= 1, "{committed}");
+}
+
+/// The embedded producer's `max.request.size` in the tests of a refused output record.
+const MAX_REQUEST: usize = 4096;
+/// The input whose (only) output is larger than [`MAX_REQUEST`].
+const TOO_LARGE: usize = 7;
+
+/// `Fanout`'s outputs, except that input [`TOO_LARGE`]'s output is larger than the producer
+/// accepts; each `put_transactional` call takes `slow` (a slow sink).
+struct OneTooLarge {
+    slow: Duration,
+    calls: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl SinkTask for OneTooLarge {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if !self.slow.is_zero() {
+            tokio::time::sleep(self.slow).await;
+        }
+        for record in records {
+            let value = std::str::from_utf8(record.value().as_bytes().expect("bytes value"))
+                .expect("utf8")
+                .to_owned();
+            let i: usize = value[2..].parse().expect("r-<i>");
+            for j in 0..outputs_of(i) {
+                let mut out = format!("{value}/{j}");
+                if i == TOO_LARGE {
+                    out.push_str(&"x".repeat(2 * MAX_REQUEST));
+                }
+                output.send(
+                    ProducerRecord::new("out")
+                        .partition(record.partition())
+                        .value(out),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A driver of `OneTooLarge` on `broker`, with `errors.tolerance` `tolerance` and the
+/// dead-letter queue `dlq` (context headers on).
+fn too_large_driver(
+    broker: &EmbeddedBroker,
+    tolerance: ErrorTolerance,
+    slow: Duration,
+    calls: &Arc<AtomicUsize>,
+) -> ShareSinkTask<EmbeddedShareConsumer> {
+    let eos = ExactlyOnceConfig::new("eos", 0, 1);
+    let producer = broker
+        .producer_with(
+            EmbeddedProducerConfig::new()
+                .transactional_id(eos.transactional_id())
+                .transaction_timeout(TXN_TIMEOUT)
+                .max_request_size(MAX_REQUEST),
+        )
+        .expect("producer");
+    let queue = broker.dead_letter_queue("dlq").expect("queue");
+    let config = DriverConfig::new(["in"])
+        .poll_timeout(Duration::from_millis(50))
+        .errors(ErrorHandling::new().tolerance(tolerance))
+        .dead_letter_queue(Arc::new(queue), true);
+    let task = OneTooLarge {
+        slow,
+        calls: Arc::clone(calls),
+    };
+    ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    )
+}
+
+/// The values of `topic`'s committed records, all partitions, with how often each is seen.
+async fn committed_values(broker: &EmbeddedBroker, topic: &str) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let Ok(read) = broker
+            .read(topic, p, 0, IsolationLevel::ReadCommitted, Duration::ZERO)
+            .await
+        else {
+            continue;
+        };
+        for r in &read.records {
+            let v = String::from_utf8(r.value().expect("value").to_vec()).expect("utf8");
+            *seen.entry(v).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// What a driver settling everything must have written: each output once, except those of
+/// [`TOO_LARGE`].
+fn outputs_but_the_refused() -> BTreeMap<String, usize> {
+    let mut expected = BTreeMap::new();
+    for i in (0..INPUTS).filter(|i| *i != TOO_LARGE) {
+        for j in 0..outputs_of(i) {
+            expected.insert(format!("r-{i}/{j}"), 1);
+        }
+    }
+    expected
+}
+
+fn header<'a>(record: &'a ConsumerRecord, key: &str) -> Option<&'a str> {
+    record
+        .headers()
+        .last(key)
+        .and_then(|h| h.value())
+        .map(|v| std::str::from_utf8(v).expect("utf8 header"))
+}
+
+/// One output record larger than the producer accepts, under `errors.tolerance=all`: the
+/// transaction of the batch is aborted, the driver processes the batch again one record per
+/// transaction, dead-letters the source record whose output was refused (in a committed
+/// transaction, with the reason in Connect's headers) and REJECTs it; every other record's
+/// outputs are committed exactly once and the record accepted.
+#[tokio::test(start_paused = true)]
+async fn an_output_refused_for_itself_dead_letters_only_its_record_under_tolerance_all() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut driver = too_large_driver(&broker, ErrorTolerance::All, Duration::ZERO, &calls);
+        driver.initialize().await.expect("initialize");
+        let report = driver
+            .iteration_exactly_once()
+            .await
+            .expect("a record refused for itself does not stop the task");
+        assert_eq!(report.records, INPUTS, "{mode}: one batch");
+        assert_eq!(
+            (report.accepted, report.rejected, report.dead_lettered),
+            (INPUTS - 1, 1, 1),
+            "{mode}: {report:?}"
+        );
+        let m = driver.metrics();
+        driver.close().await.expect("close");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1 + INPUTS,
+            "{mode}: the batch, then each record once (the refused record's put is not repeated for its dead letter)"
+        );
+        assert_eq!(
+            (
+                m.transactions_aborted,
+                m.records_dead_lettered,
+                m.lock_losses
+            ),
+            (2, 1, 0),
+            "{mode}: the batch's and the refused record's own transactions aborted: {m:?}"
+        );
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(
+            (counts.acknowledged, counts.archived),
+            (INPUTS as u64 - 1, 1),
+            "{mode}: {counts:?}"
+        );
+        assert_eq!(
+            committed_values(&broker, "out").await,
+            outputs_but_the_refused(),
+            "{mode}: every other output exactly once"
+        );
+        let letters = broker
+            .read("dlq", 0, 0, IsolationLevel::ReadCommitted, Duration::ZERO)
+            .await
+            .expect("read dlq");
+        assert_eq!(letters.records.len(), 1, "{mode}: one dead letter");
+        let letter = &letters.records[0];
+        assert_eq!(
+            letter.value().map(|v| &v[..]),
+            Some(format!("r-{TOO_LARGE}").as_bytes()),
+            "{mode}: the source record's bytes"
+        );
+        assert_eq!(
+            header(letter, "__connect.errors.stage"),
+            Some("KAFKA_PRODUCE"),
+            "{mode}"
+        );
+        assert_eq!(
+            header(letter, "__connect.errors.exception.class.name"),
+            Some("org.apache.kafka.common.errors.RecordTooLargeException"),
+            "{mode}"
+        );
+        let message = header(letter, "__connect.errors.exception.message").expect("message");
+        assert!(
+            message.contains("`out` partition 1"),
+            "{mode}: names the target: {message}"
+        );
+        let trace = header(letter, "__connect.errors.exception.stacktrace").expect("trace");
+        assert!(
+            trace.contains("max.request.size"),
+            "{mode}: the producer's error is the cause: {trace}"
+        );
+    }
+}
+
+/// The same under `errors.tolerance=none` (the default): the task stops with
+/// `OutputRefused` naming the target, nothing is rejected, archived or written.
+#[tokio::test(start_paused = true)]
+async fn an_output_refused_for_itself_stops_the_task_under_tolerance_none() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut driver = too_large_driver(&broker, ErrorTolerance::None, Duration::ZERO, &calls);
+        driver.initialize().await.expect("initialize");
+        let error = driver
+            .iteration_exactly_once()
+            .await
+            .expect_err("a refused record stops the task");
+        match &error {
+            Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
+                topic,
+                partition,
+                source,
+            }) => {
+                assert_eq!(topic.as_deref(), Some("out"), "{mode}");
+                assert_eq!(*partition, Some(1), "{mode}");
+                assert!(
+                    matches!(source, ProducerError::RecordTooLarge { .. }),
+                    "{mode}: {source:?}"
+                );
+            }
+            other => panic!("{mode}: expected OutputRefused, got {other:?}"),
+        }
+        assert!(!error.is_retriable(), "{mode}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{mode}: not isolated");
+        assert_eq!(driver.metrics().transactions_aborted, 1, "{mode}");
+        let _ = driver.close().await;
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(
+            (counts.acknowledged, counts.archiving, counts.archived),
+            (0, 0, 0),
+            "{mode}: released, nothing rejected or archived: {counts:?}"
+        );
+        assert!(committed_values(&broker, "out").await.is_empty(), "{mode}");
+        assert!(committed_values(&broker, "dlq").await.is_empty(), "{mode}");
+    }
+}
+
+/// Isolating a batch one record per transaction takes longer than a lock when the sink is
+/// slow: the records waiting for their turn are renewed, so none is lost to another delivery
+/// and the round settles the whole batch.
+#[tokio::test(start_paused = true)]
+async fn the_records_waiting_in_an_isolation_keep_their_locks() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        let calls = Arc::new(AtomicUsize::new(0));
+        // 25 calls of 2 s: more than three lock durations.
+        let slow = Duration::from_secs(2);
+        let mut driver = too_large_driver(&broker, ErrorTolerance::All, slow, &calls);
+        driver.initialize().await.expect("initialize");
+        let started = tokio::time::Instant::now();
+        let report = driver.iteration_exactly_once().await.expect("iteration");
+        let took = started.elapsed();
+        assert!(took > 3 * LOCK, "{mode}: the isolation took {took:?}");
+        assert_eq!(
+            (report.accepted, report.rejected, report.released),
+            (INPUTS - 1, 1, 0),
+            "{mode}: the whole batch settled in the round: {report:?}"
+        );
+        let m = driver.metrics();
+        assert_eq!(m.lock_losses, 0, "{mode}: {m:?}");
+        driver.close().await.expect("close");
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(
+            (counts.acknowledged, counts.archived),
+            (INPUTS as u64 - 1, 1),
+            "{mode}: {counts:?}"
+        );
+        assert_eq!(
+            committed_values(&broker, "out").await,
+            outputs_but_the_refused(),
+            "{mode}"
+        );
+    }
 }

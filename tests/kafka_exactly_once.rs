@@ -17,6 +17,7 @@ mod read_committed;
 #[allow(unreachable_pub)]
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -592,4 +593,327 @@ async fn mirror_task_refuses_a_target_it_cannot_fill_at_initialize() {
         .await
         .expect("a target the producer partitions is fine");
     d.close().await.expect("close");
+}
+
+/// The target's `max.message.bytes` in the tests of a record refused for itself: above a
+/// full batch of small records (`batch.size` 16384), below the one large output.
+const TARGET_MAX_MESSAGE_BYTES: usize = 20_000;
+/// The source record whose output is larger than the target takes.
+const LARGE: usize = 42;
+
+/// Mirrors each source record to `target`, same partition, except that the output of
+/// `r-<LARGE>` is padded past the target's `max.message.bytes` (well below the producer's
+/// `max.request.size`, so the broker refuses it, MESSAGE_TOO_LARGE).
+struct MirrorOneLarge {
+    target: String,
+}
+
+#[async_trait]
+impl SinkTask for MirrorOneLarge {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        for record in records {
+            let mut value = record
+                .value()
+                .as_bytes()
+                .ok_or_else(|| TaskError::fatal("bytes values only"))?
+                .to_vec();
+            if value == format!("r-{LARGE}").as_bytes() {
+                value.resize(TARGET_MAX_MESSAGE_BYTES * 3, b'x');
+            }
+            output.send(
+                ProducerRecord::new(self.target.as_str())
+                    .partition(record.partition())
+                    .value(value),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A `MirrorOneLarge` driver into `big.<source>` (created with a small `max.message.bytes`),
+/// with `errors.tolerance` `tolerance` and the dead-letter queue `<source>.dlq`, initialized.
+async fn one_large_driver(
+    s: &eos::Setup,
+    tolerance: ErrorTolerance,
+) -> (ShareSinkTask<KafkaShareConsumer>, String, String) {
+    let target = format!("big.{}", s.source);
+    let dlq = format!("{}.dlq", s.source);
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    let limit = TARGET_MAX_MESSAGE_BYTES.to_string();
+    admin
+        .create_topic_with(
+            &target,
+            eos::PARTITIONS,
+            1,
+            &[("max.message.bytes", limit.as_str())],
+        )
+        .await
+        .expect("target");
+    admin.create_topic(&dlq, 1, 1).await.expect("dlq topic");
+    let queue = Arc::new(TopicOnly {
+        topic: dlq.clone(),
+        sends: AtomicUsize::new(0),
+    });
+    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
+    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
+        .transactional_id(eos_config.transactional_id())
+        .transaction_timeout(Duration::from_secs(10));
+    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
+        .await
+        .expect("cluster");
+    let producer = KafkaProducer::connect(producer_config)
+        .await
+        .expect("producer");
+    let consumer = KafkaShareConsumer::connect(
+        KafkaShareConsumerConfig::new(s.bootstrap.clone(), s.group.clone()).max_poll_records(200),
+    )
+    .await
+    .expect("consumer");
+    let config = DriverConfig::new([s.source.clone()])
+        .poll_timeout(Duration::from_millis(300))
+        .errors(ErrorHandling::new().tolerance(tolerance))
+        .dead_letter_queue(queue as Arc<dyn DeadLetterQueue>, true);
+    let mut d = ShareSinkTask::new(
+        Box::new(MirrorOneLarge {
+            target: target.clone(),
+        }),
+        consumer,
+        config,
+    )
+    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config);
+    d.initialize().await.expect("initialize");
+    (d, target, dlq)
+}
+
+/// The values committed to `topic`, all partitions, with how often each was seen.
+async fn committed(s: &eos::Setup, topic: &str, partitions: i32) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for p in 0..partitions {
+        for record in read_committed::read_committed(&s.bootstrap, topic, p).await {
+            let value = String::from_utf8(record.value.map(|v| v.to_vec()).unwrap_or_default())
+                .expect("utf8");
+            *seen.entry(value).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// Nothing archived: every source record is in `written` or still waiting in the group
+/// (waits for the group to count the releases). A partition the group has no state for yet
+/// (never fetched) waits whole: `eos::setup` spreads the records evenly.
+async fn nothing_archived(s: &eos::Setup, written: usize, records: usize) {
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    let per_partition = i64::try_from(records).expect("records") / i64::from(eos::PARTITIONS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let offsets = admin.share_group_offsets(&s.group).await.expect("offsets");
+        let started: Vec<_> = offsets
+            .iter()
+            .filter(|o| o.start_offset.is_some())
+            .collect();
+        let lag: i64 = started.iter().filter_map(|o| o.lag).sum::<i64>()
+            + per_partition * (i64::from(eos::PARTITIONS) - started.len() as i64);
+        if usize::try_from(lag).expect("lag") + written == records {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{written} written and a lag of {lag}: {} records archived or lost ({offsets:?})",
+            records as i64 - lag - written as i64
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One output over the target's `max.message.bytes` (the broker answers MESSAGE_TOO_LARGE),
+/// `errors.tolerance=all`: the source record is dead-lettered once (in a committed
+/// transaction, with the reason in Connect's headers), every other record mirrored exactly
+/// once, and the group finishes every record: none archived unwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_over_the_target_max_message_bytes_is_dead_lettered_alone() {
+    let Some(bootstrap) =
+        support::bootstrap("a_record_over_the_target_max_message_bytes_is_dead_lettered_alone")
+    else {
+        return;
+    };
+    let records = 300;
+    let s = eos::setup(bootstrap, records, 1).await;
+    let (mut d, target, dlq) = one_large_driver(&s, ErrorTolerance::All).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut dead_lettered = 0;
+    loop {
+        match d.iteration_exactly_once().await {
+            Ok(report) => dead_lettered += report.dead_lettered,
+            Err(e) if e.is_retriable() => eprintln!("retriable: {e}"),
+            Err(e) => panic!("iteration failed: {e:?}"),
+        }
+        if dead_lettered > 0 && eos::settled(&s).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled after 90 s ({dead_lettered} dead-lettered)"
+        );
+    }
+    let m = d.metrics();
+    d.close().await.expect("close");
+    assert_eq!(dead_lettered, 1, "{m:?}");
+    assert_eq!(m.records_dead_lettered, 1, "{m:?}");
+    assert_eq!(m.lock_losses, 0, "{m:?}");
+    let letters = read_committed::read_committed(&s.bootstrap, &dlq, 0).await;
+    assert_eq!(letters.len(), 1, "dead-lettered once: {letters:?}");
+    assert_eq!(
+        letters[0].value.as_deref(),
+        Some(format!("r-{LARGE}").as_bytes())
+    );
+    let header = |key: &str| {
+        letters[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_str() == key)
+            .and_then(|(_, v)| v.as_deref())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(
+        header("__connect.errors.stage").as_deref(),
+        Some("KAFKA_PRODUCE")
+    );
+    assert_eq!(
+        header("__connect.errors.exception.class.name").as_deref(),
+        Some("org.apache.kafka.common.errors.RecordTooLargeException")
+    );
+    let trace = header("__connect.errors.exception.stacktrace").unwrap_or_default();
+    assert!(trace.contains("MESSAGE_TOO_LARGE"), "{trace}");
+    assert!(trace.contains(&target), "names the target: {trace}");
+    let seen = committed(&s, &target, eos::PARTITIONS).await;
+    let duplicates: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(duplicates.is_empty(), "duplicates: {duplicates:?}");
+    let missing: Vec<usize> = (0..records)
+        .filter(|i| *i != LARGE && !seen.contains_key(&format!("r-{i}")))
+        .collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    assert_eq!(seen.len(), records - 1, "nothing else in the target");
+}
+
+/// The same under `errors.tolerance=none`: the task stops with `OutputRefused` naming the
+/// target partition within one transaction timeout, and nothing is archived (every source
+/// record is in the target or still waiting in the group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_over_the_target_max_message_bytes_stops_the_task_under_tolerance_none() {
+    let Some(bootstrap) = support::bootstrap(
+        "a_record_over_the_target_max_message_bytes_stops_the_task_under_tolerance_none",
+    ) else {
+        return;
+    };
+    let records = 300;
+    let s = eos::setup(bootstrap, records, 1).await;
+    let (mut d, target, dlq) = one_large_driver(&s, ErrorTolerance::None).await;
+    let started = tokio::time::Instant::now();
+    let error = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the task did not stop"
+        );
+        match d.iteration_exactly_once().await {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    let waited = started.elapsed();
+    assert!(!error.is_retriable(), "{error:?}");
+    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
+        topic, partition, ..
+    }) = &error
+    else {
+        panic!("expected OutputRefused, got {error:?}");
+    };
+    assert_eq!(topic.as_deref(), Some(target.as_str()));
+    assert_eq!(*partition, Some(LARGE as i32 % eos::PARTITIONS));
+    assert!(
+        waited < Duration::from_secs(10) + Duration::from_secs(5),
+        "stopped after {waited:?}, more than one transaction timeout"
+    );
+    let m = d.metrics();
+    assert_eq!(m.transactions_aborted, 1, "aborted once: {m:?}");
+    drop(d);
+    assert!(
+        read_committed::read_committed(&s.bootstrap, &dlq, 0)
+            .await
+            .is_empty(),
+        "nothing dead-lettered"
+    );
+    let written = committed(&s, &target, eos::PARTITIONS).await.len();
+    nothing_archived(&s, written, records).await;
+}
+
+/// The target topic is deleted while the task runs ("topic gone"). The producer alone would
+/// retry UNKNOWN_TOPIC_OR_PARTITION until its delivery timeout (120 s), then the driver would
+/// abort, release the batch and try again, each time spending a delivery attempt until the
+/// group archived the records. The task stops with `OutputRefused` naming the topic within
+/// one transaction timeout, and nothing is archived: every source record is in the output
+/// read before the deletion or still waiting in the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_deleted_mid_run_stops_the_task_and_archives_nothing() {
+    let Some(bootstrap) =
+        support::bootstrap("a_target_deleted_mid_run_stops_the_task_and_archives_nothing")
+    else {
+        return;
+    };
+    let records = 600;
+    let s = eos::setup(bootstrap, records, 1).await;
+    let mut d = build(&s, 0, 1, |p| Arc::new(p), |c| c).await;
+    d.initialize().await.expect("initialize");
+    // Some records mirrored first.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while d.metrics().transactions_committed == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing committed");
+        d.iteration_exactly_once().await.expect("iteration");
+    }
+    let written = eos::output(&s).await.len();
+    assert!(written > 0 && written < records, "{written}");
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    admin
+        .delete_topic(&s.target)
+        .await
+        .expect("delete the target");
+    let started = tokio::time::Instant::now();
+    let error = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the task did not stop"
+        );
+        match d.iteration_exactly_once().await {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    let waited = started.elapsed();
+    assert!(!error.is_retriable(), "{error:?}");
+    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused { topic, .. }) = &error else {
+        panic!("expected OutputRefused, got {error:?}");
+    };
+    assert_eq!(topic.as_deref(), Some(s.target.as_str()));
+    assert!(
+        waited < Duration::from_secs(10) + Duration::from_secs(5),
+        "stopped after {waited:?}, more than one transaction timeout"
+    );
+    let m = d.metrics();
+    assert_eq!(
+        m.transactions_aborted, 1,
+        "aborted once, not retried: {m:?}"
+    );
+    drop(d);
+    nothing_archived(&s, written, records).await;
 }

@@ -20,23 +20,27 @@
 //! come back with a higher delivery count (or, after a leader change, from before the
 //! current leader epoch), are found claimed, and are accepted without new outputs.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::failure::Failure;
+use super::failure::{Captured, Failure};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
+use crate::dlq::ErrorContext;
 use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
     ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, OutputFailure,
-    OutputTarget, TransactionalOutput, choose_mode, transactional_id,
+    OutputTarget, RefusedOutput, TransactionalOutput, choose_mode, transactional_id,
 };
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
+use crate::stage::Stage;
 
 /// A driver's exactly-once setup: the transactional producer, the cluster side, the settings,
 /// and what `initialize` found (the mode, the ledger).
@@ -57,6 +61,70 @@ pub(crate) struct ExactlyOnce {
 struct Finished {
     id: RecordId,
     ack: AcknowledgeType,
+}
+
+/// Records settled by one transaction: those put (`processed`, with their converted form in
+/// `batch`, index for index) and those dead-lettered.
+struct Unit {
+    processed: Vec<ConsumerRecord>,
+    batch: Vec<SinkRecord>,
+    dead: Vec<(ConsumerRecord, Failure)>,
+}
+
+/// Whether a unit calls `put_transactional`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// Even with no record (as Connect calls `put` with an empty batch): a round's unit.
+    Always,
+    /// Only when it has records to put.
+    IfAny,
+}
+
+/// How a unit ended without stopping the driver.
+enum Settled {
+    /// Committed, and its records settled.
+    Committed,
+    /// Not committed; its records were released (they are delivered again).
+    Released,
+    /// An output was refused for itself under `errors.tolerance=all`: the transaction was
+    /// aborted and the unit's records are still held, to be isolated.
+    Refused { unit: Unit, refused: RefusedOutput },
+}
+
+/// The lock duration assumed when the consumer does not know it (the group default).
+const DEFAULT_LOCK: Duration = Duration::from_secs(30);
+
+/// When the records waiting for their own transaction in an isolation are renewed next.
+struct LockKeeper {
+    due: Instant,
+    every: Duration,
+}
+
+impl LockKeeper {
+    /// Renewals every third of the lock, the first a third of the lock after the poll: well
+    /// before a lock runs out, even after a transaction that took a while.
+    fn new(polled: Instant, lock: Option<Duration>) -> Self {
+        let every = lock
+            .unwrap_or(DEFAULT_LOCK)
+            .checked_div(3)
+            .unwrap_or(Duration::ZERO);
+        Self {
+            due: polled.checked_add(every).unwrap_or(polled),
+            every,
+        }
+    }
+}
+
+/// Why the record whose output was refused is dead-lettered, for its
+/// `__connect.errors.*` headers: stage `KAFKA_PRODUCE`, the sink task's class (the output is
+/// the task's), the exception Kafka's producer raises, and the producer's error as the cause.
+fn refused_output_failure(refused: &RefusedOutput) -> Failure {
+    Failure {
+        stage: Stage::KafkaProduce,
+        class_name: ErrorContext::CONNECT_SINK_TASK_CLASS.to_owned(),
+        exception_class: OutputFailure::java_exception(&refused.source),
+        error: Captured::of(refused),
+    }
 }
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
@@ -211,10 +279,23 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// releases the batch (it is delivered again and checked); it is reported, not returned.
     /// A fenced producer (another instance with the same transactional id took over) and a
     /// fatal task error stop the driver. So does an output that retrying cannot write (the
-    /// target has no such partition, the topic is gone, writing it is not authorized, a record
-    /// is too large or invalid): the transaction is aborted, the batch released — not
-    /// delivered again until the broker archives it at the delivery-count limit — and
-    /// [`ExactlyOnceError::OutputRefused`] names the topic and partition.
+    /// target has no such partition, the topic is gone, writing it is not authorized, or,
+    /// under `errors.tolerance=none`, a record is too large or invalid): the transaction is
+    /// aborted, the batch released — not delivered again until the broker archives it at the
+    /// delivery-count limit — and [`ExactlyOnceError::OutputRefused`] names the topic and
+    /// partition.
+    ///
+    /// Under `errors.tolerance=all` an output record refused for itself (larger than
+    /// `max.request.size` or the topic's `max.message.bytes`, invalid, a timestamp out of
+    /// range) does not stop the task. The error does not say which source record the output
+    /// came from, so after the abort the driver processes the batch again one record per
+    /// transaction (each with its claim or staged acknowledgement, as any transaction), and
+    /// dead-letters the source record whose outputs are refused in a transaction of its own
+    /// (REJECTed after it, with `__connect.errors.stage` `KAFKA_PRODUCE` and the producer's
+    /// error in the headers; without a dead-letter queue it is only REJECTed, as any record
+    /// skipped under `all`). The records waiting for their turn are renewed every third of
+    /// the lock duration; one whose lock is lost nevertheless is counted in
+    /// [`lock_losses`](crate::DriverMetrics::lock_losses) and delivered again later.
     ///
     /// # Cancel safety
     ///
@@ -294,6 +375,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         let records = self.consumer.poll(self.config.poll_timeout).await?;
+        let polled = Instant::now();
         self.metrics.records_read += records.len() as u64;
         tracing::Span::current().record("records", records.len());
         if records.is_empty() {
@@ -357,64 +439,106 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         report.records = batch.len();
-
-        let mut output = TransactionalOutput::new();
-        let started = Instant::now();
-        let put = self.task.put_transactional(&batch, &mut output).await;
-        let elapsed = started.elapsed();
-        // Records that will not be processed: written to the dead-letter queue (when set) in
-        // the transaction, and rejected after it.
-        let mut dead: Vec<(ConsumerRecord, Failure)> = failed
+        let dead: Vec<(ConsumerRecord, Failure)> = failed
             .into_iter()
             .map(|(r, f)| {
                 let failure = Failure::of_stage(&f);
                 (r, failure)
             })
             .collect();
-        let mut processed = raw;
-        if let Err(error) = put {
-            self.metrics.put_failures += 1;
-            if !error.is_retriable() {
-                let ids: Vec<RecordId> = processed
-                    .iter()
-                    .chain(dead.iter().map(|(r, _)| r))
-                    .map(ConsumerRecord::id)
-                    .collect();
-                tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
-                self.release_all(ids.into_iter(), &mut report)?;
-                if let Err(e) = self.commit_acknowledgements().await {
-                    tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
-                }
-                return Err(Error::Task {
-                    stage: TaskStage::Put,
-                    source: error,
-                });
-            }
-            // Released for another attempt, except records on their last allowed delivery
-            // when a dead-letter queue is set: released, the group would archive them (lost),
-            // so they are dead-lettered in this iteration's transaction instead.
-            let last = self.last_delivery_limit();
-            let dead_letter = self.config.dead_letter.is_some();
-            let failure = Failure::of_put(&error);
-            let mut released = Vec::new();
-            for record in processed.drain(..) {
-                if dead_letter && record.delivery_count() >= last {
-                    dead.push((record, failure.clone()));
-                } else {
-                    released.push(record.id());
+        let unit = Unit {
+            processed: raw,
+            batch,
+            dead,
+        };
+        match self
+            .settle_unit(eos, mode, unit, Put::Always, &mut report)
+            .await?
+        {
+            Settled::Committed => {}
+            Settled::Released => return Ok(report),
+            Settled::Refused { unit, refused } => {
+                if !self
+                    .isolate(eos, mode, unit, refused, polled, &mut report)
+                    .await?
+                {
+                    return Ok(report);
                 }
             }
-            tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
-            self.release_all(released.into_iter(), &mut report)?;
-            if dead.is_empty() {
-                tokio::time::sleep(error.backoff().unwrap_or(self.config.retriable_backoff)).await;
-                return Ok(report);
+        }
+        self.commit_if_due(&mut report).await?;
+        Ok(report)
+    }
+
+    /// Puts `unit`'s records (as `put` says), and writes their outputs, its dead letters and
+    /// what settles them in one transaction; settles them after its commit.
+    ///
+    /// `Err` stops the driver; the unit's records were released (or are the group's again
+    /// through the abort). [`Settled::Refused`] hands the unit back, still held, when an
+    /// output was refused for itself under `errors.tolerance=all`.
+    async fn settle_unit(
+        &mut self,
+        eos: &mut ExactlyOnce,
+        mode: ExactlyOnceMode,
+        unit: Unit,
+        put: Put,
+        report: &mut IterationReport,
+    ) -> Result<Settled> {
+        let Unit {
+            mut processed,
+            batch,
+            mut dead,
+        } = unit;
+        let mut output = TransactionalOutput::new();
+        if put == Put::Always || !batch.is_empty() {
+            let started = Instant::now();
+            let result = self.task.put_transactional(&batch, &mut output).await;
+            let elapsed = started.elapsed();
+            if let Err(error) = result {
+                self.metrics.put_failures += 1;
+                if !error.is_retriable() {
+                    let ids: Vec<RecordId> = processed
+                        .iter()
+                        .chain(dead.iter().map(|(r, _)| r))
+                        .map(ConsumerRecord::id)
+                        .collect();
+                    tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
+                    self.release_all(ids.into_iter(), report)?;
+                    if let Err(e) = self.commit_acknowledgements().await {
+                        tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                    }
+                    return Err(Error::Task {
+                        stage: TaskStage::Put,
+                        source: error,
+                    });
+                }
+                // Released for another attempt, except records on their last allowed
+                // delivery when a dead-letter queue is set: released, the group would archive
+                // them (lost), so they are dead-lettered in this transaction instead.
+                let last = self.last_delivery_limit();
+                let dead_letter = self.config.dead_letter.is_some();
+                let failure = Failure::of_put(&error);
+                let mut released = Vec::new();
+                for record in processed.drain(..) {
+                    if dead_letter && record.delivery_count() >= last {
+                        dead.push((record, failure.clone()));
+                    } else {
+                        released.push(record.id());
+                    }
+                }
+                tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+                self.release_all(released.into_iter(), report)?;
+                if dead.is_empty() {
+                    tokio::time::sleep(error.backoff().unwrap_or(self.config.retriable_backoff))
+                        .await;
+                    return Ok(Settled::Released);
+                }
+                output = TransactionalOutput::new();
+            } else {
+                self.metrics.put_batches += 1;
+                self.metrics.put_time_total += elapsed;
+                self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
             }
-            output = TransactionalOutput::new();
-        } else {
-            self.metrics.put_batches += 1;
-            self.metrics.put_time_total += elapsed;
-            self.metrics.put_time_max = self.metrics.put_time_max.max(elapsed);
         }
 
         // What goes into the transaction.
@@ -427,13 +551,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 ack: AcknowledgeType::Accept,
             })
             .collect();
+        let mut dead_lettered = 0;
         if !dead.is_empty() {
             if let Some(queue) = self.config.dead_letter.clone() {
                 for letter in self.dead_letters(&dead) {
                     sends.push(letter.into_producer_record(queue.topic()));
                 }
                 self.metrics.dlq_produce_requests += dead.len() as u64;
-                report.dead_lettered += dead.len();
+                dead_lettered = dead.len();
             }
             self.metrics.records_skipped += dead.len() as u64;
             finished.extend(dead.iter().map(|(r, _)| Finished {
@@ -445,9 +570,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             Ok(()) => {
                 self.metrics.transactions_committed += 1;
                 self.metrics.records_put += processed.len() as u64;
-                if report.dead_lettered > 0 {
-                    self.metrics.records_dead_lettered += report.dead_lettered as u64;
-                }
+                self.metrics.records_dead_lettered += dead_lettered as u64;
+                report.dead_lettered += dead_lettered;
+                let mut rejected = 0;
                 for f in &finished {
                     if mode == ExactlyOnceMode::Ledger {
                         self.consumer.acknowledge_offset(
@@ -458,19 +583,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         )?;
                     }
                     match f.ack {
-                        AcknowledgeType::Reject => report.rejected += 1,
+                        AcknowledgeType::Reject => rejected += 1,
                         _ => report.accepted += 1,
                     }
                 }
-                self.metrics.records_rejected += report.rejected as u64;
+                report.rejected += rejected;
+                self.metrics.records_rejected += rejected as u64;
                 self.acknowledged_since_commit += finished.len() as u64;
                 tracing::debug!(records = finished.len(), outputs, "transaction committed");
-                self.commit_if_due(&mut report).await?;
-                Ok(report)
+                Ok(Settled::Committed)
             }
             Err(abort) => {
                 self.metrics.transactions_aborted += 1;
-                report.dead_lettered = 0;
                 match abort {
                     Aborted::Retry(error) => {
                         tracing::warn!(records = finished.len(), error = %ErrorChain(&error), "transaction aborted; the records are delivered again");
@@ -478,16 +602,40 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         // staged are available again through the abort; those the transaction
                         // failed before staging are still in the consumer's hands, released
                         // here (the others are no longer the consumer's to release).
-                        self.release_all(finished.iter().map(|f| f.id.clone()), &mut report)?;
+                        let before = report.released;
+                        self.release_all(finished.iter().map(|f| f.id.clone()), report)?;
                         if mode == ExactlyOnceMode::AtomicAcknowledgements {
-                            report.released = finished.len();
+                            report.released = before + finished.len();
                         }
-                        Ok(report)
+                        Ok(Settled::Released)
+                    }
+                    Aborted::Refused { refused, isolable }
+                        if isolable && self.config.errors.tolerance == ErrorTolerance::All =>
+                    {
+                        Ok(Settled::Refused {
+                            unit: Unit {
+                                processed,
+                                batch,
+                                dead,
+                            },
+                            refused,
+                        })
+                    }
+                    Aborted::Refused { refused, isolable } => {
+                        if !isolable
+                            && self.config.errors.tolerance == ErrorTolerance::All
+                            && OutputFailure::of(&refused.source) == OutputFailure::RecordRefused
+                        {
+                            tracing::warn!(
+                                "the refused transaction had staged its acknowledgements: its records are the group's again, and the record whose output was refused cannot be found here"
+                            );
+                        }
+                        let ids: Vec<RecordId> = finished.iter().map(|f| f.id.clone()).collect();
+                        Err(self.refused_stop(mode, ids, refused, report).await)
                     }
                     Aborted::Fatal(error) => {
                         if mode == ExactlyOnceMode::Ledger {
-                            let _ = self
-                                .release_all(finished.iter().map(|f| f.id.clone()), &mut report);
+                            let _ = self.release_all(finished.iter().map(|f| f.id.clone()), report);
                             if let Err(e) = self.commit_acknowledgements().await {
                                 tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
                             }
@@ -495,6 +643,222 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         Err(error)
                     }
                 }
+            }
+        }
+    }
+
+    /// `errors.tolerance=all`, after a transaction was refused for one of its output records:
+    /// finds the source record whose output it was, by settling the unit again one record per
+    /// transaction (its dead letters first, in a transaction of their own), and dead-letters
+    /// that record (REJECTs it, without a dead-letter queue) in a transaction of its own, with
+    /// its claim; every other record is processed and settled exactly once as usual. The
+    /// records waiting for their turn are renewed so that their locks do not run out
+    /// meanwhile.
+    ///
+    /// `Ok(true)`: every record was settled; `Ok(false)`: a transaction was aborted for a
+    /// reason a later attempt may not have, and the records not yet settled were released.
+    /// `Err` stops the driver, the records not yet settled released.
+    async fn isolate(
+        &mut self,
+        eos: &mut ExactlyOnce,
+        mode: ExactlyOnceMode,
+        unit: Unit,
+        cause: RefusedOutput,
+        polled: Instant,
+        report: &mut IterationReport,
+    ) -> Result<bool> {
+        let Unit {
+            processed,
+            batch,
+            dead,
+        } = unit;
+        tracing::warn!(
+            records = processed.len(),
+            dead_letters = dead.len(),
+            error = %ErrorChain(&cause),
+            "an output record was refused for itself; processing the batch again one record per \
+             transaction to find whose"
+        );
+        // One record and no dead letters: its outputs alone were refused.
+        let single = processed.len() == 1 && dead.is_empty();
+        let mut queue: VecDeque<(ConsumerRecord, SinkRecord)> =
+            processed.into_iter().zip(batch).collect();
+        let mut locks = LockKeeper::new(polled, self.consumer.acquisition_lock_timeout());
+        if !dead.is_empty() {
+            let unit = Unit {
+                processed: Vec::new(),
+                batch: Vec::new(),
+                dead,
+            };
+            match self.settle_unit(eos, mode, unit, Put::IfAny, report).await {
+                Ok(Settled::Committed) => {}
+                other => return self.end_isolation(mode, other, queue, report).await,
+            }
+        }
+        while let Some((record, sink)) = queue.pop_front() {
+            let (record, refused) = if single {
+                (record, cause.clone())
+            } else {
+                let waiting: Vec<RecordId> = std::iter::once(record.id())
+                    .chain(queue.iter().map(|(r, _)| r.id()))
+                    .collect();
+                self.keep_locks(&mut locks, &waiting).await;
+                let unit = Unit {
+                    processed: vec![record],
+                    batch: vec![sink],
+                    dead: Vec::new(),
+                };
+                match self.settle_unit(eos, mode, unit, Put::IfAny, report).await {
+                    Ok(Settled::Committed) => continue,
+                    Ok(Settled::Refused { unit, refused }) => {
+                        let Some(record) = unit.processed.into_iter().next() else {
+                            continue;
+                        };
+                        (record, refused)
+                    }
+                    other => return self.end_isolation(mode, other, queue, report).await,
+                }
+            };
+            tracing::warn!(record = %record.id(), error = %ErrorChain(&refused), "an output of this record is refused for itself: dead-lettering the record (errors.tolerance=all)");
+            let unit = Unit {
+                processed: Vec::new(),
+                batch: Vec::new(),
+                dead: vec![(record, refused_output_failure(&refused))],
+            };
+            match self.settle_unit(eos, mode, unit, Put::IfAny, report).await {
+                Ok(Settled::Committed) => {}
+                other => return self.end_isolation(mode, other, queue, report).await,
+            }
+        }
+        Ok(true)
+    }
+
+    /// Ends an isolation after a unit that did not commit: releases the records still
+    /// waiting, and stops when the unit's outcome says so (a dead letter refused in turn
+    /// stops the task: there is nothing left to isolate).
+    async fn end_isolation(
+        &mut self,
+        mode: ExactlyOnceMode,
+        settled: Result<Settled>,
+        queue: VecDeque<(ConsumerRecord, SinkRecord)>,
+        report: &mut IterationReport,
+    ) -> Result<bool> {
+        let waiting: Vec<RecordId> = queue.iter().map(|(r, _)| r.id()).collect();
+        match settled {
+            Ok(Settled::Committed) => Ok(true),
+            Ok(Settled::Released) => {
+                self.release_all(waiting.into_iter(), report)?;
+                Ok(false)
+            }
+            Ok(Settled::Refused { unit, refused }) => {
+                let ids: Vec<RecordId> = unit
+                    .processed
+                    .iter()
+                    .chain(unit.dead.iter().map(|(r, _)| r))
+                    .map(ConsumerRecord::id)
+                    .chain(waiting)
+                    .collect();
+                Err(self.refused_stop(mode, ids, refused, report).await)
+            }
+            Err(error) => {
+                if !waiting.is_empty() {
+                    let _ = self.release_all(waiting.into_iter(), report);
+                    if let Err(e) = self.commit_acknowledgements().await {
+                        tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Stops the driver after a transaction refused for an output retrying cannot write:
+    /// releases `ids` (nothing is rejected: they wait in the group until the output is
+    /// fixed) and names the target.
+    async fn refused_stop(
+        &mut self,
+        mode: ExactlyOnceMode,
+        ids: Vec<RecordId>,
+        refused: RefusedOutput,
+        report: &mut IterationReport,
+    ) -> Error {
+        let RefusedOutput {
+            topic,
+            partition,
+            source: error,
+        } = refused;
+        tracing::error!(topic, partition, ?mode, error = %ErrorChain(&error), "an output of the transaction cannot be written and retrying would not help; the transaction was aborted, the records are released and the task stops");
+        let _ = self.release_all(ids.into_iter(), report);
+        if let Err(e) = self.commit_acknowledgements().await {
+            tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+        }
+        ExactlyOnceError::OutputRefused {
+            topic,
+            partition,
+            source: error,
+        }
+        .into()
+    }
+
+    /// Renews the locks of the records waiting for their own transaction in an isolation,
+    /// when due. A lock that could not be renewed is counted (`lock_losses`) and logged: its
+    /// record is delivered again later (not lost), and its transaction here aborts at its own
+    /// renewal (ledger mode) or staging (atomic mode).
+    async fn keep_locks(&mut self, locks: &mut LockKeeper, waiting: &[RecordId]) {
+        let now = Instant::now();
+        if waiting.is_empty() || now < locks.due || !self.consumer.supports_renew() {
+            return;
+        }
+        locks.due = now.checked_add(locks.every).unwrap_or(now);
+        // Acknowledgements sent earlier first (the ACCEPTs of the records settled so far): a
+        // failure among them must not be taken for a lost lock of a waiting record.
+        match self.consumer.commit_sync(self.config.commit_timeout).await {
+            Ok(earlier) => {
+                for (tp, error) in earlier.failures() {
+                    tracing::debug!(partition = %tp, %error, "an earlier acknowledgement failed (the record comes back and is checked)");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), "could not send the acknowledgements before renewing the waiting records; renewing later");
+                return;
+            }
+        }
+        let mut renewed = 0u64;
+        for id in waiting {
+            let result = self
+                .consumer
+                .hold_offset(id.topic(), id.partition(), id.offset())
+                .and_then(|()| {
+                    self.consumer.acknowledge_offset(
+                        id.topic(),
+                        id.partition(),
+                        id.offset(),
+                        AcknowledgeType::Renew,
+                    )
+                });
+            match result {
+                Ok(()) => renewed += 1,
+                Err(e) => {
+                    tracing::debug!(record = %id, error = %ErrorChain(&e), "waiting record not renewed");
+                }
+            }
+        }
+        self.metrics.records_renewed += renewed;
+        match self.consumer.commit_sync(self.config.commit_timeout).await {
+            Ok(results) => {
+                for (tp, error) in results.failures() {
+                    let records = waiting
+                        .iter()
+                        .filter(|id| id.topic_partition() == *tp)
+                        .count();
+                    if records > 0 {
+                        self.metrics.lock_losses += 1;
+                        tracing::warn!(partition = %tp, records, %error, "the locks of records waiting for their own transaction could not all be renewed: a record whose lock ran out is delivered again later (not lost)");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), "the renewal of the waiting records was not answered: a record whose lock runs out is delivered again later (not lost)");
             }
         }
     }
@@ -578,6 +942,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if finished.is_empty() && sends.is_empty() {
             return Ok(());
         }
+        if eos.needs_init {
+            // An abort failed earlier in this round (an isolation goes on after it).
+            eos.producer
+                .init_transactions()
+                .await
+                .map_err(|e| self.producer_failed(eos, e))?;
+            eos.needs_init = false;
+        }
         let producer = Arc::clone(&eos.producer);
         producer
             .begin_transaction()
@@ -591,36 +963,111 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         let sending = Instant::now();
         let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(sends.len());
+        // The worst failure of the transaction decides what happens to its records.
         let mut failure: Option<ProducerError> = None;
+        // Where the record refused by `send` itself was going (its error may not say).
+        let mut refused_send: Option<(String, Option<i32>)> = None;
+        let mut targets: Vec<String> = sends.iter().map(|r| r.topic.to_string()).collect();
+        targets.sort_unstable();
+        targets.dedup();
         for record in sends {
+            let target = (record.topic.to_string(), record.partition);
             match producer.send(record) {
                 Ok(d) => deliveries.push(d),
                 Err(e) => {
                     failure = Some(e);
+                    refused_send = Some(target);
                     break;
                 }
             }
         }
+        let mut staged = false;
+        // Whether `failure` is the staging's: about the input's acknowledgements (a lock
+        // lost, a member epoch moved), never the output.
+        let mut stage_failed = false;
         if failure.is_none() && mode == ExactlyOnceMode::AtomicAcknowledgements {
             // Staged right after the sends (a lock must not run out before staging).
-            let staged = self.stage(&*producer, finished).await;
-            if let Err(e) = staged {
+            staged = true;
+            if let Err(e) = self.stage(&*producer, finished).await {
                 failure = Some(e);
+                stage_failed = true;
             }
         }
-        if failure.is_none() {
-            if let Err(e) = producer.flush().await {
-                failure = Some(e);
+        let flush = failure.is_none();
+        let outcomes = async {
+            let flushed = if flush {
+                producer.flush().await.err()
+            } else {
+                None
+            };
+            let mut failed = Vec::new();
+            for delivery in deliveries {
+                if let Err(e) = delivery.await {
+                    failed.push(e);
+                }
             }
-        }
-        for delivery in deliveries {
-            if let Err(e) = delivery.await {
-                failure.get_or_insert(e);
+            (flushed, failed)
+        };
+        // A target deleted meanwhile would keep the sends retrying until the delivery
+        // timeout, and the next transaction again: watch for it while they are slow.
+        let waited = tokio::select! {
+            biased;
+            outcomes = outcomes => Ok(outcomes),
+            gone = watch_targets(&*eos.cluster, &targets) => Err(gone),
+        };
+        let failed = match waited {
+            Ok((flushed, failed)) => {
+                if let Some(e) = flushed {
+                    failure = Some(e);
+                }
+                failed
+            }
+            Err(topic) => {
+                tracing::error!(%topic, "a target of the transaction no longer exists");
+                vec![ProducerError::UnknownPartition {
+                    topic,
+                    partition: -1,
+                }]
+            }
+        };
+        for e in failed {
+            let worse = match &failure {
+                None => true,
+                Some(_) if stage_failed => {
+                    e.is_fatal() || OutputFailure::of(&e) > OutputFailure::Transient
+                }
+                Some(f) => severity(&e) > severity(f),
+            };
+            if worse {
+                failure = Some(e);
+                refused_send = None;
+                stage_failed = false;
             }
         }
         self.metrics.transaction_send_time += sending.elapsed();
         if let Some(error) = failure {
-            return Err(self.abort(eos, error).await);
+            let output = if stage_failed {
+                Output::NotConcerned
+            } else {
+                Output::Concerned
+            };
+            return Err(match self.abort(eos, error, output).await {
+                Aborted::Refused {
+                    mut refused,
+                    isolable,
+                } => {
+                    if let (None, Some((topic, partition))) = (&refused.topic, refused_send) {
+                        refused.topic = Some(topic);
+                        refused.partition = partition;
+                    }
+                    Aborted::Refused {
+                        refused,
+                        // Staged acknowledgements went back to the group with the abort.
+                        isolable: isolable && !staged,
+                    }
+                }
+                aborted => aborted,
+            });
         }
         if mode == ExactlyOnceMode::Ledger {
             // The claims are durable: now make sure every record is still ours.
@@ -632,14 +1079,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     reason,
                     source: None,
                 };
-                return Err(self.abort(eos, error).await);
+                return Err(self.abort(eos, error, Output::NotConcerned).await);
             }
         }
         let committing = Instant::now();
         let committed = producer.commit_transaction().await;
         let outcome = match committed {
             Ok(()) => Ok(()),
-            Err(error) => Err(self.abort(eos, error).await),
+            Err(error) => Err(self.abort(eos, error, Output::Concerned).await),
         };
         self.metrics.transaction_commit_time += committing.elapsed();
         outcome
@@ -742,7 +1189,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// Aborts the open transaction after `error`; says whether the driver can go on.
-    async fn abort(&mut self, eos: &mut ExactlyOnce, error: ProducerError) -> Aborted {
+    async fn abort(
+        &mut self,
+        eos: &mut ExactlyOnce,
+        error: ProducerError,
+        output: Output,
+    ) -> Aborted {
         if let ProducerError::CommitOutcomeUnknown { .. } = error {
             // The records are released; whoever gets them next waits for the outcome in the
             // ledger read (or the coordinator resolves the staged acknowledgements).
@@ -759,21 +1211,24 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 return self.producer_failed(eos, abort_error);
             }
         }
-        if OutputFailure::of(&error) == OutputFailure::Permanent {
+        let failure = match output {
+            Output::Concerned => OutputFailure::of(&error),
+            Output::NotConcerned => OutputFailure::Transient,
+        };
+        match failure {
+            OutputFailure::Transient => Aborted::retry(error),
             // Delivering the records again would fail the same way each time, until the
-            // broker archives them at the delivery-count limit: stop instead, releasing them.
-            let (topic, partition) = OutputFailure::target(&error);
-            tracing::error!(topic, partition, error = %ErrorChain(&error), "an output of the transaction cannot be written and retrying would not help; the transaction was aborted, the records are released and the task stops");
-            return Aborted::Fatal(
-                ExactlyOnceError::OutputRefused {
-                    topic,
-                    partition,
-                    source: error,
-                }
-                .into(),
-            );
+            // broker archives them at the delivery-count limit: stop (releasing them), or
+            // find the record whose output was refused.
+            OutputFailure::RecordRefused => Aborted::Refused {
+                refused: RefusedOutput::new(error),
+                isolable: true,
+            },
+            OutputFailure::TargetUnwritable => Aborted::Refused {
+                refused: RefusedOutput::new(error),
+                isolable: false,
+            },
         }
-        Aborted::retry(error)
     }
 
     fn producer_failed(&mut self, eos: &mut ExactlyOnce, error: ProducerError) -> Aborted {
@@ -825,8 +1280,57 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 enum Aborted {
     /// Aborted (or to be resolved by the coordinator); the records are delivered again.
     Retry(Error),
+    /// Aborted after an output retrying cannot write
+    /// ([`OutputFailure::RecordRefused`] or [`OutputFailure::TargetUnwritable`]).
+    /// `isolable`: the refusal was a record's ([`OutputFailure::RecordRefused`]) and the
+    /// records are still this consumer's, so the record can be found; otherwise the driver
+    /// stops.
+    Refused {
+        refused: RefusedOutput,
+        isolable: bool,
+    },
     /// The driver cannot go on.
     Fatal(Error),
+}
+
+/// Whether a transaction's error may be about its outputs (a send, a flush, a commit), or is
+/// about the input (a renewal or a staging of acknowledgements that failed: a lock lost, a
+/// member epoch moved), which another delivery may not meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Concerned,
+    NotConcerned,
+}
+
+/// How long a transaction's sends may take before [`watch_targets`] first checks that their
+/// topics still exist, and how often it checks again.
+const WATCH_FIRST: Duration = Duration::from_secs(1);
+const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// Completes with the first of `topics` that no longer exists, checking after
+/// [`WATCH_FIRST`] and then every [`WATCH_EVERY`]; never while they all exist (or cannot be
+/// checked).
+async fn watch_targets(cluster: &dyn ExactlyOnceCluster, topics: &[String]) -> String {
+    let mut wait = WATCH_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = WATCH_EVERY;
+        for topic in topics {
+            match cluster.partition_count(topic).await {
+                Ok(None) => return topic.clone(),
+                Ok(Some(_)) => {}
+                Err(error) => {
+                    tracing::debug!(%topic, error = %ErrorChain(&error), "could not check that a target exists");
+                }
+            }
+        }
+    }
+}
+
+/// How much of a round a transaction's error condemns: fatal errors first, then
+/// [`OutputFailure`]'s order.
+fn severity(error: &ProducerError) -> (bool, OutputFailure) {
+    (error.is_fatal(), OutputFailure::of(error))
 }
 
 impl Aborted {

@@ -20,6 +20,12 @@ const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(900);
 /// Unkeyed records written to one partition before the producer moves to the next.
 const DEFAULT_STICKY_RECORDS: usize = 100;
+/// `max.request.size`: the Java producer's default.
+const DEFAULT_MAX_REQUEST_SIZE: usize = 1_048_576;
+/// Bytes a record adds beyond its key, value and headers, and the fixed header of its batch,
+/// as the Kafka producer estimates them.
+const RECORD_OVERHEAD: usize = 21;
+const BATCH_OVERHEAD: usize = 61;
 
 /// The settings of an [`EmbeddedProducer`], for
 /// [`EmbeddedBroker::producer_with`](super::EmbeddedBroker::producer_with).
@@ -45,6 +51,7 @@ pub struct EmbeddedProducerConfig {
     transactional_id: Option<String>,
     transaction_timeout: Duration,
     sticky_records: usize,
+    max_request_size: usize,
 }
 
 impl Default for EmbeddedProducerConfig {
@@ -53,13 +60,14 @@ impl Default for EmbeddedProducerConfig {
             transactional_id: None,
             transaction_timeout: DEFAULT_TRANSACTION_TIMEOUT,
             sticky_records: DEFAULT_STICKY_RECORDS,
+            max_request_size: DEFAULT_MAX_REQUEST_SIZE,
         }
     }
 }
 
 impl EmbeddedProducerConfig {
     /// An idempotent producer without transactions; 60 s transaction timeout; 100 records a
-    /// sticky partition.
+    /// sticky partition; 1 MiB `max.request.size`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -84,6 +92,28 @@ impl EmbeddedProducerConfig {
     /// is full.
     pub fn sticky_records(mut self, records: usize) -> Self {
         self.sticky_records = records.max(1);
+        self
+    }
+
+    /// `max.request.size` (default 1 MiB, as Java's): a record larger on the wire, by the
+    /// Kafka producer's estimate, is refused by `send` with
+    /// [`ProducerError::RecordTooLarge`] before it is written, and the open transaction stays
+    /// as it is (as with the Kafka producer).
+    ///
+    /// ```
+    /// use kafka_share_sink::embedded::{EmbeddedBroker, EmbeddedProducerConfig};
+    /// use kafka_share_sink::producer::{Producer, ProducerError, ProducerRecord};
+    ///
+    /// let broker = EmbeddedBroker::new();
+    /// broker.create_topic("out", 1)?;
+    /// let producer = broker.producer_with(EmbeddedProducerConfig::new().max_request_size(1024))?;
+    /// let refused = producer.send(ProducerRecord::new("out").value(vec![0u8; 2048]));
+    /// assert!(matches!(refused, Err(ProducerError::RecordTooLarge { max: 1024, .. })));
+    /// assert!(producer.send(ProducerRecord::new("out").value("small")).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_request_size(mut self, bytes: usize) -> Self {
+        self.max_request_size = bytes;
         self
     }
 
@@ -559,6 +589,16 @@ impl Producer for EmbeddedProducer {
             }
             Phase::InTransaction { .. } | Phase::Idempotent => {}
         }
+        let size = record_size(&record);
+        if size > self.config.max_request_size {
+            // Refused before it is queued, as the Kafka producer does: the transaction is
+            // not spoiled.
+            return Err(ProducerError::RecordTooLarge {
+                size,
+                max: self.config.max_request_size,
+                key: "max.request.size",
+            });
+        }
         let transactional = !matches!(inner.phase, Phase::Idempotent);
         let written = self.with_state(|state| {
             if transactional {
@@ -833,4 +873,27 @@ impl Producer for EmbeddedProducer {
             }
         })
     }
+}
+
+/// The size of `record` on the wire, alone in its batch, as the Kafka producer estimates it.
+fn record_size(record: &ProducerRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| {
+            h.key()
+                .len()
+                .saturating_add(h.value().map_or(0, bytes::Bytes::len))
+                .saturating_add(10)
+        })
+        .fold(0, usize::saturating_add);
+    [
+        BATCH_OVERHEAD,
+        RECORD_OVERHEAD,
+        record.key.as_ref().map_or(0, bytes::Bytes::len),
+        record.value.as_ref().map_or(0, bytes::Bytes::len),
+        headers,
+    ]
+    .into_iter()
+    .fold(0, usize::saturating_add)
 }

@@ -79,12 +79,16 @@ pub enum ExactlyOnceError {
     },
     /// An output of the transaction cannot be written, and writing it again would fail the
     /// same way: the target has no such partition, the topic is gone, the producer may not
-    /// write it, its credentials are refused, or a record is refused for itself (larger than
-    /// `max.request.size` or the topic's `max.message.bytes`, invalid). The transaction was
-    /// aborted and the task stops; the records it held are released (not rejected), so nothing
-    /// is lost — they wait in the group, with one delivery attempt spent, until the target is
-    /// fixed. Before, the driver delivered them again and again until the broker archived them
-    /// at the delivery-count limit.
+    /// write it, its credentials are refused; or a record is refused for itself (larger than
+    /// `max.request.size` or the topic's `max.message.bytes`, invalid, a timestamp out of
+    /// range) under `errors.tolerance=none` (under `all` the driver finds the source record
+    /// whose output was refused, by processing the batch again one record per transaction,
+    /// and dead-letters that one; a dead letter refused in turn stops the task with this
+    /// error, its `topic` the dead-letter queue). The transaction was aborted and the task
+    /// stops; the records it held are released (not rejected), so nothing is lost — they wait
+    /// in the group, with one delivery attempt spent, until the target is fixed. Before, the
+    /// driver delivered them again and again until the broker archived them at the
+    /// delivery-count limit.
     #[error(
         "the exactly-once output to {} cannot be written, and retrying would not change that; \
          the transaction was aborted, the task stops and its records were released",
@@ -110,14 +114,34 @@ fn describe_target(topic: Option<&str>, partition: Option<i32>) -> String {
 }
 
 /// What a transaction's producer error means for the records of the round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Ordered by how much of the round it condemns: a transaction that failed several ways is
+/// handled as its worst failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum OutputFailure {
-    /// Trying again may succeed (a leader moved, a timeout, a lock lost, a producer to
-    /// initialise again): abort and deliver the records again.
+    /// Trying again may succeed (a leader moved, a timeout, a lock lost, concurrent
+    /// transactions, a producer to initialise again): abort and deliver the records again.
     Transient,
-    /// Trying again cannot succeed until something outside the task changes.
-    Permanent,
+    /// One output record is refused for itself (larger than `max.request.size` or the
+    /// topic's `max.message.bytes`, invalid, corrupt, a timestamp out of range): writing it
+    /// again fails the same way, the other outputs of the transaction may be fine.
+    RecordRefused,
+    /// The target cannot be written at all until something outside the task changes (no
+    /// such partition, the topic is gone, authorization or authentication refused, a
+    /// setting).
+    TargetUnwritable,
 }
+
+/// Produce error codes that refuse a record (or its batch) for what it holds, not for where
+/// it goes: MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
+/// INVALID_TIMESTAMP.
+const RECORD_REFUSALS: [i16; 5] = [10, 18, 87, 2, 32];
+
+/// Produce error codes about the transaction's producer state, not the output:
+/// OUT_OF_ORDER_SEQUENCE_NUMBER (a batch after one that failed), INVALID_PRODUCER_EPOCH (the
+/// coordinator aborted the transaction after `transaction.timeout.ms`), INVALID_TXN_STATE,
+/// UNKNOWN_PRODUCER_ID, TRANSACTION_ABORTABLE. The next transaction starts afresh.
+const PRODUCER_STATE: [i16; 5] = [45, 47, 48, 59, 120];
 
 impl OutputFailure {
     /// Classifies `error`, looking through the aborts that wrap a send's own error.
@@ -127,15 +151,33 @@ impl OutputFailure {
             ProducerError::Abortable { source, .. } => {
                 source.as_deref().map_or(Self::Transient, Self::of)
             }
+            ProducerError::RecordTooLarge { .. } => Self::RecordRefused,
+            ProducerError::Rejected { source, .. } if refuses_record(source) => Self::RecordRefused,
+            ProducerError::Rejected { source, .. } | ProducerError::Kafka { source }
+                if is_producer_state(source) =>
+            {
+                Self::Transient
+            }
+            // The producer retried a refusal Kafka counts as retriable (CORRUPT_MESSAGE) for
+            // the whole delivery timeout: the record itself is refused.
+            ProducerError::Timeout {
+                last: Some(last), ..
+            } if Self::of(last) == Self::RecordRefused => Self::RecordRefused,
+            // The producer never found the topic or its partition for the whole delivery
+            // timeout (it was deleted, or never created).
+            ProducerError::Timeout {
+                last: Some(last), ..
+            } if unknown_target(last) => Self::TargetUnwritable,
             // Within the delivery timeout the producer retried what it could; the next
             // transaction starts afresh.
             ProducerError::Timeout { .. }
             | ProducerError::TransactionState { .. }
             | ProducerError::CommitOutcomeUnknown { .. } => Self::Transient,
             other if other.is_retriable() => Self::Transient,
-            // Fenced and Closed stop the task anyway (fatal); the rest is permanent: unknown
-            // partitions, refused records, authorization and authentication, configuration.
-            _ => Self::Permanent,
+            // Fenced and Closed stop the task anyway (fatal); the rest cannot be written
+            // whatever the record: unknown partitions, authorization and authentication,
+            // configuration.
+            _ => Self::TargetUnwritable,
         }
     }
 
@@ -145,6 +187,9 @@ impl OutputFailure {
             ProducerError::Abortable {
                 source: Some(inner),
                 ..
+            }
+            | ProducerError::Timeout {
+                last: Some(inner), ..
             } => Self::target(inner),
             ProducerError::Rejected {
                 topic, partition, ..
@@ -153,6 +198,84 @@ impl OutputFailure {
                 (Some(topic.clone()), Some(*partition))
             }
             _ => (None, None),
+        }
+    }
+
+    /// The Java exception Kafka's producer raises for a refused record, for the
+    /// `__connect.errors.exception.class.name` header of its dead letter.
+    pub(crate) fn java_exception(error: &ProducerError) -> &'static str {
+        match error {
+            ProducerError::Abortable {
+                source: Some(inner),
+                ..
+            }
+            | ProducerError::Timeout {
+                last: Some(inner), ..
+            } => Self::java_exception(inner),
+            ProducerError::RecordTooLarge { .. } => {
+                "org.apache.kafka.common.errors.RecordTooLargeException"
+            }
+            ProducerError::Rejected { source, .. } => match **source {
+                ConsumerError::Broker { code: 10, .. } => {
+                    "org.apache.kafka.common.errors.RecordTooLargeException"
+                }
+                ConsumerError::Broker { code: 18, .. } => {
+                    "org.apache.kafka.common.errors.RecordBatchTooLargeException"
+                }
+                ConsumerError::Broker { code: 87, .. } => {
+                    "org.apache.kafka.common.errors.InvalidRecordException"
+                }
+                ConsumerError::Broker { code: 2, .. } => {
+                    "org.apache.kafka.common.errors.CorruptRecordException"
+                }
+                ConsumerError::Broker { code: 32, .. } => {
+                    "org.apache.kafka.common.errors.InvalidTimestampException"
+                }
+                _ => "org.apache.kafka.common.KafkaException",
+            },
+            _ => "org.apache.kafka.common.KafkaException",
+        }
+    }
+}
+
+fn refuses_record(source: &ConsumerError) -> bool {
+    matches!(source, ConsumerError::Broker { code, .. } if RECORD_REFUSALS.contains(code))
+}
+
+/// UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID, or a topic missing from the metadata.
+fn unknown_target(error: &ProducerError) -> bool {
+    match error {
+        ProducerError::UnknownPartition { .. } => true,
+        ProducerError::Rejected { source, .. } => {
+            matches!(**source, ConsumerError::Broker { code: 3 | 100, .. })
+        }
+        _ => false,
+    }
+}
+
+fn is_producer_state(source: &ConsumerError) -> bool {
+    matches!(source, ConsumerError::Broker { code, .. } if PRODUCER_STATE.contains(code))
+}
+
+/// An output record the broker or the producer refused for what it holds: the cause written
+/// with the dead letter of the source record that produced it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("an output of this record to {} was refused", describe_target(.topic.as_deref(), *.partition))]
+pub(crate) struct RefusedOutput {
+    pub(crate) topic: Option<String>,
+    pub(crate) partition: Option<i32>,
+    #[source]
+    pub(crate) source: ProducerError,
+}
+
+impl RefusedOutput {
+    pub(crate) fn new(source: ProducerError) -> Self {
+        let (topic, partition) = OutputFailure::target(&source);
+        Self {
+            topic,
+            // -1: the topic itself (unknown, or gone).
+            partition: partition.filter(|p| *p >= 0),
+            source,
         }
     }
 }
@@ -217,46 +340,108 @@ mod tests {
     }
 
     #[test]
-    fn what_retrying_cannot_fix_is_permanent_and_names_its_target() {
-        let permanent = [
+    fn a_target_that_cannot_be_written_is_unwritable_and_named() {
+        let unwritable = [
             ProducerError::UnknownPartition {
                 topic: "out".to_owned(),
                 partition: 4,
             },
             rejected(29, "TOPIC_AUTHORIZATION_FAILED", false),
-            rejected(10, "MESSAGE_TOO_LARGE", false),
-            ProducerError::RecordTooLarge {
-                size: 2_000_000,
-                max: 1_048_576,
-                key: "max.request.size",
+            abortable(rejected(3, "UNKNOWN_TOPIC_OR_PARTITION", false)),
+            // Retried for the whole delivery timeout: the topic is gone.
+            ProducerError::Timeout {
+                timeout: Duration::from_secs(120),
+                last: Some(Arc::new(rejected(3, "UNKNOWN_TOPIC_OR_PARTITION", true))),
             },
-            abortable(rejected(87, "INVALID_RECORD", false)),
+            ProducerError::Timeout {
+                timeout: Duration::from_secs(120),
+                last: Some(Arc::new(ProducerError::UnknownPartition {
+                    topic: "out".to_owned(),
+                    partition: -1,
+                })),
+            },
         ];
-        for error in &permanent {
+        for error in &unwritable {
             assert_eq!(
                 OutputFailure::of(error),
-                OutputFailure::Permanent,
+                OutputFailure::TargetUnwritable,
                 "{error:?}"
             );
         }
         assert_eq!(
-            OutputFailure::target(&permanent[0]),
+            OutputFailure::target(&unwritable[0]),
             (Some("out".to_owned()), Some(4))
-        );
-        assert_eq!(
-            OutputFailure::target(&permanent[4]),
-            (Some("out".to_owned()), Some(2))
         );
         let refused = ExactlyOnceError::OutputRefused {
             topic: Some("out".to_owned()),
             partition: Some(4),
-            source: permanent[0].clone(),
+            source: unwritable[0].clone(),
         };
         assert!(!refused.is_retriable());
         assert!(
             refused.to_string().contains("`out` partition 4"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_record_refused_for_itself_is_record_class_with_its_java_exception() {
+        let cases = [
+            (
+                rejected(10, "MESSAGE_TOO_LARGE", false),
+                "org.apache.kafka.common.errors.RecordTooLargeException",
+            ),
+            (
+                ProducerError::RecordTooLarge {
+                    size: 2_000_000,
+                    max: 1_048_576,
+                    key: "max.request.size",
+                },
+                "org.apache.kafka.common.errors.RecordTooLargeException",
+            ),
+            (
+                abortable(rejected(18, "RECORD_LIST_TOO_LARGE", false)),
+                "org.apache.kafka.common.errors.RecordBatchTooLargeException",
+            ),
+            (
+                abortable(rejected(87, "INVALID_RECORD", false)),
+                "org.apache.kafka.common.errors.InvalidRecordException",
+            ),
+            (
+                rejected(32, "INVALID_TIMESTAMP", false),
+                "org.apache.kafka.common.errors.InvalidTimestampException",
+            ),
+            // Retriable in Kafka's table: the producer retries it until its delivery
+            // timeout, then it is the record's.
+            (
+                ProducerError::Timeout {
+                    timeout: Duration::from_secs(120),
+                    last: Some(Arc::new(rejected(2, "CORRUPT_MESSAGE", true))),
+                },
+                "org.apache.kafka.common.errors.CorruptRecordException",
+            ),
+        ];
+        for (error, java) in &cases {
+            assert_eq!(
+                OutputFailure::of(error),
+                OutputFailure::RecordRefused,
+                "{error:?}"
+            );
+            assert_eq!(OutputFailure::java_exception(error), *java, "{error:?}");
+        }
+        assert_eq!(
+            OutputFailure::target(&cases[2].0),
+            (Some("out".to_owned()), Some(2))
+        );
+        let cause = RefusedOutput::new(cases[3].0.clone());
+        assert_eq!(
+            cause.to_string(),
+            "an output of this record to `out` partition 2 was refused"
+        );
+        assert!(std::error::Error::source(&cause).is_some());
+        // The worst failure of a transaction decides.
+        assert!(OutputFailure::Transient < OutputFailure::RecordRefused);
+        assert!(OutputFailure::RecordRefused < OutputFailure::TargetUnwritable);
     }
 
     #[test]
@@ -275,6 +460,11 @@ mod tests {
             ProducerError::Kafka {
                 source: broker(51, "CONCURRENT_TRANSACTIONS", true),
             },
+            // The batches after one refused for a record break the sequence.
+            rejected(45, "OUT_OF_ORDER_SEQUENCE_NUMBER", false),
+            // The coordinator aborted the transaction after its timeout.
+            abortable(rejected(47, "INVALID_PRODUCER_EPOCH", false)),
+            abortable(rejected(120, "TRANSACTION_ABORTABLE", false)),
         ];
         for error in &transient {
             assert_eq!(

@@ -28,7 +28,7 @@ pub use self::cluster::ExactlyOnceCluster;
 pub use self::config::ExactlyOnceConfig;
 pub(crate) use self::config::transactional_id;
 pub use self::error::ExactlyOnceError;
-pub(crate) use self::error::OutputFailure;
+pub(crate) use self::error::{OutputFailure, RefusedOutput};
 pub use self::kafka::KafkaExactlyOnceCluster;
 pub use self::mirror::MirrorTask;
 pub use self::output::{OutputTarget, TransactionalOutput};
