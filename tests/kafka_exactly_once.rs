@@ -444,27 +444,9 @@ async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
     .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config);
     d.initialize().await.expect("initialize");
 
-    let started = tokio::time::Instant::now();
-    let error = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the task did not stop"
-        );
-        match d.iteration_exactly_once().await {
-            Ok(_) => {}
-            Err(e) => break e,
-        }
-    };
-    let waited = started.elapsed();
-    assert!(!error.is_retriable(), "{error:?}");
-    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
-        topic, partition, ..
-    }) = &error
-    else {
-        panic!("expected OutputRefused, got {error:?}");
-    };
+    let (topic, partition, waited) = until_refused(&mut d).await;
     assert_eq!(topic.as_deref(), Some(narrow.as_str()));
-    assert_eq!(*partition, Some(eos::PARTITIONS - 1));
+    assert_eq!(partition, Some(eos::PARTITIONS - 1));
     assert!(
         waited < Duration::from_secs(10) + Duration::from_secs(5),
         "stopped after {waited:?}, more than one transaction timeout"
@@ -820,27 +802,9 @@ async fn a_record_over_the_target_max_message_bytes_stops_the_task_under_toleran
     let records = 300;
     let s = eos::setup(bootstrap, records, 1).await;
     let (mut d, target, dlq) = one_large_driver(&s, ErrorTolerance::None).await;
-    let started = tokio::time::Instant::now();
-    let error = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the task did not stop"
-        );
-        match d.iteration_exactly_once().await {
-            Ok(_) => {}
-            Err(e) => break e,
-        }
-    };
-    let waited = started.elapsed();
-    assert!(!error.is_retriable(), "{error:?}");
-    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
-        topic, partition, ..
-    }) = &error
-    else {
-        panic!("expected OutputRefused, got {error:?}");
-    };
+    let (topic, partition, waited) = until_refused(&mut d).await;
     assert_eq!(topic.as_deref(), Some(target.as_str()));
-    assert_eq!(*partition, Some(LARGE as i32 % eos::PARTITIONS));
+    assert_eq!(partition, Some(LARGE as i32 % eos::PARTITIONS));
     assert!(
         waited < Duration::from_secs(10) + Duration::from_secs(5),
         "stopped after {waited:?}, more than one transaction timeout"
@@ -888,6 +852,27 @@ async fn a_target_deleted_mid_run_stops_the_task_and_archives_nothing() {
         .delete_topic(&s.target)
         .await
         .expect("delete the target");
+    let (topic, _, waited) = until_refused(&mut d).await;
+    assert_eq!(topic.as_deref(), Some(s.target.as_str()));
+    assert!(
+        waited < Duration::from_secs(10) + Duration::from_secs(5),
+        "stopped after {waited:?}, more than one transaction timeout"
+    );
+    let m = d.metrics();
+    assert_eq!(
+        m.transactions_aborted, 1,
+        "aborted once, not retried: {m:?}"
+    );
+    drop(d);
+    nothing_archived(&s, written, records).await;
+}
+
+/// Runs `d` until it stops (at most 60 s); asserts it stopped with
+/// `ExactlyOnceError::OutputRefused`, not retriable, and returns the target it names and how
+/// long it took.
+async fn until_refused(
+    d: &mut ShareSinkTask<KafkaShareConsumer>,
+) -> (Option<String>, Option<i32>, Duration) {
     let started = tokio::time::Instant::now();
     let error = loop {
         assert!(
@@ -901,19 +886,10 @@ async fn a_target_deleted_mid_run_stops_the_task_and_archives_nothing() {
     };
     let waited = started.elapsed();
     assert!(!error.is_retriable(), "{error:?}");
-    let Error::ExactlyOnce(ExactlyOnceError::OutputRefused { topic, .. }) = &error else {
-        panic!("expected OutputRefused, got {error:?}");
-    };
-    assert_eq!(topic.as_deref(), Some(s.target.as_str()));
-    assert!(
-        waited < Duration::from_secs(10) + Duration::from_secs(5),
-        "stopped after {waited:?}, more than one transaction timeout"
-    );
-    let m = d.metrics();
-    assert_eq!(
-        m.transactions_aborted, 1,
-        "aborted once, not retried: {m:?}"
-    );
-    drop(d);
-    nothing_archived(&s, written, records).await;
+    match error {
+        Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
+            topic, partition, ..
+        }) => (topic, partition, waited),
+        other => panic!("expected OutputRefused, got {other:?}"),
+    }
 }

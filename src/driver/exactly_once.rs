@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::failure::{Captured, Failure};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
-use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
+use crate::consumer::{AcknowledgeType, AcknowledgementMode, ConsumerError, ShareConsumer};
 use crate::convert::StageFailure;
 use crate::dlq::ErrorContext;
 use crate::error::{Error, Result, TaskStage};
@@ -825,17 +825,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         let mut renewed = 0u64;
         for id in waiting {
-            let result = self
-                .consumer
-                .hold_offset(id.topic(), id.partition(), id.offset())
-                .and_then(|()| {
-                    self.consumer.acknowledge_offset(
-                        id.topic(),
-                        id.partition(),
-                        id.offset(),
-                        AcknowledgeType::Renew,
-                    )
-                });
+            let result = self.hold_and_renew(id);
             match result {
                 Ok(()) => renewed += 1,
                 Err(e) => {
@@ -1123,6 +1113,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .await
     }
 
+    /// Holds `id` (it is not settled with the poll) and RENEWs its lock with the next
+    /// acknowledgements sent.
+    fn hold_and_renew(&mut self, id: &RecordId) -> std::result::Result<(), ConsumerError> {
+        self.consumer
+            .hold_offset(id.topic(), id.partition(), id.offset())
+            .and_then(|()| {
+                self.consumer.acknowledge_offset(
+                    id.topic(),
+                    id.partition(),
+                    id.offset(),
+                    AcknowledgeType::Renew,
+                )
+            })
+    }
+
     /// Ledger mode: RENEW every finished record and wait for the answer. `Err` names what
     /// was lost.
     async fn renew_finished(&mut self, finished: &[Finished]) -> std::result::Result<(), String> {
@@ -1146,17 +1151,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         for f in finished {
             let id = &f.id;
-            let renewed = self
-                .consumer
-                .hold_offset(id.topic(), id.partition(), id.offset())
-                .and_then(|()| {
-                    self.consumer.acknowledge_offset(
-                        id.topic(),
-                        id.partition(),
-                        id.offset(),
-                        AcknowledgeType::Renew,
-                    )
-                });
+            let renewed = self.hold_and_renew(id);
             if let Err(e) = renewed {
                 return Err(format!(
                     "could not renew the lock of {id}: {}",
