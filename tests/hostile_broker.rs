@@ -21,6 +21,9 @@ use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::RecordBatchDecoder;
+use kafka_share_sink::producer::{
+    KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+};
 use kafka_share_sink::{
     AdminError, ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
     ShareConsumer,
@@ -306,6 +309,100 @@ async fn delete_topics_of_the_admin_client() {
     let region = Region::new(GLOBAL);
     let error = admin.delete_topic("orders").await.expect_err("undecodable");
     assert_admin_undecodable(&error, "delete_topic", "DeleteTopics");
+    assert_small(&region);
+}
+
+/// A producer of `broker` that gives up a record after a few seconds.
+async fn producer(broker: &FakeBroker) -> KafkaProducer {
+    broker.advertise(ApiKey::InitProducerId, 0, 5);
+    broker.advertise(ApiKey::Produce, 3, 12);
+    KafkaProducer::connect(
+        KafkaProducerConfig::new(broker.addr())
+            .linger(Duration::from_millis(1))
+            .retry_backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .delivery_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .expect("connect")
+}
+
+#[tokio::test]
+async fn metadata_of_the_producer() {
+    let _turn = SERIAL.lock().await;
+    let broker = FakeBroker::start().await;
+    broker.add_topic("out", 1);
+    let producer = producer(&broker).await;
+    // ThrottleTimeMs, then Brokers.
+    broker.on(ApiKey::Metadata, |request| {
+        Reply::Body(huge_array(4, request.version() >= 9))
+    });
+    let region = Region::new(GLOBAL);
+    let delivery = producer.send(ProducerRecord::new("out").value("v"));
+    if let Ok(delivery) = delivery {
+        // The leader stays unknown: the record fails at its delivery timeout, typed.
+        let error = tokio::time::timeout(WAIT, delivery)
+            .await
+            .expect("settled within the delivery timeout")
+            .expect_err("no leader was ever learnt");
+        assert!(
+            matches!(
+                error,
+                ProducerError::Timeout { .. } | ProducerError::Kafka { .. }
+            ),
+            "{error:?}"
+        );
+    }
+    assert!(broker.count(ApiKey::Metadata) >= 1, "asked for metadata");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn produce_of_the_producer() {
+    let _turn = SERIAL.lock().await;
+    let broker = FakeBroker::start().await;
+    broker.add_topic("out", 1);
+    let producer = producer(&broker).await;
+    // Responses first (ThrottleTimeMs comes last in every version).
+    broker.on(ApiKey::Produce, |request| {
+        Reply::Body(huge_array(0, request.version() >= 9))
+    });
+    let region = Region::new(GLOBAL);
+    let delivery = producer
+        .send(ProducerRecord::new("out").partition(0).value("v"))
+        .expect("queued");
+    let error = tokio::time::timeout(WAIT, delivery)
+        .await
+        .expect("settled within the delivery timeout")
+        .expect_err("every answer is undecodable");
+    assert!(
+        matches!(
+            error,
+            ProducerError::Timeout { .. } | ProducerError::Kafka { .. }
+        ),
+        "{error:?}"
+    );
+    assert!(broker.count(ApiKey::Produce) >= 1, "the record was sent");
+    assert_small(&region);
+}
+
+#[tokio::test]
+async fn share_fetch_of_the_share_consumer() {
+    let _turn = SERIAL.lock().await;
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    // The crate's own v1/v2 codec: ThrottleTimeMs, ErrorCode, ErrorMessage (null),
+    // AcquisitionLockTimeoutMs, then Responses.
+    broker.on(ApiKey::ShareFetch, |_| Reply::Body(huge_array(11, true)));
+    let region = Region::new(GLOBAL);
+    let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe");
+    poll_until(&mut consumer, &broker, ApiKey::ShareFetch, 2, "ShareFetch").await;
+    let _ = consumer.close(WAIT).await;
     assert_small(&region);
 }
 
