@@ -569,6 +569,9 @@ run_client() { # run_client KIND ROUND CLIENT TOPIC RECORDS [DRIVERS [PUT_MS [AC
          --idle-timeout-secs "$IDLE_TIMEOUT" ;;
     D) printf 'fetch.max.bytes=%s\nmax.poll.records=%s\nauto.offset.reset=earliest\n' "$FETCH_MAX_BYTES" "$MAX_POLL_RECORDS" \
          >"$OUT/$name.properties"
+       # Over TLS D needs the SSL settings in the one properties file it reads (it spoke
+       # PLAINTEXT to the SSL listener before, and consumed nothing).
+       if [[ ${#b_sec[@]} -gt 0 ]]; then cat "$TLS_CONFIG" >>"$OUT/$name.properties"; fi
        measure "$name" env TZ=UTC KAFKA_TOOL_HEAP_OPTS="$JAVA_HEAP" ./scripts/kafka.sh run-class \
          org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$bootstrap" --topic "$topic" \
          --group "$group" --num-records "$records" --command-config "$OUT/$name.properties" \
