@@ -83,6 +83,12 @@ async fn the_in_flight_cap_is_checked_before_acquiring_whole_batches() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_holder_at_the_cap_gets_more_only_when_the_window_start_moves() {
+    let b = Embedded::new(share_behaviour::HELD_CAP_GROUP);
+    share_behaviour::a_holder_at_the_cap_gets_more_only_when_the_window_start_moves(&b).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn acquisition_follows_the_acquire_mode() {
     let b = Embedded::new(share_behaviour::MODE_GROUP);
     share_behaviour::acquisition_follows_the_acquire_mode(&b).await;

@@ -175,3 +175,13 @@ async fn the_commit_callback_sees_every_outcome_once() {
     };
     share_behaviour::the_commit_callback_sees_every_outcome_once(&b).await;
 }
+
+/// 100 records held under a cap of 100: accepting 10 in the middle frees no room, accepting
+/// the first 10 frees room for 10, as on the embedded group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_at_the_cap_gets_more_only_when_the_window_start_moves() {
+    let Some(b) = Kafka::new("parity_held_cap", share_behaviour::HELD_CAP_GROUP).await else {
+        return;
+    };
+    share_behaviour::a_holder_at_the_cap_gets_more_only_when_the_window_start_moves(&b).await;
+}

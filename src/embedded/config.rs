@@ -119,9 +119,17 @@ impl GroupConfig {
         self
     }
 
-    /// `share.partition.max.record.locks`: how many records of one partition may be in
-    /// flight (acquired, or available again inside the window) before no new record is
-    /// acquired. At least 1 here (Kafka's minimum is 100).
+    /// `share.partition.max.record.locks`: how long one partition's in-flight window may
+    /// grow before no new record is acquired. The window runs from the share-partition
+    /// start offset to its end offset and counts every record in between, those already
+    /// accepted or archived included: only a moving start offset (its first records
+    /// settled) shrinks it, as on a Kafka broker (`SharePartition.canAcquireRecords`).
+    ///
+    /// The cap is checked before acquiring: while the window is below it, a fetch acquires
+    /// up to the room left (and at most `max.poll.records`), and in `batch_optimized` mode
+    /// takes the last batch whole, so the window may pass the cap (150 records produced
+    /// together are acquired at once under a cap of 100). Records available again inside
+    /// the window are acquired even at the cap. At least 1 here (Kafka's minimum is 100).
     pub fn partition_max_record_locks(mut self, locks: usize) -> Self {
         self.partition_max_record_locks = locks;
         self

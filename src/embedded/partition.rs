@@ -780,6 +780,37 @@ mod tests {
         assert!(p.slot(6).is_none(), "never acquired");
     }
 
+    /// Kafka's `SharePartition.canAcquireRecords` compares the window (start to end
+    /// offset), not the records still locked, with the cap: terminal records in the middle
+    /// of the window still count; only moving the start frees room. Same numbers as the
+    /// parity scenario `a_holder_at_the_cap_gets_more_only_when_the_window_start_moves`.
+    #[test]
+    fn only_a_moving_start_frees_room_under_the_cap() {
+        let now = Instant::now();
+        let config = config().partition_max_record_locks(100);
+        let mut p = SharePartition::new(0);
+        let mut out = Vec::new();
+        let batched = AcquireRequest {
+            batch_end: &tens,
+            ..request(1, now, 200, 1000)
+        };
+        p.acquire(&batched, &config, &mut out);
+        assert_eq!(offsets(&out), (0..100).collect::<Vec<_>>());
+        let accept = |first, last| AckRun {
+            first,
+            last,
+            ack: AcknowledgeType::Accept,
+        };
+        p.acknowledge(1, &[accept(40, 49)], now, &config).unwrap();
+        out.clear();
+        p.acquire(&batched, &config, &mut out);
+        assert!(out.is_empty(), "90 locked, but the window is still 0..100");
+        p.acknowledge(1, &[accept(0, 9)], now, &config).unwrap();
+        assert_eq!(p.start_offset(), 10);
+        p.acquire(&batched, &config, &mut out);
+        assert_eq!(offsets(&out), (100..110).collect::<Vec<_>>());
+    }
+
     #[test]
     fn a_run_names_the_first_offset_not_held_and_applies_to_every_offset() {
         let now = Instant::now();

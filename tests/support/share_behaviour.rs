@@ -187,6 +187,79 @@ pub(crate) async fn the_in_flight_cap_is_checked_before_acquiring_whole_batches(
     close(holder).await;
 }
 
+/// The group of [`a_holder_at_the_cap_gets_more_only_when_the_window_start_moves`]:
+/// Kafka's smallest `share.partition.max.record.locks`.
+pub(crate) const HELD_CAP_GROUP: Group = Group {
+    lock: Duration::from_secs(60),
+    max_record_locks: Some(100),
+};
+
+/// Holds every record of `records` past the next poll without acknowledging it.
+fn hold(c: &mut dyn ShareConsumer, records: &[ConsumerRecord]) {
+    for r in records {
+        c.hold_offset(r.topic(), r.partition(), r.offset())
+            .expect("hold");
+    }
+}
+
+/// The cap bounds the in-flight window (share-partition start offset to end offset), not
+/// the records still locked (Kafka's `SharePartition.canAcquireRecords` and
+/// `numInFlightRecords`): a consumer holding 100 records under a cap of 100 that accepts
+/// 10 of them in the middle of the window gets nothing more on its next poll, as the
+/// window did not shrink; accepting the first 10 moves the start offset and frees room for
+/// 10, so its next poll gets the next batch of 10.
+pub(crate) async fn a_holder_at_the_cap_gets_more_only_when_the_window_start_moves(
+    b: &dyn Backend,
+) {
+    // 200 records in batches of 10: the cap falls on a batch boundary.
+    for _ in 0..20 {
+        b.produce_batch(10).await;
+    }
+    let mut holder = b.consumer(1000, BATCH).await;
+    let held = first_records(holder.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(
+        offsets(&held),
+        (0..100).collect::<Vec<_>>(),
+        "up to the cap of 100, whole batches"
+    );
+
+    // Accepting 40..50 leaves the window 0..100: still at the cap.
+    hold(holder.as_mut(), &held[..40]);
+    hold(holder.as_mut(), &held[50..]);
+    accept(holder.as_mut(), &held[40..50]).await;
+    nothing_for(
+        holder.as_mut(),
+        Duration::from_secs(3),
+        "records accepted in the middle of the window free no room",
+    )
+    .await;
+
+    // Accepting 0..10 moves the start to 10: the window 10..100 has room for 10.
+    let ack = |c: &mut dyn ShareConsumer, range: std::ops::Range<usize>, ack| {
+        for r in &held[range] {
+            c.acknowledge_offset(r.topic(), r.partition(), r.offset(), ack)
+                .expect("acknowledge a held record");
+        }
+    };
+    ack(holder.as_mut(), 0..10, AcknowledgeType::Accept);
+    let results = holder
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert!(results.is_success(), "{results:?}");
+    let next = first_records(holder.as_mut(), Duration::from_secs(30)).await;
+    assert_eq!(
+        offsets(&next),
+        (100..110).collect::<Vec<_>>(),
+        "room for 10 after the start moved: the next batch of 10"
+    );
+
+    ack(holder.as_mut(), 10..40, AcknowledgeType::Accept);
+    ack(holder.as_mut(), 50..100, AcknowledgeType::Accept);
+    accept(holder.as_mut(), &next).await;
+    close(holder).await;
+}
+
 /// The group of [`acquisition_follows_the_acquire_mode`].
 pub(crate) const MODE_GROUP: Group = Group {
     lock: Duration::from_secs(30),
