@@ -184,6 +184,18 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// The consumer lacks a capability the driver's settings need (see
+    /// [`ShareConsumer::capabilities`](crate::ShareConsumer::capabilities)): refused at
+    /// [`initialize`](crate::ShareSinkTask::initialize), before anything is read. Change the
+    /// setting, or use a consumer that has the capability.
+    #[error("the share consumer lacks {capability}, which {needed_by} needs")]
+    #[non_exhaustive]
+    MissingCapability {
+        /// What the consumer lacks.
+        capability: crate::consumer::ConsumerCapability,
+        /// The setting (or mode) that needs it, such as `ack.policy=after.flush`.
+        needed_by: &'static str,
+    },
     /// The connector configuration cannot be used.
     #[error("invalid connector configuration")]
     Connector(#[from] crate::config::ConfigError),

@@ -41,8 +41,8 @@ pub mod transform;
 pub use crate::config::{ConfigError, ConnectorConfig, Properties};
 pub use crate::consumer::{
     AckError, AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode,
-    BrokerDeadLetterQueue, CommitResults, ConsumerError, DEFAULT_DELIVERY_COUNT_LIMIT,
-    GroupMetadata, PendingCommit, ShareConsumer,
+    BrokerDeadLetterQueue, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
+    DEFAULT_DELIVERY_COUNT_LIMIT, GroupMetadata, PendingCommit, ShareConsumer,
 };
 pub use crate::convert::{
     ConvertError, Converter, ConverterType, Converters, Field, HeaderConverter, Schema,

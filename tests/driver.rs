@@ -11,10 +11,11 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
-    ConsumerRecord, Delivered, DriverConfig, Durability, Error, GroupMetadata, PendingCommit,
-    RecordId, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, SinkTaskContext, TaskConfig,
-    TaskError, TaskStage,
+    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults,
+    ConsumerCapabilities, ConsumerCapability, ConsumerError, ConsumerRecord, Delivered,
+    DriverConfig, Durability, Error, GroupMetadata, PendingCommit, PutRetriablePolicy, RecordId,
+    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, SinkTaskContext, TaskConfig, TaskError,
+    TaskStage,
 };
 
 const GROUP: &str = "sink";
@@ -364,6 +365,68 @@ impl ShareConsumer for ForgetfulConsumer {
     fn acknowledgement_mode(&self) -> AcknowledgementMode {
         self.0.acknowledgement_mode()
     }
+}
+
+/// A consumer that cannot hold records across polls (`ForgetfulConsumer` keeps the default
+/// `hold_offset` and `capabilities`) is refused at `initialize` by the settings that hold
+/// records, with the capability and the setting named, before the task starts; it initializes
+/// with the defaults, and in implicit mode, where nothing is held.
+#[tokio::test(start_paused = true)]
+async fn settings_that_hold_records_refuse_a_consumer_that_cannot_hold_at_initialize() {
+    let b = broker(2, 1);
+    let refusing = [
+        (
+            config().ack_policy(AckPolicy::AfterFlush),
+            "ack.policy=after.flush",
+        ),
+        (
+            config().put_retriable_policy(PutRetriablePolicy::RetryInPlace),
+            "put.retriable.policy=retry.in.place",
+        ),
+    ];
+    for (config, setting) in refusing {
+        let (sink, log) = ScriptedSink::new(&[]);
+        let consumer = ForgetfulConsumer(b.share_consumer(GROUP));
+        assert!(!consumer.capabilities().contains(ConsumerCapability::Hold));
+        let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+        let err = d.initialize().await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::MissingCapability {
+                    capability: ConsumerCapability::Hold,
+                    needed_by,
+                    ..
+                } if *needed_by == setting
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("hold_offset") && message.contains(setting),
+            "{message}"
+        );
+        assert!(!err.is_retriable());
+        assert!(!log.lock().unwrap().started, "the task was not started");
+        assert!(
+            matches!(d.iteration().await, Err(Error::NotInitialized)),
+            "not started"
+        );
+    }
+
+    let (sink, _log) = ScriptedSink::new(&[]);
+    let consumer: Box<dyn ShareConsumer> = Box::new(ForgetfulConsumer(b.share_consumer(GROUP)));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.expect("after.put needs no capability");
+    d.close().await.unwrap();
+
+    let implicit = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    let (sink, _log) = ScriptedSink::new(&[]);
+    let consumer = ForgetfulConsumer(b.share_consumer_with(GROUP, implicit));
+    let config = config().put_retriable_policy(PutRetriablePolicy::RetryInPlace);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.expect("implicit mode holds nothing");
+    d.close().await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -730,6 +793,9 @@ impl ShareConsumer for GarblingConsumer {
     }
     fn supports_renew(&self) -> bool {
         self.inner.supports_renew()
+    }
+    fn capabilities(&self) -> ConsumerCapabilities {
+        self.inner.capabilities()
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         if self.commit_failures > 0 {

@@ -10,10 +10,10 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults, ConsumerError,
-    ConsumerRecord, Delivered, DriverConfig, Durability, Error, ErrorHandling, GroupMetadata,
-    PendingCommit, PutRetriablePolicy, RecordId, ShareConsumer, ShareSinkTask, SinkRecord,
-    SinkTask, TaskConfig, TaskError,
+    AckPolicy, AcknowledgeType, AcknowledgementMode, CommitPolicy, CommitResults,
+    ConsumerCapabilities, ConsumerError, ConsumerRecord, Delivered, DriverConfig, Durability,
+    Error, ErrorHandling, GroupMetadata, PendingCommit, PutRetriablePolicy, RecordId,
+    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 
 const GROUP: &str = "sink";
@@ -579,6 +579,9 @@ impl ShareConsumer for FetchedAhead {
     }
     fn supports_renew(&self) -> bool {
         self.inner.supports_renew()
+    }
+    fn capabilities(&self) -> ConsumerCapabilities {
+        self.inner.capabilities()
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.inner.commit_sync(timeout).await

@@ -20,16 +20,17 @@ use kafka_share_sink::embedded::{
     EmbeddedShareConsumer, GroupConfig, ProduceRecord,
 };
 use kafka_share_sink::exactly_once::{
-    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
+    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, ModePreference,
     ShareAcknowledgements, TransactionalOutput,
 };
 use kafka_share_sink::producer::{
     DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
-    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerError, ConsumerRecord,
-    DriverConfig, Error, ErrorHandling, ErrorTolerance, GroupMetadata, PendingCommit,
-    ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerCapabilities, ConsumerCapability,
+    ConsumerError, ConsumerRecord, DriverConfig, Error, ErrorHandling, ErrorTolerance,
+    GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
+    TaskError,
 };
 use proptest::prelude::*;
 use tokio::sync::Notify;
@@ -212,6 +213,8 @@ impl Producer for FaultyProducer {
 struct FaultyConsumer {
     inner: EmbeddedShareConsumer,
     fault: FaultSlot,
+    /// A capability this consumer says it lacks.
+    withheld: Option<ConsumerCapability>,
 }
 
 fn dead_consumer() -> ConsumerError {
@@ -255,6 +258,13 @@ impl ShareConsumer for FaultyConsumer {
     }
     fn supports_renew(&self) -> bool {
         self.inner.supports_renew()
+    }
+    fn capabilities(&self) -> ConsumerCapabilities {
+        let capabilities = self.inner.capabilities();
+        match self.withheld {
+            Some(withheld) => capabilities.without(withheld),
+            None => capabilities,
+        }
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         current(&self.fault).gate().await;
@@ -325,6 +335,7 @@ async fn worker(
     let consumer = FaultyConsumer {
         inner,
         fault: Arc::clone(&slot),
+        withheld: None,
     };
     let producer = FaultyProducer {
         inner: producer,
@@ -879,6 +890,112 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
         }
         assert_eq!(outputs, expected, "{mode}: each output once");
         driver.close().await.expect("close");
+    }
+}
+
+/// `initialize` on a cluster offering `cluster` (`AtomicAcknowledgements`: KIP-1289, else
+/// Kafka 4.4) with `exactly.once.mode` `preference`, and a consumer that says it lacks
+/// `withheld`: the outcome and the mode chosen.
+async fn initialize_without(
+    cluster: ExactlyOnceMode,
+    preference: ModePreference,
+    withheld: Option<ConsumerCapability>,
+) -> (Result<(), Error>, Option<ExactlyOnceMode>) {
+    let broker = broker(cluster);
+    let eos = ExactlyOnceConfig::new("eos", 0, 1).with_mode(preference);
+    let producer = broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer");
+    let consumer = FaultyConsumer {
+        inner: broker.share_consumer(GROUP),
+        fault: Arc::default(),
+        withheld,
+    };
+    let task = Fanout {
+        slow: Arc::default(),
+        refuse: false,
+    };
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    );
+    let result = driver.initialize().await;
+    let mode = driver.exactly_once_mode();
+    driver.close().await.expect("close");
+    (result, mode)
+}
+
+/// A consumer without a capability the exactly-once mode needs is refused at `initialize`,
+/// with the capability and the setting named; under `auto`, one that cannot stage its
+/// acknowledgements into a transaction gets the ledger instead of atomic acknowledgements.
+#[tokio::test(start_paused = true)]
+async fn initialize_refuses_a_consumer_without_a_capability_the_mode_needs() {
+    use ConsumerCapability::{Hold, Renew, TransactionalAcknowledgements};
+    use ExactlyOnceMode::{AtomicAcknowledgements as Atomic, Ledger};
+    let refused = [
+        (
+            Atomic,
+            ModePreference::Atomic,
+            TransactionalAcknowledgements,
+            "exactly.once.mode=atomic",
+        ),
+        (Ledger, ModePreference::Auto, Renew, "ledger mode"),
+        (
+            Ledger,
+            ModePreference::Ledger,
+            Hold,
+            "exactly.once.mode=ledger",
+        ),
+        (
+            Atomic,
+            ModePreference::Ledger,
+            Renew,
+            "exactly.once.mode=ledger",
+        ),
+    ];
+    for (cluster, preference, withheld, setting) in refused {
+        let (result, _) = initialize_without(cluster, preference, Some(withheld)).await;
+        let err = result.expect_err("refused");
+        match &err {
+            Error::MissingCapability {
+                capability,
+                needed_by,
+                ..
+            } => {
+                assert_eq!(*capability, withheld, "{err}");
+                assert!(needed_by.contains(setting), "{err}");
+            }
+            other => panic!("{cluster} {preference:?} without {withheld:?}: {other:?}"),
+        }
+        assert!(err.to_string().contains(&withheld.to_string()), "{err}");
+        assert!(!err.is_retriable());
+    }
+    let accepted = [
+        (Atomic, ModePreference::Auto, None, Atomic),
+        (
+            Atomic,
+            ModePreference::Auto,
+            Some(TransactionalAcknowledgements),
+            Ledger,
+        ),
+        (
+            Ledger,
+            ModePreference::Auto,
+            Some(TransactionalAcknowledgements),
+            Ledger,
+        ),
+        (Atomic, ModePreference::Atomic, Some(Renew), Atomic),
+    ];
+    for (cluster, preference, withheld, chosen) in accepted {
+        let (result, mode) = initialize_without(cluster, preference, withheld).await;
+        result.unwrap_or_else(|e| panic!("{cluster} {preference:?} without {withheld:?}: {e:?}"));
+        assert_eq!(
+            mode,
+            Some(chosen),
+            "{cluster} {preference:?} without {withheld:?}"
+        );
     }
 }
 

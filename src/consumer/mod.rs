@@ -6,6 +6,7 @@
 //! [`EmbeddedShareConsumer`](crate::embedded::EmbeddedShareConsumer) of the in-process
 //! [`EmbeddedBroker`](crate::embedded::EmbeddedBroker), and the native Kafka client.
 
+mod capabilities;
 mod error;
 pub(crate) mod in_flight;
 
@@ -20,6 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 
+pub use self::capabilities::{ConsumerCapabilities, ConsumerCapability};
 pub use self::error::{AckError, ConsumerError};
 use crate::record::{ConsumerRecord, TopicPartition};
 use crate::topic_name::topic_name_problem;
@@ -314,6 +316,24 @@ impl Future for PendingCommit {
 /// and a dropped `poll` spends no delivery (the embedded group acquires records only in the
 /// step that returns them; the Kafka consumer hands what it fetched for a dropped poll to the
 /// next one).
+///
+/// # Capabilities
+///
+/// A few methods are optional: their default implementations refuse at run time.
+/// [`capabilities`](Self::capabilities) says which of them an implementation has, and
+/// [`ShareSinkTask::initialize`](crate::ShareSinkTask::initialize) refuses a consumer that
+/// lacks one its settings need with [`Error::MissingCapability`](crate::Error::MissingCapability),
+/// naming the capability and the setting:
+///
+/// | [`ConsumerCapability`] | needed by |
+/// |---|---|
+/// | `Hold` ([`hold_offset`](Self::hold_offset)) | `ack.policy=after.flush` and `put.retriable.policy=retry.in.place` (explicit mode); the exactly-once ledger mode |
+/// | `Renew` ([`supports_renew`](Self::supports_renew)) | the exactly-once ledger mode (elsewhere the driver goes without, and warns that held records must be settled within their lock) |
+/// | `TransactionalAcknowledgements` (`take_acknowledgements_for_transaction`) | the exactly-once atomic-acknowledgements mode: `exactly.once.mode=atomic` is refused, `auto` falls back to the ledger |
+/// | `Unsubscribe`, `CommitCallback` | nothing in the driver; for applications |
+///
+/// An implementation that overrides one of these methods (a wrapper that forwards them)
+/// should override [`capabilities`](Self::capabilities) too.
 #[async_trait]
 pub trait ShareConsumer: Send {
     /// Subscribes to these topics, replacing any earlier subscription. An empty list is
@@ -326,7 +346,8 @@ pub trait ShareConsumer: Send {
     /// [`ConsumerError::NotSubscribed`] until `subscribe` is called again, which rejoins. A
     /// consumer without a subscription returns at once.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// it reports [`ConsumerCapability::Unsubscribe`] in [`capabilities`](Self::capabilities).
     ///
     /// # Cancel safety
     ///
@@ -394,7 +415,8 @@ pub trait ShareConsumer: Send {
     /// then must acknowledge or hold it anew), and [`close`](Self::close) releases it.
     ///
     /// This is how a sink keeps records it wrote but has not yet made durable while it goes
-    /// on polling. The default implementation refuses.
+    /// on polling. The default implementation refuses; an implementation of it reports
+    /// [`ConsumerCapability::Hold`] in [`capabilities`](Self::capabilities).
     fn hold_offset(
         &mut self,
         topic: &str,
@@ -410,8 +432,40 @@ pub trait ShareConsumer: Send {
 
     /// True when RENEW acknowledgements work (Kafka 4.2+, or the embedded group). The
     /// default says no.
+    ///
+    /// The default [`capabilities`](Self::capabilities) reports
+    /// [`ConsumerCapability::Renew`] from it; the driver asks `capabilities`.
     fn supports_renew(&self) -> bool {
         false
+    }
+
+    /// Which optional methods this consumer implements: see [Capabilities](#capabilities).
+    /// Fixed for the life of the consumer (the driver checks it once, at `initialize`).
+    ///
+    /// The default reports [`ConsumerCapability::Renew`] when
+    /// [`supports_renew`](Self::supports_renew) says yes, and nothing else: what the default
+    /// implementations of the optional methods can do. Override it when you implement
+    /// [`hold_offset`](Self::hold_offset), [`unsubscribe`](Self::unsubscribe),
+    /// [`set_acknowledgement_commit_callback`](Self::set_acknowledgement_commit_callback) or
+    /// `take_acknowledgements_for_transaction`, or forward it from a wrapper.
+    ///
+    /// ```
+    /// # #![allow(dead_code)]
+    /// use kafka_share_sink::{ConsumerCapabilities, ConsumerCapability};
+    /// # struct Inner;
+    /// # impl Inner { fn supports_renew(&self) -> bool { true } }
+    /// # struct MyConsumer { inner: Inner }
+    /// # impl MyConsumer {
+    /// // In `impl ShareConsumer for MyConsumer`, which implements `hold_offset`:
+    /// fn capabilities(&self) -> ConsumerCapabilities {
+    ///     ConsumerCapabilities::none()
+    ///         .with(ConsumerCapability::Hold)
+    ///         .with_if(ConsumerCapability::Renew, self.inner.supports_renew())
+    /// }
+    /// # }
+    /// ```
+    fn capabilities(&self) -> ConsumerCapabilities {
+        ConsumerCapabilities::none().with_if(ConsumerCapability::Renew, self.supports_renew())
     }
 
     /// Sends every pending acknowledgement and waits up to `timeout` for the outcome.
@@ -474,7 +528,8 @@ pub trait ShareConsumer: Send {
     /// includes acknowledgements that rode on a fetch, which no commit reports otherwise until
     /// the next one. The calls still return their outcomes as before.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// it reports [`ConsumerCapability::CommitCallback`] in [`capabilities`](Self::capabilities).
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
@@ -520,7 +575,9 @@ pub trait ShareConsumer: Send {
     /// transaction settles them. Only ACCEPT and REJECT may be taken; a pending RELEASE or
     /// RENEW fails with [`ConsumerError::Config`] and nothing is taken.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`].
+    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// it reports [`ConsumerCapability::TransactionalAcknowledgements`] in
+    /// [`capabilities`](Self::capabilities).
     #[cfg(feature = "exactly-once")]
     fn take_acknowledgements_for_transaction(
         &mut self,
@@ -633,6 +690,10 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn supports_renew(&self) -> bool {
         (**self).supports_renew()
+    }
+
+    fn capabilities(&self) -> ConsumerCapabilities {
+        (**self).capabilities()
     }
 
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {

@@ -29,14 +29,18 @@ use tokio::time::Instant;
 
 use super::failure::{Captured, Failure};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
-use crate::consumer::{AcknowledgeType, AcknowledgementMode, ConsumerError, ShareConsumer};
+use crate::consumer::{
+    AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
+    ShareConsumer,
+};
 use crate::convert::StageFailure;
 use crate::dlq::ErrorContext;
 use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
-    ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, OutputFailure,
-    OutputTarget, RefusedOutput, TransactionalOutput, choose_mode, transactional_id,
+    ClusterCapabilities, ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
+    ModePreference, OutputFailure, OutputTarget, RefusedOutput, TransactionalOutput, choose_mode,
+    transactional_id,
 };
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
@@ -127,6 +131,56 @@ fn refused_output_failure(refused: &RefusedOutput) -> Failure {
     }
 }
 
+/// The mode chosen for the cluster, checked against what the consumer can do (see
+/// [`ShareConsumer#capabilities`]): atomic acknowledgements need
+/// [`ConsumerCapability::TransactionalAcknowledgements`] (under `exactly.once.mode=auto` the
+/// ledger is used instead when the cluster allows it); the ledger needs
+/// [`ConsumerCapability::Hold`] and [`ConsumerCapability::Renew`].
+fn fit_mode_to_consumer(
+    mode: ExactlyOnceMode,
+    preference: ModePreference,
+    cluster: &ClusterCapabilities,
+    consumer: ConsumerCapabilities,
+) -> Result<ExactlyOnceMode> {
+    let mut mode = mode;
+    if mode == ExactlyOnceMode::AtomicAcknowledgements
+        && !consumer.contains(ConsumerCapability::TransactionalAcknowledgements)
+    {
+        if preference == ModePreference::Auto && cluster.ledger_missing().is_none() {
+            tracing::info!(
+                "the cluster has atomic acknowledgements (KIP-1289) but the share consumer cannot \
+                 stage its acknowledgements into a transaction: using the ledger"
+            );
+            mode = ExactlyOnceMode::Ledger;
+        } else {
+            return Err(Error::MissingCapability {
+                capability: ConsumerCapability::TransactionalAcknowledgements,
+                needed_by: if preference == ModePreference::Atomic {
+                    "exactly.once.mode=atomic"
+                } else {
+                    "exactly-once delivery on this cluster (it has atomic acknowledgements, but \
+                     lacks what the ledger mode needs)"
+                },
+            });
+        }
+    }
+    if mode == ExactlyOnceMode::Ledger {
+        if let Some(capability) =
+            consumer.missing(&[ConsumerCapability::Hold, ConsumerCapability::Renew])
+        {
+            return Err(Error::MissingCapability {
+                capability,
+                needed_by: if preference == ModePreference::Ledger {
+                    "exactly.once.mode=ledger"
+                } else {
+                    "the exactly-once ledger mode (chosen by exactly.once.mode=auto)"
+                },
+            });
+        }
+    }
+    Ok(mode)
+}
+
 impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Sets the driver up for the exactly-once iteration: `producer` must be transactional
     /// (its `transactional.id` should be [`ExactlyOnceConfig::transactional_id`]), `cluster`
@@ -202,6 +256,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     pub(super) async fn initialize_exactly_once(&mut self) -> Result<()> {
         let group = self.consumer.group_metadata().group_id().to_owned();
         let implicit = self.consumer.acknowledgement_mode() == AcknowledgementMode::Implicit;
+        let consumer_capabilities = self.consumer.capabilities();
         let topics = self.config.topics.clone();
         let outputs: Vec<(String, Vec<OutputTarget>)> = topics
             .iter()
@@ -242,6 +297,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let capabilities = eos.cluster.capabilities(&group).await?;
             let mode = choose_mode(&capabilities, eos.config.mode)
                 .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
+            let mode =
+                fit_mode_to_consumer(mode, eos.config.mode, &capabilities, consumer_capabilities)?;
             if mode == ExactlyOnceMode::Ledger {
                 eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, &topics).await?);
             }
@@ -806,7 +863,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// renewal (ledger mode) or staging (atomic mode).
     async fn keep_locks(&mut self, locks: &mut LockKeeper, waiting: &[RecordId]) {
         let now = Instant::now();
-        if waiting.is_empty() || now < locks.due || !self.consumer.supports_renew() {
+        if waiting.is_empty()
+            || now < locks.due
+            || !self
+                .consumer
+                .capabilities()
+                .contains(ConsumerCapability::Renew)
+        {
             return;
         }
         locks.due = now.checked_add(locks.every).unwrap_or(now);

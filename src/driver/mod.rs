@@ -48,7 +48,7 @@ pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
 use crate::consumer::{
-    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults,
+    AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerCapability,
     DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
 };
 use crate::delivered::Delivered;
@@ -239,9 +239,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Subscribes the consumer, then calls the task's `initialize` and `start`.
     ///
-    /// Fails with [`Error::Config`] when `ack.policy=after.flush` or
-    /// `put.retriable.policy=retry.in.place` meets a consumer in implicit acknowledgement
-    /// mode, which cannot hold records back.
+    /// Fails with [`Error::Config`] when `ack.policy=after.flush` meets a consumer in implicit
+    /// acknowledgement mode, which cannot hold records back, and with
+    /// [`Error::MissingCapability`] before subscribing when the consumer lacks a
+    /// [capability](ShareConsumer#capabilities) the settings need (in explicit mode,
+    /// `ack.policy=after.flush` and `put.retriable.policy=retry.in.place` need
+    /// [`ConsumerCapability::Hold`]; the exactly-once modes are checked once the mode is
+    /// chosen).
     ///
     /// # Cancel safety
     ///
@@ -269,6 +273,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 );
             }
         }
+        self.check_capabilities()?;
         self.consumer.subscribe(self.config.topics.clone()).await?;
         self.check_broker_dead_letter_queue()?;
         #[cfg(feature = "exactly-once")]
@@ -450,11 +455,51 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .unwrap_or(DEFAULT_LOCK)
     }
 
+    /// Refuses a consumer that lacks a capability the (at-least-once) settings need: see
+    /// [`ShareConsumer#capabilities`]. The exactly-once iteration checks its own once it
+    /// has chosen its mode.
+    fn check_capabilities(&self) -> Result<()> {
+        #[cfg(feature = "exactly-once")]
+        if self.is_exactly_once() {
+            return Ok(());
+        }
+        if self.implicit() {
+            // Nothing is held: a failed batch is kept by the consumer itself.
+            return Ok(());
+        }
+        let capabilities = self.consumer.capabilities();
+        let needs = [
+            (
+                self.config.ack_policy == AckPolicy::AfterFlush,
+                ConsumerCapability::Hold,
+                "ack.policy=after.flush",
+            ),
+            (
+                self.config.put_retriable_policy == PutRetriablePolicy::RetryInPlace,
+                ConsumerCapability::Hold,
+                "put.retriable.policy=retry.in.place",
+            ),
+        ];
+        for (needed, capability, needed_by) in needs {
+            if needed && !capabilities.contains(capability) {
+                return Err(Error::MissingCapability {
+                    capability,
+                    needed_by,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn can_renew(&mut self) -> bool {
         if self.implicit() {
             return false;
         }
-        if self.consumer.supports_renew() {
+        if self
+            .consumer
+            .capabilities()
+            .contains(ConsumerCapability::Renew)
+        {
             return true;
         }
         if !self.warned_no_renew && !self.held.is_empty() {

@@ -12,8 +12,8 @@ use super::{ConsumerOptions, OnDrop, Shared};
 use crate::consumer::in_flight::InFlightBatch;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
-    CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
-    normalize_subscription,
+    CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
+    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
 use crate::record::ConsumerRecord;
 use crate::time::deadline_after;
@@ -308,6 +308,17 @@ impl ShareConsumer for EmbeddedShareConsumer {
 
     fn supports_renew(&self) -> bool {
         self.options.renew
+    }
+
+    /// Everything: RENEW unless the options turned it off, and the transactional
+    /// acknowledgements with the feature `exactly-once`.
+    fn capabilities(&self) -> ConsumerCapabilities {
+        ConsumerCapabilities::all()
+            .with_if(ConsumerCapability::Renew, self.options.renew)
+            .with_if(
+                ConsumerCapability::TransactionalAcknowledgements,
+                cfg!(feature = "exactly-once"),
+            )
     }
 
     async fn commit_sync(&mut self, _timeout: Duration) -> Result<CommitResults, ConsumerError> {

@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use super::MetricLabels;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
-    CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
+    CommitResults, ConsumerCapabilities, ConsumerError, GroupMetadata, PendingCommit,
+    ShareConsumer,
 };
 use crate::record::{ConsumerRecord, TopicPartition};
 
@@ -283,6 +284,10 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
 
     fn supports_renew(&self) -> bool {
         self.inner.supports_renew()
+    }
+
+    fn capabilities(&self) -> ConsumerCapabilities {
+        self.inner.capabilities()
     }
 
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {

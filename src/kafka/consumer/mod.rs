@@ -27,8 +27,8 @@ use self::membership::Membership;
 use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
-    CallbackSlot, CommitResults, ConsumerError, GroupMetadata, PendingCommit, ShareConsumer,
-    normalize_subscription,
+    CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
+    GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
@@ -793,6 +793,17 @@ impl ShareConsumer for KafkaShareConsumer {
 
     fn supports_renew(&self) -> bool {
         self.renew_supported
+    }
+
+    /// Hold, unsubscribe and the commit callback; RENEW when the cluster has it (Kafka 4.2+:
+    /// ShareAcknowledge v2, as found at connection). Not the transactional acknowledgements
+    /// of KIP-1289, whose wire format is not final.
+    fn capabilities(&self) -> ConsumerCapabilities {
+        ConsumerCapabilities::none()
+            .with(ConsumerCapability::Hold)
+            .with(ConsumerCapability::Unsubscribe)
+            .with(ConsumerCapability::CommitCallback)
+            .with_if(ConsumerCapability::Renew, self.renew_supported)
     }
 
     /// # Cancel safety
