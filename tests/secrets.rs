@@ -11,8 +11,9 @@
 //!   connector's `consumer.override.*` / `producer.override.*` prefixes, then
 //!   `kafka_consumer_config` and `dead_letter_queue_config`;
 //!
-//! and through the connection path: [`KafkaShareConsumer::connect`] (which builds the TLS and
-//! SASL context) against a fake broker on loopback that speaks SASL and refuses the
+//! and through the connection paths, one client per case — [`KafkaShareConsumer::connect`],
+//! `KafkaProducer::connect` and `KafkaAdmin::builder(..).connect()`, each building the TLS and
+//! SASL context — against a fake broker on loopback that speaks SASL and refuses the
 //! credentials, or answers TLS with a plaintext hang-up.
 //!
 //! Every output is searched: `Display`, `Debug` and `{:#?}` of every value and error (and of
@@ -34,9 +35,10 @@ use std::time::Duration;
 use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_share_sink::producer::KafkaProducerConfig;
+use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig, ProducerError};
 use kafka_share_sink::{
-    ConnectorConfig, KafkaShareConsumer, KafkaShareConsumerConfig, Properties, Security,
+    AdminError, ConnectorConfig, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
+    Properties, Security,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -746,6 +748,9 @@ struct Reached {
     security_read: AtomicUsize,
     connector_resolved: AtomicUsize,
     connected: AtomicUsize,
+    consumer_connects: AtomicUsize,
+    producer_connects: AtomicUsize,
+    admin_connects: AtomicUsize,
     sasl_exchanges: AtomicUsize,
     tls_handshakes: AtomicUsize,
 }
@@ -821,22 +826,70 @@ fn run(case: &Case) -> (Outputs, Needles) {
             reached().security_read.fetch_add(1, Ordering::Relaxed);
             if case.connect && security.protocol().uses_tls() | security.protocol().uses_sasl() {
                 let tls = security.protocol().uses_tls();
-                let config = KafkaShareConsumerConfig::new(addr.clone(), "secrets")
-                    .connect_timeout(Duration::from_secs(5))
-                    .request_timeout(Duration::from_secs(5))
-                    .security(security);
-                out.value("KafkaShareConsumerConfig", &config);
-                let connected = world.runtime.block_on(KafkaShareConsumer::connect(config));
+                // One client per case, each over the same connection code with its own
+                // error mapping: the share consumer, the producer, the admin client.
+                let (client, error) = match case.scalar[0] % 3 {
+                    0 => {
+                        let config = KafkaShareConsumerConfig::new(addr.clone(), "secrets")
+                            .connect_timeout(Duration::from_secs(5))
+                            .request_timeout(Duration::from_secs(5))
+                            .security(security);
+                        out.value("KafkaShareConsumerConfig", &config);
+                        let connected = world.runtime.block_on(KafkaShareConsumer::connect(config));
+                        reached().consumer_connects.fetch_add(1, Ordering::Relaxed);
+                        let settings = matches!(
+                            &connected,
+                            Err(kafka_share_sink::ConsumerError::Config { .. })
+                        );
+                        (
+                            "KafkaShareConsumer::connect",
+                            connected
+                                .err()
+                                .map(|e| (Box::new(e) as Box<dyn StdError>, settings)),
+                        )
+                    }
+                    1 => {
+                        let config = KafkaProducerConfig::new(addr.clone())
+                            .request_timeout(Duration::from_secs(5))
+                            .security(security);
+                        out.value("KafkaProducerConfig", &config);
+                        let connected = world.runtime.block_on(KafkaProducer::connect(config));
+                        reached().producer_connects.fetch_add(1, Ordering::Relaxed);
+                        let settings = matches!(&connected, Err(ProducerError::Config { .. }));
+                        (
+                            "KafkaProducer::connect",
+                            connected
+                                .err()
+                                .map(|e| (Box::new(e) as Box<dyn StdError>, settings)),
+                        )
+                    }
+                    _ => {
+                        let builder = KafkaAdmin::builder(addr.clone())
+                            .connect_timeout(Duration::from_secs(5))
+                            .request_timeout(Duration::from_secs(5))
+                            .security(security);
+                        out.value("KafkaAdminBuilder", &builder);
+                        let connected = world.runtime.block_on(builder.connect());
+                        reached().admin_connects.fetch_add(1, Ordering::Relaxed);
+                        let settings =
+                            matches!(&connected, Err(AdminError::InvalidArgument { .. }));
+                        (
+                            "KafkaAdmin::connect",
+                            connected
+                                .err()
+                                .map(|e| (Box::new(e) as Box<dyn StdError>, settings)),
+                        )
+                    }
+                };
                 reached().connected.fetch_add(1, Ordering::Relaxed);
-                match connected {
-                    Ok(_) => out.0.push(("connect".into(), "connected".into())),
-                    Err(error) => {
+                match error {
+                    None => out.0.push(("connect".into(), "connected".into())),
+                    Some((error, settings)) => {
                         // Past the settings checks, TLS was set up and a handshake tried.
-                        if tls && !matches!(&error, kafka_share_sink::ConsumerError::Config { .. })
-                        {
+                        if tls && !settings {
                             reached().tls_handshakes.fetch_add(1, Ordering::Relaxed);
                         }
-                        out.error("KafkaShareConsumer::connect", &error);
+                        out.error(client, &*error);
                     }
                 }
             }
@@ -934,6 +987,9 @@ fn no_secret_in_any_output() {
         ("security read", &r.security_read),
         ("connector resolved", &r.connector_resolved),
         ("connected", &r.connected),
+        ("consumer connects", &r.consumer_connects),
+        ("producer connects", &r.producer_connects),
+        ("admin connects", &r.admin_connects),
         ("SASL exchanges", &r.sasl_exchanges),
         ("TLS handshakes", &r.tls_handshakes),
     ] {
