@@ -22,7 +22,7 @@ use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::RecordBatchDecoder;
 use kafka_share_sink::producer::{
-    KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
+    DeliveryFuture, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
     AdminError, ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
@@ -326,6 +326,22 @@ async fn producer(broker: &FakeBroker) -> KafkaProducer {
     .expect("connect")
 }
 
+/// Asserts the record of `delivery` fails, within its delivery timeout, with a typed error:
+/// its own timeout or the client error of the undecodable answer.
+async fn assert_fails_typed(delivery: DeliveryFuture) {
+    let error = tokio::time::timeout(WAIT, delivery)
+        .await
+        .expect("settled within the delivery timeout")
+        .expect_err("no answer could be used");
+    assert!(
+        matches!(
+            error,
+            ProducerError::Timeout { .. } | ProducerError::Kafka { .. }
+        ),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn metadata_of_the_producer() {
     let _turn = SERIAL.lock().await;
@@ -337,20 +353,9 @@ async fn metadata_of_the_producer() {
         Reply::Body(huge_array(4, request.version() >= 9))
     });
     let region = Region::new(GLOBAL);
-    let delivery = producer.send(ProducerRecord::new("out").value("v"));
-    if let Ok(delivery) = delivery {
-        // The leader stays unknown: the record fails at its delivery timeout, typed.
-        let error = tokio::time::timeout(WAIT, delivery)
-            .await
-            .expect("settled within the delivery timeout")
-            .expect_err("no leader was ever learnt");
-        assert!(
-            matches!(
-                error,
-                ProducerError::Timeout { .. } | ProducerError::Kafka { .. }
-            ),
-            "{error:?}"
-        );
+    // The leader stays unknown: the record fails at its delivery timeout, typed.
+    if let Ok(delivery) = producer.send(ProducerRecord::new("out").value("v")) {
+        assert_fails_typed(delivery).await;
     }
     assert!(broker.count(ApiKey::Metadata) >= 1, "asked for metadata");
     assert_small(&region);
@@ -370,17 +375,7 @@ async fn produce_of_the_producer() {
     let delivery = producer
         .send(ProducerRecord::new("out").partition(0).value("v"))
         .expect("queued");
-    let error = tokio::time::timeout(WAIT, delivery)
-        .await
-        .expect("settled within the delivery timeout")
-        .expect_err("every answer is undecodable");
-    assert!(
-        matches!(
-            error,
-            ProducerError::Timeout { .. } | ProducerError::Kafka { .. }
-        ),
-        "{error:?}"
-    );
+    assert_fails_typed(delivery).await;
     assert!(broker.count(ApiKey::Produce) >= 1, "the record was sent");
     assert_small(&region);
 }

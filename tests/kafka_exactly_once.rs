@@ -57,6 +57,21 @@ async fn build(
     wrap: impl FnOnce(KafkaProducer) -> Arc<dyn Producer>,
     config: impl FnOnce(DriverConfig) -> DriverConfig,
 ) -> ShareSinkTask<KafkaShareConsumer> {
+    let mirror = Box::new(MirrorTask::with_prefix("copy."));
+    build_task(s, task, tasks, mirror, wrap, config).await
+}
+
+/// Task `task` of `tasks` running `sink` on `s.source` in the exactly-once iteration (a
+/// transactional producer with a 10 s transaction timeout, polls of at most 200 records),
+/// not yet initialized.
+async fn build_task(
+    s: &eos::Setup,
+    task: u32,
+    tasks: u32,
+    sink: Box<dyn SinkTask>,
+    wrap: impl FnOnce(KafkaProducer) -> Arc<dyn Producer>,
+    config: impl FnOnce(DriverConfig) -> DriverConfig,
+) -> ShareSinkTask<KafkaShareConsumer> {
     let eos = ExactlyOnceConfig::new(s.group.clone(), task, tasks)
         .with_barrier_timeout(Duration::from_secs(30));
     let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
@@ -75,8 +90,11 @@ async fn build(
     .expect("consumer");
     let config =
         config(DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300)));
-    ShareSinkTask::new(Box::new(MirrorTask::with_prefix("copy.")), consumer, config)
-        .with_exactly_once(wrap(producer), Arc::new(cluster), eos)
+    ShareSinkTask::new(sink, consumer, config).with_exactly_once(
+        wrap(producer),
+        Arc::new(cluster),
+        eos,
+    )
 }
 
 /// Runs the drivers until the output has `records` values and the group finished every
@@ -417,31 +435,11 @@ async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
         .create_topic(&narrow, eos::PARTITIONS - 1, 1)
         .await
         .expect("narrow target");
-    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
-    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
-        .transactional_id(eos_config.transactional_id())
-        .transaction_timeout(Duration::from_secs(10));
-    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
-        .await
-        .expect("cluster");
-    let producer = KafkaProducer::connect(producer_config)
-        .await
-        .expect("producer");
-    let consumer = KafkaShareConsumer::connect(
-        KafkaShareConsumerConfig::new(s.bootstrap.clone(), s.group.clone()).max_poll_records(200),
-    )
-    .await
-    .expect("consumer");
-    let config = DriverConfig::new([s.source.clone()]).poll_timeout(Duration::from_millis(300));
     // A task that does not declare its targets (MirrorTask does, and is refused at
     // initialize: the next test), so the refusal comes from the broker, transaction by
     // transaction.
-    let mut d = ShareSinkTask::new(
-        Box::new(Undeclared(MirrorTask::with_prefix("narrow."))),
-        consumer,
-        config,
-    )
-    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config);
+    let undeclared = Box::new(Undeclared(MirrorTask::with_prefix("narrow.")));
+    let mut d = build_task(&s, 0, 1, undeclared, |p| Arc::new(p), |c| c).await;
     d.initialize().await.expect("initialize");
 
     let (topic, partition, waited) = until_refused(&mut d).await;
@@ -503,31 +501,6 @@ impl SinkTask for Undeclared {
     }
 }
 
-/// A transactional task on the test's cluster and group, not yet initialized.
-async fn eos_driver(s: &eos::Setup, task: MirrorTask) -> ShareSinkTask<KafkaShareConsumer> {
-    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
-    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
-        .transactional_id(eos_config.transactional_id());
-    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
-        .await
-        .expect("cluster");
-    let producer = KafkaProducer::connect(producer_config)
-        .await
-        .expect("producer");
-    let consumer = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(
-        s.bootstrap.clone(),
-        s.group.clone(),
-    ))
-    .await
-    .expect("consumer");
-    ShareSinkTask::new(
-        Box::new(task),
-        consumer,
-        DriverConfig::new([s.source.clone()]),
-    )
-    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config)
-}
-
 /// `MirrorTask` declares its target: one with fewer partitions than the source, with the
 /// source partition kept, or one that does not exist, is refused at `initialize`, before
 /// anything is read, and says what to do.
@@ -561,7 +534,7 @@ async fn mirror_task_refuses_a_target_it_cannot_fill_at_initialize() {
             ),
         ),
     ] {
-        let mut d = eos_driver(&s, task).await;
+        let mut d = build_task(&s, 0, 1, Box::new(task), |p| Arc::new(p), |c| c).await;
         let error = d.initialize().await.expect_err("refused");
         let Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { reason, .. }) = &error else {
             panic!("expected UnfitTarget, got {error:?}");
@@ -570,7 +543,8 @@ async fn mirror_task_refuses_a_target_it_cannot_fill_at_initialize() {
         assert!(!error.is_retriable());
     }
     // Letting the producer pick the partition fits the narrow target.
-    let mut d = eos_driver(&s, MirrorTask::with_prefix("narrow.").keep_partition(false)).await;
+    let free = Box::new(MirrorTask::with_prefix("narrow.").keep_partition(false));
+    let mut d = build_task(&s, 0, 1, free, |p| Arc::new(p), |c| c).await;
     d.initialize()
         .await
         .expect("a target the producer partitions is fine");
@@ -648,33 +622,21 @@ async fn one_large_driver(
         topic: dlq.clone(),
         sends: AtomicUsize::new(0),
     });
-    let eos_config = ExactlyOnceConfig::new(s.group.clone(), 0, 1);
-    let producer_config = KafkaProducerConfig::new(s.bootstrap.clone())
-        .transactional_id(eos_config.transactional_id())
-        .transaction_timeout(Duration::from_secs(10));
-    let cluster = KafkaExactlyOnceCluster::connect(&producer_config)
-        .await
-        .expect("cluster");
-    let producer = KafkaProducer::connect(producer_config)
-        .await
-        .expect("producer");
-    let consumer = KafkaShareConsumer::connect(
-        KafkaShareConsumerConfig::new(s.bootstrap.clone(), s.group.clone()).max_poll_records(200),
+    let sink = Box::new(MirrorOneLarge {
+        target: target.clone(),
+    });
+    let mut d = build_task(
+        s,
+        0,
+        1,
+        sink,
+        |p| Arc::new(p),
+        |c| {
+            c.errors(ErrorHandling::new().tolerance(tolerance))
+                .dead_letter_queue(queue as Arc<dyn DeadLetterQueue>, true)
+        },
     )
-    .await
-    .expect("consumer");
-    let config = DriverConfig::new([s.source.clone()])
-        .poll_timeout(Duration::from_millis(300))
-        .errors(ErrorHandling::new().tolerance(tolerance))
-        .dead_letter_queue(queue as Arc<dyn DeadLetterQueue>, true);
-    let mut d = ShareSinkTask::new(
-        Box::new(MirrorOneLarge {
-            target: target.clone(),
-        }),
-        consumer,
-        config,
-    )
-    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos_config);
+    .await;
     d.initialize().await.expect("initialize");
     (d, target, dlq)
 }
