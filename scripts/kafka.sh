@@ -522,6 +522,12 @@ append_common_props() {
   local file="$1"
   cat >>"$file" <<'PROPS'
 
+# --- retention: records are kept whatever their timestamps ---
+# Tests write records stamped years ago (CreateTime 2023, as a mirror of old data would). With the
+# default 7-day time retention the broker's check (every 5 min) deletes such a segment, the active
+# one included, so a test that reads the topic back later found it empty now and then.
+log.retention.ms=-1
+
 # --- transactions: a transaction left open past transaction.timeout.ms is aborted within 1 s ---
 # The coordinator looks for timed-out transactions every second instead of every 10 s.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
