@@ -43,6 +43,8 @@
 #                        KAFKA_WRONGHOST_BOOTSTRAP (TLS with an expired / another host's certificate),
 #                        KAFKA_REAUTH_BOOTSTRAP (SASL_PLAINTEXT, PLAIN/SCRAM-SHA-512/OAUTHBEARER, 5 s
 #                        sessions) and KAFKA_PKI_DIR (ca.crt, client.pem, rogue-client.pem, ...).
+#                        That node also runs an ACL authorizer (StandardAuthorizer, open where no ACL
+#                        is set) and `env` prints KAFKA_ACLS=1, unless KAFKA_AUTHORIZER=0.
 #
 # State lives in <repo>/target/kafka/: server.properties, data/, logs/, kafka.pid, bootstrap; the
 # cluster's in <repo>/target/kafka/cluster/: node-ID/{server.properties,data,logs,kafka.pid}, bootstrap.
@@ -420,6 +422,15 @@ listener.name.expired.ssl.keystore.location=$pki/expired.pem
 listener.name.wronghost.ssl.keystore.type=PEM
 listener.name.wronghost.ssl.keystore.location=$pki/wronghost.pem
 PROPS
+  if [[ "${KAFKA_AUTHORIZER:-1}" == 1 ]]; then
+    cat <<'PROPS'
+# ACLs, for the tests of writes the broker refuses (TOPIC_AUTHORIZATION_FAILED). A resource
+# without any ACL stays open to everyone, so only what a test denies is denied; no super users,
+# so a DENY binds the plaintext listener's User:ANONYMOUS too.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=true
+PROPS
+  fi
   for l in sasl_ssl sasl_plaintext; do
     cat <<PROPS
 listener.name.$l.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
@@ -673,7 +684,9 @@ cmd_start() {
   if [[ "$KAFKA_SECURITY" == 1 ]]; then
     local -a p
     read -r -a p <<<"$secure_ports"
-    echo "KAFKA_SSL_BOOTSTRAP=localhost:${p[0]} KAFKA_MTLS_BOOTSTRAP=localhost:${p[1]} KAFKA_SASL_SSL_BOOTSTRAP=localhost:${p[2]} KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:${p[3]} KAFKA_EXPIRED_BOOTSTRAP=localhost:${p[4]} KAFKA_WRONGHOST_BOOTSTRAP=localhost:${p[5]} KAFKA_REAUTH_BOOTSTRAP=127.0.0.1:${p[6]} KAFKA_PKI_DIR=$PKI_DIR" >"$SECURITY_ENV_FILE"
+    local acls=""
+    [[ "${KAFKA_AUTHORIZER:-1}" == 1 ]] && acls=" KAFKA_ACLS=1"
+    echo "KAFKA_SSL_BOOTSTRAP=localhost:${p[0]} KAFKA_MTLS_BOOTSTRAP=localhost:${p[1]} KAFKA_SASL_SSL_BOOTSTRAP=localhost:${p[2]} KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:${p[3]} KAFKA_EXPIRED_BOOTSTRAP=localhost:${p[4]} KAFKA_WRONGHOST_BOOTSTRAP=localhost:${p[5]} KAFKA_REAUTH_BOOTSTRAP=127.0.0.1:${p[6]} KAFKA_PKI_DIR=$PKI_DIR${acls}" >"$SECURITY_ENV_FILE"
   fi
   echo "127.0.0.1:$port" >"$BOOTSTRAP_FILE"
   log "Kafka $KAFKA_VERSION ready at 127.0.0.1:$port (pid $pid) in $((SECONDS - t0)) s"

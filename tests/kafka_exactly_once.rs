@@ -442,18 +442,9 @@ async fn a_target_without_the_partition_stops_the_task_and_archives_nothing() {
     let mut d = build_task(&s, 0, 1, undeclared, |p| Arc::new(p), |c| c).await;
     d.initialize().await.expect("initialize");
 
-    let (topic, partition, waited) = until_refused(&mut d).await;
+    let (topic, partition) = refused_once(&mut d).await;
     assert_eq!(topic.as_deref(), Some(narrow.as_str()));
     assert_eq!(partition, Some(eos::PARTITIONS - 1));
-    assert!(
-        waited < Duration::from_secs(10) + Duration::from_secs(5),
-        "stopped after {waited:?}, more than one transaction timeout"
-    );
-    let m = d.metrics();
-    assert_eq!(
-        m.transactions_aborted, 1,
-        "aborted once, not retried: {m:?}"
-    );
     drop(d);
 
     // Nothing archived: what is not in the output is still waiting in the group.
@@ -764,15 +755,9 @@ async fn a_record_over_the_target_max_message_bytes_stops_the_task_under_toleran
     let records = 300;
     let s = eos::setup(bootstrap, records, 1).await;
     let (mut d, target, dlq) = one_large_driver(&s, ErrorTolerance::None).await;
-    let (topic, partition, waited) = until_refused(&mut d).await;
+    let (topic, partition) = refused_once(&mut d).await;
     assert_eq!(topic.as_deref(), Some(target.as_str()));
     assert_eq!(partition, Some(LARGE as i32 % eos::PARTITIONS));
-    assert!(
-        waited < Duration::from_secs(10) + Duration::from_secs(5),
-        "stopped after {waited:?}, more than one transaction timeout"
-    );
-    let m = d.metrics();
-    assert_eq!(m.transactions_aborted, 1, "aborted once: {m:?}");
     drop(d);
     assert!(
         read_committed::read_committed(&s.bootstrap, &dlq, 0)
@@ -799,42 +784,108 @@ async fn a_target_deleted_mid_run_stops_the_task_and_archives_nothing() {
     };
     let records = 600;
     let s = eos::setup(bootstrap, records, 1).await;
-    let mut d = build(&s, 0, 1, |p| Arc::new(p), |c| c).await;
-    d.initialize().await.expect("initialize");
-    // Some records mirrored first.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while d.metrics().transactions_committed == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "nothing committed");
-        d.iteration_exactly_once().await.expect("iteration");
-    }
-    let written = eos::output(&s).await.len();
-    assert!(written > 0 && written < records, "{written}");
+    let (mut d, written) = mirrored_a_little(&s, records).await;
     let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
     admin
         .delete_topic(&s.target)
         .await
         .expect("delete the target");
-    let (topic, _, waited) = until_refused(&mut d).await;
+    let (topic, _) = refused_once(&mut d).await;
     assert_eq!(topic.as_deref(), Some(s.target.as_str()));
-    assert!(
-        waited < Duration::from_secs(10) + Duration::from_secs(5),
-        "stopped after {waited:?}, more than one transaction timeout"
-    );
-    let m = d.metrics();
-    assert_eq!(
-        m.transactions_aborted, 1,
-        "aborted once, not retried: {m:?}"
-    );
     drop(d);
     nothing_archived(&s, written, records).await;
 }
 
+/// The broker refuses the task's writes to the target (an ACL denies WRITE on it:
+/// TOPIC_AUTHORIZATION_FAILED). Retrying cannot fix it: the task stops with `OutputRefused`
+/// naming the topic within one transaction timeout, aborting once, and nothing is archived.
+/// Needs the test broker's ACL authorizer (`scripts/kafka.sh`, `KAFKA_ACLS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_the_task_may_not_write_stops_the_task_and_archives_nothing() {
+    let Some(bootstrap) =
+        support::bootstrap("a_target_the_task_may_not_write_stops_the_task_and_archives_nothing")
+    else {
+        return;
+    };
+    assert_eq!(
+        std::env::var("KAFKA_ACLS").ok().as_deref(),
+        Some("1"),
+        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
+         (KAFKA_SECURITY=1, the default) and export what `scripts/kafka.sh env` prints"
+    );
+    let records = 600;
+    let s = eos::setup(bootstrap, records, 1).await;
+    let (mut d, written) = mirrored_a_little(&s, records).await;
+    // Everyone may do anything with the target but the plaintext listener's principal, the
+    // task's, may not write it (a DENY wins over an ALLOW).
+    let topic = ["--topic", s.target.as_str()];
+    acls(
+        &s.bootstrap,
+        &[
+            &["--allow-principal", "User:*", "--operation", "All"],
+            &topic[..],
+        ]
+        .concat(),
+    );
+    acls(
+        &s.bootstrap,
+        &[
+            &["--deny-principal", "User:ANONYMOUS", "--operation", "Write"],
+            &topic[..],
+        ]
+        .concat(),
+    );
+    let (refused, _) = refused_once(&mut d).await;
+    assert_eq!(refused.as_deref(), Some(s.target.as_str()));
+    drop(d);
+    nothing_archived(&s, written, records).await;
+}
+
+/// A task of `s` that has mirrored some of its `records` (one transaction committed at
+/// least, not all of them), and how many the output holds.
+async fn mirrored_a_little(
+    s: &eos::Setup,
+    records: usize,
+) -> (ShareSinkTask<KafkaShareConsumer>, usize) {
+    let mut d = build(s, 0, 1, |p| Arc::new(p), |c| c).await;
+    d.initialize().await.expect("initialize");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while d.metrics().transactions_committed == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "nothing committed");
+        d.iteration_exactly_once().await.expect("iteration");
+    }
+    let written = eos::output(s).await.len();
+    assert!(written > 0 && written < records, "{written}");
+    (d, written)
+}
+
+/// Adds ACLs to the test broker, as `kafka-acls.sh --add` does.
+fn acls(bootstrap: &str, args: &[&str]) {
+    let output =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+            .args([
+                "run-class",
+                "org.apache.kafka.tools.AclCommand",
+                "--bootstrap-server",
+                bootstrap,
+                "--add",
+                "--force",
+            ])
+            .args(args)
+            .output()
+            .expect("scripts/kafka.sh run-class");
+    assert!(
+        output.status.success(),
+        "AclCommand {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Runs `d` until it stops (at most 60 s); asserts it stopped with
-/// `ExactlyOnceError::OutputRefused`, not retriable, and returns the target it names and how
-/// long it took.
-async fn until_refused(
-    d: &mut ShareSinkTask<KafkaShareConsumer>,
-) -> (Option<String>, Option<i32>, Duration) {
+/// `ExactlyOnceError::OutputRefused`, not retriable, within one transaction timeout (10 s,
+/// plus 5 s of slack) and after aborting once, not retrying; returns the target it names.
+async fn refused_once(d: &mut ShareSinkTask<KafkaShareConsumer>) -> (Option<String>, Option<i32>) {
     let started = tokio::time::Instant::now();
     let error = loop {
         assert!(
@@ -848,10 +899,19 @@ async fn until_refused(
     };
     let waited = started.elapsed();
     assert!(!error.is_retriable(), "{error:?}");
+    assert!(
+        waited < Duration::from_secs(10) + Duration::from_secs(5),
+        "stopped after {waited:?}, more than one transaction timeout"
+    );
+    let m = d.metrics();
+    assert_eq!(
+        m.transactions_aborted, 1,
+        "aborted once, not retried: {m:?}"
+    );
     match error {
         Error::ExactlyOnce(ExactlyOnceError::OutputRefused {
             topic, partition, ..
-        }) => (topic, partition, waited),
+        }) => (topic, partition),
         other => panic!("expected OutputRefused, got {other:?}"),
     }
 }
