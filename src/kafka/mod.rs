@@ -11,6 +11,8 @@
 //! - [`session`]: the share-session bookkeeping as a plain state machine (epochs per leader,
 //!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
 //!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
+//! - [`cluster`]: the one Metadata request and its answer as a typed snapshot (brokers,
+//!   topics, partition leaders), shared by every client below.
 //! - [`engine`]: the background task that drives the session core against the connections.
 //! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
 //! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).
@@ -18,6 +20,7 @@
 //!   Fetch reader of a partition from an offset.
 
 pub(crate) mod admin;
+pub(crate) mod cluster;
 pub(crate) mod codec;
 mod consumer;
 pub(crate) mod engine;

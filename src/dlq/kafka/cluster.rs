@@ -2,19 +2,15 @@
 //! CreateTopics, and the topic's layout. The records themselves go through the crate's
 //! producer.
 
-use kafka_protocol::messages::ApiKey;
 use tracing::debug;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
-use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::kafka::net::connection::ConnectionConfig;
 
-/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-/// Kafka's LEADER_NOT_AVAILABLE.
-pub(super) const LEADER_NOT_AVAILABLE: i16 = 5;
+pub(super) use crate::kafka::cluster::metadata::LEADER_NOT_AVAILABLE;
 
 /// Where the partitions of the dead-letter topic are led.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,38 +49,23 @@ impl Cluster {
 
     /// The layout of `topic`, or `None` when the cluster does not know it.
     pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ConsumerError> {
-        let response = self.admin.metadata(Some(&[topic])).await?;
-        let Some(entry) = response
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        else {
+        let snapshot = self.admin.metadata(Some(&[topic])).await?;
+        let Some(entry) = snapshot.topic(topic) else {
             return Ok(None);
         };
         match entry.error_code {
             0 | LEADER_NOT_AVAILABLE => {}
             UNKNOWN_TOPIC_OR_PARTITION => return Ok(None),
-            code => {
-                let message = Some(format!("topic `{topic}`"));
-                if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
+            _ => {
+                if let Some(error) = entry.error(topic) {
                     return Err(error);
                 }
             }
         }
-        let mut leaders = vec![-1; entry.partitions.len()];
-        for p in &entry.partitions {
-            // The broker sends leader -1 for a partition without one. A partition number
-            // outside 0..count makes no sense: it is left out, and the partition it should
-            // have been stays without a leader.
-            if let Some(slot) = usize::try_from(p.partition_index)
-                .ok()
-                .and_then(|i| leaders.get_mut(i))
-            {
-                *slot = p.leader_id.0;
-            }
-        }
+        // A partition without a leader, or whose number is outside 0..count, stays at -1.
+        let leaders = entry.leaders();
         Ok(Some(Layout {
-            topic_id: entry.topic_id,
+            topic_id: entry.id,
             leaders,
         }))
     }

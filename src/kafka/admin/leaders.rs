@@ -6,10 +6,9 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
-use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
-    ElectLeadersRequest, ElectLeadersResponse, MetadataRequest,
+    ElectLeadersRequest, ElectLeadersResponse,
 };
 use kafka_protocol::protocol::Message;
 use tokio::time::Instant;
@@ -20,12 +19,9 @@ use super::{
     AdminError, Failure, KafkaAdmin, missing, negotiate, negotiate_and_send, send, topic_name,
 };
 use crate::consumer::ConsumerError;
+use crate::kafka::cluster::metadata::{ANY_VERSION, Topic, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::errors::{api_name, check};
-use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
-
-/// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// ElectLeaders election type PREFERRED: the first replica of the list becomes the leader.
 const ELECTION_PREFERRED: i8 = 0;
@@ -118,19 +114,17 @@ impl KafkaAdmin {
         }
         self.elect_preferred(&connection, topic, partition, deadline)
             .await?;
-        let moved = |t: Option<&MetadataResponseTopic>| {
-            partition_of(t, partition).is_some_and(|p| p.leader == Some(to))
-        };
+        let moved =
+            |t: Option<&Topic>| partition_of(t, partition).is_some_and(|p| p.leader == Some(to));
         let what = || format!("broker {to} leading `{topic}` partition {partition}");
         let left = deadline.saturating_duration_since(Instant::now());
         metadata::wait_for(&connection, topic, left, what, moved).await?;
         // Every broker applies the change on its own: until the old leader has, it still takes
         // fetches and acknowledgements for the partition. Wait until each live broker knows.
-        let brokers = metadata::request(&connection, Some(&[]), MetadataRequest::VERSIONS)
+        let brokers = metadata::request(&connection, Some(&[]), ANY_VERSION)
             .await?
             .brokers;
-        for broker in brokers {
-            let address = broker_address(broker.host.as_str(), broker.port);
+        for address in brokers.into_values() {
             let Ok(other) = Connection::connect(&address, &self.config).await else {
                 debug!(broker = address, "unreachable; it serves nothing either");
                 continue;

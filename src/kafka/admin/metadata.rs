@@ -1,19 +1,15 @@
-//! The Metadata request of the admin calls: the cluster's brokers, where partitions live, and
-//! waiting until the metadata shows a change.
+//! The admin's side of Metadata (asked through [`crate::kafka::cluster::metadata`]): the
+//! cluster's brokers, where partitions live, and waiting until the metadata shows a change.
 
 use std::time::Duration;
 
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponsePartition, MetadataResponseTopic,
-};
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
-use kafka_protocol::protocol::{Message, VersionRange};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::VersionRange;
 use tracing::debug;
 
-use super::{AdminError, Failure, KafkaAdmin, negotiate, send, topic_name};
+use super::{AdminError, Failure, KafkaAdmin, named};
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::cluster::metadata::{self, ANY_VERSION, Partition, Snapshot, Topic};
 use crate::kafka::net::connection::Connection;
 
 /// The pause between two metadata checks while waiting.
@@ -49,10 +45,8 @@ impl KafkaAdmin {
     pub async fn broker_ids(&self) -> Result<Vec<i32>, AdminError> {
         self.call("broker_ids", async {
             let connection = self.connection().await?;
-            let response = request(&connection, Some(&[]), MetadataRequest::VERSIONS).await?;
-            let mut ids: Vec<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
-            ids.sort_unstable();
-            Ok(ids)
+            let snapshot = request(&connection, Some(&[]), ANY_VERSION).await?;
+            Ok(snapshot.brokers.into_keys().collect())
         })
         .await
     }
@@ -75,57 +69,59 @@ impl KafkaAdmin {
     /// [`Self::partitions`], before the failure is named.
     pub(super) async fn placements(&self, topic: &str) -> Result<Vec<PartitionPlacement>, Failure> {
         let connection = self.connection().await?;
-        let response = request(&connection, Some(&[topic]), MetadataRequest::VERSIONS).await?;
-        let found = response
-            .topics
+        let snapshot = request(&connection, Some(&[topic]), ANY_VERSION).await?;
+        let found = known_topic(&connection, &snapshot, topic)?;
+        Ok(found
+            .partitions
             .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or_else(|| super::missing(&connection, ApiKey::Metadata, topic))?;
-        check(api_name(ApiKey::Metadata), found.error_code, None)
-            .map_err(|error| super::with_topic(error, topic))?;
-        let mut placements: Vec<PartitionPlacement> =
-            found.partitions.iter().map(placement).collect();
-        placements.sort_by_key(|p| p.partition);
-        Ok(placements)
+            .map(|(index, p)| placement(*index, p))
+            .collect())
     }
 
     /// The Metadata of `topics` (`None`: all topics), at the highest version both sides
     /// support, for crate code that needs more than [`Self::topic_ids`] and reports
-    /// [`ConsumerError`]s (the dead-letter queue).
+    /// [`ConsumerError`]s (the producer, the log reader, the dead-letter queue).
     pub(crate) async fn metadata(
         &self,
         topics: Option<&[&str]>,
-    ) -> Result<MetadataResponse, ConsumerError> {
+    ) -> Result<Snapshot, ConsumerError> {
         self.run(async {
             let connection = self.connection().await?;
-            request(&connection, topics, MetadataRequest::VERSIONS).await
+            request(&connection, topics, ANY_VERSION).await
         })
         .await
         .map_err(Failure::into_consumer)
     }
 }
 
-/// Sends Metadata for `topics` (`None`: all; never auto-creates) at the highest version in
-/// `ours` the broker offers. A top-level error (v13) is an error.
+/// [`metadata::fetch`] for an admin call: a timeout names Metadata.
 pub(super) async fn request(
     connection: &Connection,
     topics: Option<&[&str]>,
     ours: VersionRange,
-) -> Result<MetadataResponse, Failure> {
-    let key = ApiKey::Metadata;
-    let version = negotiate(connection, key, ours)?;
-    let topics = topics.map(|topics| {
-        topics
-            .iter()
-            .map(|name| MetadataRequestTopic::default().with_name(Some(topic_name(name))))
-            .collect()
-    });
-    let request = MetadataRequest::default()
-        .with_topics(topics)
-        .with_allow_auto_topic_creation(false);
-    let response: MetadataResponse = send(connection, key, version, &request).await?;
-    check(api_name(key), response.error_code, None)?;
-    Ok(response)
+) -> Result<Snapshot, Failure> {
+    metadata::fetch(connection, topics, ours)
+        .await
+        .map_err(|error| named(ApiKey::Metadata, error))
+}
+
+/// The entry of `topic` in `snapshot`, without error.
+///
+/// # Errors
+///
+/// A protocol error when the answer has no entry for it; the topic's error, naming it.
+pub(super) fn known_topic<'s>(
+    connection: &Connection,
+    snapshot: &'s Snapshot,
+    topic: &str,
+) -> Result<&'s Topic, Failure> {
+    let found = snapshot
+        .topic(topic)
+        .ok_or_else(|| super::missing(connection, ApiKey::Metadata, topic))?;
+    match found.error(topic) {
+        Some(error) => Err(Failure::Client(error)),
+        None => Ok(found),
+    }
 }
 
 /// Polls the metadata of `name` until `done` says so, for up to `wait`; `what` says what is
@@ -135,16 +131,12 @@ pub(super) async fn wait_for(
     name: &str,
     wait: Duration,
     what: impl FnOnce() -> String,
-    done: impl Fn(Option<&MetadataResponseTopic>) -> bool,
+    done: impl Fn(Option<&Topic>) -> bool,
 ) -> Result<(), Failure> {
     let start = tokio::time::Instant::now();
     loop {
-        let response = request(connection, Some(&[name]), MetadataRequest::VERSIONS).await?;
-        let topic = response
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name));
-        if done(topic) {
+        let snapshot = request(connection, Some(&[name]), ANY_VERSION).await?;
+        if done(snapshot.topic(name)) {
             return Ok(());
         }
         let waited = start.elapsed();
@@ -159,26 +151,23 @@ pub(super) async fn wait_for(
     }
 }
 
-/// A partition's placement from its Metadata entry.
-fn placement(p: &MetadataResponsePartition) -> PartitionPlacement {
+/// The placement of partition `index` from its Metadata entry.
+fn placement(index: i32, p: &Partition) -> PartitionPlacement {
     PartitionPlacement {
-        partition: p.partition_index,
-        leader: (p.leader_id.0 >= 0).then_some(p.leader_id.0),
+        partition: index,
+        leader: p.leader,
         leader_epoch: p.leader_epoch,
-        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
     }
 }
 
 /// The placement of `partition` in a topic's Metadata entry, if it is there without error.
-pub(super) fn partition_of(
-    topic: Option<&MetadataResponseTopic>,
-    partition: i32,
-) -> Option<PartitionPlacement> {
+pub(super) fn partition_of(topic: Option<&Topic>, partition: i32) -> Option<PartitionPlacement> {
     topic
         .filter(|t| t.error_code == 0)?
         .partitions
-        .iter()
-        .find(|p| p.partition_index == partition && p.error_code == 0)
-        .map(placement)
+        .get(&partition)
+        .filter(|p| p.error_code == 0)
+        .map(|p| placement(partition, p))
 }

@@ -33,7 +33,7 @@ mod transactions;
 use std::future::Future;
 use std::time::Duration;
 
-use kafka_protocol::messages::{ApiKey, MetadataRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
 };
@@ -50,6 +50,7 @@ pub use self::share_groups::{ShareGroupDescription, ShareGroupMember, ShareGroup
 pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
 pub use self::topic_configs::{TopicConfigs, TopicResource};
 use crate::consumer::ConsumerError;
+use crate::kafka::cluster::metadata::ANY_VERSION;
 use crate::kafka::errors::api_name;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
@@ -130,15 +131,16 @@ impl KafkaAdmin {
                 bootstrap: bootstrap.to_owned(),
                 source,
             })?;
-        let metadata = metadata::request(&connection, Some(&[]), MetadataRequest::VERSIONS).await?;
+        let metadata = metadata::request(&connection, Some(&[]), ANY_VERSION).await?;
         let mut addresses = bootstrap.to_owned();
-        for broker in &metadata.brokers {
-            addresses.push_str(&format!(",{}:{}", broker.host.as_str(), broker.port));
+        for address in metadata.brokers.values() {
+            addresses.push(',');
+            addresses.push_str(address);
         }
         debug!(
             broker = connection.broker(),
             brokers = metadata.brokers.len(),
-            controller = metadata.controller_id.0,
+            controller = metadata.controller_id,
             "admin connected"
         );
         Ok(Self {
@@ -146,7 +148,7 @@ impl KafkaAdmin {
             broker_timeout_ms: broker_timeout_ms(config.request_timeout),
             config,
             connection: Mutex::new(Some(connection)),
-            controller_id: metadata.controller_id.0,
+            controller_id: metadata.controller_id,
         })
     }
 
@@ -242,13 +244,20 @@ where
     Req: Encodable + Sync,
     Resp: Decodable + HeaderVersion + Send,
 {
-    match connection.request(key, version, request).await {
-        Ok(response) => Ok(response),
-        Err(ConsumerError::Timeout(timeout)) => Err(Failure::Timeout {
+    connection
+        .request(key, version, request)
+        .await
+        .map_err(|error| named(key, error))
+}
+
+/// The failure of a `key` request: a timeout names the request.
+fn named(key: ApiKey, error: ConsumerError) -> Failure {
+    match error {
+        ConsumerError::Timeout(timeout) => Failure::Timeout {
             api: api_name(key),
             timeout,
-        }),
-        Err(other) => Err(other.into()),
+        },
+        other => other.into(),
     }
 }
 

@@ -12,7 +12,7 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
-    DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 use kafka_protocol::protocol::Message;
 
@@ -21,18 +21,15 @@ use super::{
     topic_name, with_topic,
 };
 use crate::consumer::ConsumerError;
+use crate::kafka::cluster::metadata::{ANY_VERSION, LEADER_NOT_AVAILABLE};
 use crate::kafka::codec::client_list_offsets;
 use crate::kafka::errors::{api_name, broker_error, check};
-use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 
 /// ListOffsets' timestamp for the log start offset.
 pub(super) const EARLIEST_TIMESTAMP: i64 = -2;
 /// ListOffsets' timestamp for the end offset.
 pub(super) const LATEST_TIMESTAMP: i64 = -1;
-
-/// Kafka's LEADER_NOT_AVAILABLE error code.
-const LEADER_NOT_AVAILABLE: i16 = 5;
 
 /// How long [`KafkaAdmin::create_partitions`] waits for the metadata to show the partitions.
 const METADATA_WAIT: Duration = Duration::from_secs(30);
@@ -128,21 +125,12 @@ impl KafkaAdmin {
                 result.error_message.as_ref(),
             )
             .map_err(|e| with_topic(e, topic))?;
-            let expected = usize::try_from(total).ok();
             metadata::wait_for(
                 &connection,
                 topic,
                 METADATA_WAIT,
                 || format!("topic `{topic}` with {total} partition(s), each with a leader,"),
-                |t| {
-                    t.is_some_and(|t| {
-                        t.error_code == 0
-                            && Some(t.partitions.len()) == expected
-                            && t.partitions
-                                .iter()
-                                .all(|p| p.error_code == 0 && p.leader_id.0 >= 0)
-                    })
-                },
+                |t| t.is_some_and(|t| t.all_led(total)),
             )
             .await
         })
@@ -297,51 +285,36 @@ impl KafkaAdmin {
     /// The partitions of `topic` by leader, with a new connection to each leader.
     async fn leaders(&self, topic: &str) -> Result<Leaders, Failure> {
         let connection = self.connection().await?;
-        let response =
-            metadata::request(&connection, Some(&[topic]), MetadataRequest::VERSIONS).await?;
-        let found = response
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or_else(|| missing(&connection, ApiKey::Metadata, topic))?;
-        check(api_name(ApiKey::Metadata), found.error_code, None)
-            .map_err(|error| with_topic(error, topic))?;
+        let snapshot = metadata::request(&connection, Some(&[topic]), ANY_VERSION).await?;
+        let found = metadata::known_topic(&connection, &snapshot, topic)?;
         let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
-        for p in &found.partitions {
-            if p.leader_id.0 < 0 {
+        for (index, p) in &found.partitions {
+            let Some(node) = p.leader else {
                 return Err(Failure::Client(ConsumerError::Broker {
                     api: api_name(ApiKey::Metadata),
                     code: LEADER_NOT_AVAILABLE,
                     name: "LEADER_NOT_AVAILABLE",
                     message: Some(format!(
-                        "topic `{topic}` partition {} has no leader (an election is under way)",
-                        p.partition_index
+                        "topic `{topic}` partition {index} has no leader (an election is under way)"
                     )),
                     retriable: true,
                 }));
-            }
-            led.entry(p.leader_id.0)
-                .or_default()
-                .push((p.partition_index, p.leader_epoch));
+            };
+            led.entry(node).or_default().push((*index, p.leader_epoch));
         }
         let mut leaders = Leaders {
             by_leader: Vec::with_capacity(led.len()),
         };
         for (node, partitions) in led {
-            let broker = response
-                .brokers
-                .iter()
-                .find(|b| b.node_id.0 == node)
-                .ok_or_else(|| {
-                    Failure::Client(ConsumerError::Protocol {
-                        broker: connection.broker().to_owned(),
-                        reason: format!(
-                            "the Metadata response names broker {node} the leader of a \
+            let address = snapshot.brokers.get(&node).cloned().ok_or_else(|| {
+                Failure::Client(ConsumerError::Protocol {
+                    broker: connection.broker().to_owned(),
+                    reason: format!(
+                        "the Metadata response names broker {node} the leader of a \
                              partition of `{topic}` but does not list it"
-                        ),
-                    })
-                })?;
-            let address = broker_address(broker.host.as_str(), broker.port);
+                    ),
+                })
+            })?;
             let leader = Connection::connect(&address, &self.config)
                 .await
                 .map_err(|source| Failure::Connect {

@@ -9,18 +9,14 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
-    DeleteTopicsResponse, MetadataRequest,
+    DeleteTopicsResponse,
 };
-use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
+use kafka_protocol::protocol::{Message, StrBytes};
 
-use super::{
-    AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name, with_topic,
-};
+use super::{AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name};
+use crate::kafka::cluster::metadata::{UNKNOWN_TOPIC_OR_PARTITION, WITH_TOPIC_IDS};
 use crate::kafka::consumer::group_configs::DLQ_GROUP_ENABLE;
 use crate::kafka::errors::{api_name, check};
-
-/// Kafka's UNKNOWN_TOPIC_OR_PARTITION error code.
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// The topic config of the timestamp a topic keeps.
 const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
@@ -28,12 +24,6 @@ const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
 /// How long [`KafkaAdmin::create_topic`] and [`KafkaAdmin::delete_topic`] wait for the metadata
 /// to show the change.
 const METADATA_WAIT: Duration = Duration::from_secs(30);
-
-/// The Metadata versions with topic ids.
-const METADATA_WITH_TOPIC_IDS: VersionRange = VersionRange {
-    min: 10,
-    max: MetadataRequest::VERSIONS.max,
-};
 
 impl KafkaAdmin {
     /// Creates a topic and waits (up to 30 s) until the metadata shows all its partitions
@@ -199,24 +189,13 @@ impl KafkaAdmin {
             result.error_code,
             result.error_message.as_ref(),
         )?;
-        let expected = usize::try_from(partitions).ok();
         metadata::wait_for(
             &connection,
             name,
             METADATA_WAIT,
             || format!("topic `{name}` with {partitions} partition(s), each with a leader,"),
-            |topic| {
-                // Not yet known to this broker, or some partition has no leader yet: keep
-                // waiting.
-                topic.is_some_and(|topic| {
-                    topic.error_code == 0
-                        && Some(topic.partitions.len()) == expected
-                        && topic
-                            .partitions
-                            .iter()
-                            .all(|p| p.error_code == 0 && p.leader_id.0 >= 0)
-                })
-            },
+            // Not yet known to this broker, or some partition has no leader yet: keep waiting.
+            |topic| topic.is_some_and(|topic| topic.all_led(partitions)),
         )
         .await
     }
@@ -288,18 +267,11 @@ impl KafkaAdmin {
     ) -> Result<HashMap<String, [u8; 16]>, AdminError> {
         self.call("topic_ids", async {
             let connection = self.connection().await?;
-            let response =
-                metadata::request(&connection, Some(topics), METADATA_WITH_TOPIC_IDS).await?;
+            let snapshot = metadata::request(&connection, Some(topics), WITH_TOPIC_IDS).await?;
             let mut ids = HashMap::with_capacity(topics.len());
             for name in topics {
-                let topic = response
-                    .topics
-                    .iter()
-                    .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == *name))
-                    .ok_or_else(|| missing(&connection, ApiKey::Metadata, name))?;
-                check(api_name(ApiKey::Metadata), topic.error_code, None)
-                    .map_err(|error| with_topic(error, name))?;
-                ids.insert((*name).to_owned(), topic.topic_id.into_bytes());
+                let topic = metadata::known_topic(&connection, &snapshot, name)?;
+                ids.insert((*name).to_owned(), topic.id.into_bytes());
             }
             Ok(ids)
         })

@@ -7,15 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
 
-use kafka_protocol::messages::{
-    ApiKey, ListTransactionsRequest, ListTransactionsResponse, MetadataRequest,
-};
+use kafka_protocol::messages::{ApiKey, ListTransactionsRequest, ListTransactionsResponse};
 use kafka_protocol::protocol::{Message, StrBytes};
 
 use super::{AdminError, Failure, KafkaAdmin, metadata, negotiate, send};
 use crate::consumer::ConsumerError;
+use crate::kafka::cluster::metadata::ANY_VERSION;
 use crate::kafka::errors::{api_name, check};
-use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 use crate::time::deadline_after;
 
@@ -53,12 +51,10 @@ impl KafkaAdmin {
     pub(crate) async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, AdminError> {
         self.call("transactional_ids", async {
             let connection = self.connection().await?;
-            let response =
-                metadata::request(&connection, Some(&[]), MetadataRequest::VERSIONS).await?;
+            let snapshot = metadata::request(&connection, Some(&[]), ANY_VERSION).await?;
             let mut ids = BTreeSet::new();
-            for broker in &response.brokers {
-                let address = broker_address(broker.host.as_str(), broker.port);
-                ids.extend(self.list_retrying(&address, prefix).await?);
+            for address in snapshot.brokers.values() {
+                ids.extend(self.list_retrying(address, prefix).await?);
             }
             Ok(ids.into_iter().collect())
         })

@@ -32,17 +32,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{
-    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, MetadataRequest, MetadataResponse,
-};
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::consumer::{BrokerDeadLetterQueue, ConsumerError, DEFAULT_DELIVERY_COUNT_LIMIT};
+use crate::kafka::cluster::metadata;
 use crate::kafka::errors::{api_name, check};
-use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::time::deadline_after;
 
@@ -487,33 +485,26 @@ async fn broker_configs(
     connection: &Connection,
     config: &ConnectionConfig,
 ) -> Result<(Described, Option<i16>), ConsumerError> {
-    let version = connection.negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
-    let request = MetadataRequest::default()
-        .with_topics(Some(Vec::new()))
-        .with_allow_auto_topic_creation(false);
-    let metadata: MetadataResponse = connection
-        .request(ApiKey::Metadata, version, &request)
-        .await?;
-    let address = |b: &kafka_protocol::messages::metadata_response::MetadataResponseBroker| {
-        broker_address(b.host.as_str(), b.port)
-    };
-    let here = metadata
+    let snapshot = metadata::fetch(connection, Some(&[]), metadata::ANY_VERSION).await?;
+    let here = snapshot
         .brokers
         .iter()
-        .find(|b| address(b) == connection.broker());
+        .find(|(_, address)| address.as_str() == connection.broker());
     let (id, via) = match here {
-        Some(broker) => (broker.node_id.0, connection.clone()),
+        Some((id, _)) => (*id, connection.clone()),
         None => {
-            let broker = metadata
-                .brokers
-                .iter()
-                .min_by_key(|b| b.node_id.0)
-                .ok_or_else(|| ConsumerError::Protocol {
-                    broker: connection.broker().to_owned(),
-                    reason: "the Metadata response lists no broker".to_owned(),
-                })?;
-            let via = Connection::connect(&address(broker), config).await?;
-            (broker.node_id.0, via)
+            // The brokers are in ascending id order: the first has the lowest.
+            let (id, address) =
+                snapshot
+                    .brokers
+                    .iter()
+                    .next()
+                    .ok_or_else(|| ConsumerError::Protocol {
+                        broker: connection.broker().to_owned(),
+                        reason: "the Metadata response lists no broker".to_owned(),
+                    })?;
+            let via = Connection::connect(address, config).await?;
+            (*id, via)
         }
     };
     let configs = describe(&via, RESOURCE_BROKER, &id.to_string(), Some(BROKER_KEYS)).await?;

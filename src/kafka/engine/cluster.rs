@@ -5,14 +5,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
-use kafka_protocol::protocol::{Message, StrBytes};
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::net::broker_address;
+use crate::kafka::cluster::metadata;
 use crate::kafka::net::connection::Connection;
 use crate::kafka::session::book::{NodeId, SessionPartition};
 use crate::record::TopicPartition;
@@ -100,65 +97,35 @@ impl Cluster {
     }
 }
 
-/// Asks `conn` for the leaders of `topics`.
+/// Asks `conn` for the leaders of `topics` (Metadata v10 or later: the engine needs topic
+/// ids).
 pub(crate) async fn fetch_metadata(
     conn: Connection,
     topics: Vec<String>,
 ) -> Result<Cluster, ConsumerError> {
-    let version = conn.negotiate(ApiKey::Metadata, MetadataRequest::VERSIONS)?;
-    if version < 10 {
-        return Err(ConsumerError::Unsupported {
-            broker: conn.broker().to_owned(),
-            api: "Metadata",
-            wanted: "v10 or later (topic ids)".to_owned(),
-        });
-    }
-    let request = MetadataRequest::default()
-        .with_topics(Some(
-            topics
-                .into_iter()
-                .map(|t| {
-                    MetadataRequestTopic::default()
-                        .with_name(Some(TopicName(StrBytes::from_string(t))))
-                })
-                .collect(),
-        ))
-        .with_allow_auto_topic_creation(false);
-    let response: MetadataResponse = conn.request(ApiKey::Metadata, version, &request).await?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let snapshot = metadata::fetch(&conn, Some(&names), metadata::WITH_TOPIC_IDS).await?;
     let mut cluster = Cluster {
         refreshed: Some(Instant::now()),
+        brokers: snapshot.brokers.into_iter().collect(),
         ..Cluster::default()
     };
-    for broker in response.brokers {
-        cluster.brokers.insert(
-            broker.node_id.0,
-            broker_address(broker.host.as_str(), broker.port),
-        );
-    }
-    for topic in response.topics {
-        let Some(name) = topic.name else { continue };
+    for (name, topic) in snapshot.topics {
         if topic.error_code != 0 {
-            tracing::debug!(topic = %name.0, code = topic.error_code, "metadata error for topic");
-            cluster
-                .topic_errors
-                .push((name.0.as_str().to_owned(), topic.error_code));
+            tracing::debug!(topic = %name, code = topic.error_code, "metadata error for topic");
+            cluster.topic_errors.push((name, topic.error_code));
             continue;
         }
         // Only subscribed topics are asked for, so the interned names stay few.
-        let name = RecordTopic::interned(name.0.as_str());
-        // A partition without a leader (-1) is left out: asking again finds it.
+        let name = RecordTopic::interned(&name);
+        // A partition without a leader is left out: asking again finds it.
         let leaders = topic
             .partitions
             .iter()
-            .filter(|p| p.leader_id.0 >= 0)
-            .map(|p| (p.partition_index, p.leader_id.0))
+            .filter_map(|(index, p)| Some((*index, p.leader?)))
             .collect();
-        cluster
-            .by_name
-            .insert(Arc::from(name.as_str()), topic.topic_id);
-        cluster
-            .by_id
-            .insert(topic.topic_id, TopicMeta { name, leaders });
+        cluster.by_name.insert(Arc::from(name.as_str()), topic.id);
+        cluster.by_id.insert(topic.id, TopicMeta { name, leaders });
     }
     Ok(cluster)
 }

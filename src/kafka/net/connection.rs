@@ -1037,7 +1037,11 @@ impl Connection {
         version: i16,
         req: &Req,
     ) -> Result<Bytes, ConsumerError> {
-        let mut body = BytesMut::new();
+        // Sized once: a Produce request of grown batches is a megabyte, which growing by
+        // doubling would copy again and again.
+        // (A hint only: capped, and encode still grows the buffer if it was wrong.)
+        let size = req.compute_size(version).unwrap_or(0).min(64 << 20);
+        let mut body = BytesMut::with_capacity(size);
         req.encode(&mut body, version).map_err(|error| {
             self.protocol_error(format!(
                 "cannot encode a {} v{version} request: {error:#}",

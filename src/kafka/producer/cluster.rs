@@ -1,5 +1,6 @@
-//! The producer's view of the cluster: the admin client for Metadata (and the idempotent
-//! producer's InitProducerId), and one connection per broker made on demand.
+//! The producer's view of the cluster: the admin client for Metadata (asked through
+//! [`crate::kafka::cluster::metadata`]) and the idempotent producer's InitProducerId, one
+//! connection per leader made on demand ([`BrokerPool`]), and the coordinators' connections.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -8,14 +9,9 @@ use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
-use crate::kafka::errors::broker_error;
-use crate::kafka::net::broker_address;
+use crate::kafka::cluster::metadata::{LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
-
-/// UNKNOWN_TOPIC_OR_PARTITION.
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-/// LEADER_NOT_AVAILABLE.
-const LEADER_NOT_AVAILABLE: i16 = 5;
 
 /// What Metadata said about one topic.
 #[derive(Debug, Clone)]
@@ -33,16 +29,10 @@ pub(crate) enum TopicMetadata {
 #[derive(Debug)]
 pub(crate) struct Cluster {
     admin: KafkaAdmin,
-    config: ConnectionConfig,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    brokers: HashMap<i32, String>,
-    connections: HashMap<i32, Connection>,
+    /// The leaders' connections.
+    brokers: BrokerPool,
     /// The latest connection opened to each coordinator address, for [`Cluster::disconnect`].
-    coordinators: HashMap<String, Connection>,
+    coordinators: Mutex<HashMap<String, Connection>>,
 }
 
 impl Cluster {
@@ -55,13 +45,15 @@ impl Cluster {
             .map_err(Failure::into_consumer)?;
         Ok(Self {
             admin,
-            config,
-            state: Mutex::new(State::default()),
+            brokers: BrokerPool::new(config),
+            coordinators: Mutex::new(HashMap::new()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn coordinators(&self) -> MutexGuard<'_, HashMap<String, Connection>> {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The admin client.
@@ -71,36 +63,21 @@ impl Cluster {
 
     /// A live connection to broker `node`, if one is open.
     pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
-        self.lock()
-            .connections
-            .get(&node)
-            .filter(|c| !c.is_closed())
-            .cloned()
+        self.brokers.cached(node)
     }
 
-    /// Opens a connection to broker `node`.
+    /// Opens a connection to broker `node`, after the reconnect backoff of the producer's
+    /// connections to it if an earlier attempt failed.
     pub(crate) async fn open(&self, node: i32) -> Result<Connection, ConsumerError> {
-        if let Some(c) = self.cached(node) {
-            return Ok(c);
-        }
-        let address = self.lock().brokers.get(&node).cloned();
-        let Some(address) = address else {
-            return Err(ConsumerError::Protocol {
-                broker: format!("node {node}"),
-                reason: format!("the metadata names broker {node} but not its address"),
-            });
-        };
-        let fresh = Connection::connect(&address, &self.config).await?;
-        self.lock().connections.insert(node, fresh.clone());
-        Ok(fresh)
+        self.brokers.open(node).await
     }
 
     /// Opens a connection to `host:port` (a coordinator).
     pub(crate) async fn open_address(&self, address: &str) -> Result<Connection, ConsumerError> {
-        let fresh = Connection::connect(address, &self.config).await?;
-        let mut state = self.lock();
-        state.coordinators.retain(|_, c| !c.is_closed());
-        state.coordinators.insert(address.to_owned(), fresh.clone());
+        let fresh = Connection::connect(address, self.brokers.config()).await?;
+        let mut coordinators = self.coordinators();
+        coordinators.retain(|_, c| !c.is_closed());
+        coordinators.insert(address.to_owned(), fresh.clone());
         Ok(fresh)
     }
 
@@ -108,12 +85,8 @@ impl Cluster {
     /// client's. Requests waiting on them fail with a connection error; the next ones
     /// connect again.
     pub(crate) fn disconnect(&self) {
-        let closing: Vec<Connection> = {
-            let mut state = self.lock();
-            let mut all: Vec<Connection> = state.connections.drain().map(|(_, c)| c).collect();
-            all.extend(state.coordinators.drain().map(|(_, c)| c));
-            all
-        };
+        let mut closing = self.brokers.drain();
+        closing.extend(self.coordinators().drain().map(|(_, c)| c));
         for connection in closing {
             connection.close();
         }
@@ -125,49 +98,39 @@ impl Cluster {
         &self,
         topics: &[&str],
     ) -> Result<Vec<(String, TopicMetadata)>, ConsumerError> {
-        let response = self.admin.metadata(Some(topics)).await?;
-        {
-            let mut state = self.lock();
-            for b in &response.brokers {
-                state
-                    .brokers
-                    .insert(b.node_id.0, broker_address(b.host.as_str(), b.port));
-            }
-        }
+        let snapshot = self.admin.metadata(Some(topics)).await?;
+        self.brokers.learn(&snapshot.brokers);
         let mut out = Vec::new();
         for topic in topics {
-            let entry = response
-                .topics
-                .iter()
-                .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == *topic));
-            let meta = match entry {
+            let meta = match snapshot.topic(topic) {
                 None => TopicMetadata::Unknown,
                 Some(entry) => match entry.error_code {
                     0 | LEADER_NOT_AVAILABLE if !entry.partitions.is_empty() => {
-                        // A partition count bounded by what was received.
-                        let mut leaders = vec![-1; entry.partitions.len()];
-                        for p in &entry.partitions {
-                            if let Some(slot) = usize::try_from(p.partition_index)
-                                .ok()
-                                .and_then(|i| leaders.get_mut(i))
-                            {
-                                *slot = p.leader_id.0;
-                            }
-                        }
+                        // A leader the answer does not list has no address to dial: it
+                        // counts as none, so the metadata is asked again at its backoff.
+                        let leaders = entry
+                            .leaders()
+                            .into_iter()
+                            .map(|l| {
+                                if snapshot.brokers.contains_key(&l) {
+                                    l
+                                } else {
+                                    -1
+                                }
+                            })
+                            .collect();
                         TopicMetadata::Known {
-                            id: entry.topic_id,
+                            id: entry.id,
                             leaders,
                         }
                     }
                     0 | LEADER_NOT_AVAILABLE | UNKNOWN_TOPIC_OR_PARTITION => TopicMetadata::Unknown,
-                    code => {
-                        match broker_error("Metadata", code, Some(format!("topic `{topic}`"))) {
-                            Some(error) if !error.is_retriable() => {
-                                TopicMetadata::Failed(Arc::new(error))
-                            }
-                            _ => TopicMetadata::Unknown,
+                    _ => match entry.error(topic) {
+                        Some(error) if !error.is_retriable() => {
+                            TopicMetadata::Failed(Arc::new(error))
                         }
-                    }
+                        _ => TopicMetadata::Unknown,
+                    },
                 },
             };
             out.push(((*topic).to_owned(), meta));

@@ -28,10 +28,11 @@ pub use self::builder::KafkaLogReaderBuilder;
 use self::fetch::{Ask, Fetched};
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::cluster::metadata::Leader;
+use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::codec::client_list_offsets;
 use crate::kafka::errors::{api_name, broker_error};
-use crate::kafka::net::broker_address;
-use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::connection::ConnectionConfig;
 use crate::producer::{IsolationLevel, LogRead, LogReader};
 use crate::record::ConsumerRecord;
 
@@ -99,8 +100,8 @@ const REFRESH_ON: &[&str] = &[
 pub struct KafkaLogReader {
     /// Metadata, through a bootstrap connection it keeps alive.
     admin: KafkaAdmin,
-    /// Settings of the leader connections.
-    config: ConnectionConfig,
+    /// The leaders' connections.
+    brokers: BrokerPool,
     /// `max_bytes` and `partition_max_bytes` of every Fetch.
     max_bytes: i32,
     state: Mutex<State>,
@@ -109,21 +110,8 @@ pub struct KafkaLogReader {
 /// What the reader learnt of the cluster.
 #[derive(Debug, Default)]
 struct State {
-    /// `host:port` of each broker, by node id, from the last Metadata.
-    brokers: HashMap<i32, String>,
     /// The leader of each partition read so far.
     leaders: HashMap<(String, i32), Leader>,
-    /// Connections to leaders, by node id.
-    connections: HashMap<i32, Connection>,
-}
-
-/// Where a partition is led.
-#[derive(Debug, Clone, Copy)]
-struct Leader {
-    node: i32,
-    epoch: i32,
-    /// Nil from brokers before Metadata v10.
-    topic_id: Uuid,
 }
 
 impl KafkaLogReader {
@@ -143,7 +131,7 @@ impl KafkaLogReader {
             .map_err(crate::kafka::admin::Failure::into_consumer)?;
         Ok(Self {
             admin,
-            config,
+            brokers: BrokerPool::new(config),
             max_bytes,
             state: Mutex::new(State::default()),
         })
@@ -208,79 +196,11 @@ impl KafkaLogReader {
                 return Ok(*leader);
             }
         }
-        let metadata_api = api_name(ApiKey::Metadata);
-        let response = self.admin.metadata(Some(&[topic])).await?;
-        let mut state = self.lock();
-        state.brokers = response
-            .brokers
-            .iter()
-            .map(|b| (b.node_id.0, broker_address(b.host.as_str(), b.port)))
-            .collect();
-        let fail = |code: i16, what: String| {
-            broker_error(metadata_api, code, Some(what)).unwrap_or_else(|| {
-                ConsumerError::Protocol {
-                    broker: "metadata".to_owned(),
-                    reason: "no error code for a failure".to_owned(),
-                }
-            })
-        };
-        let entry = response
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or_else(|| fail(UNKNOWN_TOPIC_OR_PARTITION, format!("topic `{topic}`")))?;
-        if entry.error_code != 0 {
-            return Err(fail(entry.error_code, format!("topic `{topic}`")));
-        }
-        let found = entry
-            .partitions
-            .iter()
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| {
-                fail(
-                    UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("partition {partition} of `{topic}`"),
-                )
-            })?;
-        if found.error_code != 0 && found.error_code != LEADER_NOT_AVAILABLE {
-            return Err(fail(
-                found.error_code,
-                format!("partition {partition} of `{topic}`"),
-            ));
-        }
-        if found.leader_id.0 < 0 || found.error_code == LEADER_NOT_AVAILABLE {
-            return Err(fail(
-                LEADER_NOT_AVAILABLE,
-                format!("partition {partition} of `{topic}` has no leader"),
-            ));
-        }
-        let leader = Leader {
-            node: found.leader_id.0,
-            epoch: found.leader_epoch,
-            topic_id: entry.topic_id,
-        };
-        state.leaders.insert(key, leader);
+        let snapshot = self.admin.metadata(Some(&[topic])).await?;
+        self.brokers.learn(&snapshot.brokers);
+        let leader = snapshot.leader(topic, partition)?;
+        self.lock().leaders.insert(key, leader);
         Ok(leader)
-    }
-
-    /// A live connection to broker `node`, made if needed.
-    async fn connection(&self, node: i32) -> Result<Connection, ConsumerError> {
-        let address = {
-            let state = self.lock();
-            if let Some(c) = state.connections.get(&node).filter(|c| !c.is_closed()) {
-                return Ok(c.clone());
-            }
-            state.brokers.get(&node).cloned()
-        };
-        let Some(address) = address else {
-            return Err(ConsumerError::Protocol {
-                broker: format!("node {node}"),
-                reason: format!("the metadata names leader {node} but not its address"),
-            });
-        };
-        let fresh = Connection::connect(&address, &self.config).await?;
-        self.lock().connections.insert(node, fresh.clone());
-        Ok(fresh)
     }
 
     /// Runs `attempt` up to [`MAX_ATTEMPTS`] times: after an error that a new leader or a new
@@ -305,7 +225,7 @@ impl KafkaLogReader {
                 Err((error, node)) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
                     debug!(topic, partition, %error, tries, "log read retrying");
                     if let (Some(node), ConsumerError::Timeout(_)) = (node, &error) {
-                        self.lock().connections.remove(&node);
+                        self.brokers.forget(node);
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = backoff.saturating_mul(2);
@@ -328,7 +248,7 @@ impl KafkaLogReader {
             .await
             .map_err(|e| (e, None))?;
         let at = |e| (e, Some(leader.node));
-        let connection = self.connection(leader.node).await.map_err(at)?;
+        let connection = self.brokers.open(leader.node).await.map_err(at)?;
         let mut ours = FetchRequest::VERSIONS;
         if leader.topic_id.is_nil() {
             ours = ours.intersect(&VersionRange {
@@ -343,7 +263,11 @@ impl KafkaLogReader {
             ..ask.clone()
         };
         let request = fetch::request(&ask, version);
-        let timeout = self.config.request_timeout.saturating_add(ask.max_wait);
+        let timeout = self
+            .brokers
+            .config()
+            .request_timeout
+            .saturating_add(ask.max_wait);
         let response: FetchResponse = connection
             .request_with_timeout(ApiKey::Fetch, version, &request, timeout)
             .await
@@ -405,7 +329,7 @@ impl KafkaLogReader {
             .await
             .map_err(|e| (e, None))?;
         let at = |e| (e, Some(leader.node));
-        let connection = self.connection(leader.node).await.map_err(at)?;
+        let connection = self.brokers.open(leader.node).await.map_err(at)?;
         // isolation_level came with v2.
         let ours = ListOffsetsRequest::VERSIONS.intersect(&VersionRange {
             min: 2,
@@ -414,7 +338,8 @@ impl KafkaLogReader {
         let version = connection
             .negotiate(ApiKey::ListOffsets, ours)
             .map_err(at)?;
-        let timeout_ms = i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
+        let timeout_ms =
+            i32::try_from(self.brokers.config().request_timeout.as_millis()).unwrap_or(i32::MAX);
         let request = client_list_offsets()
             .with_isolation_level(fetch::isolation_level(isolation))
             .with_timeout_ms(if version >= 10 { timeout_ms } else { 0 })
@@ -497,10 +422,6 @@ impl LogReader for KafkaLogReader {
     }
 }
 
-/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-/// Kafka's LEADER_NOT_AVAILABLE.
-const LEADER_NOT_AVAILABLE: i16 = 5;
 /// ListOffsets' timestamp for the end of the log (the high watermark or the last stable
 /// offset, per the isolation level).
 const LATEST_TIMESTAMP: i64 = -1;

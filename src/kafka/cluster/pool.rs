@@ -1,0 +1,127 @@
+//! Connections to the brokers of a cluster by node id, made on demand from the addresses the
+//! last Metadata answer gave: the producer's and the log reader's leader connections.
+//!
+//! Every connection is made with [`Connection::connect`], so it waits its turn at the client's
+//! reconnect backoff ([`backoff`](crate::kafka::net::backoff)) after a failed attempt to the
+//! same broker.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::consumer::ConsumerError;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
+
+/// The brokers' addresses and the open connections to them.
+#[derive(Debug)]
+pub(crate) struct BrokerPool {
+    config: ConnectionConfig,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// `host:port` of each broker, by node id, from the last Metadata answer.
+    addresses: HashMap<i32, String>,
+    /// Connections by node id; a closed one is replaced when next asked for.
+    connections: HashMap<i32, Connection>,
+}
+
+impl BrokerPool {
+    /// An empty pool whose connections use `config`.
+    pub(crate) fn new(config: ConnectionConfig) -> Self {
+        Self {
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The settings of the pool's connections.
+    pub(crate) fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
+    /// Takes in the brokers of a Metadata answer: they are the cluster's brokers now. Open
+    /// connections stay (one to a broker that left closes by itself).
+    pub(crate) fn learn(&self, brokers: &BTreeMap<i32, String>) {
+        self.lock().addresses = brokers
+            .iter()
+            .map(|(node, address)| (*node, address.clone()))
+            .collect();
+    }
+
+    /// A live connection to broker `node`, if one is open.
+    pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
+        self.lock()
+            .connections
+            .get(&node)
+            .filter(|c| !c.is_closed())
+            .cloned()
+    }
+
+    /// A live connection to broker `node`: the open one, or a new one.
+    ///
+    /// # Errors
+    ///
+    /// [`ConsumerError::Protocol`] when the last answer did not give the broker's address;
+    /// the errors of [`Connection::connect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection not yet made is dropped with the future.
+    pub(crate) async fn open(&self, node: i32) -> Result<Connection, ConsumerError> {
+        let address = {
+            let state = self.lock();
+            if let Some(c) = state.connections.get(&node).filter(|c| !c.is_closed()) {
+                return Ok(c.clone());
+            }
+            state.addresses.get(&node).cloned()
+        };
+        let Some(address) = address else {
+            return Err(ConsumerError::Protocol {
+                broker: format!("node {node}"),
+                reason: format!("the metadata names broker {node} but not its address"),
+            });
+        };
+        let fresh = Connection::connect(&address, &self.config).await?;
+        self.lock().connections.insert(node, fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Forgets the connection to `node` (one whose request timed out: later answers would
+    /// queue behind the lost one); the next [`Self::open`] makes a new one.
+    pub(crate) fn forget(&self, node: i32) {
+        self.lock().connections.remove(&node);
+    }
+
+    /// Takes every connection out of the pool, for the caller to close.
+    pub(crate) fn drain(&self) -> Vec<Connection> {
+        self.lock().connections.drain().map(|(_, c)| c).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_broker_the_last_answer_did_not_list_is_a_protocol_error_naming_it() {
+        let pool = BrokerPool::new(ConnectionConfig::default());
+        let no_address = |error: &ConsumerError, node: i32| {
+            matches!(error, ConsumerError::Protocol { reason, .. }
+                if reason.contains(&format!("broker {node} but not its address")))
+        };
+        pool.learn(&BTreeMap::from([(1, "127.0.0.1:9".to_owned())]));
+        assert!(pool.cached(1).is_none());
+        let error = pool.open(3).await.expect_err("no address");
+        assert!(no_address(&error, 3), "{error:?}");
+        // A later answer is the cluster now: broker 1 is no longer known.
+        pool.learn(&BTreeMap::from([(3, "127.0.0.1:9".to_owned())]));
+        let error = pool.open(1).await.expect_err("no address");
+        assert!(no_address(&error, 1), "{error:?}");
+        assert!(pool.drain().is_empty());
+    }
+}
