@@ -6,18 +6,26 @@
 #[path = "support/fake_broker.rs"]
 mod fake_broker;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, EndTxnRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ApiKey, BrokerId, EndTxnRequest, InitProducerIdResponse, MetadataResponse, ProduceRequest,
+    ProduceResponse, TopicName,
 };
+use kafka_protocol::protocol::StrBytes;
 use kafka_share_sink::ConsumerError;
 use kafka_share_sink::producer::{
     KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
+use tokio::net::TcpListener;
 
 const TOPIC: &str = "out";
 const CONCURRENT_TRANSACTIONS: i16 = 51;
@@ -258,18 +266,8 @@ async fn produce_answers_that_never_decode_end_in_a_typed_timeout() {
     broker.on(ApiKey::Produce, |_| {
         Reply::Body(Bytes::from_static(&[0x7f, 0xff, 0xff]))
     });
-    let producer = KafkaProducer::connect(
-        config(&broker)
-            .delivery_timeout(Duration::from_secs(2))
-            .request_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .expect("connect");
-    let sent = producer.send(record(0, "v")).expect("queued");
-    let error = tokio::time::timeout(Duration::from_secs(10), sent)
-        .await
-        .expect("completes within its delivery timeout")
-        .expect_err("never written");
+    let producer = giving_up_after(config(&broker), Duration::from_secs(2)).await;
+    let error = undeliverable(&producer).await;
     let ProducerError::Timeout {
         last: Some(last), ..
     } = &error
@@ -304,4 +302,124 @@ async fn a_produce_answer_without_the_partition_fails_the_batch() {
     // The producer goes on (after renewing its epoch).
     let next = producer.send(record(1, "w")).expect("queued");
     next.await.expect("written");
+}
+
+/// A Metadata answer for [`TOPIC`] (two partitions) naming `leader` the leader of both, and
+/// listing the fake broker as node [`fake_broker::NODE_ID`] plus `extra` brokers.
+fn metadata_naming(
+    broker: &FakeBroker,
+    leader: i32,
+    extra: Vec<(i32, String)>,
+) -> impl Fn(&fake_broker::Request) -> Reply + Send + Sync + 'static {
+    let id = broker.topic_id(TOPIC).expect("topic");
+    let mut listed = vec![(fake_broker::NODE_ID, broker.addr())];
+    listed.extend(extra);
+    move |request| {
+        let brokers = listed
+            .iter()
+            .map(|(node, addr)| {
+                let (host, port) = addr.rsplit_once(':').expect("host:port");
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(*node))
+                    .with_host(StrBytes::from_string(host.to_owned()))
+                    .with_port(port.parse().expect("port"))
+            })
+            .collect();
+        let partitions = (0..2)
+            .map(|p| {
+                MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(BrokerId(leader))
+            })
+            .collect();
+        let topic = MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))
+            .with_topic_id(id)
+            .with_partitions(partitions);
+        let response = MetadataResponse::default()
+            .with_brokers(brokers)
+            .with_controller_id(BrokerId(fake_broker::NODE_ID))
+            .with_topics(vec![topic]);
+        Reply::message(&response, request.version())
+    }
+}
+
+/// A producer with `config` whose records give up after `delivery` (a request after 1 s).
+async fn giving_up_after(config: KafkaProducerConfig, delivery: Duration) -> KafkaProducer {
+    KafkaProducer::connect(
+        config
+            .delivery_timeout(delivery)
+            .request_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect("connect")
+}
+
+/// The error of a record to partition 0 that the producer cannot deliver (within 20 s: the
+/// tests' delivery timeouts are a few seconds).
+async fn undeliverable(producer: &KafkaProducer) -> ProducerError {
+    let sent = producer.send(record(0, "v")).expect("queued");
+    tokio::time::timeout(Duration::from_secs(20), sent)
+        .await
+        .expect("completes within its delivery timeout")
+        .expect_err("never written")
+}
+
+/// [`undeliverable`], which must end in a delivery timeout.
+async fn times_out(producer: &KafkaProducer) {
+    let error = undeliverable(producer).await;
+    assert!(
+        matches!(error, ProducerError::Timeout { .. }),
+        "a delivery timeout: {error:?}"
+    );
+}
+
+/// A leader that drops every connection is dialled again at the producer's reconnect backoff
+/// (50 ms doubling up to 1 s, per broker), not in a loop: over a 3 s delivery timeout that is
+/// at most 8 attempts even with the jitter (12 allowed), and it keeps trying meanwhile.
+#[tokio::test]
+async fn a_leader_that_drops_every_connection_is_dialled_at_the_reconnect_backoff() {
+    let broker = broker(None).await;
+    let dropper = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let dropper_addr = dropper.local_addr().expect("addr").to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counting = Arc::clone(&accepted);
+    let accept = tokio::spawn(async move {
+        while let Ok((stream, _)) = dropper.accept().await {
+            counting.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    broker.on(
+        ApiKey::Metadata,
+        metadata_naming(&broker, 2, vec![(2, dropper_addr)]),
+    );
+    let producer = giving_up_after(config(&broker), Duration::from_secs(3)).await;
+    times_out(&producer).await;
+    let dials = accepted.load(Ordering::SeqCst);
+    accept.abort();
+    assert!(
+        (3..=12).contains(&dials),
+        "the dropping leader was dialled {dials} times in 3 s"
+    );
+}
+
+/// A leader the Metadata answer names but does not list has no address: the producer asks
+/// the metadata again at its retry backoff (here 100 ms doubling up to 400 ms: about 9
+/// answers in 3 s, 30 allowed) instead of failing a connection and asking again at once.
+#[tokio::test]
+async fn a_leader_missing_from_the_broker_list_is_asked_for_at_the_metadata_backoff() {
+    let broker = broker(None).await;
+    broker.on(ApiKey::Metadata, metadata_naming(&broker, 7, Vec::new()));
+    let producer = giving_up_after(
+        config(&broker).retry_backoff(Duration::from_millis(100), Duration::from_millis(400)),
+        Duration::from_secs(3),
+    )
+    .await;
+    times_out(&producer).await;
+    let asked = broker.count(ApiKey::Metadata);
+    assert!(
+        (3..=30).contains(&asked),
+        "Metadata was asked {asked} times in 3 s"
+    );
 }

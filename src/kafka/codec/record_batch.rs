@@ -35,7 +35,7 @@
 
 use std::io::{self, Read, Write};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 /// Most bytes one batch may decompress to; a batch that would grow beyond is an error. Brokers
 /// cap a batch at `message.max.bytes` (1 MiB by default) as written, so honest batches stay far
@@ -953,15 +953,30 @@ pub(crate) fn encode_batch(records: &[NewRecord], options: &EncodeOptions) -> By
             .max()
             .unwrap_or(NO_TIMESTAMP)
     });
-    let mut body = Vec::new();
-    let mut scratch = Vec::new();
+    // Each record is written once, straight into the batch: its length first (computed),
+    // then its fields. Uncompressed, the header's room comes first and is filled in place;
+    // compressed, the records are the compressor's input.
+    let uncompressed = options.compression == Compression::None;
+    let room = if uncompressed { BATCH_HEADER } else { 0 };
+    let sizes: usize = records
+        .iter()
+        .enumerate()
+        .map(|(delta, r)| {
+            let len = record_len(r, wire_len(delta), base_timestamp);
+            len.saturating_add(varint_len(wire_len(len)))
+        })
+        .fold(room, usize::saturating_add);
+    let mut body = Vec::with_capacity(sizes);
+    body.resize(room, 0);
     for (delta, record) in records.iter().enumerate() {
-        scratch.clear();
-        encode_record(&mut scratch, record, wire_len(delta), base_timestamp);
-        put_varint(&mut body, wire_len(scratch.len()));
-        body.extend_from_slice(&scratch);
+        let delta = wire_len(delta);
+        put_varint(
+            &mut body,
+            wire_len(record_len(record, delta, base_timestamp)),
+        );
+        encode_record(&mut body, record, delta, base_timestamp);
     }
-    let payload = compress(options.compression, body);
+    debug_assert_eq!(body.len(), sizes, "record_len agrees with encode_record");
     let mut attributes = options.compression.id();
     if options.log_append_time.is_some() {
         attributes |= LOG_APPEND_TIME_FLAG;
@@ -972,21 +987,57 @@ pub(crate) fn encode_batch(records: &[NewRecord], options: &EncodeOptions) -> By
     if options.control {
         attributes |= CONTROL_FLAG;
     }
-    assemble(
-        &BatchHeader {
-            base_offset: options.base_offset,
-            partition_leader_epoch: options.partition_leader_epoch,
-            attributes,
-            last_offset_delta: wire_len(records.len().saturating_sub(1)),
-            base_timestamp,
-            max_timestamp,
-            producer_id: options.producer_id,
-            producer_epoch: options.producer_epoch,
-            base_sequence: options.base_sequence,
-            records_count: wire_len(records.len()),
-        },
-        &payload,
-    )
+    let header = BatchHeader {
+        base_offset: options.base_offset,
+        partition_leader_epoch: options.partition_leader_epoch,
+        attributes,
+        last_offset_delta: wire_len(records.len().saturating_sub(1)),
+        base_timestamp,
+        max_timestamp,
+        producer_id: options.producer_id,
+        producer_epoch: options.producer_epoch,
+        base_sequence: options.base_sequence,
+        records_count: wire_len(records.len()),
+    };
+    if uncompressed {
+        let payload = body.len() - BATCH_HEADER;
+        write_header(&mut body, &header, payload);
+        return Bytes::from(body);
+    }
+    assemble(&header, &compress(options.compression, body))
+}
+
+/// The bytes [`encode_record`] writes for `record`.
+fn record_len(record: &NewRecord, offset_delta: i32, base_timestamp: i64) -> usize {
+    let bytes =
+        |b: Option<&[u8]>| b.map_or(varint_len(-1), |b| varint_len(wire_len(b.len())) + b.len());
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(key, value)| bytes(Some(key.as_bytes())) + bytes(value.as_deref()))
+        .sum();
+    1 + varlong_len(record.timestamp.wrapping_sub(base_timestamp))
+        + varint_len(offset_delta)
+        + bytes(record.key.as_deref())
+        + bytes(record.value.as_deref())
+        + varint_len(wire_len(record.headers.len()))
+        + headers
+}
+
+/// The bytes of `value` as a zigzag varint.
+fn varint_len(value: i32) -> usize {
+    unsigned_varint_len(u64::from(((value << 1) ^ (value >> 31)) as u32))
+}
+
+/// The bytes of `value` as a zigzag varlong.
+fn varlong_len(value: i64) -> usize {
+    unsigned_varint_len(((value << 1) ^ (value >> 63)) as u64)
+}
+
+fn unsigned_varint_len(raw: u64) -> usize {
+    // 7 bits a byte, at least one byte.
+    let bits = (64 - raw.leading_zeros() as usize).max(1);
+    bits.div_ceil(7)
 }
 
 /// A length or count as the i32 the wire holds.
@@ -1090,25 +1141,33 @@ struct BatchHeader {
 
 /// A batch of `header` and the (compressed) records `payload`, with its length and CRC.
 fn assemble(header: &BatchHeader, payload: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(BATCH_HEADER + payload.len());
-    buf.put_i64(header.base_offset);
-    buf.put_i32(wire_len(BATCH_HEADER - LENGTH_PREFIX + payload.len()));
-    buf.put_i32(header.partition_leader_epoch);
-    buf.put_i8(MAGIC_V2);
-    buf.put_u32(0); // CRC, below
-    buf.put_i16(header.attributes);
-    buf.put_i32(header.last_offset_delta);
-    buf.put_i64(header.base_timestamp);
-    buf.put_i64(header.max_timestamp);
-    buf.put_i64(header.producer_id);
-    buf.put_i16(header.producer_epoch);
-    buf.put_i32(header.base_sequence);
-    buf.put_i32(header.records_count);
-    debug_assert_eq!(buf.len(), BATCH_HEADER);
-    buf.put_slice(payload);
+    let mut buf = Vec::with_capacity(BATCH_HEADER + payload.len());
+    buf.resize(BATCH_HEADER, 0);
+    buf.extend_from_slice(payload);
+    write_header(&mut buf, header, payload.len());
+    Bytes::from(buf)
+}
+
+/// Writes the header into the first [`BATCH_HEADER`] bytes of `buf`, which the `payload`
+/// bytes of records follow, and the CRC over both.
+fn write_header(buf: &mut [u8], header: &BatchHeader, payload: usize) {
+    let mut at = &mut buf[..BATCH_HEADER];
+    at.put_i64(header.base_offset);
+    at.put_i32(wire_len(BATCH_HEADER - LENGTH_PREFIX + payload));
+    at.put_i32(header.partition_leader_epoch);
+    at.put_i8(MAGIC_V2);
+    at.put_u32(0); // CRC, below
+    at.put_i16(header.attributes);
+    at.put_i32(header.last_offset_delta);
+    at.put_i64(header.base_timestamp);
+    at.put_i64(header.max_timestamp);
+    at.put_i64(header.producer_id);
+    at.put_i16(header.producer_epoch);
+    at.put_i32(header.base_sequence);
+    at.put_i32(header.records_count);
+    debug_assert!(at.is_empty());
     let crc = crc32c::crc32c(&buf[ATTRIBUTES_AT..]);
     buf[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
-    buf.freeze()
 }
 
 #[cfg(test)]

@@ -23,6 +23,16 @@
 //!   same batches, re-encoded under the new epoch). UNKNOWN_PRODUCER_ID (the broker forgot
 //!   the producer) is handled the same way, the batch kept for a retry after the bump.
 //! - In a transaction a gap is not repaired: the transaction must be aborted.
+//!
+//! # Batch size
+//!
+//! A batch is closed (ready to send) once it holds `batch.size` bytes, as in Java, unless its
+//! partition could not send it now anyway: while a batch of the partition waits ahead of it,
+//! or the partition has as many batches in flight as it may, or a retry or an epoch bump is
+//! pending, the open batch keeps taking records up to `max_batch_size` (the smaller of
+//! `max.request.size` and 1 MiB, the broker's default `message.max.bytes`). A burst of sends
+//! (a transaction's outputs, then `flush`) thus goes out in a few full requests instead of
+//! one 16 KiB batch per round trip; a steady trickle is batched as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -44,6 +54,10 @@ pub(crate) type Tp = (Arc<str>, i32);
 const RECORD_OVERHEAD: usize = 21;
 /// The fixed header of a record batch.
 pub(crate) const BATCH_OVERHEAD: usize = 61;
+/// The most an open batch grows past `batch.size` while its partition is backed up: the
+/// broker's default `message.max.bytes` (1 MiB plus a batch header), so a grown batch fits
+/// any topic with the default limit.
+pub(crate) const GROWN_BATCH_MAX: usize = 1 << 20;
 
 /// The size estimate of one record in a batch.
 pub(crate) fn record_size(record: &NewRecord) -> usize {
@@ -179,6 +193,20 @@ struct PartitionState {
 }
 
 impl PartitionState {
+    /// Whether a closed batch could not be sent at the next drain anyway: a batch waits
+    /// ahead of the open one, a retry waits, or the partition's window is full.
+    fn backed_up(&self, config: &AccumulatorConfig, bump_pending: bool) -> bool {
+        if bump_pending || self.queued.len() > 1 {
+            return true;
+        }
+        let window = if self.acked || !config.idempotent {
+            config.max_in_flight.max(1)
+        } else {
+            1
+        };
+        self.unacked.len() >= window || self.has_retry()
+    }
+
     fn in_flight(&self) -> usize {
         self.unacked
             .iter()
@@ -197,6 +225,9 @@ impl PartitionState {
 #[derive(Debug, Clone)]
 pub(crate) struct AccumulatorConfig {
     pub(crate) batch_size: usize,
+    /// How large an open batch may grow while its partition cannot send it (at least
+    /// `batch_size`); see the module's "Batch size".
+    pub(crate) max_batch_size: usize,
     pub(crate) linger: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) idempotent: bool,
@@ -331,7 +362,8 @@ impl Accumulator {
     }
 
     /// Appends a record to the partition's open batch (or a new one). Returns true when a
-    /// batch of the partition was closed by it (full), for the sticky partitioner.
+    /// batch of the partition was closed by it (full), or a growing batch took another
+    /// `batch.size`: for the sticky partitioner.
     pub(crate) fn append(
         &mut self,
         tp: Tp,
@@ -341,20 +373,29 @@ impl Accumulator {
         now: Instant,
     ) -> bool {
         let size = record_size(&record);
-        let batch_size = self.config.batch_size;
         let state = self.partitions.entry(tp.clone()).or_default();
+        // Past `batch.size` only while the partition could not send the batch now anyway.
+        let batch_size = if state.backed_up(&self.config, self.bump_pending) {
+            self.config.max_batch_size.max(self.config.batch_size)
+        } else {
+            self.config.batch_size
+        };
         let mut closed = false;
         if let Some(open) = state.queued.back_mut().filter(|b| !b.closed) {
             if open.bytes.saturating_add(size) <= batch_size || open.records.is_empty() {
+                let before = open.bytes;
                 open.bytes = open.bytes.saturating_add(size);
                 open.records.push(record);
                 open.senders.push((id, sender));
                 self.incomplete.insert(id);
                 if open.bytes >= batch_size {
                     open.closed = true;
-                    closed = true;
+                    return true;
                 }
-                return closed;
+                // A growing batch tells the sticky partitioner each time it takes another
+                // `batch.size`, so keyless records spread over partitions as before.
+                let unit = self.config.batch_size.max(1);
+                return before / unit != open.bytes / unit;
             }
             open.closed = true;
             closed = true;
@@ -451,6 +492,7 @@ impl Accumulator {
             let ready = front.closed
                 || flushing
                 || several
+                || front.bytes >= self.config.batch_size
                 || now >= front.created.checked_add(linger).unwrap_or(front.created);
             if !ready || !allowed(tp) {
                 continue;
@@ -786,6 +828,7 @@ mod tests {
         AccumulatorConfig {
             // Every record fills its batch: one record, one batch.
             batch_size: 1,
+            max_batch_size: 1,
             linger: Duration::ZERO,
             max_in_flight: 5,
             idempotent,
@@ -900,6 +943,95 @@ mod tests {
 
     fn outcome(future: DeliveryFuture) -> Option<Result<RecordMetadata, ProducerError>> {
         future.now_or_never()
+    }
+
+    /// Records of `record(i)`'s size: 21 bytes of overhead plus "v0".."v9".
+    const SMALL: usize = RECORD_OVERHEAD + 2;
+
+    /// Batches of about ten small records (`batch.size`), growing to about forty.
+    fn growing(idempotent: bool) -> AccumulatorConfig {
+        AccumulatorConfig {
+            batch_size: BATCH_OVERHEAD + 10 * SMALL,
+            max_batch_size: BATCH_OVERHEAD + 40 * SMALL,
+            ..config(idempotent, false)
+        }
+    }
+
+    fn append_n(acc: &mut Accumulator, from: usize, n: usize, now: Instant) {
+        for i in from..from + n {
+            let (sender, _future) = DeliveryFuture::channel();
+            acc.append(tp(), i as u64, record(i % 10), sender, now);
+        }
+    }
+
+    fn batch_sizes(acc: &Accumulator) -> Vec<usize> {
+        acc.partitions[&tp()]
+            .queued
+            .iter()
+            .map(|b| b.records.len())
+            .collect()
+    }
+
+    #[test]
+    fn a_partition_that_can_send_closes_its_batch_at_batch_size() {
+        let now = Instant::now();
+        // Without idempotence the window is the whole max.in.flight: nothing is backed up
+        // until a closed batch waits.
+        let mut acc = Accumulator::new(growing(false));
+        append_n(&mut acc, 0, 10, now);
+        assert_eq!(batch_sizes(&acc), vec![10]);
+        assert!(!acc.has_open_batch(&tp()), "closed at batch.size");
+    }
+
+    #[test]
+    fn a_backed_up_partition_grows_its_open_batch_up_to_the_maximum_and_sends_it_whole() {
+        let now = Instant::now();
+        let mut acc = Accumulator::new(growing(true));
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        // The first batch of the partition goes alone; while it is in flight the partition
+        // cannot send another, so the next one takes records past batch.size.
+        append_n(&mut acc, 0, 10, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1);
+        append_n(&mut acc, 10, 100, now);
+        assert_eq!(
+            batch_sizes(&acc),
+            vec![40, 40, 20],
+            "grown to the maximum, then closed; the rest waits behind them"
+        );
+        for batch in &acc.partitions[&tp()].queued {
+            assert!(batch.bytes <= growing(true).max_batch_size);
+        }
+        // Once the first is confirmed the grown batches go out as they are.
+        acc.complete(&tp(), first[0].batch_id, written(0), now);
+        let sent = drain_all(&mut acc, now);
+        let sequences: Vec<i32> = sent.iter().map(|d| header(&d.bytes).2).collect();
+        assert_eq!(
+            sequences,
+            vec![10, 50, 90],
+            "consecutive sequences over grown batches"
+        );
+    }
+
+    #[test]
+    fn a_grown_open_batch_goes_without_waiting_for_linger() {
+        let now = Instant::now();
+        let config = AccumulatorConfig {
+            linger: Duration::from_secs(60),
+            ..growing(true)
+        };
+        let mut acc = Accumulator::new(config);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        append_n(&mut acc, 0, 10, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1);
+        // 15 records: past batch.size but under the maximum, still open.
+        append_n(&mut acc, 10, 15, now);
+        assert_eq!(batch_sizes(&acc), vec![15]);
+        assert!(acc.has_open_batch(&tp()));
+        acc.complete(&tp(), first[0].batch_id, written(0), now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 1, "full by batch.size: not held for linger.ms");
     }
 
     #[test]

@@ -298,6 +298,14 @@ impl KafkaProducerConfig {
     }
 
     /// `batch.size` (default 16384): a batch is sent once it holds this many bytes.
+    ///
+    /// Unlike Java's producer, a batch whose partition cannot send it yet (a batch waits
+    /// ahead of it, or `max.in.flight.requests.per.connection` batches of the partition are
+    /// in flight) goes on taking records past `batch.size`, up to the smaller of
+    /// `max.request.size` and 1 MiB (the broker's default `message.max.bytes`): a burst, such
+    /// as a transaction's records before its commit, then goes out in a few full requests
+    /// instead of one `batch.size` per round trip. A topic whose `max.message.bytes` is below
+    /// 1 MiB needs `max.request.size` at or below it, as in Java.
     pub fn batch_size(mut self, bytes: usize) -> Self {
         self.batch_size = bytes;
         self

@@ -26,7 +26,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use self::accumulator::{Accumulator, AccumulatorConfig, BATCH_OVERHEAD, record_size};
+use self::accumulator::{
+    Accumulator, AccumulatorConfig, BATCH_OVERHEAD, GROWN_BATCH_MAX, record_size,
+};
 use self::cluster::{Cluster, TopicMetadata};
 pub use self::config::{Acks, KafkaProducerConfig};
 use self::coordinator::{Coordinator, Retry};
@@ -189,6 +191,7 @@ impl KafkaProducer {
         let transactional = config.transactional_id.is_some();
         let accumulator = Accumulator::new(AccumulatorConfig {
             batch_size: config.batch_size,
+            max_batch_size: config.max_request_size.min(GROWN_BATCH_MAX),
             linger: config.linger,
             max_in_flight: config.max_in_flight,
             idempotent,

@@ -62,11 +62,12 @@ enum Work {
 /// Runs until the producer is dropped (which aborts it).
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut work: FuturesUnordered<BoxFuture<'static, Work>> = FuturesUnordered::new();
+    // Brokers a connection is being made to. A broker whose connection failed is dialled
+    // again no sooner than the client's reconnect backoff allows (`reconnect.backoff.ms`
+    // doubling up to `reconnect.backoff.max.ms`, per broker, shared by every connection of
+    // the producer: see `kafka::net::backoff`): the connect future waits its turn, and the
+    // broker stays here meanwhile.
     let mut connecting: HashSet<i32> = HashSet::new();
-    // Per broker whose connection failed: when to try again, and the next pause. Without
-    // it a refused connection (a crashed leader) would be retried at once, over and over,
-    // and the metadata that names the new leader never asked for.
-    let mut reconnect: HashMap<i32, (Instant, Duration)> = HashMap::new();
     let mut in_flight: HashMap<i32, usize> = HashMap::new();
     let mut metadata_busy = false;
     let mut metadata_at = Instant::now();
@@ -205,9 +206,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     return false;
                 }
                 if shared.cluster.cached(leader).is_none() {
-                    if reconnect.get(&leader).is_none_or(|(at, _)| *at <= now) {
-                        connect.push(leader);
-                    }
+                    connect.push(leader);
                     return false;
                 }
                 leaders.insert(tp.clone(), leader);
@@ -236,14 +235,6 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             if !state.metadata_wanted.is_empty() && !metadata_busy {
                 wake_at = Some(wake_at.map_or(metadata_at, |w| w.min(metadata_at)));
             }
-            if let Some(at) = reconnect
-                .values()
-                .map(|(at, _)| *at)
-                .filter(|at| *at > now)
-                .min()
-            {
-                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
-            }
             // A bump due already waits for the batches in flight, whose answers wake us.
             if state.accumulator.bump_pending() && !bump_busy && bump_at > now {
                 wake_at = Some(wake_at.map_or(bump_at, |w| w.min(bump_at)));
@@ -251,22 +242,26 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             // Topic ids for Produce v13.
             let ids: HashMap<Arc<str>, Uuid> = topics_ids(&state.topics);
             for (node, batches) in by_node.drain() {
-                let connection = shared.cluster.cached(node);
-                let (queued, next) = oneshot::channel();
-                let previous = order.insert(node, next);
-                *in_flight.entry(node).or_default() += 1;
-                work.push(produce(
-                    &shared,
-                    Target {
-                        node,
-                        connection,
-                        previous,
-                        queued,
-                    },
-                    batches,
-                    &ids,
-                    txn_version,
-                ));
+                // Several requests when the batches (grown ones may be a megabyte each) are
+                // more than max.request.size together, queued in order.
+                for batches in requests_of(batches, shared.config.max_request_size) {
+                    let connection = shared.cluster.cached(node);
+                    let (queued, next) = oneshot::channel();
+                    let previous = order.insert(node, next);
+                    *in_flight.entry(node).or_default() += 1;
+                    work.push(produce(
+                        &shared,
+                        Target {
+                            node,
+                            connection,
+                            previous,
+                            queued,
+                        },
+                        batches,
+                        &ids,
+                        txn_version,
+                    ));
+                }
             }
         }
         for node in connect {
@@ -287,25 +282,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 match done {
                     Work::Connected(node, result) => {
                         connecting.remove(&node);
-                        match result {
-                            Ok(_) => {
-                                reconnect.remove(&node);
-                            }
-                            Err(error) => {
-                                debug!(node, %error, "connection to a leader failed");
-                                // Learn the leaders again now; this broker again after a
-                                // pause that doubles up to retry.backoff.max.ms.
-                                let pause = reconnect.get(&node).map_or(
-                                    shared.config.retry_backoff,
-                                    |(_, pause)| {
-                                        pause.saturating_mul(2).min(shared.config.retry_backoff_max)
-                                    },
-                                );
-                                reconnect.insert(node, (deadline_after(Instant::now(), pause), pause));
-                                let mut state = shared.lock();
-                                let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
-                                state.metadata_wanted.extend(topics);
-                            }
+                        if let Err(error) = result {
+                            debug!(node, %error, "connection to a leader failed");
+                            // Learn the leaders again now; this broker again after the
+                            // reconnect backoff.
+                            let mut state = shared.lock();
+                            let topics: Vec<Arc<str>> = state.topics.keys().cloned().collect();
+                            state.metadata_wanted.extend(topics);
                         }
                     }
                     Work::Produced { node, broker, batches, result } => {
@@ -372,6 +355,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Splits one broker's batches into requests of at most `max` bytes of batches each (Java's
+/// `max.request.size` bounds a request the same way), at least one batch a request, in order.
+fn requests_of(batches: Vec<Drained>, max: usize) -> Vec<Vec<Drained>> {
+    let mut requests: Vec<Vec<Drained>> = Vec::new();
+    let mut size = 0usize;
+    for batch in batches {
+        let len = batch.bytes.len();
+        match requests.last_mut() {
+            Some(request) if size.saturating_add(len) <= max => {
+                size = size.saturating_add(len);
+                request.push(batch);
+            }
+            _ => {
+                size = len;
+                requests.push(vec![batch]);
+            }
+        }
+    }
+    requests
 }
 
 fn topics_ids(topics: &HashMap<Arc<str>, TopicMetadata>) -> HashMap<Arc<str>, Uuid> {
@@ -790,5 +794,47 @@ pub(crate) fn classify_partition(
             unknown: matches!(error_code, 7 | 20),
         },
         _ => BatchOutcome::Failed(rejected),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn batch(partition: i32, len: usize) -> Drained {
+        Drained {
+            tp: (Arc::from("t"), partition),
+            batch_id: u64::try_from(partition).unwrap(),
+            bytes: Bytes::from(vec![0u8; len]),
+        }
+    }
+
+    fn shape(requests: &[Vec<Drained>]) -> Vec<Vec<i32>> {
+        requests
+            .iter()
+            .map(|r| r.iter().map(|b| b.tp.1).collect())
+            .collect()
+    }
+
+    #[test]
+    fn batches_over_max_request_size_together_go_in_several_requests_in_order() {
+        let batches = vec![
+            batch(0, 600),
+            batch(1, 300),
+            batch(2, 200),
+            batch(3, 2000),
+            batch(4, 10),
+        ];
+        let requests = requests_of(batches, 1000);
+        // 600 + 300 fit; 200 more would not; a batch over the maximum goes alone.
+        assert_eq!(
+            shape(&requests),
+            vec![vec![0, 1], vec![2], vec![3], vec![4]]
+        );
+        assert!(requests_of(Vec::new(), 1000).is_empty());
+        let small = requests_of(vec![batch(0, 10), batch(1, 10)], 1000);
+        assert_eq!(shape(&small), vec![vec![0, 1]], "one request when they fit");
     }
 }
