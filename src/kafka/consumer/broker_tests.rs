@@ -332,3 +332,94 @@ async fn aborted_transactions_are_not_delivered_under_read_committed() {
     assert_eq!(values, vec!["committed-0", "committed-1", "committed-2"]);
     consumer.close(Duration::from_secs(10)).await.unwrap();
 }
+
+/// Both members of a one-partition topic learn that they share it, and the group's in-flight
+/// limit per partition; each, with a fast sink, then holds at most half of that limit,
+/// though alone its budget would take all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_learn_who_shares_their_partitions_and_the_groups_lock_limit() {
+    let Some(bootstrap) = bootstrap("members_learn_who_shares_their_partitions") else {
+        return;
+    };
+    let (topic, group) = topic_and_group(
+        &bootstrap,
+        "sharing",
+        &[("share.partition.max.record.locks", "100")],
+    )
+    .await;
+    let mut consumers = Vec::new();
+    for _ in 0..2 {
+        let config =
+            KafkaShareConsumerConfig::new(bootstrap.as_str(), group.as_str()).max_poll_records(10);
+        let mut consumer = KafkaShareConsumer::connect(config).await.unwrap();
+        assert_eq!(consumer.group_configs.max_record_locks(), Some(100));
+        consumer.subscribe(vec![topic.clone()]).await.unwrap();
+        consumers.push(consumer);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let shared_by = |consumer: &KafkaShareConsumer| {
+        let view = consumer.membership.view();
+        let (_, assignment) = view.assignment();
+        let sharers = view.sharers();
+        assignment
+            .iter()
+            .flat_map(|(id, partitions)| partitions.iter().map(move |p| (*id, *p)))
+            .map(|p| sharers.get(&p).copied().unwrap_or(0))
+            .collect::<Vec<_>>()
+    };
+    loop {
+        let seen: Vec<Vec<usize>> = consumers.iter().map(shared_by).collect();
+        if seen.iter().all(|counts| counts == &[2]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members per assigned partition after 60 s: {seen:?}"
+        );
+        for consumer in &mut consumers {
+            consumer.poll(Duration::from_millis(100)).await.unwrap();
+        }
+    }
+    // One record per batch, so the broker can acquire exactly what is asked for.
+    for i in 0..300u32 {
+        let record = NewRecord {
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(i.to_string())),
+            headers: Vec::new(),
+        };
+        produce(
+            &bootstrap,
+            &topic,
+            encode_batch(&[record], &EncodeOptions::default()),
+        )
+        .await;
+    }
+    // Both members poll, acknowledging at once: alone, either's budget would be the
+    // partition's 100 locks; each holds at most its half.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut total, mut most_held) = (0, 0);
+    while total < 300 {
+        assert!(Instant::now() < deadline, "got {total} of 300");
+        for consumer in &mut consumers {
+            let records = consumer.poll(Duration::from_millis(200)).await.unwrap();
+            for r in &records {
+                consumer.acknowledge(r, AcknowledgeType::Accept).unwrap();
+            }
+            total += records.len();
+            let held = records.len() + consumer.engine.mailbox.lock().records.len();
+            most_held = most_held.max(held);
+            assert!(
+                held <= 50,
+                "holds {held} records, more than its share of 50"
+            );
+        }
+    }
+    assert!(
+        most_held > 10,
+        "never fetched ahead of a poll (held at most {most_held})"
+    );
+    for mut consumer in consumers {
+        consumer.close(Duration::from_secs(10)).await.unwrap();
+    }
+}

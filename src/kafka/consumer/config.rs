@@ -277,11 +277,13 @@ impl KafkaShareConsumerConfig {
         self
     }
 
-    /// The share group's in-flight limit per partition (default 2000, the broker's
-    /// `group.share.partition.max.record.locks` since Kafka 4.1; set it to the group's
-    /// `share.partition.max.record.locks` or the broker's value if changed; at least 1).
-    /// [`AcquisitionSizing::Sized`] never acquires more than this many records per assigned
-    /// partition at once.
+    /// The share group's in-flight limit per partition assumed until the group's own is read
+    /// (default 2000, the broker's `group.share.partition.max.record.locks` since Kafka 4.1;
+    /// at least 1). The consumer reads the group's `share.partition.max.record.locks` (or,
+    /// before Kafka 4.3, the broker's limit) when it connects and with the group's other
+    /// configs after that; set this only for a cluster whose configs it may not describe.
+    /// [`AcquisitionSizing::Sized`] never holds more than its fair share of this many records
+    /// per assigned partition: the limit divided by the members the partition is assigned to.
     pub fn max_record_locks(mut self, locks: u32) -> Self {
         self.max_record_locks = locks.max(1);
         self

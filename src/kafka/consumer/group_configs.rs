@@ -1,15 +1,18 @@
 //! The share group's settings that decide what happens to a record whose deliveries run out:
-//! its delivery-count limit and its dead-letter queue (KIP-1191), read with DescribeConfigs
-//! and kept fresh in the background.
+//! its delivery-count limit and its dead-letter queue (KIP-1191), and its in-flight limit per
+//! partition, which the sizing rule splits among the members; read with DescribeConfigs and
+//! kept fresh in the background.
 //!
 //! # What is read, and from where
 //!
 //! - **The group** (resource type GROUP, any broker answers from the cluster metadata):
 //!   `share.delivery.count.limit` (Kafka 4.3+; a 4.4 broker fills in its own
 //!   `group.share.delivery.count.limit` when the group does not set one),
+//!   `share.partition.max.record.locks` (4.3+, filled in the same way),
 //!   `errors.deadletterqueue.topic.name` and `errors.deadletterqueue.copy.record.enable` (4.4).
 //! - **A broker** (resource type BROKER, named by its own id, so asked of that broker):
-//!   `group.share.delivery.count.limit`, for clusters whose groups have no limit of their own
+//!   `group.share.delivery.count.limit` and `group.share.partition.max.record.locks`, for
+//!   clusters whose groups have no limits of their own
 //!   (4.1, 4.2); and, when the group names a dead-letter topic, the cluster's
 //!   `errors.deadletterqueue.topic.name.prefix` (default `dlq.`) and
 //!   `errors.deadletterqueue.auto.create.topics.enable` (default false).
@@ -58,6 +61,11 @@ pub(crate) const SOURCE_GROUP_CONFIG: i8 = 8;
 pub(crate) const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
 /// The broker's delivery-count limit, the default of every group.
 pub(crate) const GROUP_SHARE_DELIVERY_COUNT_LIMIT: &str = "group.share.delivery.count.limit";
+/// The group's in-flight limit per partition (Kafka 4.3+, KIP-1240).
+pub(crate) const SHARE_PARTITION_MAX_RECORD_LOCKS: &str = "share.partition.max.record.locks";
+/// The broker's in-flight limit per partition, the default of every group.
+pub(crate) const GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS: &str =
+    "group.share.partition.max.record.locks";
 /// The group's dead-letter topic (Kafka 4.4, KIP-1191); blank for none.
 pub(crate) const DLQ_TOPIC_NAME: &str = "errors.deadletterqueue.topic.name";
 /// Whether the group's dead-letter records carry the record's key and value.
@@ -83,6 +91,7 @@ const MIN_REFRESH: Duration = Duration::from_millis(100);
 /// The group configs a share consumer reads.
 const GROUP_KEYS: &[&str] = &[
     SHARE_DELIVERY_COUNT_LIMIT,
+    SHARE_PARTITION_MAX_RECORD_LOCKS,
     DLQ_TOPIC_NAME,
     DLQ_COPY_RECORD_ENABLE,
 ];
@@ -90,6 +99,7 @@ const GROUP_KEYS: &[&str] = &[
 /// The broker configs a share consumer may need.
 const BROKER_KEYS: &[&str] = &[
     GROUP_SHARE_DELIVERY_COUNT_LIMIT,
+    GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS,
     DLQ_TOPIC_NAME_PREFIX,
     DLQ_AUTO_CREATE_TOPICS_ENABLE,
 ];
@@ -220,6 +230,11 @@ pub(crate) fn parse_limit(raw: &str) -> Option<u16> {
 }
 
 /// A boolean config as Kafka renders it (`true`/`false`, any case).
+/// An in-flight limit as Kafka renders it: a positive integer.
+pub(crate) fn parse_locks(raw: &str) -> Option<usize> {
+    raw.trim().parse().ok().filter(|locks| *locks > 0)
+}
+
 pub(crate) fn parse_bool(raw: &str) -> Option<bool> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "true" => Some(true),
@@ -233,6 +248,9 @@ pub(crate) fn parse_bool(raw: &str) -> Option<bool> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct GroupSettings {
     pub(crate) delivery_count_limit: Option<u16>,
+    /// The group's `share.partition.max.record.locks`, or else (a cluster before 4.3) the
+    /// broker's `group.share.partition.max.record.locks`.
+    pub(crate) max_record_locks: Option<usize>,
     pub(crate) dead_letter_queue: BrokerDeadLetterQueue,
 }
 
@@ -423,6 +441,17 @@ pub(crate) async fn read(source: &Source) -> Reading {
         })
     };
 
+    // A 4.3+ group has its own limit (the broker's filled in); an older cluster's is the
+    // broker's, read along with its delivery-count limit (both came in 4.3).
+    let max_record_locks = match group.value(SHARE_PARTITION_MAX_RECORD_LOCKS) {
+        Some(raw) => parse_locks(raw),
+        None => broker.as_ref().and_then(|(configs, _)| {
+            configs
+                .value(GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS)
+                .and_then(parse_locks)
+        }),
+    };
+
     let (dead_letter_queue, unusable_topic) = match name {
         None => (BrokerDeadLetterQueue::None, None),
         Some(name) => {
@@ -471,6 +500,7 @@ pub(crate) async fn read(source: &Source) -> Reading {
     Reading {
         settings: GroupSettings {
             delivery_count_limit,
+            max_record_locks,
             dead_letter_queue,
         },
         unusable_topic,
@@ -538,6 +568,9 @@ impl Known {
         if settings.delivery_count_limit.is_some() {
             self.settings.delivery_count_limit = settings.delivery_count_limit;
         }
+        if settings.max_record_locks.is_some() {
+            self.settings.max_record_locks = settings.max_record_locks;
+        }
         if settings.dead_letter_queue != BrokerDeadLetterQueue::Unknown {
             self.settings.dead_letter_queue = settings.dead_letter_queue;
             if unusable_topic != self.unusable_topic {
@@ -551,6 +584,7 @@ impl Known {
             info!(
                 group = group_id,
                 delivery_count_limit = ?self.settings.delivery_count_limit,
+                max_record_locks = ?self.settings.max_record_locks,
                 dead_letter_queue = ?self.settings.dead_letter_queue,
                 "share group settings read"
             );
@@ -586,6 +620,11 @@ impl GroupConfigWatch {
     /// The group's delivery-count limit, if known.
     pub(crate) fn delivery_count_limit(&self) -> Option<u16> {
         lock(&self.shared).settings.delivery_count_limit
+    }
+
+    /// The group's in-flight limit per partition, if known.
+    pub(crate) fn max_record_locks(&self) -> Option<usize> {
+        lock(&self.shared).settings.max_record_locks
     }
 
     /// The group's dead-letter queue, as far as known.
@@ -745,6 +784,11 @@ mod tests {
         assert_eq!(parse_bool("TRUE"), Some(true));
         assert_eq!(parse_bool("false"), Some(false));
         assert_eq!(parse_bool("yes"), None);
+        assert_eq!(parse_locks("2000"), Some(2000));
+        assert_eq!(parse_locks(" 100 "), Some(100));
+        assert_eq!(parse_locks("0"), None);
+        assert_eq!(parse_locks("-1"), None);
+        assert_eq!(parse_locks("many"), None);
     }
 
     #[test]
@@ -753,6 +797,7 @@ mod tests {
         let good = Reading {
             settings: GroupSettings {
                 delivery_count_limit: Some(3),
+                max_record_locks: Some(100),
                 dead_letter_queue: topic("dlq.a", false),
             },
             unusable_topic: None,
@@ -766,12 +811,14 @@ mod tests {
             Reading {
                 settings: GroupSettings {
                     delivery_count_limit: Some(4),
+                    max_record_locks: Some(2000),
                     dead_letter_queue: BrokerDeadLetterQueue::None,
                 },
                 unusable_topic: None,
             },
         );
         assert_eq!(known.settings.delivery_count_limit, Some(4));
+        assert_eq!(known.settings.max_record_locks, Some(2000));
         assert_eq!(
             known.settings.dead_letter_queue,
             BrokerDeadLetterQueue::None

@@ -5,6 +5,8 @@
 //! sends the subscription when it changes, follows the coordinator, rejoins with the same
 //! member id when fenced, backs off on load and transport errors, and stops on fatal errors,
 //! which `poll` then returns. Reactions follow the Java client (`AbstractHeartbeatRequestManager`).
+//! After a heartbeat that changed the member's epoch, it describes the group on the same
+//! connection to count the members of each partition ([`sharing`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -22,6 +24,8 @@ use crate::kafka::errors::broker_error;
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::net::coordinator::{GROUP, find_coordinator_address};
+
+use super::sharing::{self, Sharers, Sharing};
 
 const NOT_COORDINATOR: i16 = 16;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -92,6 +96,8 @@ struct State {
     coordinator: Option<Connection>,
     /// A heartbeat was sent at least once, so the broker may know this member.
     heartbeat_sent: bool,
+    /// How many members share each partition, from ShareGroupDescribe ([`sharing`]).
+    sharing: Sharing,
 }
 
 #[derive(Debug)]
@@ -153,6 +159,12 @@ impl MembershipView {
     pub(crate) fn assignment(&self) -> (u64, Vec<(Uuid, Vec<i32>)>) {
         let state = self.shared.lock();
         (state.assignment_version, state.assignment.clone())
+    }
+
+    /// How many members each partition is assigned to, as the group was last described
+    /// (empty when it was not: each member then counts itself alone).
+    pub(crate) fn sharers(&self) -> Arc<Sharers> {
+        Arc::clone(&self.shared.lock().sharing.sharers)
     }
 
     /// Waits until the assignment differs from `seen`, or the heartbeat loop announces a
@@ -545,6 +557,14 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
             shared.changed.notify_waiters();
             return;
         };
+        let epoch = shared.lock().epoch;
+        let now = tokio::time::Instant::now();
+        if response.error_code == 0 && shared.lock().sharing.wanted(epoch, now) {
+            // Bounded by the heartbeat interval, so the next heartbeat is not held up long.
+            let within = interval.clamp(Duration::from_millis(100), Duration::from_secs(5));
+            let outcome = sharing::describe(&coordinator, &shared.group_id, within).await;
+            shared.lock().sharing.update(epoch, now, outcome);
+        }
         shared.changed.notify_waiters();
         if !interval.is_zero() {
             let _ = tokio::time::timeout(interval, shared.wake.notified()).await;

@@ -9,6 +9,7 @@
 pub(crate) mod config;
 pub(crate) mod group_configs;
 pub(crate) mod membership;
+pub(crate) mod sharing;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -401,10 +402,12 @@ impl KafkaShareConsumer {
             self.pace.observe(n, now.saturating_duration_since(at));
         }
         let per_record = self.pace.per_record();
+        let record_locks = self.group_configs.max_record_locks();
         let mut slots = self.engine.mailbox.lock();
         slots.in_app = 0;
         slots.in_app_partitions.clear();
         slots.per_record = per_record;
+        slots.record_locks = record_locks;
     }
 
     /// Releases buffered records that waited unpolled for half their lock (or drops those

@@ -28,6 +28,9 @@ pub(crate) struct Slots {
     /// The application's measured time per record (see
     /// [`SinkPace`](super::sizing::SinkPace)), set by the consumer.
     pub(crate) per_record: Option<Duration>,
+    /// The group's in-flight limit per partition as read from its configs, set by the
+    /// consumer; `None` until read (the sizing rule then takes the consumer's setting).
+    pub(crate) record_locks: Option<usize>,
     /// An error the next poll reports (one retrying cannot fix).
     pub(crate) error: Option<ConsumerError>,
     /// A broker refused this consumer's credentials or certificate (`broker`, `reason` of

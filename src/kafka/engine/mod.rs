@@ -14,7 +14,8 @@
 //! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
 //! mailbox, those the application is processing, and those asked for in flight) within a
 //! budget the application can process in a third of the lock (and that fits in
-//! `acquisition_max_bytes`), and fetches ahead (without
+//! `acquisition_max_bytes`, and in this member's fair share of the group's record locks on
+//! the partitions it shares with other members), and fetches ahead (without
 //! waiting on the broker) once that level is down to half the budget. With the fixed
 //! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
@@ -45,7 +46,7 @@ use tokio::time::Instant;
 
 use self::cluster::{Cluster, fetch_metadata};
 use self::mailbox::Mailbox;
-use self::sizing::{RecordBytes, Sizing};
+use self::sizing::{RecordBytes, Sizing, fair_share};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
@@ -527,10 +528,19 @@ impl Engine {
                 if !wanted && !self.polled {
                     return None;
                 }
-                let partitions = targets.values().map(BTreeSet::len).sum();
+                // This member's fair share of the record locks of the partitions it fetches,
+                // split with the other members each is assigned to.
+                let locks = slots.record_locks.unwrap_or(sizing.max_record_locks);
+                let sharers = self.membership.sharers();
+                let share = fair_share(
+                    locks,
+                    targets
+                        .values()
+                        .flatten()
+                        .map(|p| sharers.get(p).copied().unwrap_or(1)),
+                );
                 let lock = slots.lock_timeout.unwrap_or(DEFAULT_LOCK);
-                let budget =
-                    sizing.budget(lock, slots.per_record, partitions, self.record_bytes.get());
+                let budget = sizing.budget(lock, slots.per_record, share, self.record_bytes.get());
                 let level = buffered
                     .saturating_add(slots.in_app)
                     .saturating_add(self.asked.values().sum());

@@ -12,10 +12,18 @@
 //! - [`Sizing::budget`] is how many records this member may hold acquired at once (waiting
 //!   to be polled plus being processed): as many as the sink finishes in
 //!   [`LOCK_SHARE`] of the lock, never fewer than `max.poll.records` (what Java
-//!   acquires), never more than the broker's in-flight limit of the partitions fetched, and
-//!   never more than fit in [`Sizing::max_bytes`] at the size records have had
-//!   ([`RecordBytes`]): a record is a slice of the ShareFetch answer it came in, which stays
-//!   in memory until its last record is dropped, so the records held bound the memory held.
+//!   acquires), never more than this member's fair share of the broker's in-flight limit
+//!   ([`fair_share`]), and never more than fit in [`Sizing::max_bytes`] at the size records
+//!   have had ([`RecordBytes`]): a record is a slice of the ShareFetch answer it came in,
+//!   which stays in memory until its last record is dropped, so the records held bound the
+//!   memory held.
+//! - [`fair_share`] splits each assigned partition's record locks
+//!   (`share.partition.max.record.locks`, for all members together) evenly among the
+//!   members it is assigned to. The broker hands locks out first come, first served: a
+//!   member that held all it could take (a fast sink's budget is thousands of records)
+//!   would leave the other members of its partitions with nothing to process, so K tasks on
+//!   P < K partitions would work like P. Held to its share, every member gets records, and a
+//!   member alone on its partitions still takes all their locks.
 //! - [`Sizing::acquire`] says whether to fetch now and how many records to ask for, so that
 //!   the level never passes the budget. Fetching ahead starts only once the level is down to
 //!   half the budget, so each acquisition is large (half the budget or more) instead of a
@@ -122,15 +130,36 @@ impl RecordBytes {
     }
 }
 
+/// The record locks one member may hold at once on the partitions it fetches: of each
+/// partition's `locks` (the group's in-flight limit per partition), the share of one of the
+/// members it is assigned to (`sharers`, one count per partition fetched; a count of 0, not
+/// known, is taken as this member alone), at least one record per partition. With no
+/// partition known yet, one partition's limit.
+///
+/// The shares of a partition's members add up to no more than its limit, so no member's
+/// share is taken by another that holds to its own.
+pub(crate) fn fair_share(locks: usize, sharers: impl IntoIterator<Item = usize>) -> usize {
+    let locks = locks.max(1);
+    let mut partitions = 0usize;
+    let mut share = 0usize;
+    for members in sharers {
+        partitions += 1;
+        share = share.saturating_add((locks / members.max(1)).max(1));
+    }
+    if partitions == 0 { locks } else { share }
+}
+
 /// The sizing rule's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sizing {
     /// `max.poll.records`: the least a budget is (Java's fixed acquisition) and the most a
     /// poll hands out.
     pub(crate) max_poll_records: usize,
-    /// `group.share.partition.max.record.locks` (or the group's
-    /// `share.partition.max.record.locks`): the broker acquires at most this many records
-    /// per partition at once, for all members together.
+    /// The setting [`max_record_locks`](crate::KafkaShareConsumerConfig::max_record_locks):
+    /// the in-flight limit per partition assumed while the group's own
+    /// (`share.partition.max.record.locks`, or the broker's
+    /// `group.share.partition.max.record.locks`) is not known. The broker acquires at most
+    /// that many records per partition at once, for all members together.
     pub(crate) max_record_locks: usize,
     /// The most bytes of answers the records held may keep in memory (see
     /// [`KafkaShareConsumerConfig::acquisition_max_bytes`](crate::KafkaShareConsumerConfig::acquisition_max_bytes)),
@@ -139,23 +168,21 @@ pub(crate) struct Sizing {
 }
 
 impl Sizing {
-    /// How many records this member may hold acquired at once, over `partitions` assigned
-    /// partitions, with locks of `lock`, the sink's pace `per_record` (unknown: one poll's
-    /// worth, as Java) and records of `record_bytes` bytes each (unknown: no byte bound yet;
-    /// the first budget is one poll's worth anyway).
+    /// How many records this member may hold acquired at once, given `share`, the record
+    /// locks it may hold on the partitions it fetches ([`fair_share`]), with locks of
+    /// `lock`, the sink's pace `per_record` (unknown: one poll's worth, as Java) and records
+    /// of `record_bytes` bytes each (unknown: no byte bound yet; the first budget is one
+    /// poll's worth anyway). A share smaller than one poll's worth still allows one poll's
+    /// worth: the member then fetches only for a waiting poll, never ahead of it.
     pub(crate) fn budget(
         &self,
         lock: Duration,
         per_record: Option<Duration>,
-        partitions: usize,
+        share: usize,
         record_bytes: Option<usize>,
     ) -> usize {
         let floor = self.max_poll_records.max(1);
-        let cap = self
-            .max_record_locks
-            .max(1)
-            .saturating_mul(partitions.max(1))
-            .max(floor);
+        let cap = share.max(floor);
         let Some(per_record) = per_record else {
             return floor;
         };
@@ -226,33 +253,38 @@ mod tests {
     };
     const LOCK: Duration = Duration::from_secs(30);
 
+    /// The share of a member alone on `partitions` partitions: all their locks.
+    fn alone(partitions: usize) -> usize {
+        fair_share(SIZING.max_record_locks, vec![1; partitions])
+    }
+
     fn us(n: u64) -> Option<Duration> {
         Some(Duration::from_micros(n))
     }
 
     #[test]
     fn an_unknown_pace_acquires_one_poll_like_java() {
-        assert_eq!(SIZING.budget(LOCK, None, 6, None), 500);
+        assert_eq!(SIZING.budget(LOCK, None, alone(6), None), 500);
     }
 
     #[test]
     fn a_fast_sink_acquires_up_to_the_in_flight_limit_of_its_partitions() {
         // 1 µs a record: ten million would fit in 10 s; the broker allows 2000 per partition.
-        assert_eq!(SIZING.budget(LOCK, us(1), 6, None), 12_000);
-        assert_eq!(SIZING.budget(LOCK, us(1), 1, None), 2000);
+        assert_eq!(SIZING.budget(LOCK, us(1), alone(6), None), 12_000);
+        assert_eq!(SIZING.budget(LOCK, us(1), alone(1), None), 2000);
         // No assignment known yet: one partition's worth.
-        assert_eq!(SIZING.budget(LOCK, us(1), 0, None), 2000);
+        assert_eq!(SIZING.budget(LOCK, us(1), alone(0), None), 2000);
     }
 
     #[test]
     fn a_slow_sink_acquires_what_it_finishes_in_a_third_of_the_lock() {
         // 50 ms per batch of 500 = 100 µs a record; a 5 s lock: 1.67 s / 100 µs = 16,666.
         let lock = Duration::from_secs(5);
-        assert_eq!(SIZING.budget(lock, us(100), 100, None), 16_666);
+        assert_eq!(SIZING.budget(lock, us(100), alone(100), None), 16_666);
         // 1 ms a record: 1666 records in a third of 5 s.
-        assert_eq!(SIZING.budget(lock, us(1000), 6, None), 1666);
+        assert_eq!(SIZING.budget(lock, us(1000), alone(6), None), 1666);
         // Slower than a poll's worth per third of the lock: never below max.poll.records.
-        assert_eq!(SIZING.budget(lock, us(100_000), 6, None), 500);
+        assert_eq!(SIZING.budget(lock, us(100_000), alone(6), None), 500);
     }
 
     #[test]
@@ -261,7 +293,7 @@ mod tests {
         for per_record_us in [1, 7, 100, 333, 1000, 3333] {
             let per = Duration::from_micros(per_record_us);
             for partitions in [1, 6, 100] {
-                let budget = SIZING.budget(lock, Some(per), partitions, None);
+                let budget = SIZING.budget(lock, Some(per), alone(partitions), None);
                 if budget > SIZING.max_poll_records {
                     let work = per * u32::try_from(budget).unwrap();
                     assert!(work <= lock / 3, "{per:?} x {budget} = {work:?}");
@@ -282,11 +314,14 @@ mod tests {
             usize::MAX
         );
         assert_eq!(
-            SIZING.budget(Duration::MAX, Some(Duration::ZERO), 6, None),
+            SIZING.budget(Duration::MAX, Some(Duration::ZERO), alone(6), None),
             12_000
         );
-        assert_eq!(SIZING.budget(Duration::ZERO, us(1), 6, None), 500);
-        assert_eq!(SIZING.budget(LOCK, Some(Duration::MAX), 6, None), 500);
+        assert_eq!(SIZING.budget(Duration::ZERO, us(1), alone(6), None), 500);
+        assert_eq!(
+            SIZING.budget(LOCK, Some(Duration::MAX), alone(6), None),
+            500
+        );
     }
 
     const MIB: usize = 1 << 20;
@@ -298,20 +333,20 @@ mod tests {
             ..SIZING
         };
         // 1 KiB records plus batch overhead: 4 MiB hold 3855 of 1088 bytes, not 12,000.
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(1088)), 3855);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(1088)), 3855);
         // The bound is in bytes: records four times as large, a quarter as many (but at
         // least two polls' worth).
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 1000);
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(64 * 1024)), 1000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(4 * 1088)), 1000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(64 * 1024)), 1000);
         // Tiny records: the broker's in-flight limit is the bound again.
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(10)), 12_000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(10)), 12_000);
         // A slow sink is bounded by its lock first.
         let lock = Duration::from_secs(5);
-        assert_eq!(bounded.budget(lock, us(1000), 6, Some(1088)), 1666);
+        assert_eq!(bounded.budget(lock, us(1000), alone(6), Some(1088)), 1666);
         // Unknown size (no answer yet): the other bounds alone.
-        assert_eq!(bounded.budget(LOCK, us(1), 6, None), 12_000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), None), 12_000);
         // A record size of 0 cannot divide by zero.
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(0)), 12_000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(0)), 12_000);
     }
 
     #[test]
@@ -323,7 +358,7 @@ mod tests {
             };
             for bytes in [1, 100, 1088, 10_000, 1 << 20] {
                 for partitions in [1, 6, 100] {
-                    let budget = bounded.budget(LOCK, us(1), partitions, Some(bytes));
+                    let budget = bounded.budget(LOCK, us(1), alone(partitions), Some(bytes));
                     let held = budget.saturating_mul(bytes);
                     assert!(
                         held <= max_bytes || budget <= 1000,
@@ -358,6 +393,104 @@ mod tests {
         assert!(size.get().unwrap() >= 1);
         size.observe(1, usize::MAX);
         assert!(size.get().unwrap() > 1 << 60);
+    }
+
+    #[test]
+    fn members_sharing_a_partition_split_its_locks() {
+        // Alone: every lock of every partition.
+        assert_eq!(fair_share(2000, [1, 1]), 4000);
+        // Unknown counts (0) count as alone; no partition yet: one partition's worth.
+        assert_eq!(fair_share(2000, [0]), 2000);
+        assert_eq!(fair_share(2000, []), 2000);
+        // 8 members on 2 partitions, 4 on each: 500 each, the 2000 of a partition split.
+        assert_eq!(fair_share(2000, [4]), 500);
+        // 2 processes x 8 members on the same 2 partitions.
+        assert_eq!(fair_share(2000, [8]), 250);
+        // Shared unevenly: each partition its own share.
+        assert_eq!(fair_share(2000, [4, 1, 3]), 500 + 2000 + 666);
+        // More members than locks: still one record per partition.
+        assert_eq!(fair_share(100, [1000, 1000]), 2);
+        assert_eq!(fair_share(0, [1]), 1);
+        assert_eq!(fair_share(usize::MAX, [1, 1]), usize::MAX);
+    }
+
+    #[test]
+    fn a_fast_sink_that_shares_its_partitions_holds_to_its_share() {
+        // The scale-out row: put takes 10 ms per 500 records (20 µs a record), 1 KiB records,
+        // a 30 s lock. Alone on 2 partitions, the byte bound (4 MiB) holds it.
+        let sizing = Sizing {
+            max_bytes: 4 * MIB,
+            ..SIZING
+        };
+        let budget = |sharers: &[usize]| {
+            sizing.budget(
+                LOCK,
+                us(20),
+                fair_share(2000, sharers.iter().copied()),
+                Some(1088),
+            )
+        };
+        assert_eq!(budget(&[1, 1]), 3855);
+        // 2 members, one partition each: the byte bound still.
+        assert_eq!(budget(&[1]), 2000);
+        // 4 members, 2 on each partition: 1000 each, so half of it can be fetched ahead of
+        // a batch being processed.
+        assert_eq!(budget(&[2]), 1000);
+        assert_eq!(sizing.acquire(1000, 500, 0, false), Some(500));
+        // 8 members, 4 on each: one poll's worth each, fetched when the poll comes.
+        assert_eq!(budget(&[4]), 500);
+        assert_eq!(sizing.acquire(500, 500, 0, false), None);
+        assert_eq!(sizing.acquire(500, 0, 0, true), Some(500));
+        // 16 members on 2 partitions: the share (250) is below a poll; one poll's worth is
+        // still asked for by a waiting poll, and nothing ahead of it.
+        assert_eq!(budget(&[8]), 500);
+    }
+
+    proptest::proptest! {
+        /// However the group's members are spread over the partitions, the shares of a
+        /// partition's members fit in its locks, and a member's budget never passes its
+        /// share (or one poll's worth, if more), so no member holding its budget keeps
+        /// another from holding its own — each starts with a poll's worth at least when the
+        /// shares allow one.
+        #[test]
+        fn the_members_budgets_fit_in_the_locks_of_their_partitions(
+            locks in 1usize..10_000,
+            max_poll_records in 1usize..3000,
+            assignment in proptest::collection::vec(
+                proptest::collection::btree_set(0usize..6, 1..4), 1..40),
+            per_record_ns in 1u64..10_000_000,
+            record_bytes in proptest::option::of(1usize..100_000),
+        ) {
+            let sizing = Sizing { max_poll_records, max_record_locks: locks, max_bytes: 4 * MIB };
+            let mut members = [0usize; 6];
+            for partitions in &assignment {
+                for p in partitions {
+                    members[*p] += 1;
+                }
+            }
+            let per = Some(Duration::from_nanos(per_record_ns));
+            let mut held = [0usize; 6];
+            for partitions in &assignment {
+                let share = fair_share(locks, partitions.iter().map(|p| members[*p]));
+                let budget = sizing.budget(LOCK, per, share, record_bytes);
+                proptest::prop_assert!(budget <= share.max(max_poll_records));
+                proptest::prop_assert!(budget >= max_poll_records);
+                // Fetching ahead stays within the budget at every level.
+                for level in [0, budget / 2, budget.saturating_sub(1), budget] {
+                    if let Some(n) = sizing.acquire(budget, level, level, false) {
+                        proptest::prop_assert!(level + n <= budget);
+                    }
+                }
+                for p in partitions {
+                    held[*p] += (locks / members[*p]).max(1);
+                }
+            }
+            for p in 0..6 {
+                if members[p] > 0 && members[p] <= locks {
+                    proptest::prop_assert!(held[p] <= locks, "partition {}: {} of {}", p, held[p], locks);
+                }
+            }
+        }
     }
 
     #[test]
@@ -420,7 +553,7 @@ mod tests {
             max_bytes: 4 * MIB,
             ..large
         };
-        assert_eq!(bounded.budget(LOCK, us(1), 6, Some(4 * 1088)), 4000);
+        assert_eq!(bounded.budget(LOCK, us(1), alone(6), Some(4 * 1088)), 4000);
     }
 
     #[test]
