@@ -10,6 +10,7 @@
 //!                              [--commit default|every|records:N|interval:MS] [--runtime multi|current]
 //!                              [--workers W] [--idle-timeout-secs S] [--put-latency-ms MS]
 //!                              [--client-config FILE] [--acquisition sized|fixed]
+//!                              [--stop-when-idle-ms MS]
 //! ```
 //!
 //! `consume` runs K drivers (each its own consumer, one group) until N records were put; with
@@ -17,6 +18,10 @@
 //! clock starts when every driver has received its first records, so joining the group is
 //! not measured; the records counted are those put from then on. It stops when the N-th
 //! record's iteration (put, acknowledge, commit) has returned. Closing is not timed.
+//!
+//! With `--stop-when-idle-ms`, N counts the records of the whole group, which other processes
+//! drain too (the script's distributed row): the process also stops once it has had records
+//! and then none for MS, and its clock stops at the last iteration that put records.
 //!
 //! `--client-config` names a Java client `.properties` file whose security keys
 //! (`security.protocol`, `ssl.truststore.location`, `sasl.*`, ...) the consumers use, read with
@@ -126,6 +131,8 @@ struct Window {
     start: Option<(Instant, u64, u64)>,
     /// Clock stop, and the counters then.
     end: Option<(Instant, u64, u64)>,
+    /// The last iteration after which the counters had moved, and the counters then.
+    last: Option<(Instant, u64, u64)>,
 }
 
 /// How long the clock waits for the last driver's first records before it starts anyway.
@@ -158,6 +165,11 @@ impl Progress {
     /// Called by a driver after an iteration: stops the clock once the target is reached.
     fn iteration_done(&self) {
         if !self.done() {
+            let records = self.records.load(Ordering::Relaxed);
+            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            if w.last.is_none_or(|(_, seen, _)| seen != records) {
+                w.last = Some((Instant::now(), records, self.bytes.load(Ordering::Relaxed)));
+            }
             return;
         }
         let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
@@ -240,6 +252,10 @@ async fn consume(args: &Args) -> BoxResult<()> {
     let idle = Duration::from_secs(args.number("idle-timeout-secs", 60)?);
     let policy = commit_policy(args.get("commit").unwrap_or("default"))?;
     let latency = Duration::from_millis(args.number("put-latency-ms", 0)?);
+    let stop_when_idle = args
+        .get("stop-when-idle-ms")
+        .map(|ms| ms.parse().map(Duration::from_millis))
+        .transpose()?;
     if target == 0 || drivers == 0 {
         return Err("--records and --drivers must be at least 1".into());
     }
@@ -314,6 +330,12 @@ async fn consume(args: &Args) -> BoxResult<()> {
                 if now != seen {
                     seen = now;
                     last_progress = Instant::now();
+                } else if let Some(stop) = stop_when_idle
+                    && now > 0
+                    && last_progress.elapsed() >= stop
+                {
+                    // The other processes of the group took the rest.
+                    break Ok(());
                 } else if last_progress.elapsed() >= idle {
                     break Err(format!(
                         "no records for {idle:?} after {now} of {} records",
@@ -364,7 +386,10 @@ async fn consume(args: &Args) -> BoxResult<()> {
     let records = progress.records.load(Ordering::Relaxed);
     let bytes = progress.bytes.load(Ordering::Relaxed);
     let (start, r0, b0) = w.start.unwrap_or((progress.process_start, 0, 0));
-    let (end, r1, b1) = w.end.unwrap_or((Instant::now(), records, bytes));
+    let (end, r1, b1) = w
+        .end
+        .or(w.last.filter(|_| stop_when_idle.is_some()))
+        .unwrap_or((Instant::now(), records, bytes));
     let join_ms = w
         .first
         .map_or(0, |f| (f - progress.process_start).as_millis());

@@ -12,7 +12,7 @@
 #      group on the same topic, fetch.max.bytes and max.poll.records as A: the ceiling the broker
 #      allows for reading this topic
 #
-# With BENCH_TLS=1, a TLS row: in every round (and in the warm-up), right after the plaintext runs,
+# A TLS row (BENCH_TLS, on by default): in every round (and in the warm-up), right after the plaintext runs,
 # A and B drain the same topic again over the broker's SSL listener (server-authenticated TLS,
 # hostname checked, trusting the test CA of scripts/kafka.sh), both given the same Java client
 # properties file (security.protocol=SSL, ssl.truststore.type=PEM, ssl.truststore.location=CA):
@@ -28,6 +28,12 @@
 # Then a scale-out row: A with 1, 2, 4, 8 drivers in one share group on a 2-partition topic, with
 # the no-op sink and with a sink whose put takes 10 ms per batch.
 #
+# Then a distributed row: BENCH_DIST_PROCESSES processes of A (2), each with BENCH_DIST_DRIVERS
+# drivers (8), started together in one share group on the scale-out topic, at the scale-out
+# row's put latencies. Each drains what the group hands it and stops once it has had records
+# and then none for BENCH_DIST_IDLE_MS; the row adds up their records, requests and CPU, and
+# times from the first process's clock start to the last one's last put.
+#
 # Then a producer row: this crate's KafkaProducer (examples/bench_producer.rs) against Java's
 # org.apache.kafka.tools.ProducerPerformance, in turns P J P J ..., each writing BENCH_PRODUCER_RECORDS
 # records of BENCH_RECORD_SIZE bytes (null keys, one random payload of letters, as the Java tool) to a
@@ -35,7 +41,7 @@
 # idempotence on, linger.ms 5, batch.size 16384, no compression; BENCH_PRODUCER_ROW_PROPS for both).
 # Each times from its first send to its last acknowledgement; CPU and RSS as for the consumers.
 #
-# Then, only with BENCH_MIRROR=1, a mirror row: a source topic of BENCH_MIRROR_RECORDS records
+# Then a mirror row (BENCH_MIRROR, on by default, so that every run reports every row): a source topic of BENCH_MIRROR_RECORDS records
 # (BENCH_RECORD_SIZE bytes, BENCH_PARTITIONS partitions) copied to a fresh target topic of as many
 # partitions, once per client, each in a fresh share group:
 #
@@ -89,16 +95,20 @@
 #   BENCH_SCALE_RECORDS    records of the scale-out topic [BENCH_RECORDS]
 #   BENCH_SCALE_PUT_MS     the scale-out row is run for each of these sink latencies: put sleeps
 #                          this many ms per batch (0: the no-op sink) [0 10]
+#   BENCH_DIST_PROCESSES   processes of the distributed row [2]
+#   BENCH_DIST_DRIVERS     drivers per process of the distributed row; empty skips it [8]
+#   BENCH_DIST_IDLE_MS     a process of the distributed row stops after this long without
+#                          records, once it has had some [3000]
 #   BENCH_IDLE_TIMEOUT     seconds without records before a client gives up [60]
 #   BENCH_WARMUP_RECORDS   first, each client drains this many records once, unrecorded in the
 #                          tables, to warm the broker's JIT; 0 skips [200000]
 #   BENCH_PAUSE            seconds between runs, for the broker to settle [2]
 #   BENCH_RSS_INTERVAL     seconds between RSS samples [0.2]
 #   BENCH_TLS              1: the TLS row above (needs kafka.sh's TLS listeners, KAFKA_SECURITY=1,
-#                          its default) [0]
+#                          its default, or BENCH_TLS_BOOTSTRAP and BENCH_TLS_CA); 0 skips it [1]
 #   BENCH_TLS_BOOTSTRAP    the SSL listener [KAFKA_SSL_BOOTSTRAP of `scripts/kafka.sh env`]
 #   BENCH_TLS_CA           PEM file of the CA that signed its certificate [KAFKA_PKI_DIR/ca.crt]
-#   BENCH_MIRROR           1: the mirror row above (E F G); off by default [0]
+#   BENCH_MIRROR           1: the mirror row above (E F G); 0 skips it [1]
 #   BENCH_MIRROR_CLIENTS   its clients, in order [E F G]
 #   BENCH_MIRROR_RECORDS   records of its source topic, each copied once per client [200000]
 #   BENCH_MIRROR_WARMUP    records of one unrecorded warm-up run per client; 0 skips [20000]
@@ -151,14 +161,17 @@ SCALE_DRIVERS="${BENCH_SCALE_DRIVERS-1 2 4 8}"
 SCALE_PARTITIONS="${BENCH_SCALE_PARTITIONS:-2}"
 SCALE_RECORDS="${BENCH_SCALE_RECORDS:-$RECORDS}"
 SCALE_PUT_MS="${BENCH_SCALE_PUT_MS-0 10}"
+DIST_PROCESSES="${BENCH_DIST_PROCESSES:-2}"
+DIST_DRIVERS="${BENCH_DIST_DRIVERS-8}"
+DIST_IDLE_MS="${BENCH_DIST_IDLE_MS:-3000}"
 IDLE_TIMEOUT="${BENCH_IDLE_TIMEOUT:-60}"
 WARMUP_RECORDS="${BENCH_WARMUP_RECORDS:-200000}"
 PAUSE="${BENCH_PAUSE:-2}"
 RSS_INTERVAL="${BENCH_RSS_INTERVAL:-0.2}"
 PROFILE="${BENCH_PROFILE:-0}"
-TLS="${BENCH_TLS:-0}"
+TLS="${BENCH_TLS:-1}"
 DELETE_GROUPS="${BENCH_DELETE_GROUPS:-1}"
-MIRROR="${BENCH_MIRROR:-0}"
+MIRROR="${BENCH_MIRROR:-1}"
 MIRROR_CLIENTS="${BENCH_MIRROR_CLIENTS-E F G}"
 MIRROR_RECORDS="${BENCH_MIRROR_RECORDS:-200000}"
 MIRROR_WARMUP="${BENCH_MIRROR_WARMUP:-20000}"
@@ -196,6 +209,9 @@ for k in $SLOW_PUT_MS $SLOW_FIXED_MPR; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_S
 [[ "$TLS" == 0 || "$TLS" == 1 ]] || die "BENCH_TLS: '$TLS' (0 or 1)"
 for k in $SCALE_DRIVERS; do [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SCALE_DRIVERS: '$k'"; done
 for k in $SCALE_PUT_MS; do [[ "$k" =~ ^[0-9]+$ ]] || die "BENCH_SCALE_PUT_MS: '$k'"; done
+for k in "$DIST_PROCESSES" $DIST_DRIVERS "$DIST_IDLE_MS"; do
+  [[ "$k" =~ ^[1-9][0-9]*$ ]] || die "BENCH_DIST_PROCESSES/BENCH_DIST_DRIVERS/BENCH_DIST_IDLE_MS: '$k'"
+done
 [[ "$MIRROR" == 0 || "$MIRROR" == 1 ]] || die "BENCH_MIRROR: '$MIRROR' (0 or 1)"
 for c in $MIRROR_CLIENTS; do [[ "$c" =~ ^[EFG]$ ]] || die "BENCH_MIRROR_CLIENTS: unknown client '$c' (E, F or G)"; done
 [[ "$MIRROR_RECORDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_MIRROR_RECORDS: '$MIRROR_RECORDS'"
@@ -291,7 +307,8 @@ elif ./scripts/kafka.sh status >/dev/null 2>&1; then
   log "using the broker already running from this checkout at $BOOTSTRAP (it is not stopped)"
 else
   STARTED_BROKER=1
-  ./scripts/kafka.sh start
+  # No ACL authorizer (the tests' broker has one): the rows measure the broker as shipped.
+  KAFKA_AUTHORIZER=0 ./scripts/kafka.sh start
   BOOTSTRAP="$(kafka_env KAFKA_BOOTSTRAP)"
 fi
 # The broker's CPU is sampled too, when it is the one scripts/kafka.sh runs from this checkout.
@@ -315,7 +332,7 @@ if [[ "$TLS" == 1 ]]; then
     fi
   fi
   [[ -n "$TLS_BOOTSTRAP" && -n "$TLS_CA" ]] \
-    || die "BENCH_TLS=1: the broker has no SSL listener known to kafka.sh env (started with KAFKA_SECURITY=0?); restart it, or set BENCH_TLS_BOOTSTRAP and BENCH_TLS_CA"
+    || die "BENCH_TLS=1: the broker has no SSL listener known to kafka.sh env (started with KAFKA_SECURITY=0?); restart it, set BENCH_TLS_BOOTSTRAP and BENCH_TLS_CA, or skip the row with BENCH_TLS=0"
   [[ "$TLS_BOOTSTRAP" == 127.0.0.1:* || "$TLS_BOOTSTRAP" == localhost:* || "$TLS_BOOTSTRAP" == "[::1]:"* ]] \
     || die "only loopback brokers: $TLS_BOOTSTRAP"
   [[ -r "$TLS_CA" ]] || die "BENCH_TLS=1: CA file $TLS_CA is not readable"
@@ -477,7 +494,7 @@ bench_field() { # bench_field FILE KEY
 }
 
 RUNS="$OUT/runs.tsv"
-printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\tacquisition\tmax_poll_records\tlock_losses\n' >"$RUNS"
+printf 'kind\tround\tclient\tdrivers\trecords\twindow_records\twindow_ms\trecords_per_s\tMB_per_s\tcpu_s\tuser_s\tsys_s\tcpu_us_per_record\twindow_cpu_us_per_record\tpeak_rss_MB\trss_1st_half_MB\trss_2nd_half_MB\telapsed_s\tjoin_ms\tredelivered\tbroker_cpu_us_per_record\trecords_per_poll\tcommits\tput_latency_ms\tacquisition\tmax_poll_records\tlock_losses\trequests_per_1000_records\n' >"$RUNS"
 CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 
 # record_run KIND ROUND CLIENT NAME EXPECTED PUT_MS: appends one line to runs.tsv and prints it.
@@ -489,6 +506,7 @@ CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
 #   records_per_poll, commits A and C: polls that returned records, and commits ("na" for B, D)
 #   acquisition, max_poll_records  A's acquisition (sized | fixed; "na" for the others) and max.poll.records
 #   lock_losses               A: acknowledgements refused because the lock had expired ("na" for the others)
+#   requests_per_1000_records A: ShareFetch plus ShareAcknowledge requests per 1,000 records ("na" for the others)
 record_run() {
   local kind="$1" round="$2" client="$3" name="$4" expected="$5" put_ms="$6" acq="${7:-na}" mpr="${8:-$MAX_POLL_RECORDS}"
   local bench="$OUT/$name.bench"
@@ -524,15 +542,17 @@ record_run() {
       }
       polls = field(bench, "polls"); commits = field(bench, "commits"); losses = field(bench, "lock_losses")
       if (losses == "") losses = "na"
+      sf = field(bench, "share_fetches"); sa = field(bench, "share_acknowledges")
+      rpk = (sf != "" && records > 0) ? sprintf("%.2f", (sf + sa) * 1000 / records) : "na"
       rpp = polls > 0 ? sprintf("%.0f", records / polls) : "na"
       if (commits == "") commits = "na"
       s = wms / 1000
       r1 = r1 == "na" ? r1 : sprintf("%.1f", r1 / 1024); r2 = r2 == "na" ? r2 : sprintf("%.1f", r2 / 1024)
-      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
         kind, round, client, field(bench, "drivers"), records, wr, wms, wr / s, wb / 1048576 / s,
         user + sys, user, sys, (user + sys) * 1e6 / records, wcpu, field(t, "maxrss_kb") / 1024,
         r1, r2, field(t, "elapsed"), field(bench, "join_ms"), field(bench, "redelivered"), bw, rpp, commits, put_ms,
-        acq, mpr, losses
+        acq, mpr, losses, rpk
     }' "$OUT/$name.samples" | tee -a "$RUNS" >&2
 }
 
@@ -648,6 +668,87 @@ if [[ -n "$SCALE_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
     for k in $SCALE_DRIVERS; do
       run_client scale 1 A "$SCALE_TOPIC" "$SCALE_RECORDS" "$k" "$put_ms"
     done
+  done
+fi
+
+# --- distributed row --------------------------------------------------------------------------
+# combine_runs NAME N: makes NAME.{out,time,samples,started} of the runs NAME-x1 .. NAME-xN, run
+# at the same time: one BENCH line with their counts added up, the window from the earliest
+# start to the latest end; their CPU seconds and peak RSS added up; samples at the first run's
+# times, each adding every run's latest RSS and CPU ticks (the broker's from the first run).
+combine_runs() {
+  local name="$1" n="$2" i
+  local -a outs=() times=() samples=()
+  for ((i = 1; i <= n; i++)); do
+    outs+=("$OUT/$name-x$i.out"); times+=("$OUT/$name-x$i.time"); samples+=("$OUT/$name-x$i.samples")
+  done
+  cp "$OUT/$name-x1.started" "$OUT/$name.started"
+  awk -v target="$SCALE_RECORDS" '
+    function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
+    /^BENCH / {
+      split("records bytes window_records window_bytes redelivered drivers polls commits lock_losses share_fetches fetches_with_acks share_acknowledges", keys, " ")
+      for (k in keys) sum[keys[k]] += field($0, keys[k])
+      s = field($0, "window_start_unix_ms"); e = field($0, "window_end_unix_ms"); j = field($0, "join_ms")
+      if (start == "" || s < start) start = s
+      if (end == "" || e > end) end = e
+      if (j > join) join = j
+    }
+    END {
+      printf "BENCH client=A records=%.0f bytes=%.0f window_records=%.0f window_bytes=%.0f window_ms=%.3f join_ms=%.0f redelivered=%.0f drivers=%d complete=%d window_start_unix_ms=%.0f window_end_unix_ms=%.0f polls=%.0f commits=%.0f lock_losses=%.0f share_fetches=%.0f fetches_with_acks=%.0f share_acknowledges=%.0f\n",
+        sum["records"], sum["bytes"], sum["window_records"], sum["window_bytes"], end - start, join, sum["redelivered"],
+        sum["drivers"], (sum["records"] >= target), start, end, sum["polls"], sum["commits"], sum["lock_losses"],
+        sum["share_fetches"], sum["fetches_with_acks"], sum["share_acknowledges"]
+    }' "${outs[@]}" >"$OUT/$name.out"
+  awk '
+    function field(s, k,   n, i, a, kv) { n = split(s, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == k) return kv[2] } return "" }
+    /^elapsed=/ { e = field($0, "elapsed"); if (e > el) el = e; u += field($0, "user"); s += field($0, "sys"); m += field($0, "maxrss_kb") }
+    END { printf "elapsed=%s user=%.2f sys=%.2f maxrss_kb=%d\n", el, u, s, m }' "${times[@]}" >"$OUT/$name.time"
+  awk -v n="$n" '
+    FNR == 1 { f++ }
+    { at[f, FNR] = $1; rss[f, FNR] = $2; cpu[f, FNR] = $3; bk[f, FNR] = $4; len[f] = FNR }
+    END {
+      for (i = 1; i <= len[1]; i++) {
+        r = 0; c = 0
+        for (g = 1; g <= n; g++) {
+          last = 0
+          for (k = 1; k <= len[g] && at[g, k] <= at[1, i]; k++) last = k
+          if (last) { r += rss[g, last]; c += cpu[g, last] }
+        }
+        printf "%.0f %.0f %.0f %.0f\n", at[1, i], r, c, bk[1, i]
+      }
+    }' "${samples[@]}" >"$OUT/$name.samples"
+}
+
+run_distributed() { # run_distributed PUT_MS
+  local put_ms="$1" i rc=0
+  local name="dist-r1-A-x$DIST_PROCESSES-d$DIST_DRIVERS-p$put_ms-$A_ACQUISITION-m$MAX_POLL_RECORDS"
+  local group="bench-$RUN_ID-$name"
+  local -a pids=()
+  new_group "$group"
+  sleep "$PAUSE"
+  log "run $name: $DIST_PROCESSES processes x $DIST_DRIVERS drivers, group $group"
+  for ((i = 1; i <= DIST_PROCESSES; i++)); do
+    measure "$name-x$i" "$A_BIN" consume --bootstrap "$BOOTSTRAP" --topic "$SCALE_TOPIC" --group "$group" \
+      --records "$SCALE_RECORDS" --drivers "$DIST_DRIVERS" --fetch-max-bytes "$FETCH_MAX_BYTES" \
+      --max-poll-records "$MAX_POLL_RECORDS" --commit "$A_COMMIT" --runtime "$RUNTIME" \
+      --idle-timeout-secs "$IDLE_TIMEOUT" --put-latency-ms "$put_ms" --acquisition "$A_ACQUISITION" \
+      ${A_MAX_BYTES:+--acquisition-max-bytes "$A_MAX_BYTES"} --stop-when-idle-ms "$DIST_IDLE_MS" &
+    pids+=("$!")
+  done
+  CHILD_PIDS+=("${pids[@]}")
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  CHILD_PIDS=()
+  ((rc == 0)) || die "$name: a process failed (exit $rc); logs in $OUT/$name-x*.{out,err}"
+  combine_runs "$name" "$DIST_PROCESSES"
+  record_run dist 1 A "$name" "$SCALE_RECORDS" "$put_ms" "$A_ACQUISITION" "$MAX_POLL_RECORDS"
+  delete_group "$group"
+}
+
+if [[ -n "$DIST_DRIVERS" && -n "$SCALE_PUT_MS" ]]; then
+  SCALE_TOPIC="bench-$RUN_ID-p$SCALE_PARTITIONS"
+  [[ -n "$SCALE_DRIVERS" ]] || produce "$SCALE_TOPIC" "$SCALE_PARTITIONS" "$SCALE_RECORDS"
+  for put_ms in $SCALE_PUT_MS; do
+    run_distributed "$put_ms"
   done
 fi
 
@@ -810,7 +911,8 @@ summarize() {
       trps[r, c] = $8; tmbs[r, c] = $9; tcpu[r, c] = $13; twcpu[r, c] = $14; trss[r, c] = $15; tbk[r, c] = $21
     }
     $1 == "slow" { nsl++; sl_put[nsl] = $24; sl_acq[nsl] = $25; sl_mpr[nsl] = $26; sl_rps[nsl] = $8; sl_loss[nsl] = $27; sl_red[nsl] = $20; sl_bk[nsl] = $21; sl_cpu[nsl] = $14; sl_rpp[nsl] = $22; sl_rss[nsl] = $15 }
-    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; if (!($24 in base)) base[$24] = $8 }
+    $1 == "scale" { sk[++ns] = $4; srps[ns] = $8; scpu[ns] = $13; swcpu[ns] = $14; srss[ns] = $15; sbk[ns] = $21; sput[ns] = $24; srq[ns] = $28; if (!($24 in base)) base[$24] = $8; if ($4 == 8) eight[$24] = $8 }
+    $1 == "dist" { dk[++ndist] = $4; drps[ndist] = $8; dcpu[ndist] = $13; dwcpu[ndist] = $14; drss[ndist] = $15; dbk[ndist] = $21; dput[ndist] = $24; drq[ndist] = $28; dloss[ndist] = $27; dred[ndist] = $20 }
     END {
       for (r = 1; r <= rounds; r++) {
         ab[r] = ratio(rps[r, "A"], rps[r, "B"]); ac[r] = ratio(rps[r, "A"], rps[r, "C"])
@@ -961,10 +1063,21 @@ summarize() {
         print "Scale-out (A: K drivers in one process and one share group, on the scale-out topic; put sleeps"
         print "the given ms per batch, 0 = the no-op sink; × first = rec/s over the first row of that latency):"
         print ""
-        print "| put ms | drivers | rec/s | × first | CPU µs/rec whole | CPU µs/rec window | broker µs/rec | peak RSS MB |"
-        print "|---|---|---|---|---|---|---|---|"
+        print "| put ms | drivers | rec/s | × first | CPU µs/rec whole | CPU µs/rec window | broker µs/rec | requests /1k rec | peak RSS MB |"
+        print "|---|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= ns; i++)
-          printf "| %s | %d | %.0f | %.2f | %s | %s | %s | %.1f |\n", sput[i], sk[i], srps[i], srps[i] / base[sput[i]], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), f(sbk[i], "%.2f"), srss[i]
+          printf "| %s | %d | %.0f | %.2f | %s | %s | %s | %s | %.1f |\n", sput[i], sk[i], srps[i], srps[i] / base[sput[i]], f(scpu[i], "%.2f"), f(swcpu[i], "%.2f"), f(sbk[i], "%.2f"), f(srq[i], "%.1f"), srss[i]
+      }
+      if (ndist) {
+        print ""
+        print "Distributed (A: processes × drivers each, started together in one share group on the scale-out topic;"
+        print "records, CPU and RSS of the processes added up; × 8 in one = rec/s over the scale-out row of 8 drivers"
+        print "at that latency):"
+        print ""
+        print "| put ms | drivers | rec/s | × 8 in one | CPU µs/rec whole | CPU µs/rec window | broker µs/rec | requests /1k rec | lock losses | redelivered | peak RSS MB |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= ndist; i++)
+          printf "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %.1f |\n", dput[i], dk[i], drps[i], f(ratio(drps[i], eight[dput[i]]), "%.2f"), f(dcpu[i], "%.2f"), f(dwcpu[i], "%.2f"), f(dbk[i], "%.2f"), f(drq[i], "%.1f"), dloss[i], dred[i], drss[i]
       }
     }' "$RUNS"
 }
