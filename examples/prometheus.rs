@@ -7,10 +7,11 @@
 //! ```
 //!
 //! Two supervised tasks drain an embedded share group (no broker needed) while records keep
-//! arriving. Without an address the example prints the scrape after a few seconds; with one it
-//! serves the text format on `http://ADDR/metrics` until Ctrl-C. In a service, install the
-//! exporter the way the service already does (its HTTP listener, a push gateway, ...): the
-//! crate only records.
+//! arriving; the supervisor reads the group's lag every second (`share-group-lag`,
+//! `share-group-lag-sum`: what `examples/autoscale/` scales on). Without an address the
+//! example prints the scrape after a few seconds; with one it serves the text format on
+//! `http://ADDR/metrics` until Ctrl-C. In a service, install the exporter the way the service
+//! already does (its HTTP listener, a push gateway, ...): the crate only records.
 
 use std::time::Duration;
 
@@ -85,7 +86,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let supervisor = Supervisor::new("payments-sink", SupervisorConfig::new(2), move |_task| {
         let consumer = group.share_consumer("payments-sink");
         async move {
-            let config = DriverConfig::new(["payments"]).poll_timeout(Duration::from_millis(100));
+            let config = DriverConfig::new(["payments"])
+                .poll_timeout(Duration::from_millis(100))
+                .lag_refresh_interval(Duration::from_secs(1));
             Ok(TaskParts::new(Box::new(Discard), consumer, config))
         }
     });
@@ -101,9 +104,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         None => {
-            supervisor
-                .run(tokio::time::sleep(Duration::from_secs(3)))
-                .await?;
+            let handle = supervisor.handle();
+            let shutdown = async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                // The same numbers as the gauges, read from the handle.
+                for lag in handle.lag() {
+                    println!(
+                        "# share group {}: lag {} over {} partitions, read {:?} ago",
+                        lag.group,
+                        lag.total(),
+                        lag.partitions.len(),
+                        lag.age()
+                    );
+                }
+            };
+            supervisor.run(shutdown).await?;
             print!("{}", prometheus.render());
         }
     }

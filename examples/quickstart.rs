@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+use kafka_share_sink::lag::LagSource;
 use kafka_share_sink::{
-    DriverConfig, DriverMetrics, RecordId, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
-    TaskError,
+    DriverConfig, DriverMetrics, RecordId, ShareGroupLag, ShareSinkTask, SinkRecord, SinkTask,
+    TaskConfig, TaskError,
 };
 
 const TOPIC: &str = "orders";
@@ -116,6 +117,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let metrics: Vec<DriverMetrics> = drivers.iter().map(ShareSinkTask::metrics).collect();
     let sum = |f: fn(&DriverMetrics) -> u64| metrics.iter().map(f).sum::<u64>();
+    // The group's lag, as a Kafka 4.4 broker reports it (and an autoscaler reads it): 0 once
+    // every record is done.
+    let partitions = broker.share_group_lag(GROUP).await;
+    let lag = ShareGroupLag::new(GROUP, partitions.map_err(|e| e.to_string())?);
     let store = store.lock().map_err(|_| "store lock poisoned")?;
     let written_twice = store.values().filter(|n| **n > 1).count();
     let counts = broker.state_counts(GROUP);
@@ -143,6 +148,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             m.records_put, m.put_batches
         );
     }
+    println!("lag:         {} records left to finish", lag.total());
     println!("time taken:  {:?}", started.elapsed());
 
     let missing = RECORDS as u64 - counts.acknowledged - counts.archived;

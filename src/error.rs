@@ -205,6 +205,12 @@ pub enum Error {
     /// The share consumer failed.
     #[error("share consumer failed")]
     Consumer(#[from] ConsumerError),
+    /// The dead-letter circuit breaker stopped the task
+    /// ([`DeadLetterBreaker`](crate::DeadLetterBreaker)): the records at hand were RELEASEd,
+    /// not dead-lettered. The error says how many records failed within the window and
+    /// which setting bounds them.
+    #[error("the dead-letter circuit breaker stopped the task")]
+    DeadLetterBreaker(#[source] crate::dlq::BreakerTripped),
 
     /// The exactly-once iteration could not be set up or go on.
     #[cfg(feature = "exactly-once")]

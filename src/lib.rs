@@ -8,6 +8,8 @@
 //!   [`CommitResults`] and [`ConsumerError`].
 //! - [`ShareSinkTask`]: the driver, configured with [`DriverConfig`].
 //! - [`embedded`]: an in-process share group for the quickstart and for your tests.
+//! - [`lag`]: the share group's lag ([`ShareGroupLag`]), read in the background by a
+//!   [`LagReader`], to autoscale on.
 //! - [`dlq`]: dead-letter queues ([`DeadLetterQueue`], [`KafkaDeadLetterQueue`]) and the
 //!   [`DeadLetterRecord`]s written to them, with Kafka Connect's context headers.
 //! - [`convert`]: [`Converter`]s from record bytes to [`Value`]s with a [`Schema`], bundled as
@@ -27,6 +29,7 @@ mod error;
 #[cfg(feature = "exactly-once")]
 pub mod exactly_once;
 mod kafka;
+pub mod lag;
 pub mod plugins;
 pub mod producer;
 mod record;
@@ -50,12 +53,14 @@ pub use crate::convert::{
 };
 pub use crate::delivered::Delivered;
 pub use crate::dlq::{
-    DeadLetterError, DeadLetterQueue, DeadLetterRecord, ErrorContext, KafkaDeadLetterQueue,
+    BreakerLimit, BreakerTripped, DeadLetterBreaker, DeadLetterError, DeadLetterQueue,
+    DeadLetterReason, DeadLetterRecord, ErrorContext, KafkaDeadLetterQueue,
     KafkaDeadLetterQueueConfig,
 };
 pub use crate::driver::{
-    AckPolicy, CommitPolicy, DEFAULT_COMMIT_RECORDS, DriverConfig, DriverMetrics, ErrorHandling,
-    ErrorTolerance, IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
+    AckPolicy, CommitPolicy, DEFAULT_COMMIT_RECORDS, DEFAULT_REDELIVERY_BACKOFF,
+    DEFAULT_REDELIVERY_BACKOFF_MAX, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
+    IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
 };
 pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
 pub use crate::kafka::admin::{
@@ -73,6 +78,7 @@ pub use crate::kafka::{
     AcquisitionSizing, ConnectionCounts, KafkaShareConsumer, KafkaShareConsumerConfig,
     ParseShareAcquireModeError, RequestCounts, ShareAcquireMode,
 };
+pub use crate::lag::{LagReader, ShareGroupLag};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};
 pub use crate::record::{
     ConsumerRecord, Header, Headers, RecordId, SinkHeader, SinkRecord, TimestampType,

@@ -522,9 +522,18 @@ fn compare_dead_letter(
     if ours.key() != input.key.as_ref() || ours.value() != input.value.as_ref() {
         problem("the dead letter's key or value is not the original".into());
     }
+    // Our own reason header comes last; Connect writes none.
+    if ours
+        .headers()
+        .last(kafka_share_sink::dlq::headers::REASON)
+        .is_none()
+    {
+        problem("no __connect.errors.reason header".into());
+    }
     let ours_headers: Vec<(String, Json)> = ours
         .headers()
         .iter()
+        .filter(|h| h.key() != kafka_share_sink::dlq::headers::REASON)
         .map(|h| (h.key().to_owned(), notation(h.value())))
         .collect();
     let theirs_headers = captured_headers(theirs);

@@ -266,7 +266,9 @@ async fn crash_between_put_and_acknowledge_redelivers_after_the_lock_timeout() {
 async fn retriable_error_releases_the_batch_and_it_comes_back_with_count_two() {
     let b = broker(3, 1);
     let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
-    let mut d = driver(&b, sink, ConsumerOptions::new());
+    // Released at once: without the redelivery backoff (driver_redelivery_backoff.rs).
+    let config = config().redelivery_backoff(Duration::ZERO, Duration::ZERO);
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
     d.initialize().await.unwrap();
     let report = d.iteration().await.unwrap();
     assert_eq!(
@@ -688,7 +690,9 @@ async fn retriable_backoff_of_duration_max_waits_instead_of_panicking() {
     let b = broker(3, 1);
     let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
     let consumer = b.share_consumer(GROUP);
-    let config = config().retriable_backoff(Duration::MAX);
+    let config = config()
+        .retriable_backoff(Duration::MAX)
+        .redelivery_backoff(Duration::ZERO, Duration::ZERO);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
     let report = d.iteration().await.unwrap();

@@ -529,9 +529,15 @@ async fn a_failed_dead_letter_write_releases_the_record_instead_of_dropping_it()
     assert_eq!(state(&b, "t", 0), (RecordState::Archived, 2));
     let letters = b.read_log("t-dlq", 0).unwrap();
     assert_eq!(letters.len(), 1);
-    assert!(
-        letters[0].headers().is_empty(),
-        "context headers are off: the original (empty) headers only"
+    let names: Vec<&str> = letters[0].headers().iter().map(|h| h.key()).collect();
+    assert_eq!(
+        names,
+        ["__connect.errors.reason"],
+        "context headers are off: the original (empty) headers and the reason only"
+    );
+    assert_eq!(
+        header(&letters[0], "__connect.errors.reason").as_deref(),
+        Some("conversion")
     );
 }
 
@@ -570,7 +576,8 @@ async fn poison_and_fatal_put_records_are_dead_lettered_before_the_rejection() {
         config,
     );
     d.initialize().await.unwrap();
-    assert_eq!(d.iteration().await.unwrap().released, 1);
+    // Held for its redelivery backoff; the next iteration releases it and gets it back.
+    assert_eq!(d.iteration().await.unwrap().retained, 1);
     let report = d.iteration().await.unwrap();
     assert_eq!((report.dead_lettered, report.rejected), (1, 1));
     assert_eq!(state(&b, "t", 0), (RecordState::Archived, 2));

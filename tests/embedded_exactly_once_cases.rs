@@ -648,6 +648,16 @@ fn dead_letter_setup(
     task: CopyOffsets,
     wrap: impl FnOnce(EmbeddedProducer, &EmbeddedBroker) -> Arc<dyn Producer>,
 ) -> (EmbeddedBroker, Driver) {
+    dead_letter_setup_with(mode, task, wrap, |c| c)
+}
+
+/// [`dead_letter_setup`], with `configure` applied to the driver config last.
+fn dead_letter_setup_with(
+    mode: ExactlyOnceMode,
+    task: CopyOffsets,
+    wrap: impl FnOnce(EmbeddedProducer, &EmbeddedBroker) -> Arc<dyn Producer>,
+    configure: impl FnOnce(DriverConfig) -> DriverConfig,
+) -> (EmbeddedBroker, Driver) {
     let values = [r#""a""#, "{bad", r#""c""#];
     let broker = broker_with(3, |i| {
         ProduceRecord::new().value(values[usize::try_from(i).unwrap()])
@@ -663,6 +673,7 @@ fn dead_letter_setup(
         )
         .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
         .dead_letter_queue(Arc::new(dlq), true);
+    let config = configure(config);
     let eos = eos(0, 1);
     let producer = wrap(transactional(&broker, &eos), &broker);
     let d = driver_with(
@@ -904,4 +915,99 @@ async fn a_failed_accept_after_a_commit_does_not_abort_the_next_transaction() {
         committed(&broker, "out").await,
         ["out-0", "out-1", "out-2", "out-3"]
     );
+}
+
+// ---- One dead-letter home per record, and the dead-letter circuit breaker -------------------
+
+async fn with_a_broker_queue_the_dead_letter_is_accepted(mode: ExactlyOnceMode) {
+    let (broker, mut d) = dead_letter_setup(mode, CopyOffsets::default(), |p, _| Arc::new(p));
+    // The group has a broker dead-letter queue: a REJECT would be written there too.
+    broker.create_topic("dlq.in", 1).expect("broker dlq");
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(5)
+                .dead_letter_queue("dlq.in", true),
+        )
+        .expect("group");
+    d.initialize().await.expect("initialize");
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(
+        (report.accepted, report.rejected, report.dead_lettered),
+        (2, 0, 1),
+        "{mode}: {report:?}"
+    );
+    assert_eq!(state(&broker, 1).0, RecordState::Acknowledged, "{mode}");
+    assert_eq!(committed(&broker, "dlq").await, ["{bad"], "{mode}");
+    assert!(
+        broker.read_log("dlq.in", 0).unwrap().is_empty(),
+        "{mode}: one home, the connector's queue"
+    );
+    let letters = broker.read_log("dlq", 0).unwrap();
+    let reason = letters
+        .iter()
+        .find(|r| r.value().is_some_and(|v| v == "{bad"))
+        .and_then(|r| r.headers().last("__connect.errors.reason"))
+        .and_then(|h| h.value().cloned());
+    assert_eq!(reason.as_deref(), Some(&b"conversion"[..]), "{mode}");
+}
+
+#[tokio::test]
+async fn ledger_mode_accepts_a_dead_letter_when_the_group_has_a_broker_queue() {
+    with_a_broker_queue_the_dead_letter_is_accepted(ExactlyOnceMode::Ledger).await;
+}
+
+#[tokio::test]
+async fn atomic_mode_accepts_a_dead_letter_when_the_group_has_a_broker_queue() {
+    with_a_broker_queue_the_dead_letter_is_accepted(ExactlyOnceMode::AtomicAcknowledgements).await;
+}
+
+async fn the_breaker_releases_the_unit_instead_of_writing_its_dead_letters(mode: ExactlyOnceMode) {
+    let (broker, mut d) = dead_letter_setup_with(
+        mode,
+        CopyOffsets::default(),
+        |p, _| Arc::new(p),
+        |c| {
+            c.dead_letter_breaker(
+                kafka_share_sink::DeadLetterBreaker::disabled().max_records(Some(0)),
+            )
+        },
+    );
+    d.initialize().await.expect("initialize");
+    let error = d
+        .iteration_exactly_once()
+        .await
+        .expect_err("the breaker trips");
+    assert!(
+        matches!(error, Error::DeadLetterBreaker(_)),
+        "{mode}: {error:?}"
+    );
+    assert_eq!(d.metrics().dead_letter_breaker_trips, 1, "{mode}");
+    assert_eq!(d.metrics().transactions_committed, 0, "{mode}");
+    for offset in 0..3 {
+        assert_eq!(
+            state(&broker, offset),
+            (RecordState::Available, 1),
+            "{mode}: released, not rejected or dead-lettered"
+        );
+    }
+    assert!(committed(&broker, "dlq").await.is_empty(), "{mode}");
+    assert!(committed(&broker, "out").await.is_empty(), "{mode}");
+}
+
+#[tokio::test]
+async fn ledger_mode_the_breaker_releases_the_unit() {
+    the_breaker_releases_the_unit_instead_of_writing_its_dead_letters(ExactlyOnceMode::Ledger)
+        .await;
+}
+
+#[tokio::test]
+async fn atomic_mode_the_breaker_releases_the_unit() {
+    the_breaker_releases_the_unit_instead_of_writing_its_dead_letters(
+        ExactlyOnceMode::AtomicAcknowledgements,
+    )
+    .await;
 }

@@ -343,7 +343,17 @@ async fn a_record_the_converter_rejects_lands_in_the_dead_letter_topic_byte_for_
         "original headers, then context"
     );
     let rest: Vec<&str> = got[want.len()..].iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(rest, vec!["__connect.errors.exception.stacktrace"]);
+    assert_eq!(
+        rest,
+        vec![
+            "__connect.errors.exception.stacktrace",
+            "__connect.errors.reason"
+        ]
+    );
+    assert_eq!(
+        got.last().and_then(|(_, v)| v.as_deref()),
+        Some(&b"conversion"[..])
+    );
 }
 
 /// Counts what it is given, writes nothing.

@@ -2,8 +2,11 @@
 //! through the `metrics` facade, scraped as Prometheus text.
 #![cfg(feature = "metrics")]
 
+#[path = "support/prometheus.rs"]
+mod recorder;
+
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,19 +14,7 @@ use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, P
 use kafka_share_sink::supervisor::{Supervisor, SupervisorConfig, TaskParts};
 use kafka_share_sink::telemetry::{MeteredConsumer, MetricLabels};
 use kafka_share_sink::{DriverConfig, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-
-/// One recorder for the whole test binary (the facade's recorder is global); each test uses
-/// its own connector name.
-fn prometheus() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).expect("the only recorder of this binary");
-        handle
-    })
-}
+use recorder::prometheus;
 
 /// The samples of the scraped text: `name{labels}` → value.
 fn scrape() -> HashMap<String, f64> {

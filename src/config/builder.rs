@@ -118,6 +118,13 @@ impl ConnectorConfigBuilder {
         self.set(MAX_DELIVERY_ATTEMPTS, attempts.to_string())
     }
 
+    /// `redelivery.backoff.ms` and `redelivery.backoff.max.ms`; see
+    /// [`ConnectorConfig::redelivery_backoff`].
+    pub fn redelivery_backoff(self, initial: Duration, max: Duration) -> Self {
+        self.set(super::keys::REDELIVERY_BACKOFF_MS, millis(initial))
+            .set(super::keys::REDELIVERY_BACKOFF_MAX_MS, millis(max))
+    }
+
     /// `ack.flush.max.records` and `ack.flush.max.bytes` (0: no bound); see
     /// [`ConnectorConfig::max_awaiting_flush`].
     pub fn max_awaiting_flush(self, records: u32, bytes: u64) -> Self {
@@ -129,6 +136,12 @@ impl ConnectorConfigBuilder {
     /// [`ConnectorConfig::require_broker_dead_letter_queue`].
     pub fn require_broker_dead_letter_queue(self, required: bool) -> Self {
         self.set(SHARE_DLQ_REQUIRED, required.to_string())
+    }
+
+    /// `share.lag.refresh.interval.ms` (zero: off); see
+    /// [`ConnectorConfig::lag_refresh_interval`].
+    pub fn lag_refresh_interval(self, interval: Duration) -> Self {
+        self.set(super::keys::SHARE_LAG_REFRESH_INTERVAL_MS, millis(interval))
     }
 
     /// `tasks.max`.

@@ -124,9 +124,12 @@ pub struct ConnectorConfig {
     ack_policy: AckPolicy,
     put_retriable_policy: PutRetriablePolicy,
     max_delivery_attempts: Option<u16>,
+    redelivery_backoff: (Duration, Duration),
     flush_max_records: Option<i64>,
     flush_max_bytes: Option<i64>,
     require_broker_dead_letter_queue: bool,
+    lag_refresh_interval: Duration,
+    dead_letter_breaker: crate::dlq::DeadLetterBreaker,
     error_handling: ErrorHandling,
     dead_letter_queue: Option<DeadLetterQueueSettings>,
     commit_interval: Option<Duration>,
@@ -194,9 +197,23 @@ impl ConnectorConfig {
         )?;
         let max_delivery_attempts = number(connector, MAX_DELIVERY_ATTEMPTS, 1, 10)?
             .map(|n| u16::try_from(n).unwrap_or(u16::MAX));
+        let redelivery_backoff = super::redelivery_backoff::redelivery_backoff(connector)?;
         let flush_max_records = number(connector, ACK_FLUSH_MAX_RECORDS, 0, value::INT_MAX)?;
         let flush_max_bytes = number(connector, ACK_FLUSH_MAX_BYTES, 0, value::LONG_MAX)?;
         let require_broker_dead_letter_queue = flag(connector, SHARE_DLQ_REQUIRED)?;
+        let lag_refresh_interval = connector
+            .get(super::keys::SHARE_LAG_REFRESH_INTERVAL_MS)
+            .map(|raw| {
+                value::millis(
+                    super::keys::SHARE_LAG_REFRESH_INTERVAL_MS,
+                    raw,
+                    0,
+                    value::LONG_MAX,
+                )
+            })
+            .transpose()?
+            .unwrap_or(crate::lag::DEFAULT_LAG_REFRESH_INTERVAL);
+        let dead_letter_breaker = super::dead_letter_breaker::dead_letter_breaker(connector)?;
         let flush_setting = |key: &str| connector.get(key).or_else(|| worker.get(key));
         let commit_interval = flush_setting(OFFSET_FLUSH_INTERVAL_MS)
             .map(|raw| value::millis(OFFSET_FLUSH_INTERVAL_MS, raw, 0, value::LONG_MAX))
@@ -241,9 +258,12 @@ impl ConnectorConfig {
             ack_policy,
             put_retriable_policy,
             max_delivery_attempts,
+            redelivery_backoff,
             flush_max_records,
             flush_max_bytes,
             require_broker_dead_letter_queue,
+            lag_refresh_interval,
+            dead_letter_breaker,
             error_handling,
             dead_letter_queue,
             commit_interval,
@@ -334,6 +354,15 @@ impl ConnectorConfig {
         self.max_delivery_attempts
     }
 
+    /// `redelivery.backoff.ms` and `redelivery.backoff.max.ms` (defaults 3000 and 60000; 0
+    /// turns the backoff off): how long a batch whose `put` failed with a retriable error is
+    /// held before it is released, doubled per delivery up to the cap; see
+    /// [`DriverConfig::redelivery_backoff`]. `redelivery.backoff.ms` set alone above the
+    /// default cap raises the cap to it; a cap set below it is an error.
+    pub fn redelivery_backoff(&self) -> (Duration, Duration) {
+        self.redelivery_backoff
+    }
+
     /// `ack.flush.max.records` and `ack.flush.max.bytes` (defaults 10,000 and 64 MiB; 0: no
     /// bound): how much written data may wait for a flush under `ack.policy=after.flush`
     /// before the driver stops polling and asks the task to flush; see
@@ -360,6 +389,35 @@ impl ConnectorConfig {
     /// [`DriverConfig::require_broker_dead_letter_queue`].
     pub fn require_broker_dead_letter_queue(&self) -> bool {
         self.require_broker_dead_letter_queue
+    }
+
+    /// `share.lag.refresh.interval.ms` (default 10000; 0 turns it off): how often the share
+    /// group's lag is read in the background; see [`DriverConfig::lag_refresh_interval`]
+    /// and [`lag`](crate::lag).
+    pub fn lag_refresh_interval(&self) -> Duration {
+        self.lag_refresh_interval
+    }
+
+    /// The dead-letter circuit breaker (`errors.deadletterqueue.breaker.max.records`,
+    /// `.max.ratio`, `.min.records`, `.window.ms`; see
+    /// [`DeadLetterBreaker`](crate::DeadLetterBreaker) for what they bound and their defaults).
+    ///
+    /// ```
+    /// use kafka_share_sink::{ConnectorConfig, Properties};
+    /// let connector: Properties = [
+    ///     ("name", "s"),
+    ///     ("topics", "t"),
+    ///     ("errors.deadletterqueue.breaker.max.records", "500"),
+    ///     ("errors.deadletterqueue.breaker.window.ms", "60000"),
+    /// ]
+    /// .into_iter()
+    /// .collect();
+    /// let config = ConnectorConfig::from_properties(&connector)?;
+    /// assert_eq!(config.dead_letter_breaker().max_records_value(), Some(500));
+    /// # Ok::<(), kafka_share_sink::ConfigError>(())
+    /// ```
+    pub fn dead_letter_breaker(&self) -> crate::dlq::DeadLetterBreaker {
+        self.dead_letter_breaker
     }
 
     /// `errors.tolerance`, `errors.retry.timeout` (`-1` is forever), `errors.retry.delay.max.ms`,
@@ -498,7 +556,9 @@ impl ConnectorConfig {
     /// the commit interval (`offset.flush.interval.ms`, the driver's once a second when unset;
     /// also every [`DEFAULT_COMMIT_RECORDS`](crate::DEFAULT_COMMIT_RECORDS) records) and
     /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`,
-    /// `share.dead.letter.queue.required`, the `errors.*` settings, and the connector name and
+    /// `redelivery.backoff.ms` and `redelivery.backoff.max.ms`,
+    /// `share.dead.letter.queue.required`, the `errors.*` settings (the dead-letter circuit
+    /// breaker's included), and the connector name and
     /// task number.
     ///
     /// The converters and transforms are plugin objects, built from
@@ -513,7 +573,10 @@ impl ConnectorConfig {
             .ack_policy(self.ack_policy)
             .put_retriable_policy(self.put_retriable_policy)
             .max_delivery_attempts(self.max_delivery_attempts)
+            .redelivery_backoff(self.redelivery_backoff.0, self.redelivery_backoff.1)
             .require_broker_dead_letter_queue(self.require_broker_dead_letter_queue)
+            .lag_refresh_interval(self.lag_refresh_interval)
+            .dead_letter_breaker(self.dead_letter_breaker)
             .errors(self.error_handling)
             .connector(
                 self.name.clone(),
@@ -1001,5 +1064,36 @@ mod tests {
         assert!(config.driver_config().require_broker_dead_letter_queue);
         let built = config.build_driver_config(&crate::Plugins::new()).unwrap();
         assert!(built.require_broker_dead_letter_queue);
+    }
+
+    #[test]
+    fn the_lag_refresh_interval_is_read_checked_and_carried_to_the_driver() {
+        let config = |value: Option<&str>| {
+            let mut pairs = vec![("name", "n"), ("topics", "a")];
+            if let Some(value) = value {
+                pairs.push(("share.lag.refresh.interval.ms", value));
+            }
+            ConnectorConfig::from_properties(&props(&pairs))
+        };
+        let default = config(None).unwrap();
+        assert_eq!(default.lag_refresh_interval(), Duration::from_secs(10));
+        assert_eq!(
+            default.driver_config().lag_refresh_interval,
+            Duration::from_secs(10)
+        );
+        let set = config(Some("2500")).unwrap();
+        assert_eq!(
+            set.driver_config().lag_refresh_interval,
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            config(Some("0")).unwrap().lag_refresh_interval(),
+            Duration::ZERO,
+            "0 turns it off"
+        );
+        for bad in ["-1", "ten"] {
+            let error = config(Some(bad)).unwrap_err();
+            assert_eq!(error.key(), Some("share.lag.refresh.interval.ms"), "{bad}");
+        }
     }
 }

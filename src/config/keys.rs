@@ -34,9 +34,17 @@ pub(crate) const SHARE_GROUP_ID: &str = "share.group.id";
 pub(crate) const ACK_POLICY: &str = "ack.policy";
 pub(crate) const PUT_RETRIABLE_POLICY: &str = "put.retriable.policy";
 pub(crate) const MAX_DELIVERY_ATTEMPTS: &str = "max.delivery.attempts";
+// Not `retry.backoff.ms`: that is the consumer's own request backoff.
+pub(crate) const REDELIVERY_BACKOFF_MS: &str = "redelivery.backoff.ms";
+pub(crate) const REDELIVERY_BACKOFF_MAX_MS: &str = "redelivery.backoff.max.ms";
 pub(crate) const ACK_FLUSH_MAX_RECORDS: &str = "ack.flush.max.records";
 pub(crate) const ACK_FLUSH_MAX_BYTES: &str = "ack.flush.max.bytes";
 pub(crate) const SHARE_DLQ_REQUIRED: &str = "share.dead.letter.queue.required";
+pub(crate) const SHARE_LAG_REFRESH_INTERVAL_MS: &str = "share.lag.refresh.interval.ms";
+pub(crate) use crate::dlq::breaker::{
+    MAX_RATIO_KEY as DLQ_BREAKER_MAX_RATIO, MAX_RECORDS_KEY as DLQ_BREAKER_MAX_RECORDS,
+    MIN_RECORDS_KEY as DLQ_BREAKER_MIN_RECORDS, WINDOW_MS_KEY as DLQ_BREAKER_WINDOW_MS,
+};
 
 // Client prefixes.
 pub(crate) const CONSUMER_PREFIX: &str = "consumer.";
@@ -85,9 +93,16 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     ACK_POLICY,
     PUT_RETRIABLE_POLICY,
     MAX_DELIVERY_ATTEMPTS,
+    REDELIVERY_BACKOFF_MS,
+    REDELIVERY_BACKOFF_MAX_MS,
     ACK_FLUSH_MAX_RECORDS,
     ACK_FLUSH_MAX_BYTES,
     SHARE_DLQ_REQUIRED,
+    SHARE_LAG_REFRESH_INTERVAL_MS,
+    DLQ_BREAKER_MAX_RECORDS,
+    DLQ_BREAKER_MAX_RATIO,
+    DLQ_BREAKER_MIN_RECORDS,
+    DLQ_BREAKER_WINDOW_MS,
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and

@@ -13,7 +13,8 @@
 //! Names, defaults and messages follow Kafka Connect where Connect has them; the keys of
 //! our own (`share.group.id`, `share.acknowledgement.mode`, `ack.policy`,
 //! `put.retriable.policy`, `max.delivery.attempts`, `share.dead.letter.queue.required`,
-//! `task.id`) are documented on the accessors of [`ConnectorConfig`].
+//! `errors.deadletterqueue.breaker.*`, `task.id`) are documented on the accessors of
+//! [`ConnectorConfig`].
 //!
 //! ```
 //! use kafka_share_sink::{ConfigError, ConnectorConfig, Properties};
@@ -31,12 +32,14 @@
 mod builder;
 mod client;
 mod connector;
+mod dead_letter_breaker;
 mod dead_letter_queue;
 mod error;
 mod keys;
 mod override_policy;
 mod plugin;
 mod properties;
+mod redelivery_backoff;
 pub(crate) mod secret;
 pub(crate) mod value;
 

@@ -521,6 +521,13 @@ pub trait ShareConsumer: Send {
         BrokerDeadLetterQueue::Unknown
     }
 
+    /// Where the driver reads the group's lag (see [`lag`](crate::lag)), off the consumer's
+    /// own connections: the Kafka consumer's cluster through an admin client of its own, the
+    /// embedded broker's group state. The default, `None`, leaves the lag unknown.
+    fn lag_source(&self) -> Option<std::sync::Arc<dyn crate::lag::LagSource>> {
+        None
+    }
+
     /// Sets (or with `None` removes) the acknowledgement commit callback, Java's
     /// `setAcknowledgementCommitCallback`: it is called with the per-partition outcome of
     /// every acknowledgement, each outcome once, from inside this consumer's `poll`,
@@ -722,6 +729,10 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
         (**self).broker_dead_letter_queue()
+    }
+
+    fn lag_source(&self) -> Option<std::sync::Arc<dyn crate::lag::LagSource>> {
+        (**self).lag_source()
     }
 
     fn group_metadata(&self) -> GroupMetadata {

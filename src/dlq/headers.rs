@@ -25,3 +25,8 @@ pub const EXCEPTION_MESSAGE: &str = "__connect.errors.exception.message";
 /// The exception and its causes as Java prints them, without frames: `<class>: <message>`,
 /// then a `Caused by: <class>: <message>` line per cause.
 pub const EXCEPTION_STACKTRACE: &str = "__connect.errors.exception.stacktrace";
+/// Not Connect's: why the driver gave up on the record, one short and stable word
+/// ([`DeadLetterReason`](crate::DeadLetterReason): `conversion`, `transform`, `put`,
+/// `delivery.limit`, `flush`, `record.too.large`, `output.refused`). Written on every dead
+/// letter the driver writes, after the other headers, also when the context headers are off.
+pub const REASON: &str = "__connect.errors.reason";

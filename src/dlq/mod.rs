@@ -3,7 +3,10 @@
 //!
 //! - [`DeadLetterQueue`]: the trait the driver writes through.
 //! - [`DeadLetterRecord`]: the original consumed record byte for byte, plus Connect's
-//!   `__connect.errors.*` context headers ([`headers`]) from an [`ErrorContext`].
+//!   `__connect.errors.*` context headers ([`headers`]) from an [`ErrorContext`], and the
+//!   driver's [`DeadLetterReason`] (`__connect.errors.reason`).
+//! - [`DeadLetterBreaker`]: the dead-letter circuit breaker's settings; [`BreakerTripped`]:
+//!   why it stopped a task.
 //! - [`KafkaDeadLetterQueue`]: a Kafka topic, created when missing as Connect's worker does.
 //! - [`EmbeddedDeadLetterQueue`](crate::embedded::EmbeddedDeadLetterQueue): a topic of the
 //!   [`EmbeddedBroker`](crate::embedded::EmbeddedBroker), with failures on demand for tests.
@@ -15,14 +18,18 @@
 //! first, and `n` to the second when it fails. The caller counts them, which works for
 //! every implementation of the trait.
 
+pub(crate) mod breaker;
 mod error;
 pub mod headers;
 mod kafka;
+mod reason;
 mod record;
 mod render;
 
+pub use self::breaker::{BreakerLimit, BreakerTripped, DeadLetterBreaker};
 pub use self::error::DeadLetterError;
 pub use self::kafka::{KafkaDeadLetterQueue, KafkaDeadLetterQueueConfig};
+pub use self::reason::DeadLetterReason;
 pub use self::record::{DeadLetterRecord, ErrorContext};
 pub(crate) use self::render::ErrorSnapshot;
 

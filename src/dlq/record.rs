@@ -252,6 +252,27 @@ impl DeadLetterRecord {
         self
     }
 
+    /// Appends the [`REASON`](super::headers::REASON) header: why the record is
+    /// dead-lettered, one short and stable word. The driver adds it to every dead letter, after
+    /// the context headers when those are on.
+    ///
+    /// ```
+    /// use kafka_share_sink::dlq::headers;
+    /// use kafka_share_sink::{ConsumerRecord, DeadLetterReason, DeadLetterRecord};
+    ///
+    /// let record = DeadLetterRecord::new(&ConsumerRecord::new("orders", 0, 7))
+    ///     .with_reason(DeadLetterReason::Put);
+    /// let reason = record.headers().last(headers::REASON).and_then(|h| h.value()).cloned();
+    /// assert_eq!(reason.as_deref(), Some(&b"put"[..]));
+    /// ```
+    pub fn with_reason(mut self, reason: super::DeadLetterReason) -> Self {
+        self.headers.push(
+            headers::REASON,
+            Some(Bytes::from_static(reason.as_str().as_bytes())),
+        );
+        self
+    }
+
     /// Where the original record was consumed from.
     pub fn original(&self) -> &RecordId {
         &self.original

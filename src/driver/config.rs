@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use super::RedeliveryBackoff;
 use super::policy::{AckPolicy, ErrorHandling, PutRetriablePolicy};
 use std::sync::Arc;
 
 use crate::convert::Converters;
-use crate::dlq::DeadLetterQueue;
+use crate::dlq::{DeadLetterBreaker, DeadLetterQueue};
 use crate::task::TaskConfig;
 use crate::transform::TransformChain;
 
@@ -101,6 +102,7 @@ pub struct DriverConfig {
     pub(crate) commit_timeout: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) retriable_backoff: Duration,
+    pub(crate) redelivery_backoff: RedeliveryBackoff,
     pub(crate) ack_policy: AckPolicy,
     pub(crate) put_retriable_policy: PutRetriablePolicy,
     pub(crate) max_delivery_attempts: Option<u16>,
@@ -114,6 +116,8 @@ pub struct DriverConfig {
     pub(crate) max_awaiting_flush_records: usize,
     pub(crate) max_awaiting_flush_bytes: u64,
     pub(crate) require_broker_dead_letter_queue: bool,
+    pub(crate) dead_letter_breaker: DeadLetterBreaker,
+    pub(crate) lag_refresh_interval: Duration,
 }
 
 impl DriverConfig {
@@ -140,6 +144,7 @@ impl DriverConfig {
             // A released batch is available at once; without a pause a failing sink would
             // burn the delivery-count limit in milliseconds.
             retriable_backoff: Duration::from_millis(500),
+            redelivery_backoff: RedeliveryBackoff::default(),
             ack_policy: AckPolicy::AfterPut,
             put_retriable_policy: PutRetriablePolicy::Release,
             max_delivery_attempts: None,
@@ -153,6 +158,8 @@ impl DriverConfig {
             max_awaiting_flush_records: 10_000,
             max_awaiting_flush_bytes: 64 << 20,
             require_broker_dead_letter_queue: false,
+            dead_letter_breaker: DeadLetterBreaker::default(),
+            lag_refresh_interval: crate::lag::DEFAULT_LAG_REFRESH_INTERVAL,
         }
     }
 
@@ -212,6 +219,40 @@ impl DriverConfig {
         self
     }
 
+    /// The redelivery backoff (`redelivery.backoff.ms` and `redelivery.backoff.max.ms`,
+    /// default [`DEFAULT_REDELIVERY_BACKOFF`](crate::DEFAULT_REDELIVERY_BACKOFF), 3 s, and
+    /// [`DEFAULT_REDELIVERY_BACKOFF_MAX`](crate::DEFAULT_REDELIVERY_BACKOFF_MAX), 60 s).
+    ///
+    /// A batch whose `put` fails with a retriable error is not released at once: the driver
+    /// holds it, renewing its locks and polling nothing, for `initial × 2^(n − 1)` (at most
+    /// `max`, less up to a fifth at random) where `n` is the highest delivery count in the
+    /// batch, then RELEASEs it, so the group delivers it again with its count one higher.
+    /// With the defaults and the broker's delivery-count limit of 5, a batch that keeps
+    /// failing reaches its last delivery after at least 36 s: a target down for half a
+    /// minute costs no record. An error with its own
+    /// [backoff](crate::TaskError::with_backoff) is held that long instead. Under
+    /// `put.retriable.policy=retry.in.place` the backoff counts from the first failure, so
+    /// retries in place that lasted longer leave nothing to wait.
+    ///
+    /// Needs explicit acknowledgement and a consumer that holds records and renews their
+    /// locks ([`ConsumerCapability::Hold`](crate::ConsumerCapability::Hold) and
+    /// [`Renew`](crate::ConsumerCapability::Renew), Kafka 4.2+); otherwise, or with a zero
+    /// `initial`, the batch is released at once and the driver pauses for
+    /// [`retriable_backoff`](Self::retriable_backoff) before polling again. A `max` below
+    /// `initial` is raised to it.
+    ///
+    /// ```
+    /// use kafka_share_sink::DriverConfig;
+    /// use std::time::Duration;
+    /// let config = DriverConfig::new(["orders"])
+    ///     .redelivery_backoff(Duration::from_secs(5), Duration::from_secs(120));
+    /// # let _ = config;
+    /// ```
+    pub fn redelivery_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.redelivery_backoff = RedeliveryBackoff::new(initial, max);
+        self
+    }
+
     /// When records that `put` took are ACCEPTed (`ack.policy`, default
     /// [`AckPolicy::AfterPut`]). [`AckPolicy::AfterFlush`] needs explicit acknowledgement,
     /// and a commit policy that calls `pre_commit` as often as the task should flush.
@@ -264,8 +305,11 @@ impl DriverConfig {
     ///
     /// Records skipped under `errors.tolerance=all`, records failing at
     /// `max.delivery.attempts`, and the batch of a fatal `put` are written there, original
-    /// bytes and headers unchanged, before they are REJECTed. When the write fails they are
-    /// RELEASEd instead: nothing is dropped.
+    /// bytes and headers unchanged (plus the `__connect.errors.reason` header, and the context
+    /// headers when asked), before they are ACCEPTed: one dead-letter home per record, since
+    /// the broker writes a REJECTed record to the group's own dead-letter queue (they are
+    /// REJECTed only when the consumer knows the group has none). When the write fails they
+    /// are RELEASEd instead: nothing is dropped.
     pub fn dead_letter_queue(
         mut self,
         queue: Arc<dyn DeadLetterQueue>,
@@ -311,6 +355,28 @@ impl DriverConfig {
     /// as a warning.
     pub fn require_broker_dead_letter_queue(mut self, required: bool) -> Self {
         self.require_broker_dead_letter_queue = required;
+        self
+    }
+
+    /// The dead-letter circuit breaker (`errors.deadletterqueue.breaker.*`; default
+    /// [`DeadLetterBreaker::default`]: the task stops before more than half of at least 100
+    /// records finished within 10 minutes would go to a dead-letter queue;
+    /// [`DeadLetterBreaker::disabled`] turns it off). It bounds the records written to the
+    /// driver's own dead-letter queue and the records REJECTed (which a broker dead-letter
+    /// queue of the group takes), in both the at-least-once and the exactly-once iteration.
+    pub fn dead_letter_breaker(mut self, breaker: DeadLetterBreaker) -> Self {
+        self.dead_letter_breaker = breaker;
+        self
+    }
+
+    /// How often the driver reads the share group's lag in the background
+    /// (`share.lag.refresh.interval.ms`, default 10 s, at least 100 ms), from the consumer's
+    /// [`lag_source`](crate::ShareConsumer::lag_source); zero turns the reading off. See
+    /// [`ShareSinkTask::lag`](crate::ShareSinkTask::lag). A
+    /// [`Supervisor`](crate::supervisor::Supervisor) reads it once for all its tasks of a
+    /// group, at the interval of the first task's config.
+    pub fn lag_refresh_interval(mut self, interval: Duration) -> Self {
+        self.lag_refresh_interval = interval;
         self
     }
 }

@@ -34,7 +34,7 @@ use crate::consumer::{
     ShareConsumer,
 };
 use crate::convert::StageFailure;
-use crate::dlq::ErrorContext;
+use crate::dlq::{DeadLetterReason, ErrorContext};
 use crate::error::{Error, Result, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
@@ -123,11 +123,19 @@ impl LockKeeper {
 /// `__connect.errors.*` headers: stage `KAFKA_PRODUCE`, the sink task's class (the output is
 /// the task's), the exception Kafka's producer raises, and the producer's error as the cause.
 fn refused_output_failure(refused: &RefusedOutput) -> Failure {
+    let exception_class = OutputFailure::java_exception(&refused.source);
+    // RecordTooLargeException, RecordBatchTooLargeException.
+    let reason = if exception_class.contains("TooLarge") {
+        DeadLetterReason::RecordTooLarge
+    } else {
+        DeadLetterReason::OutputRefused
+    };
     Failure {
         stage: Stage::KafkaProduce,
         class_name: ErrorContext::CONNECT_SINK_TASK_CLASS.to_owned(),
-        exception_class: OutputFailure::java_exception(&refused.source),
+        exception_class,
         error: Captured::of(refused),
+        reason,
     }
 }
 
@@ -387,6 +395,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
         let result = tracing::Instrument::instrument(self.round(&mut eos), span).await;
         self.exactly_once = Some(eos);
+        self.observe_dead_letter_breaker();
         self.export_metrics();
         self.state = match &result {
             Err(error) if !error.is_retriable() => State::Failed,
@@ -574,7 +583,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 // them (lost), so they are dead-lettered in this transaction instead.
                 let last = self.last_delivery_limit();
                 let dead_letter = self.config.dead_letter.is_some();
-                let failure = Failure::of_put(&error);
+                let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
                 let mut released = Vec::new();
                 for record in processed.drain(..) {
                     if dead_letter && record.delivery_count() >= last {
@@ -610,18 +619,28 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .collect();
         let mut dead_lettered = 0;
         if !dead.is_empty() {
+            if let Err(tripped) = self.admit_dead_letters(dead.len()) {
+                // Nothing of the unit is written: all of it is released.
+                let ids = processed
+                    .iter()
+                    .chain(dead.iter().map(|(r, _)| r))
+                    .map(ConsumerRecord::id)
+                    .collect();
+                return Err(self.trip_dead_letter_breaker(tripped, ids).await);
+            }
+            // One home: a record in the queue of its own is ACCEPTed after the commit (see
+            // `acknowledgement_after_dead_letter`); without one, REJECTed.
+            let mut ack = AcknowledgeType::Reject;
             if let Some(queue) = self.config.dead_letter.clone() {
                 for letter in self.dead_letters(&dead) {
                     sends.push(letter.into_producer_record(queue.topic()));
                 }
                 self.metrics.dlq_produce_requests += dead.len() as u64;
                 dead_lettered = dead.len();
+                ack = self.acknowledgement_after_dead_letter();
             }
             self.metrics.records_skipped += dead.len() as u64;
-            finished.extend(dead.iter().map(|(r, _)| Finished {
-                id: r.id(),
-                ack: AcknowledgeType::Reject,
-            }));
+            finished.extend(dead.iter().map(|(r, _)| Finished { id: r.id(), ack }));
         }
         match self.transact(eos, mode, sends, &finished).await {
             Ok(()) => {
@@ -630,7 +649,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.metrics.records_dead_lettered += dead_lettered as u64;
                 report.dead_lettered += dead_lettered;
                 let mut rejected = 0;
-                for f in &finished {
+                for (i, f) in finished.iter().enumerate() {
                     if mode == ExactlyOnceMode::Ledger {
                         self.consumer.acknowledge_offset(
                             f.id.topic(),
@@ -641,6 +660,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     }
                     match f.ack {
                         AcknowledgeType::Reject => rejected += 1,
+                        // The dead-lettered ones (after the processed ones) are counted as
+                        // such, not as accepted.
+                        _ if i >= processed.len() => {}
                         _ => report.accepted += 1,
                     }
                 }
@@ -1304,22 +1326,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         ids: impl Iterator<Item = RecordId>,
         report: &mut IterationReport,
     ) -> Result<()> {
-        let mut n = 0;
-        for id in ids {
-            match self.consumer.acknowledge_offset(
-                id.topic(),
-                id.partition(),
-                id.offset(),
-                AcknowledgeType::Release,
-            ) {
-                Ok(()) => n += 1,
-                // Not ours any more (a failed renewal, a staged record): the group has it.
-                Err(e) => tracing::debug!(record = %id, error = %ErrorChain(&e), "not released"),
-            }
-        }
-        self.metrics.records_released += n;
-        report.released += n as usize;
-        self.acknowledged_since_commit += n;
+        // A record not ours any more (a failed renewal, a staged record) is skipped: the
+        // group has it.
+        let ids: Vec<RecordId> = ids.collect();
+        let n = self.release_given_up(&ids);
+        report.released += usize::try_from(n).unwrap_or(usize::MAX);
         Ok(())
     }
 

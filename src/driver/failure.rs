@@ -2,7 +2,7 @@
 //! error itself, so one `put` error can describe every record of its batch.
 
 use crate::convert::{StageError, StageFailure};
-use crate::dlq::ErrorContext;
+use crate::dlq::{DeadLetterReason, ErrorContext};
 use crate::error::TaskError;
 use crate::stage::Stage;
 
@@ -13,6 +13,8 @@ pub(crate) struct Failure {
     pub(crate) class_name: String,
     pub(crate) exception_class: &'static str,
     pub(crate) error: Captured,
+    /// The `__connect.errors.reason` of its dead letter.
+    pub(crate) reason: DeadLetterReason,
 }
 
 impl Failure {
@@ -26,15 +28,18 @@ impl Failure {
             class_name: failure.class_name().to_owned(),
             exception_class,
             error: Captured::of(failure.error()),
+            reason: DeadLetterReason::of_stage(failure.stage()),
         }
     }
 
-    pub(crate) fn of_put(error: &TaskError) -> Self {
+    /// A failed `put`, dead-lettered for `reason` (a fatal error, the last delivery, ...).
+    pub(crate) fn of_put(error: &TaskError, reason: DeadLetterReason) -> Self {
         Self {
             stage: Stage::TaskPut,
             class_name: ErrorContext::CONNECT_SINK_TASK_CLASS.to_owned(),
             exception_class: std::any::type_name::<TaskError>(),
             error: Captured::of(error),
+            reason,
         }
     }
 }
@@ -52,8 +57,9 @@ mod tests {
     #[test]
     fn a_captured_error_keeps_its_chain() {
         let error = TaskError::fatal("disk full");
-        let failure = Failure::of_put(&error);
+        let failure = Failure::of_put(&error, DeadLetterReason::Put);
         assert_eq!(failure.stage, Stage::TaskPut);
+        assert_eq!(failure.reason, DeadLetterReason::Put);
         assert_eq!(
             failure.exception_class,
             "kafka_share_sink::error::TaskError"

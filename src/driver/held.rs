@@ -90,7 +90,7 @@ pub(crate) fn retry_backoff(attempt: u32, max: Duration) -> Duration {
 
 /// A cheap pseudo-random number: the sub-second clock mixed through a hash. Good enough to
 /// spread retries; nothing here needs real randomness.
-fn jitter() -> u64 {
+pub(crate) fn jitter() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(

@@ -76,6 +76,9 @@ pub struct DriverMetrics {
     /// Times the driver stopped polling to wait for the task to flush
     /// (`share-flush-waits-total`).
     pub flush_waits: u64,
+    /// Times the dead-letter circuit breaker stopped the task (0 or 1 for one driver;
+    /// `share-dead-letter-breaker-trips-total`).
+    pub dead_letter_breaker_trips: u64,
     /// Exactly-once iteration: transactions committed.
     pub transactions_committed: u64,
     /// Exactly-once iteration: transactions aborted (their records are delivered again).
@@ -170,6 +173,10 @@ impl DriverMetrics {
                 self.last_delivery_lock_losses as f64,
             ),
             ("share-flush-waits-total", self.flush_waits as f64),
+            (
+                "share-dead-letter-breaker-trips-total",
+                self.dead_letter_breaker_trips as f64,
+            ),
         ]
     }
 }

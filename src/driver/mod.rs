@@ -7,8 +7,8 @@
 //! | `put` returns | explicit mode (default) | implicit mode |
 //! |---|---|---|
 //! | `Ok` | ACCEPT every record of the batch (after flush, with `ack.policy=after.flush`) | accepted by the next poll or commit |
-//! | retriable error | RELEASE the batch (or retry it in place first, with `put.retriable.policy=retry.in.place`); a record at `max.delivery.attempts` is dead-lettered and REJECTed instead | keep the batch and `put` it again next iteration |
-//! | fatal error | REJECT the batch (dead-lettered first when a queue is set), commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
+//! | retriable error | RELEASE the batch, after holding it for a backoff that grows with its delivery count (`redelivery.backoff.ms`; or retry it in place first, with `put.retriable.policy=retry.in.place`); a record at `max.delivery.attempts` is dead-lettered and REJECTed instead | keep the batch and `put` it again next iteration |
+//! | fatal error | REJECT the batch (written to the dead-letter queue and ACCEPTed instead when a queue is set; RELEASEd when the dead-letter circuit breaker trips), commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
 //!
 //! A consumer error no retry fixes, such as credentials a broker refuses (also mid-run), stops
 //! the driver too: see [`ShareSinkTask::iteration`](ShareSinkTask::iteration#authentication-failures).
@@ -22,12 +22,15 @@
 //! Records the driver holds across polls (waiting for a flush, or for another `put` attempt)
 //! have their locks renewed at half their duration while the process lives.
 
+mod backoff;
 mod config;
+mod dead_letter;
 #[cfg(feature = "exactly-once")]
 mod exactly_once;
 mod export;
 mod failure;
 mod held;
+mod lag;
 mod metrics;
 mod pipeline;
 mod policy;
@@ -40,6 +43,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use self::backoff::PendingRelease;
+pub(crate) use self::backoff::RedeliveryBackoff;
+pub use self::backoff::{DEFAULT_REDELIVERY_BACKOFF, DEFAULT_REDELIVERY_BACKOFF_MAX};
 pub use self::config::{CommitPolicy, DEFAULT_COMMIT_RECORDS, DriverConfig};
 use self::failure::Failure;
 use self::held::{HeldRecords, retry_backoff};
@@ -52,7 +58,7 @@ use crate::consumer::{
     DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
 };
 use crate::delivered::Delivered;
-use crate::dlq::{DeadLetterRecord, ErrorContext};
+use crate::dlq::{DeadLetterReason, DeadLetterRecord, ErrorContext};
 use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
@@ -81,16 +87,20 @@ pub struct IterationReport {
     /// Records released (retriable error, failed dead-letter write).
     pub released: usize,
     /// Records rejected (fatal error, `max.delivery.attempts`, skipped under tolerance
-    /// `all`).
+    /// `all`) without a dead-letter queue of the driver's own, or written to it when the group
+    /// is known to have no broker dead-letter queue.
     pub rejected: usize,
-    /// Records kept for another `put` (implicit mode, or `retry.in.place`).
+    /// Records kept for another `put` (implicit mode, or `retry.in.place`), or held for
+    /// their redelivery backoff before they are released (`redelivery.backoff.ms`; the
+    /// iteration that releases them counts them as released).
     pub retained: usize,
     /// Records written by `put` and waiting for `pre_commit` to call them durable
     /// (`after.flush`), after this iteration.
     pub awaiting_flush: usize,
     /// Records dropped by transforms (and accepted).
     pub filtered: usize,
-    /// Records written to the dead-letter queue.
+    /// Records written to the dead-letter queue (then ACCEPTed, unless the group is known to
+    /// have no broker dead-letter queue: one home per record).
     pub dead_lettered: usize,
     /// Whether the iteration ended with a commit.
     pub committed: bool,
@@ -166,6 +176,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     retained: bool,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
     retry: Option<RetryInPlace>,
+    /// Explicit mode: the batch failed with a retriable error and is held for its
+    /// redelivery backoff, then released.
+    redelivery: Option<PendingRelease>,
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
     delivered: Delivered,
@@ -186,8 +199,14 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     backoff_until: Option<Instant>,
     started: Instant,
     metrics: DriverMetrics,
+    /// The share group's lag, read in the background (none when turned off or unknown).
+    lag: Option<crate::lag::LagReader>,
     warned_partial_durability: bool,
     warned_no_renew: bool,
+    /// The dead-letter circuit breaker's window, and the records finished otherwise (put or
+    /// filtered) it was told of.
+    breaker: crate::dlq::breaker::SharedBreakerWindow,
+    breaker_observed: u64,
     #[cfg(feature = "exactly-once")]
     exactly_once: Option<Box<exactly_once::ExactlyOnce>>,
 }
@@ -208,6 +227,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// [`initialize`](Self::initialize).
     pub fn new(task: Box<dyn SinkTask>, consumer: C, config: DriverConfig) -> Self {
         let now = Instant::now();
+        let breaker = Arc::new(std::sync::Mutex::new(
+            crate::dlq::breaker::BreakerWindow::new(config.dead_letter_breaker, now),
+        ));
         Self {
             task,
             consumer,
@@ -220,6 +242,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             batch_is_poll: false,
             retained: false,
             retry: None,
+            redelivery: None,
             delivered: Delivered::new(),
             batch_delivered: Delivered::new(),
             delivered_bytes: Vec::new(),
@@ -230,8 +253,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             backoff_until: None,
             started: now,
             metrics: DriverMetrics::default(),
+            lag: None,
             warned_partial_durability: false,
             warned_no_renew: false,
+            breaker,
+            breaker_observed: 0,
             #[cfg(feature = "exactly-once")]
             exactly_once: None,
         }
@@ -274,6 +300,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         self.check_capabilities()?;
+        self.log_redelivery_backoff();
         self.consumer.subscribe(self.config.topics.clone()).await?;
         self.check_broker_dead_letter_queue()?;
         #[cfg(feature = "exactly-once")]
@@ -289,6 +316,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
         self.task.initialize(context.clone());
         self.context = Some(context);
+        self.start_lag_reader();
         if let Err(source) = self.task.start(&self.config.task_config).await {
             self.state = State::Failed;
             return Err(Error::Task {
@@ -341,7 +369,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// # Cancel safety
     ///
     /// Cancel safe while it waits in the poll (the consumers' `poll` is: nothing is lost and,
-    /// with [`KafkaShareConsumer`](crate::KafkaShareConsumer), no delivery is spent). Not cancel
+    /// with [`KafkaShareConsumer`](crate::KafkaShareConsumer), no delivery is spent), and while
+    /// it waits out the redelivery backoff of a failed batch
+    /// ([`DriverConfig::redelivery_backoff`]): the batch stays held, and the next call waits
+    /// for the rest of the backoff, then releases it. Not cancel
     /// safe once the poll returned records: dropped during the conversion, the `put` or the
     /// acknowledgements, the batch stays unacknowledged, its records are delivered again
     /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
@@ -372,6 +403,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             records = tracing::field::Empty,
         );
         let result = self.iterate().instrument(span).await;
+        self.observe_dead_letter_breaker();
         self.export_metrics();
         if let Err(error) = &result {
             if !error.is_retriable() {
@@ -383,6 +415,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     async fn iterate(&mut self) -> Result<IterationReport> {
         let mut report = IterationReport::default();
+        self.release_after_backoff(&mut report).await?;
         if let Some(retry) = self.retry {
             self.sleep_renewing(retry.next_attempt).await;
         } else if self.retained {
@@ -719,6 +752,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             return Ok(());
         }
         let now = Instant::now();
+        // When this delivery first failed: the redelivery backoff counts from there.
+        let mut since = now;
         if self.config.put_retriable_policy == PutRetriablePolicy::RetryInPlace {
             let retry = self.retry.get_or_insert(RetryInPlace {
                 first_failure: now,
@@ -756,10 +791,26 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 attempts = retry.attempts,
                 "put kept failing for errors.retry.timeout; releasing the batch"
             );
+            since = retry.first_failure;
             self.retry = None;
         } else {
             tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, releasing the batch");
         }
+        let Some(error) = self.hold_for_redelivery(error, since, report)? else {
+            return Ok(());
+        };
+        self.release_failed_batch(error, report).await
+    }
+
+    /// RELEASEs the batch that failed with the retriable `error` (at once, or after its
+    /// redelivery backoff); a record on its last allowed delivery is dead-lettered and
+    /// REJECTed instead when the settings say so.
+    async fn release_failed_batch(
+        &mut self,
+        error: TaskError,
+        report: &mut IterationReport,
+    ) -> Result<()> {
+        let now = Instant::now();
         let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
         self.backoff_until = Some(deadline_after(now, backoff));
         let limit = self.config.max_delivery_attempts;
@@ -809,7 +860,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 max_delivery_attempts = limit,
                 "records failed on their last allowed delivery; rejecting them"
             );
-            let failure = Failure::of_put(&error);
+            let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
             let poison = poison.into_iter().map(|r| (r, failure.clone())).collect();
             self.dead_letter_then_reject(poison, report).await?;
         }
@@ -821,7 +872,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.state = State::Failed;
         self.retry = None;
         if !self.implicit() {
-            let failure = Failure::of_put(&error);
+            let failure = Failure::of_put(&error, DeadLetterReason::Put);
             let records: Vec<(ConsumerRecord, Failure)> = self
                 .batch
                 .iter()
@@ -934,7 +985,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let error = TaskError::retriable(
             "written on the record's last allowed delivery, but the flush that followed did not make it durable",
         );
-        let failure = Failure::of_put(&error);
+        let failure = Failure::of_put(&error, DeadLetterReason::Flush);
         let mut records = Vec::with_capacity(not_durable.len());
         for i in not_durable {
             let id = self.batch[i].original_id().clone();
@@ -1000,7 +1051,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.config.dead_letter.is_some()
     }
 
-    /// The dead letters of `records`, with Connect's context headers when configured.
+    /// The dead letters of `records`, with Connect's context headers when configured and
+    /// the reason header always.
     pub(super) fn dead_letters(
         &self,
         records: &[(ConsumerRecord, Failure)],
@@ -1009,25 +1061,31 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .iter()
             .map(|(record, failure)| {
                 let letter = DeadLetterRecord::new(record);
-                if !self.config.dead_letter_context_headers {
-                    return letter;
-                }
-                let context = ErrorContext::new_dyn(
-                    &self.config.connector_name,
-                    self.config.task_id,
-                    failure.stage,
-                    &failure.class_name,
-                    &failure.error,
-                    failure.exception_class,
-                );
-                letter.with_context(&context)
+                let letter = if self.config.dead_letter_context_headers {
+                    let context = ErrorContext::new_dyn(
+                        &self.config.connector_name,
+                        self.config.task_id,
+                        failure.stage,
+                        &failure.class_name,
+                        &failure.error,
+                        failure.exception_class,
+                    );
+                    letter.with_context(&context)
+                } else {
+                    letter
+                };
+                // Always, also without the context headers: see `dlq::headers::REASON`.
+                letter.with_reason(failure.reason)
             })
             .collect()
     }
 
     /// Settles records that will not be processed: written to the dead-letter queue first
     /// when one is set (and RELEASEd instead if that write fails, so nothing is dropped),
-    /// then REJECTed. Returns how many were rejected.
+    /// then ACCEPTed (one home: see `acknowledgement_after_dead_letter`), or REJECTed
+    /// without a queue of its own. The dead-letter circuit breaker is asked first: when it
+    /// trips, they are RELEASEd and the error stops the driver. Returns how many were
+    /// settled.
     async fn dead_letter_then_reject(
         &mut self,
         records: Vec<(ConsumerRecord, Failure)>,
@@ -1042,6 +1100,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             return Ok(0);
         }
         let n = records.len();
+        if let Err(tripped) = self.admit_dead_letters(n) {
+            let ids = records.iter().map(|(r, _)| r.id()).collect();
+            return Err(self.trip_dead_letter_breaker(tripped, ids).await);
+        }
+        let mut settle = AcknowledgeType::Reject;
         if let Some(queue) = self.config.dead_letter.clone() {
             let letters = self.dead_letters(&records);
             self.metrics.dlq_produce_requests += n as u64;
@@ -1064,13 +1127,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             self.metrics.records_dead_lettered += n as u64;
             report.dead_lettered += n;
+            settle = self.acknowledgement_after_dead_letter();
         }
         for (record, failure) in &records {
-            tracing::debug!(record = %record.id(), stage = %failure.stage, "rejecting");
-            self.consumer.acknowledge(record, AcknowledgeType::Reject)?;
+            tracing::debug!(record = %record.id(), stage = %failure.stage, reason = %failure.reason, ack = ?settle, "settling a record given up on");
+            self.consumer.acknowledge(record, settle)?;
         }
-        self.metrics.records_rejected += n as u64;
-        report.rejected += n;
+        if settle == AcknowledgeType::Reject {
+            self.metrics.records_rejected += n as u64;
+            report.rejected += n;
+        }
         self.acknowledged_since_commit += n as u64;
         Ok(n)
     }
@@ -1203,6 +1269,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing during a retry in place; the batch is released"
                 );
             }
+            if self.redelivery.take().is_some() {
+                tracing::info!(
+                    records = self.batch.len(),
+                    "closing during a redelivery backoff; the batch is released"
+                );
+            }
             match self.commit().await {
                 Ok(_) => {}
                 // As the consumer's close: a cluster out of reach is no reason to fail the
@@ -1228,6 +1300,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if let Err(e) = self.consumer.close(self.config.close_timeout).await {
             first_error.get_or_insert(e.into());
         }
+        // Stops the driver's own reading (a supervisor's reader goes on for its other tasks).
+        self.lag = None;
         self.batch.clear();
         self.held.clear();
         tracing::info!(metrics = ?self.metrics, "sink task closed");
@@ -1239,8 +1313,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// closes in both cases.
     ///
     /// Shutdown is checked between iterations, so it takes effect within one poll timeout
-    /// plus one `put`; a `put` is never cut short. Retriable errors are logged and the loop
-    /// goes on after the retriable backoff.
+    /// plus one `put`; a `put` is never cut short. During the redelivery backoff of a failed
+    /// batch it takes effect at once, and the close releases the batch. Retriable errors are
+    /// logged and the loop goes on after the retriable backoff.
     ///
     /// # Cancel safety
     ///
@@ -1265,6 +1340,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             loop {
                 if futures::poll!(shutdown.as_mut()).is_ready() {
                     return Ok(());
+                }
+                if self.redelivery.is_some() {
+                    // Cancel safe: a shutdown during the backoff closes at once, which
+                    // releases the held batch.
+                    tokio::select! {
+                        () = shutdown.as_mut() => return Ok(()),
+                        () = self.wait_redelivery_backoff() => {}
+                    }
                 }
                 #[cfg(feature = "exactly-once")]
                 let outcome = if exactly_once {

@@ -280,8 +280,22 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 (record, failure)
             })
             .collect();
-        let rejected = self.dead_letter_then_reject(failed, report).await?;
-        self.metrics.records_skipped += rejected as u64;
+        let skipped = match self.dead_letter_then_reject(failed, report).await {
+            Ok(n) => n,
+            Err(error @ Error::DeadLetterBreaker(_)) => {
+                // The records converted beside the failed ones were not put: released too.
+                let ids: Vec<_> = self.batch.iter().map(|r| r.original_id().clone()).collect();
+                self.release_given_up(&ids);
+                self.batch.clear();
+                self.raw.clear();
+                if let Err(e) = self.commit_acknowledgements().await {
+                    tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                }
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        self.metrics.records_skipped += skipped as u64;
         Ok(())
     }
 }

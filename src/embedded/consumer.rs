@@ -378,6 +378,12 @@ impl ShareConsumer for EmbeddedShareConsumer {
         self.shared.lock().group_settings(&self.group_id).1
     }
 
+    fn lag_source(&self) -> Option<Arc<dyn crate::lag::LagSource>> {
+        Some(Arc::new(super::EmbeddedBroker::from_shared(Arc::clone(
+            &self.shared,
+        ))))
+    }
+
     /// The member epoch is the group's: 1 when the member joins, raised by
     /// [`EmbeddedBroker::bump_member_epoch`](super::EmbeddedBroker::bump_member_epoch); 0
     /// while the consumer has no subscription, -1 once it is closed.

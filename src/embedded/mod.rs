@@ -891,6 +891,11 @@ pub struct EmbeddedBroker {
 }
 
 impl EmbeddedBroker {
+    /// The broker whose state `shared` is (another handle on it).
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
     /// An empty broker.
     pub fn new() -> Self {
         Self::default()
@@ -1298,14 +1303,40 @@ impl EmbeddedBroker {
         Some((share.start_offset(), share.end_offset()))
     }
 
-    /// Counts the group's records by state, with expired locks applied.
-    pub fn state_counts(&self, group_id: &str) -> StateCounts {
+    /// The broker's state, with the expired transactions and the group's expired locks
+    /// applied (and the pollers woken when that changed anything).
+    fn lock_expired(&self, group_id: &str) -> MutexGuard<'_, State> {
         let now = Instant::now();
         let mut guard = self.shared.lock();
         let ended = guard.expire_transactions(now);
         if guard.expire_group(group_id, now) || ended {
             self.shared.changed.notify_waiters();
         }
+        guard
+    }
+
+    /// The group's lag in every partition it has read, with expired locks applied: records
+    /// from the share-partition start offset to the end of the log not done yet.
+    pub(crate) fn group_lag(&self, group_id: &str) -> Vec<crate::lag::PartitionLag> {
+        let guard = self.lock_expired(group_id);
+        let State { topics, groups, .. } = &*guard;
+        let Some(group) = groups.get(group_id) else {
+            return Vec::new();
+        };
+        group
+            .partitions
+            .iter()
+            .map(|((topic, partition), share)| {
+                let log_end = topics.get(topic).map_or(0, |t| t.end_offset(*partition));
+                let lag = u64::try_from(share.lag(log_end)).ok();
+                crate::lag::PartitionLag::new(topic.as_ref(), *partition, lag)
+            })
+            .collect()
+    }
+
+    /// Counts the group's records by state, with expired locks applied.
+    pub fn state_counts(&self, group_id: &str) -> StateCounts {
+        let guard = self.lock_expired(group_id);
         let State { topics, groups, .. } = &*guard;
         let mut counts = StateCounts::default();
         let Some(group) = groups.get(group_id) else {

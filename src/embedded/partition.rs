@@ -242,6 +242,16 @@ impl SharePartition {
         self.base
     }
 
+    /// Records from the start offset to `log_end` that are not done (acknowledged or
+    /// archived) yet: the group's lag in this partition, as Kafka 4.4 counts it.
+    pub(crate) fn lag(&self, log_end: i64) -> i64 {
+        let done = self.slots.iter().filter(|s| s.state.is_terminal()).count();
+        log_end
+            .saturating_sub(self.start)
+            .saturating_sub(i64::try_from(done).unwrap_or(i64::MAX))
+            .max(0)
+    }
+
     /// The earliest lock deadline, for waking pollers.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.next_deadline

@@ -4,7 +4,10 @@
 //! group (a share group spreads records over its members, so tasks scale past the partition
 //! count). A factory builds the sink task and consumer of each task id. A task that fails is
 //! built again and restarted after a bounded exponential backoff ([`SupervisorConfig`]); a
-//! panic in a task counts as a failure. On the shutdown signal every task finishes its
+//! panic in a task counts as a failure. A task stopped by the dead-letter circuit breaker
+//! ([`Error::DeadLetterBreaker`]) is not restarted: each
+//! restart would spend a delivery of the records it released; and a task's breaker window
+//! is kept across its restarts, so failing and restarting does not reset it. On the shutdown signal every task finishes its
 //! iteration and closes: its accepted records are committed and every other record is
 //! released for the group to deliver again.
 //!
@@ -52,6 +55,7 @@ mod config;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -60,6 +64,7 @@ pub use self::config::SupervisorConfig;
 use crate::consumer::ShareConsumer;
 use crate::driver::{DriverConfig, DriverMetrics, ShareSinkTask};
 use crate::error::{BoxError, Error};
+use crate::lag::{LagReader, ShareGroupLag};
 use crate::task::SinkTask;
 use crate::telemetry::{ConsumerMetrics, MeteredConsumer, MetricLabels};
 
@@ -189,15 +194,78 @@ impl SupervisorHandle {
     pub fn statuses(&self) -> Vec<TaskStatus> {
         self.0.lock().clone()
     }
+
+    /// The lag of each share group the tasks read from (one, unless the factory gives tasks
+    /// different groups), as last read; a group is left out before its first read answered.
+    ///
+    /// The supervisor reads each group's lag once for all its tasks, in the background,
+    /// every [`lag_refresh_interval`](DriverConfig::lag_refresh_interval) of the first task
+    /// built for the group, from the time that task starts until [`run`](Supervisor::run)
+    /// returns; never while a task waits for it. With the feature `metrics` every read is
+    /// exported (see [`LagReader`]).
+    pub fn lag(&self) -> Vec<ShareGroupLag> {
+        self.0
+            .lag_readers()
+            .iter()
+            .filter_map(LagReader::snapshot)
+            .collect()
+    }
 }
 
 #[derive(Debug)]
 struct Shared {
     connector: String,
     statuses: Mutex<Vec<TaskStatus>>,
+    /// One lag reader per share group, shared by the tasks of the group.
+    lag: Mutex<Vec<LagReader>>,
+    /// Each task's dead-letter circuit breaker window, kept across its restarts.
+    breakers: Mutex<Vec<(u32, crate::dlq::breaker::SharedBreakerWindow)>>,
 }
 
 impl Shared {
+    /// Task `task`'s breaker window: the one of its previous runs, so that a restart does
+    /// not open the breaker again, unless its settings changed.
+    fn dead_letter_breaker(
+        &self,
+        task: u32,
+        settings: crate::DeadLetterBreaker,
+    ) -> crate::dlq::breaker::SharedBreakerWindow {
+        let mut breakers = self.breakers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, window)) = breakers.iter().find(|(t, w)| {
+            *t == task && w.lock().unwrap_or_else(PoisonError::into_inner).settings() == settings
+        }) {
+            return Arc::clone(window);
+        }
+        let window = Arc::new(Mutex::new(crate::dlq::breaker::BreakerWindow::new(
+            settings,
+            tokio::time::Instant::now(),
+        )));
+        breakers.retain(|(t, _)| *t != task);
+        breakers.push((task, Arc::clone(&window)));
+        window
+    }
+
+    fn lag_readers(&self) -> std::sync::MutexGuard<'_, Vec<LagReader>> {
+        self.lag.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lag reader of `consumer`'s group, started for the first task of the group; `None`
+    /// when reading is off (`interval` zero) or the consumer cannot tell.
+    fn lag_reader(&self, consumer: &impl ShareConsumer, interval: Duration) -> Option<LagReader> {
+        if interval.is_zero() {
+            return None;
+        }
+        let metadata = consumer.group_metadata();
+        let group = metadata.group_id();
+        let mut readers = self.lag_readers();
+        if let Some(reader) = readers.iter().find(|r| r.group() == group) {
+            return Some(reader.clone());
+        }
+        let reader = LagReader::of_consumer(consumer, interval)?;
+        readers.push(reader.clone());
+        Some(reader)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TaskStatus>> {
         self.statuses.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -287,6 +355,8 @@ where
             shared: Arc::new(Shared {
                 connector: connector.into(),
                 statuses: Mutex::new(statuses),
+                lag: Mutex::new(Vec::new()),
+                breakers: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -330,6 +400,8 @@ where
                 tasks.await
             }
         };
+        // Every task is done: stop reading the lag.
+        self.shared.lag_readers().clear();
         let mut failed = Vec::new();
         let mut first = None;
         for (task, result) in (0..).zip(results) {
@@ -389,6 +461,22 @@ where
                 failures = 0;
             }
             failures = failures.saturating_add(1);
+            // The dead-letter circuit breaker opened: a restart would only spend a delivery
+            // of the records it released (and trip again), so the task waits for someone.
+            let tripped = error
+                .downcast_ref::<Error>()
+                .is_some_and(|e| matches!(e, Error::DeadLetterBreaker(_)));
+            if tripped {
+                tracing::error!(
+                    %connector, task, error = %message,
+                    "the dead-letter circuit breaker stopped the task; it stays failed until it is started again"
+                );
+                self.shared.update(task, |s| {
+                    s.state = TaskState::Failed;
+                    s.last_error = Some(message);
+                });
+                return Err(error);
+            }
             if self
                 .config
                 .restarts_allowed()
@@ -447,7 +535,13 @@ where
     let task_id = i32::try_from(task).unwrap_or(i32::MAX);
     let config = parts.config.connector(shared.connector.clone(), task_id);
     let backoff = config.retriable_backoff;
+    let lag = shared.lag_reader(&consumer, config.lag_refresh_interval);
+    let breaker = shared.dead_letter_breaker(task, config.dead_letter_breaker);
     let mut driver = ShareSinkTask::new(parts.task, consumer, config);
+    driver.share_dead_letter_breaker(breaker);
+    if let Some(reader) = lag {
+        driver.use_lag_reader(reader);
+    }
     let result: Result<(), Error> = async {
         driver.initialize().await?;
         while !*stopping.borrow() {
@@ -493,5 +587,45 @@ impl std::fmt::Display for ErrorChain<'_> {
             source = cause.source();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::embedded::EmbeddedBroker;
+
+    #[tokio::test]
+    async fn one_lag_reader_per_group_shared_by_its_tasks() {
+        let broker = EmbeddedBroker::new();
+        let supervisor = Supervisor::new("c", SupervisorConfig::new(1), |_task| async {
+            Err::<TaskParts<crate::embedded::EmbeddedShareConsumer>, BoxError>("never built".into())
+        });
+        let shared = &supervisor.shared;
+        let interval = Duration::from_secs(10);
+        let first = shared
+            .lag_reader(&broker.share_consumer("a"), interval)
+            .expect("the embedded consumer tells the lag");
+        let second = shared
+            .lag_reader(&broker.share_consumer("a"), interval)
+            .unwrap();
+        assert!(
+            first.is_same(&second),
+            "the tasks of group a share one reader"
+        );
+        let other = shared
+            .lag_reader(&broker.share_consumer("b"), interval)
+            .unwrap();
+        assert!(!first.is_same(&other));
+        assert_eq!(shared.lag_readers().len(), 2);
+        assert!(
+            shared
+                .lag_reader(&broker.share_consumer("c"), Duration::ZERO)
+                .is_none(),
+            "0 turns reading off"
+        );
+        assert_eq!(shared.lag_readers().len(), 2);
     }
 }

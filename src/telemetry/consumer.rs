@@ -327,6 +327,10 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
         self.inner.broker_dead_letter_queue()
     }
 
+    fn lag_source(&self) -> Option<std::sync::Arc<dyn crate::lag::LagSource>> {
+        self.inner.lag_source()
+    }
+
     fn set_acknowledgement_commit_callback(
         &mut self,
         callback: Option<AcknowledgementCommitCallback>,

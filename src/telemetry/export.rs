@@ -157,3 +157,49 @@ pub(crate) fn task_status(connector: &str, task: u32, state: &'static str, resta
     }
     counter!("share-task-restarts-total", labels.iter()).absolute(restarts);
 }
+
+/// Records a read of a share group's lag: `share-group-lag` per partition (labels `group`,
+/// `topic`, `partition`; a partition whose lag is unknown is left out) and `share-group-lag-sum`
+/// over them (label `group`). Labelled by group only, not by task: every task of a group sees
+/// the same lag, and summing it over tasks would count it once per task.
+pub(crate) fn share_group_lag(lag: &crate::lag::ShareGroupLag) {
+    describe_lag();
+    for p in &lag.partitions {
+        if let Some(value) = p.lag {
+            let labels = [
+                Label::new("group", lag.group.clone()),
+                Label::new("topic", p.topic.clone()),
+                Label::new("partition", p.partition.to_string()),
+            ];
+            gauge!("share-group-lag", labels.iter()).set(value as f64);
+        }
+    }
+    let group = [Label::new("group", lag.group.clone())];
+    gauge!("share-group-lag-sum", group.iter()).set(lag.total() as f64);
+}
+
+/// Records how many reads of a share group's lag failed.
+pub(crate) fn share_group_lag_errors(group: &str, errors: u64) {
+    describe_lag();
+    let labels = [Label::new("group", group.to_owned())];
+    counter!("share-group-lag-read-errors-total", labels.iter()).absolute(errors);
+}
+
+fn describe_lag() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        describe_gauge!(
+            "share-group-lag",
+            "Records of a partition the share group has still to finish, as the broker counts \
+             them (DescribeShareGroupOffsets)."
+        );
+        describe_gauge!(
+            "share-group-lag-sum",
+            "Records the share group has still to finish, over every partition whose lag is known."
+        );
+        describe_counter!(
+            "share-group-lag-read-errors-total",
+            "Reads of the share group's lag that failed or timed out."
+        );
+    });
+}

@@ -21,6 +21,7 @@
 //! | gauge | `put-batch-avg-time-ms`, `put-batch-max-time-ms`, `share-records-awaiting-flush`, and where exactly-once time goes: `share-ledger-check-seconds-total`, `share-transaction-send-seconds-total`, `share-transaction-renew-seconds-total`, `share-transaction-commit-seconds-total` |
 //! | counter (consumer) | `records-consumed-total`, `bytes-consumed-total`, `acknowledgements-send-total`, `acknowledgements-error-total`, `share-consumer-poll-total`, `share-consumer-commit-total`, `share-consumer-commit-failures-total` |
 //! | gauge (consumer) | `records-per-request-avg`, `records-per-request-max`, `share-consumer-poll-time-seconds-total` |
+//! | gauge (lag, labelled `group`, and `topic` and `partition` per partition) | `share-group-lag` (one partition), `share-group-lag-sum` (every partition whose lag is known), with the counter `share-group-lag-read-errors-total`: see [`lag`](crate::lag) and [`LagReader`](crate::LagReader); exported at each read, by whoever reads (the supervisor once per group, or a driver on its own) |
 //! | gauge (supervisor, labelled `connector` and `task` only) | `status` with a `state` label (`running`, `restarting`, `failed`, `stopped`; 1 for the task's state, 0 otherwise), `share-task-restarts-total` |
 //!
 //! Install the recorder before the first driver runs: the metric descriptions (help texts)

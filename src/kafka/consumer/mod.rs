@@ -177,6 +177,8 @@ pub struct KafkaShareConsumer {
     engine: EngineHandle,
     /// The group's delivery-count limit and dead-letter queue, read again in the background.
     group_configs: GroupConfigWatch,
+    /// Where the group's lag is read, on connections of its own.
+    lag_source: Arc<crate::lag::KafkaLagSource>,
     news: watch::Receiver<u64>,
     subscription: Vec<String>,
     batch: InFlightBatch,
@@ -267,6 +269,14 @@ impl KafkaShareConsumer {
         let renew_supported = first
             .api_range(ApiKey::ShareAcknowledge)
             .is_some_and(|(_, max)| max >= 2);
+        // A dialer of its own: its connections are not the consumer's (ConnectionCounts).
+        let lag_source = Arc::new(crate::lag::KafkaLagSource::new(
+            config.bootstrap.clone(),
+            ConnectionConfig {
+                dialer: Arc::new(Dialer::new(config.reconnect_backoff)),
+                ..connection_config.clone()
+            },
+        ));
         // Bounded by the request timeout; what cannot be read stays unknown.
         let group_configs = GroupConfigWatch::start(
             Source {
@@ -311,6 +321,7 @@ impl KafkaShareConsumer {
             membership,
             engine,
             group_configs,
+            lag_source,
             news,
             subscription: Vec::new(),
             batch: InFlightBatch::default(),
@@ -991,6 +1002,10 @@ impl ShareConsumer for KafkaShareConsumer {
     /// logged as a warning with the reason.
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
         self.group_configs.dead_letter_queue()
+    }
+
+    fn lag_source(&self) -> Option<Arc<dyn crate::lag::LagSource>> {
+        Some(Arc::clone(&self.lag_source) as Arc<dyn crate::lag::LagSource>)
     }
 
     fn group_metadata(&self) -> GroupMetadata {

@@ -1,0 +1,127 @@
+//! What the driver does around giving up on records, in both iterations: the dead-letter
+//! circuit breaker's check before each dead-letter write or REJECT
+//! ([`DeadLetterBreaker`](crate::DeadLetterBreaker)), and one dead-letter home per record:
+//! how a record is acknowledged once its own dead-letter queue has it.
+
+use tokio::time::Instant;
+
+use super::{ErrorChain, ShareSinkTask};
+use crate::consumer::{AcknowledgeType, BrokerDeadLetterQueue, ShareConsumer};
+use crate::dlq::BreakerTripped;
+use crate::dlq::breaker::{BreakerWindow, SharedBreakerWindow};
+use crate::error::Error;
+use crate::record::RecordId;
+
+impl<C: ShareConsumer> ShareSinkTask<C> {
+    /// The records finished with otherwise than given up on, as the counters have them: put
+    /// (by `put` or in a committed transaction) or dropped by a transform.
+    fn finished_otherwise(&self) -> u64 {
+        self.metrics
+            .records_put
+            .saturating_add(self.metrics.records_filtered)
+    }
+
+    /// The records finished otherwise since the breaker's window last heard of them.
+    fn finished_since_observed(&mut self) -> u64 {
+        let finished = self.finished_otherwise();
+        let added = finished.saturating_sub(self.breaker_observed);
+        self.breaker_observed = finished;
+        added
+    }
+
+    fn breaker_window(&self) -> std::sync::MutexGuard<'_, BreakerWindow> {
+        self.breaker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells the breaker's window what was put or filtered by now; called after each
+    /// iteration, so that records finished long ago do not count as recent.
+    pub(super) fn observe_dead_letter_breaker(&mut self) {
+        let added = self.finished_since_observed();
+        self.breaker_window().observe(Instant::now(), added);
+    }
+
+    /// Shares the breaker's window with the drivers that ran the same task before (and after)
+    /// this one, so that a restart does not start a fresh window. Its settings win over this
+    /// driver's config.
+    pub(crate) fn share_dead_letter_breaker(&mut self, window: SharedBreakerWindow) {
+        self.breaker = window;
+    }
+
+    /// Before giving up on `n` records (a dead-letter write, or a REJECT): `Ok` and counted,
+    /// or why the breaker trips (nothing counted; the trip is counted and logged at ERROR).
+    pub(super) fn admit_dead_letters(&mut self, n: usize) -> Result<(), BreakerTripped> {
+        let added = self.finished_since_observed();
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        let admitted = self.breaker_window().admit(Instant::now(), added, n);
+        let Err(tripped) = admitted else {
+            return Ok(());
+        };
+        self.metrics.dead_letter_breaker_trips += 1;
+        tracing::error!(
+            records = n,
+            given_up = tripped.given_up,
+            finished = tripped.finished,
+            window_ms = u64::try_from(tripped.window.as_millis()).unwrap_or(u64::MAX),
+            setting = tripped.limit.key(),
+            "{tripped}; the task stops"
+        );
+        Err(tripped)
+    }
+
+    /// The breaker tripped: RELEASEs `ids` (nothing is rejected or dead-lettered: the group
+    /// delivers them again), commits so that the releases take effect at once, and returns
+    /// the error that stops the driver. Records it holds besides are released when it is
+    /// closed, or come back when their locks expire.
+    pub(super) async fn trip_dead_letter_breaker(
+        &mut self,
+        tripped: BreakerTripped,
+        ids: Vec<RecordId>,
+    ) -> Error {
+        let released = self.release_given_up(&ids);
+        if let Err(e) = self.commit_acknowledgements().await {
+            // Releases that did not reach the broker expire with their locks: the records
+            // come back all the same.
+            tracing::warn!(error = %ErrorChain(&e), "could not commit the releases of the tripped breaker");
+        }
+        tracing::info!(
+            records = released,
+            "dead-letter circuit breaker: released instead of dead-lettered"
+        );
+        Error::DeadLetterBreaker(tripped)
+    }
+
+    /// RELEASEs `ids` (and forgets them as held); one no longer ours (a lock lost, already
+    /// acknowledged, staged in a transaction) is skipped. Returns how many were released.
+    pub(super) fn release_given_up(&mut self, ids: &[RecordId]) -> u64 {
+        let mut released = 0;
+        for id in ids {
+            self.held.remove(id);
+            match self.consumer.acknowledge_offset(
+                id.topic(),
+                id.partition(),
+                id.offset(),
+                AcknowledgeType::Release,
+            ) {
+                Ok(()) => released += 1,
+                Err(e) => tracing::debug!(record = %id, error = %ErrorChain(&e), "not released"),
+            }
+        }
+        self.metrics.records_released += released;
+        self.acknowledged_since_commit += released;
+        released
+    }
+
+    /// How a record is acknowledged once the driver's own dead-letter queue confirmed it: one
+    /// home per record. A REJECTed record is written by the broker to the group's dead-letter
+    /// queue (KIP-1191, Kafka 4.4) when the group has one, so it would be in both: it is
+    /// ACCEPTed instead, also when the consumer cannot tell. Only a group known to have no
+    /// such queue gets the REJECT, which archives the record and counts it as rejected.
+    pub(super) fn acknowledgement_after_dead_letter(&self) -> AcknowledgeType {
+        match self.consumer.broker_dead_letter_queue() {
+            BrokerDeadLetterQueue::None => AcknowledgeType::Reject,
+            _ => AcknowledgeType::Accept,
+        }
+    }
+}

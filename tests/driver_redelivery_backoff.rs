@@ -1,0 +1,390 @@
+//! The redelivery backoff on the embedded share group, in paused time: a batch whose `put`
+//! fails with a retriable error is held (its locks renewed) for a delay that grows with its
+//! delivery count, then released; a target down for 30 s loses nothing at the broker's
+//! default delivery-count limit.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, OnDrop,
+    ProduceRecord, RecordState,
+};
+use kafka_share_sink::{
+    CommitPolicy, DriverConfig, ErrorHandling, IterationReport, PutRetriablePolicy, ShareSinkTask,
+    SinkRecord, SinkTask, TaskConfig, TaskError,
+};
+use tokio::time::Instant;
+
+const GROUP: &str = "sink";
+const LOCK: Duration = Duration::from_secs(15);
+
+fn broker(records: usize) -> EmbeddedBroker {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("t", 1).unwrap();
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(5),
+        )
+        .unwrap();
+    for i in 0..records {
+        broker
+            .produce("t", ProduceRecord::new().value(format!("{i}")))
+            .unwrap();
+    }
+    broker
+}
+
+fn state(broker: &EmbeddedBroker, offset: i64) -> (RecordState, u16) {
+    let view = broker.record_state(GROUP, "t", 0, offset).unwrap();
+    (view.state(), view.delivery_count())
+}
+
+/// One `put`: when, which (offset, delivery count), and whether it succeeded.
+type Puts = Arc<Mutex<Vec<(Instant, Vec<(i64, u16)>, bool)>>>;
+
+/// A target that is down until `up_at`: `put` fails with a retriable error before.
+struct Target {
+    up_at: Instant,
+    backoff: Option<Duration>,
+    puts: Puts,
+}
+
+#[async_trait]
+impl SinkTask for Target {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let up = now >= self.up_at;
+        let batch = records
+            .iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect();
+        self.puts.lock().unwrap().push((now, batch, up));
+        if up {
+            return Ok(());
+        }
+        let error = TaskError::retriable("target down");
+        Err(match self.backoff {
+            Some(backoff) => error.with_backoff(backoff),
+            None => error,
+        })
+    }
+}
+
+fn config() -> DriverConfig {
+    DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+}
+
+fn driver(
+    broker: &EmbeddedBroker,
+    down_for: Duration,
+    config: DriverConfig,
+    options: ConsumerOptions,
+) -> (ShareSinkTask<EmbeddedShareConsumer>, Puts) {
+    let puts = Puts::default();
+    let target = Target {
+        up_at: Instant::now() + down_for,
+        backoff: None,
+        puts: Arc::clone(&puts),
+    };
+    let consumer = broker.share_consumer_with(GROUP, options);
+    (ShareSinkTask::new(Box::new(target), consumer, config), puts)
+}
+
+/// Iterates until every one of `records` is acknowledged or archived, or `limit` passes.
+async fn drain(
+    d: &mut ShareSinkTask<EmbeddedShareConsumer>,
+    b: &EmbeddedBroker,
+    records: u64,
+    limit: Duration,
+) -> Vec<IterationReport> {
+    let start = Instant::now();
+    let mut reports = Vec::new();
+    loop {
+        let counts = b.state_counts(GROUP);
+        if counts.acknowledged + counts.archived == records {
+            return reports;
+        }
+        assert!(start.elapsed() < limit, "not drained: {counts:?}");
+        reports.push(d.iteration().await.unwrap());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_is_held_for_a_backoff_that_doubles_per_delivery_then_released() {
+    let b = broker(2);
+    let (mut d, puts) = driver(
+        &b,
+        Duration::from_secs(600),
+        config(),
+        ConsumerOptions::new(),
+    );
+    d.initialize().await.unwrap();
+    let first = d.iteration().await.unwrap();
+    assert_eq!((first.records, first.retained, first.released), (2, 2, 0));
+    assert_eq!(
+        state(&b, 0),
+        (RecordState::Acquired, 1),
+        "held, not released"
+    );
+    // The next iteration waits out the backoff, releases, polls the batch again (count 2)
+    // and holds it again.
+    let second = d.iteration().await.unwrap();
+    assert_eq!(
+        (second.released, second.records, second.retained),
+        (2, 2, 2)
+    );
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 2));
+    d.iteration().await.unwrap();
+    d.iteration().await.unwrap();
+    let puts = puts.lock().unwrap();
+    let counts: Vec<u16> = puts.iter().map(|(_, batch, _)| batch[0].1).collect();
+    assert_eq!(counts, [1, 2, 3, 4]);
+    // 3 s, 6 s, 12 s, each less up to a fifth.
+    for (i, nominal) in [3u64, 6, 12].into_iter().enumerate() {
+        let gap = puts[i + 1].0 - puts[i].0;
+        let nominal = Duration::from_secs(nominal);
+        assert!(
+            gap >= nominal * 4 / 5 && gap <= nominal + Duration::from_millis(100),
+            "backoff {i}: {gap:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_down_for_thirty_seconds_loses_nothing_at_the_default_limit_of_five() {
+    let b = broker(20);
+    let (mut d, puts) = driver(
+        &b,
+        Duration::from_secs(30),
+        config(),
+        ConsumerOptions::new().max_poll_records(7),
+    );
+    d.initialize().await.unwrap();
+    drain(&mut d, &b, 20, Duration::from_secs(600)).await;
+    let counts = b.state_counts(GROUP);
+    assert_eq!((counts.acknowledged, counts.archived), (20, 0));
+    let puts = puts.lock().unwrap();
+    let mut written: Vec<i64> = puts
+        .iter()
+        .filter(|(_, _, ok)| *ok)
+        .flat_map(|(_, batch, _)| batch.iter().map(|(offset, _)| *offset))
+        .collect();
+    written.sort_unstable();
+    assert_eq!(written, (0..20).collect::<Vec<_>>(), "each written once");
+    let failed_at_most = puts
+        .iter()
+        .filter(|(_, _, ok)| !*ok)
+        .flat_map(|(_, batch, _)| batch.iter().map(|(_, count)| *count))
+        .max();
+    assert_eq!(
+        failed_at_most,
+        Some(4),
+        "four failed deliveries held 36 s at least: the fifth, the last, found the target \
+         up: {puts:?}"
+    );
+    // Holds of 12 s and more outlast half the 15 s lock: renewed, never lost.
+    assert!(d.metrics().records_renewed > 0);
+    assert_eq!(d.metrics().lock_losses, 0);
+    assert_eq!(d.metrics().records_released_at_limit, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_backoff_the_same_outage_archives_records() {
+    // The control for the test above: released at once, the records spend their five
+    // deliveries within seconds and the broker archives them.
+    let b = broker(20);
+    let (mut d, _) = driver(
+        &b,
+        Duration::from_secs(30),
+        config().redelivery_backoff(Duration::ZERO, Duration::ZERO),
+        ConsumerOptions::new().max_poll_records(7),
+    );
+    d.initialize().await.unwrap();
+    drain(&mut d, &b, 20, Duration::from_secs(600)).await;
+    assert!(b.state_counts(GROUP).archived > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_without_renew_releases_at_once() {
+    let b = broker(2);
+    let (mut d, _) = driver(
+        &b,
+        Duration::from_secs(600),
+        config(),
+        ConsumerOptions::new().renew(false),
+    );
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.retained, report.released), (0, 2));
+    assert_eq!(state(&b, 0), (RecordState::Available, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_with_its_own_backoff_is_held_that_long() {
+    let b = broker(1);
+    let puts = Puts::default();
+    let target = Target {
+        up_at: Instant::now() + Duration::from_secs(600),
+        backoff: Some(Duration::from_secs(40)),
+        puts: Arc::clone(&puts),
+    };
+    let mut d = ShareSinkTask::new(Box::new(target), b.share_consumer(GROUP), config());
+    d.initialize().await.unwrap();
+    d.iteration().await.unwrap();
+    d.iteration().await.unwrap();
+    let puts = puts.lock().unwrap();
+    assert_eq!(puts.len(), 2);
+    assert_eq!(puts[1].0 - puts[0].0, Duration::from_secs(40));
+    assert_eq!(puts[1].1, [(0, 2)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_during_the_backoff_the_batch_stays_held_and_the_next_iteration_releases_it() {
+    let b = broker(2);
+    let (mut d, puts) = driver(
+        &b,
+        Duration::from_secs(600),
+        config(),
+        ConsumerOptions::new(),
+    );
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().retained, 2);
+    let dropped = tokio::time::timeout(Duration::from_secs(1), d.iteration()).await;
+    assert!(dropped.is_err(), "still backing off after 1 s");
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 1));
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.released, report.records), (2, 2));
+    assert_eq!(
+        puts.lock().unwrap().len(),
+        2,
+        "put again once, after the release"
+    );
+    assert_eq!(state(&b, 0), (RecordState::Acquired, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_that_dies_during_the_backoff_loses_nothing() {
+    let b = broker(2);
+    // A crash: the member stops without a word, and its locks run out.
+    let (mut d, _) = driver(
+        &b,
+        Duration::from_secs(600),
+        config().redelivery_backoff(Duration::from_secs(40), Duration::from_secs(60)),
+        ConsumerOptions::new().on_drop(OnDrop::Stall),
+    );
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().retained, 2);
+    drop(d);
+    tokio::time::advance(LOCK).await;
+    for offset in 0..2 {
+        assert_eq!(state(&b, offset), (RecordState::Available, 1));
+    }
+    // Another member gets them.
+    let (mut d, puts) = driver(&b, Duration::ZERO, config(), ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    drain(&mut d, &b, 2, Duration::from_secs(60)).await;
+    assert_eq!(b.state_counts(GROUP).acknowledged, 2);
+    assert_eq!(puts.lock().unwrap()[0].1, [(0, 2), (1, 2)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_stops_at_once_on_shutdown_during_the_backoff_and_releases_the_batch() {
+    let b = broker(2);
+    let (mut d, _) = driver(
+        &b,
+        Duration::from_secs(600),
+        config().redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60)),
+        ConsumerOptions::new(),
+    );
+    let start = Instant::now();
+    let shutdown = tokio::time::sleep(Duration::from_secs(5));
+    d.run(shutdown).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        state(&b, 0),
+        (RecordState::Available, 1),
+        "released by close"
+    );
+}
+
+fn retry_in_place(timeout: Duration) -> DriverConfig {
+    config()
+        .put_retriable_policy(PutRetriablePolicy::RetryInPlace)
+        .errors(ErrorHandling::new().retry_timeout(Some(timeout)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_longer_than_the_backoff_releases_at_the_timeout() {
+    let b = broker(1);
+    let (mut d, _) = driver(
+        &b,
+        Duration::from_secs(600),
+        retry_in_place(Duration::from_secs(10)),
+        ConsumerOptions::new(),
+    );
+    d.initialize().await.unwrap();
+    let start = Instant::now();
+    loop {
+        let report = d.iteration().await.unwrap();
+        if report.released > 0 {
+            break;
+        }
+        assert_eq!(report.retained, 1);
+    }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(10) && elapsed < Duration::from_secs(13),
+        "the in-place retries were the backoff: {elapsed:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_shorter_than_the_backoff_holds_for_the_rest_of_it() {
+    let b = broker(1);
+    let (mut d, puts) = driver(
+        &b,
+        Duration::from_secs(600),
+        retry_in_place(Duration::from_secs(1))
+            .redelivery_backoff(Duration::from_secs(20), Duration::from_secs(60)),
+        ConsumerOptions::new(),
+    );
+    d.initialize().await.unwrap();
+    let start = Instant::now();
+    loop {
+        let report = d.iteration().await.unwrap();
+        if report.released > 0 {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(16) && elapsed <= Duration::from_secs(21),
+        "{elapsed:?}"
+    );
+    let puts = puts.lock().unwrap();
+    assert!(
+        puts.iter()
+            .filter(|(_, batch, _)| batch[0].1 == 1)
+            .all(|(at, _, _)| *at - start <= Duration::from_secs(1)),
+        "no put after errors.retry.timeout: only held"
+    );
+}
