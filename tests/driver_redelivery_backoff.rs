@@ -299,7 +299,10 @@ async fn a_process_that_dies_during_the_backoff_loses_nothing() {
     d.initialize().await.unwrap();
     drain(&mut d, &b, 2, Duration::from_secs(60)).await;
     assert_eq!(b.state_counts(GROUP).acknowledged, 2);
-    assert_eq!(puts.lock().unwrap()[0].1, [(0, 2), (1, 2)]);
+    // Redelivered by the crash: held for their backoff, then put one by one (half the poll).
+    let puts = puts.lock().unwrap();
+    let batches: Vec<&[(i64, u16)]> = puts.iter().map(|(_, batch, _)| &batch[..]).collect();
+    assert_eq!(batches, [&[(0, 2)][..], &[(1, 2)][..]]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -387,4 +390,234 @@ async fn retry_in_place_shorter_than_the_backoff_holds_for_the_rest_of_it() {
             .all(|(at, _, _)| *at - start <= Duration::from_secs(1)),
         "no put after errors.retry.timeout: only held"
     );
+}
+
+/// A sink whose process dies whenever it puts the record at `poison`: the put never returns
+/// (the test then drops the driver, as a crash would), after noting the death.
+struct DiesOn {
+    poison: i64,
+    puts: Puts,
+    died: Arc<Mutex<bool>>,
+    broker: EmbeddedBroker,
+    /// Records acknowledged in the group at each put.
+    acknowledged_at_put: Arc<Mutex<Vec<u64>>>,
+}
+
+#[async_trait]
+impl SinkTask for DiesOn {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<(i64, u16)> = records
+            .iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect();
+        let dies = batch.iter().any(|(offset, _)| *offset == self.poison);
+        self.puts
+            .lock()
+            .unwrap()
+            .push((Instant::now(), batch, !dies));
+        self.acknowledged_at_put
+            .lock()
+            .unwrap()
+            .push(self.broker.state_counts(GROUP).acknowledged);
+        if dies {
+            *self.died.lock().unwrap() = true;
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+/// One process of a crash loop: iterates until its sink dies (then drops it, which closes
+/// its connection: the group releases what it held at once) or the group is drained.
+async fn one_life(b: &EmbeddedBroker, poison: i64, config: DriverConfig, puts: &Puts) -> bool {
+    one_life_of(b, poison, 8, config, puts).await
+}
+
+/// [`one_life`] on a topic of `records`.
+async fn one_life_of(
+    b: &EmbeddedBroker,
+    poison: i64,
+    records: u64,
+    config: DriverConfig,
+    puts: &Puts,
+) -> bool {
+    let died = Arc::new(Mutex::new(false));
+    let sink = DiesOn {
+        poison,
+        puts: Arc::clone(puts),
+        died: Arc::clone(&died),
+        broker: b.clone(),
+        acknowledged_at_put: Arc::default(),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    loop {
+        let counts = b.state_counts(GROUP);
+        if counts.acknowledged + counts.archived == records {
+            return false;
+        }
+        // A dead sink never returns: the minute is paused time, far past any hold.
+        let iteration = tokio::time::timeout(Duration::from_secs(600), d.iteration()).await;
+        if *died.lock().unwrap() {
+            return true;
+        }
+        iteration.expect("a live sink returns").unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_crash_redelivered_records_are_held_then_put_first_in_halving_batches() {
+    // Eight records went to a process that died putting them; four more arrived since.
+    let b = broker(8);
+    let puts = Puts::default();
+    assert!(
+        one_life(&b, 3, config(), &puts).await,
+        "the first process dies"
+    );
+    for offset in 0..8 {
+        assert_eq!(state(&b, offset), (RecordState::Available, 1));
+    }
+    for i in 8..12 {
+        b.produce("t", ProduceRecord::new().value(format!("{i}")))
+            .unwrap();
+    }
+
+    let recorded = Puts::default();
+    let acknowledged_at_put = Arc::new(Mutex::new(Vec::new()));
+    let sink = DiesOn {
+        poison: -1,
+        puts: Arc::clone(&recorded),
+        died: Arc::default(),
+        broker: b.clone(),
+        acknowledged_at_put: Arc::clone(&acknowledged_at_put),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    let polled_at = Instant::now();
+    let first = d.iteration().await.unwrap();
+    assert_eq!(
+        (first.records, first.retained, first.accepted),
+        (0, 12, 0),
+        "the poll is held, nothing put: {first:?}"
+    );
+    assert_eq!(d.metrics().records_held_redelivered, 8);
+    assert!(recorded.lock().unwrap().is_empty());
+    while b.state_counts(GROUP).acknowledged < 12 {
+        d.iteration().await.unwrap();
+    }
+    let puts = recorded.lock().unwrap();
+    let batches: Vec<Vec<(i64, u16)>> = puts.iter().map(|(_, batch, _)| batch.clone()).collect();
+    // Twelve polled: batches of 12 / 2 redelivered records, the first-delivery ones last.
+    assert_eq!(
+        batches,
+        [
+            vec![(0, 2), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2)],
+            vec![(6, 2), (7, 2)],
+            vec![(8, 1), (9, 1), (10, 1), (11, 1)],
+        ]
+    );
+    // Held for the backoff of one failed delivery (3 s, less up to a fifth).
+    let held = puts[0].0 - polled_at;
+    assert!(
+        held >= Duration::from_millis(2400) && held <= Duration::from_secs(3),
+        "held {held:?}"
+    );
+    // Each batch of redelivered records was committed before the next was put.
+    assert_eq!(*acknowledged_at_put.lock().unwrap(), [0, 6, 8]);
+    assert_eq!(b.state_counts(GROUP).archived, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_crash_loop_only_the_record_that_brings_the_process_down_is_archived() {
+    let b = broker(8);
+    let puts = Puts::default();
+    let started = Instant::now();
+    let mut lives = 0;
+    while one_life(&b, 5, config(), &puts).await {
+        lives += 1;
+        assert!(lives <= 5, "the group archives at delivery 5");
+    }
+    assert_eq!(
+        lives, 5,
+        "each delivery of the poison record took a process down"
+    );
+    for offset in 0..8 {
+        let (state, _) = state(&b, offset);
+        let expected = if offset == 5 {
+            RecordState::Archived
+        } else {
+            RecordState::Acknowledged
+        };
+        assert_eq!(state, expected, "offset {offset}");
+    }
+    // The four restarts after the first death waited 3 + 6 + 12 + 24 s, less a fifth.
+    assert!(
+        started.elapsed() >= Duration::from_secs(36),
+        "{:?}",
+        started.elapsed()
+    );
+    // Every healthy record was written, at least once.
+    let written: std::collections::BTreeSet<i64> = puts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, _, ok)| *ok)
+        .flat_map(|(_, batch, _)| batch.iter().map(|(offset, _)| *offset))
+        .collect();
+    assert_eq!(written, (0..8).filter(|o| *o != 5).collect());
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_backoff_a_crash_loop_archives_the_whole_poll() {
+    // The control: whole polls put at once, every death costs every record a delivery.
+    let b = broker(8);
+    let puts = Puts::default();
+    let off = config().redelivery_backoff(Duration::ZERO, Duration::ZERO);
+    let mut lives = 0;
+    while one_life(&b, 5, off.clone(), &puts).await {
+        lives += 1;
+        assert!(lives <= 5);
+    }
+    assert_eq!(b.state_counts(GROUP).archived, 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_that_arrives_on_its_last_delivery_is_put_at_once() {
+    // A crash during a hold would have the group archive it: it is never held back.
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    for i in 0..4 {
+        b.produce("t", ProduceRecord::new().value(format!("{i}")))
+            .unwrap();
+    }
+    let puts = Puts::default();
+    assert!(
+        one_life_of(&b, 0, 4, config(), &puts).await,
+        "dies on its first delivery"
+    );
+    let recorded = Puts::default();
+    let polled_at = Instant::now();
+    assert!(!one_life_of(&b, -1, 4, config(), &recorded).await);
+    let recorded = recorded.lock().unwrap();
+    assert_eq!(recorded[0].0, polled_at, "put without a hold: {recorded:?}");
+    // Still in small batches: half the poll on the second delivery.
+    assert_eq!(recorded[0].1, [(0, 2), (1, 2)]);
+    assert_eq!(b.state_counts(GROUP).acknowledged, 4);
 }

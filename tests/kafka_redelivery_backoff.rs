@@ -153,3 +153,164 @@ async fn a_target_down_for_30_s_loses_nothing_at_the_default_delivery_limit() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Each `put`: when, and its records' (offset, delivery count).
+type Puts = Arc<Mutex<Vec<(Instant, Vec<(i64, u16)>)>>>;
+
+/// A sink whose process dies in its first `put` (the put never returns; the test drops the
+/// driver, which closes its connections) or, alive, records each `put`.
+struct Recorder {
+    dies: bool,
+    puts: Puts,
+}
+
+#[async_trait]
+impl SinkTask for Recorder {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.puts.lock().unwrap().push((
+            Instant::now(),
+            records
+                .iter()
+                .map(|r| (r.offset(), r.delivery_count()))
+                .collect(),
+        ));
+        if self.dies {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+async fn recorder_driver(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    dies: bool,
+) -> (ShareSinkTask<KafkaShareConsumer>, Puts) {
+    let config = KafkaShareConsumerConfig::new(bootstrap, group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .fetch_max_wait(Duration::from_millis(100));
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connect");
+    consumer
+        .subscribe(vec![topic.to_owned()])
+        .await
+        .expect("subscribe");
+    let puts = Arc::default();
+    let sink = Recorder {
+        dies,
+        puts: Arc::clone(&puts),
+    };
+    let driver_config =
+        DriverConfig::new([topic.to_owned()]).poll_timeout(Duration::from_millis(200));
+    let mut driver = ShareSinkTask::new(Box::new(sink), consumer, driver_config);
+    driver.initialize().await.expect("initialize");
+    (driver, puts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_redelivered_records_are_held_then_put_first_in_small_batches() {
+    let test = "redelivered_after_crash";
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let topic = support::unique(test);
+    let group = support::unique(&format!("{test}-group"));
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    admin.create_topic(&topic, 1, 1).await.expect("topic");
+    admin
+        .set_share_group_config(&group, &[("share.auto.offset.reset", "earliest")])
+        .await
+        .expect("group config");
+    support::produce_values(
+        &bootstrap,
+        &topic,
+        0,
+        (0..8).map(|i| format!("v{i}").into_bytes()),
+        8,
+    )
+    .await;
+
+    // The first process dies in the middle of putting what it polled.
+    let (mut dying, died_in) = recorder_driver(&bootstrap, &group, &topic, true).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while died_in.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "nothing polled");
+        let _ = tokio::time::timeout(Duration::from_secs(1), dying.iteration()).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), dying.iteration()).await;
+    let first: Vec<(i64, u16)> = died_in.lock().unwrap()[0].1.clone();
+    // Dropped: its connections close and the broker releases what it held (Kafka 4.2+).
+    drop(dying);
+
+    let (mut driver, puts) = recorder_driver(&bootstrap, &group, &topic, false).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut polled_at = None;
+    while puts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b)| b.len())
+        .sum::<usize>()
+        < 8
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not every record written: {:?} {:?}",
+            puts.lock().unwrap(),
+            driver.metrics()
+        );
+        let before = Instant::now();
+        let report = driver.iteration().await.expect("iteration");
+        if report.retained > 0 && polled_at.is_none() {
+            polled_at = Some(before);
+        }
+    }
+    let metrics = driver.metrics();
+    driver.close().await.expect("close");
+
+    let polled_at = polled_at.expect("the redelivered poll was held back");
+    let puts = puts.lock().unwrap();
+    assert_eq!(
+        metrics.records_held_redelivered,
+        first.len() as u64,
+        "{metrics:?}"
+    );
+    // Those the first process died with come first, on their second delivery, at most half
+    // the poll per batch, after the backoff of one failed delivery (3 s less up to a fifth).
+    let held = puts[0].0 - polled_at;
+    assert!(held >= Duration::from_millis(2400), "held {held:?}");
+    let poll_len: usize = 8;
+    let redelivered: Vec<(i64, u16)> = puts
+        .iter()
+        .flat_map(|(_, batch)| batch.iter().copied())
+        .filter(|(_, count)| *count > 1)
+        .collect();
+    assert_eq!(
+        redelivered,
+        first
+            .iter()
+            .map(|(offset, _)| (*offset, 2))
+            .collect::<Vec<_>>(),
+        "{puts:?}"
+    );
+    for (_, batch) in puts
+        .iter()
+        .take_while(|(_, b)| b.iter().all(|(_, c)| *c > 1))
+    {
+        assert!(batch.len() <= poll_len / 2, "{puts:?}");
+    }
+    let mut written: Vec<i64> = puts
+        .iter()
+        .flat_map(|(_, batch)| batch.iter().map(|(offset, _)| *offset))
+        .collect();
+    written.sort_unstable();
+    assert_eq!(written, (0..8).collect::<Vec<_>>(), "each written once");
+    assert_eq!(metrics.records_released_at_limit, 0, "{metrics:?}");
+}

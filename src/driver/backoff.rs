@@ -112,7 +112,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Whether a failed batch can be held for the backoff: explicit acknowledgement (checked
     /// by the caller), a consumer that holds records across polls and renews their locks,
     /// and a backoff that is on.
-    fn can_hold_for_redelivery(&mut self) -> bool {
+    pub(super) fn can_hold_for_redelivery(&mut self) -> bool {
         !self.config.redelivery_backoff.is_off()
             && self
                 .consumer

@@ -34,6 +34,7 @@ mod lag;
 mod metrics;
 mod pipeline;
 mod policy;
+mod redelivered;
 
 use std::future::Future;
 use std::pin::pin;
@@ -53,6 +54,7 @@ pub use self::metrics::DriverMetrics;
 pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
+use self::redelivered::Queued;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerCapability,
     DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
@@ -179,6 +181,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Explicit mode: the batch failed with a retriable error and is held for its
     /// redelivery backoff, then released.
     redelivery: Option<PendingRelease>,
+    /// Explicit mode: a poll that brought redelivered records, held back and put in small
+    /// batches.
+    redelivered_arrivals: redelivered::RedeliveredArrivals,
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
     delivered: Delivered,
@@ -243,6 +248,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retained: false,
             retry: None,
             redelivery: None,
+            redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
             delivered: Delivered::new(),
             batch_delivered: Delivered::new(),
             delivered_bytes: Vec::new(),
@@ -416,6 +422,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     async fn iterate(&mut self) -> Result<IterationReport> {
         let mut report = IterationReport::default();
         self.release_after_backoff(&mut report).await?;
+        self.wait_redelivered_hold().await;
         if let Some(retry) = self.retry {
             self.sleep_renewing(retry.next_attempt).await;
         } else if self.retained {
@@ -431,7 +438,24 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 report.awaiting_flush = self.awaiting_flush();
                 return Ok(report);
             }
-            self.poll_batch(&mut report).await?;
+            let mut queued = self.take_queued_batch();
+            if queued == Queued::Empty {
+                self.poll_batch(&mut report).await?;
+                if !self.implicit() && self.queue_redelivered()? {
+                    queued = self.take_queued_batch();
+                }
+            }
+            if let Queued::Held(n) = queued {
+                // Nothing to put during the hold; what was settled before is committed when
+                // due, as after any iteration.
+                report.retained += n;
+                if self.commit_wanted() {
+                    report.accepted += self.commit().await?;
+                    report.committed = true;
+                }
+                report.awaiting_flush = self.awaiting_flush();
+                return Ok(report);
+            }
         }
         report.records = self.batch.len();
         tracing::Span::current().record("records", self.batch.len());
@@ -462,13 +486,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .context
             .as_ref()
             .is_some_and(SinkTaskContext::take_commit_request);
+        // A batch of redelivered records is settled at once (see `redelivered`).
+        let redelivered = self.redelivered_arrivals.take_commit_request();
         let waiting = self.acknowledged_since_commit > 0 || self.awaiting_flush() > 0;
         requested
             || (waiting
-                && self
-                    .config
-                    .commit_policy
-                    .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit))
+                && (redelivered
+                    || self
+                        .config
+                        .commit_policy
+                        .is_due(self.last_commit.elapsed(), self.acknowledged_since_commit)))
     }
 
     /// Whether record sizes are kept for `max_awaiting_flush`: under `after.flush` in
@@ -836,6 +863,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 id.offset(),
                 AcknowledgeType::Release,
             )?;
+            self.redelivered_arrivals.note_released(id);
             released += 1;
             if count >= group_limit {
                 at_limit += 1;
@@ -1275,6 +1303,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing during a redelivery backoff; the batch is released"
                 );
             }
+            let queued = self.redelivered_arrivals.clear_queue();
+            if queued > 0 {
+                tracing::info!(
+                    records = queued,
+                    "closing with redelivered records queued; they are released"
+                );
+            }
             match self.commit().await {
                 Ok(_) => {}
                 // As the consumer's close: a cluster out of reach is no reason to fail the
@@ -1347,6 +1382,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     tokio::select! {
                         () = shutdown.as_mut() => return Ok(()),
                         () = self.wait_redelivery_backoff() => {}
+                    }
+                }
+                if self.redelivered_held() {
+                    // Cancel safe, as above: the close releases the queued poll.
+                    tokio::select! {
+                        () = shutdown.as_mut() => return Ok(()),
+                        () = self.wait_redelivered_hold() => {}
                     }
                 }
                 #[cfg(feature = "exactly-once")]

@@ -1,0 +1,362 @@
+//! Records that arrive redelivered: held for the redelivery backoff, then put first, in small
+//! batches.
+//!
+//! A record that arrives with a delivery count above 1 failed an earlier delivery somewhere:
+//! a `put` that failed, a lock that ran out, or a process that died while it held the record.
+//! Only a failed `put` goes through the driver's [redelivery backoff](super::backoff); after a
+//! crash the records simply arrive again, and a crash loop (a record that brings the process
+//! down, a target whose failure kills it) would spend every delivery of a batch within a few
+//! restarts. So the driver treats such an arrival as it treats a failed `put`, except for the
+//! records it released itself after a failed `put`, which had their backoff already:
+//!
+//! - it holds the whole poll, its locks renewed, for the backoff of the delivery that failed
+//!   (`redelivery.backoff.ms` doubled per delivery before it, capped and jittered as for a
+//!   failed `put`; the poll's highest count decides);
+//! - then it puts the redelivered records first, the highest counts first, in batches of at
+//!   most the poll's size halved per earlier delivery (half on the second delivery, a quarter
+//!   on the third, ..., at least one), committing after each, so that when one of them brings
+//!   the process down again the batches put before it are settled and only its own comes
+//!   back (with the records not reached yet); records of an even delivery count go in the
+//!   poll's order, of an odd count backwards, so a record that brings the process down does
+//!   not keep the records behind it from being reached on the next delivery;
+//! - then the records of the poll on their first delivery, in one batch.
+//!
+//! It applies to [`iteration`](super::ShareSinkTask::iteration) in explicit acknowledgement
+//! mode with the redelivery backoff on and a consumer that holds and renews records (the
+//! exactly-once iteration settles a poll in one transaction and does not split it).
+//!
+//! # Where a process can die
+//!
+//! Until its batch is put every record of the poll stays acquired and held, nothing about it
+//! acknowledged: dead, the driver leaves the records to expire and the group delivers them
+//! again, one delivery later, as it would have anyway. Dropped during the hold, the next
+//! iteration waits for the rest of it. [`close`](super::ShareSinkTask::close) releases what
+//! is still queued.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ShareSinkTask;
+use super::held::jitter;
+use crate::consumer::ShareConsumer;
+use crate::error::Result;
+use crate::record::{ConsumerRecord, RecordId, SinkRecord};
+use crate::time::deadline_after;
+
+/// The most ids of records released after a failed `put` that are remembered; past it the
+/// memory starts afresh (a forgotten record is only held once more when it comes back).
+const RELEASED_MEMORY: usize = 100_000;
+
+/// A record of a poll waiting for its batch.
+#[derive(Debug)]
+struct QueuedRecord {
+    sink: SinkRecord,
+    /// The polled record, when the dead-letter queue needs its bytes.
+    raw: Option<ConsumerRecord>,
+    /// Its size, when `after.flush` bounds what waits for a flush.
+    bytes: Option<u64>,
+    /// Arrived redelivered (and not released by this driver after a failed `put`).
+    redelivered: bool,
+    /// On its last allowed delivery: never held back.
+    last_delivery: bool,
+}
+
+/// The rest of a poll that brought redelivered records, and the hold before it is put.
+#[derive(Debug, Default)]
+pub(crate) struct RedeliveredArrivals {
+    /// In put order: redelivered records (highest delivery count first), then the others.
+    queue: VecDeque<QueuedRecord>,
+    /// How many records the poll brought: the batches of redelivered records are fractions
+    /// of it.
+    poll_len: usize,
+    /// The hold to start before the first queued record not on its last delivery.
+    hold: Option<Duration>,
+    /// Nothing more of the queue is put before this.
+    hold_until: Option<Instant>,
+    /// The batch being put is of redelivered records: commit once it is settled.
+    commit_after_put: bool,
+    /// Records this driver released after a failed `put` (they had their backoff).
+    released: HashSet<RecordId>,
+}
+
+impl RedeliveredArrivals {
+    /// Notes a record this driver released after a failed `put`.
+    pub(crate) fn note_released(&mut self, id: &RecordId) {
+        if self.released.len() >= RELEASED_MEMORY {
+            self.released.clear();
+        }
+        self.released.insert(id.clone());
+    }
+
+    /// Takes (and forgets) whether the last batch asked for a commit.
+    pub(crate) fn take_commit_request(&mut self) -> bool {
+        std::mem::take(&mut self.commit_after_put)
+    }
+
+    /// Forgets the queue (at close, where the consumer releases what it holds).
+    pub(crate) fn clear_queue(&mut self) -> usize {
+        self.hold = None;
+        self.hold_until = None;
+        self.commit_after_put = false;
+        let n = self.queue.len();
+        self.queue.clear();
+        n
+    }
+}
+
+/// How many records of a poll of `poll_len` a batch of records on their `delivery_count`-th
+/// delivery holds: half the poll on the second delivery, halved again per delivery, at least
+/// one.
+pub(crate) fn batch_len(poll_len: usize, delivery_count: u16) -> usize {
+    let halvings = u32::from(delivery_count.saturating_sub(1));
+    poll_len.checked_shr(halvings).unwrap_or(0).max(1)
+}
+
+/// The put order of a poll: indexes of the redelivered records (`redelivered[i]`) by delivery
+/// count, highest first, then the others in poll order. Redelivered records of an even count
+/// keep the poll's order, those of an odd count take it backwards: a record that brought the
+/// process down on one delivery is at the other end of the queue on the next, so it cannot
+/// keep the records behind it from being put delivery after delivery.
+fn put_order(counts: &[u16], redelivered: &[bool]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    order.sort_by_key(|&i| {
+        if redelivered[i] {
+            let count = counts[i];
+            let along = if count % 2 == 0 { i } else { counts.len() - i };
+            (false, std::cmp::Reverse(count), along)
+        } else {
+            (true, std::cmp::Reverse(0), i)
+        }
+    });
+    order
+}
+
+/// What [`take_queued_batch`](ShareSinkTask::take_queued_batch) did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Queued {
+    /// Nothing is queued: poll.
+    Empty,
+    /// The next queued records are the batch.
+    Batch,
+    /// The queue is held back first; nothing to put this iteration.
+    Held(usize),
+}
+
+impl<C: ShareConsumer> ShareSinkTask<C> {
+    /// After a poll (explicit mode): when the batch holds records that arrived redelivered,
+    /// holds the whole poll and queues it in put order (see the module), and returns whether
+    /// it did; the batch is then empty and the queue's first batch comes next.
+    pub(super) fn queue_redelivered(&mut self) -> Result<bool> {
+        if !self.batch.iter().any(|r| r.delivery_count() > 1) || !self.can_hold_for_redelivery() {
+            return Ok(false);
+        }
+        let arrivals = &mut self.redelivered_arrivals;
+        let redelivered: Vec<bool> = self
+            .batch
+            .iter()
+            .map(|r| r.delivery_count() > 1 && !arrivals.released.remove(r.original_id()))
+            .collect();
+        let counts: Vec<u16> = self.batch.iter().map(SinkRecord::delivery_count).collect();
+        let last = self.last_delivery_limit();
+        let arrived: Vec<u16> = counts
+            .iter()
+            .zip(&redelivered)
+            .filter(|(_, redelivered)| **redelivered)
+            .map(|(count, _)| *count)
+            .collect();
+        if arrived.is_empty() {
+            return Ok(false);
+        }
+        // A record on its last delivery is never held back: a crash during the hold would
+        // have the group archive it.
+        let held_back = arrived.iter().filter(|count| **count < last).count();
+        let hold = arrived
+            .iter()
+            .copied()
+            .filter(|count| *count < last)
+            .max()
+            .map(|highest| {
+                // The delivery that failed is the one before this.
+                self.config
+                    .redelivery_backoff
+                    .delay(highest.saturating_sub(1), jitter())
+            });
+        let order = put_order(&counts, &redelivered);
+        let n = self.batch.len();
+        let mut sinks: Vec<Option<SinkRecord>> = self.batch.drain(..).map(Some).collect();
+        let mut raws: Vec<Option<ConsumerRecord>> = self.raw.drain(..).map(Some).collect();
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        self.batch_is_poll = false;
+        self.batch_delivered.clear();
+        let mut queue = VecDeque::with_capacity(n);
+        for i in order {
+            let Some(sink) = sinks.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            let id = sink.original_id();
+            if self.held.insert(id.clone(), self.batch_acquired) {
+                self.consumer
+                    .hold_offset(id.topic(), id.partition(), id.offset())?;
+            }
+            queue.push_back(QueuedRecord {
+                raw: raws.get_mut(i).and_then(Option::take),
+                bytes: bytes.get(i).copied(),
+                redelivered: redelivered[i],
+                last_delivery: sink.delivery_count() >= last,
+                sink,
+            });
+        }
+        let highest = arrived.iter().copied().max().unwrap_or(2);
+        tracing::warn!(
+            records = arrived.len(),
+            on_last_delivery = arrived.len() - held_back,
+            poll = n,
+            delivery_count = highest,
+            hold = ?hold,
+            first_batch = batch_len(n, highest),
+            "records arrived redelivered (an earlier delivery failed, or a process died holding \
+             them): putting them first in small batches, after their redelivery backoff \
+             except those on their last delivery"
+        );
+        self.metrics.records_held_redelivered += held_back as u64;
+        let arrivals = &mut self.redelivered_arrivals;
+        arrivals.queue = queue;
+        arrivals.poll_len = n;
+        arrivals.hold = hold;
+        Ok(true)
+    }
+
+    /// Waits out the hold of queued arrivals, if any, renewing their locks.
+    ///
+    /// Cancel safe: dropped, the records stay held and the next call waits for the rest.
+    pub(super) async fn wait_redelivered_hold(&mut self) {
+        if let Some(until) = self.redelivered_arrivals.hold_until {
+            self.sleep_renewing(until).await;
+            self.redelivered_arrivals.hold_until = None;
+        }
+    }
+
+    /// Whether queued arrivals are being held back.
+    pub(super) fn redelivered_held(&self) -> bool {
+        self.redelivered_arrivals.hold_until.is_some()
+    }
+
+    /// Makes the next queued batch the batch to put, if records are queued: the next
+    /// redelivered records (as many as their delivery count allows, asking for a commit after
+    /// the put), or else every record left. Before the first of them that is not on its last
+    /// delivery it starts the hold instead. They stay held until the put settles them.
+    pub(super) fn take_queued_batch(&mut self) -> Queued {
+        let arrivals = &mut self.redelivered_arrivals;
+        let Some(first) = arrivals.queue.front() else {
+            return Queued::Empty;
+        };
+        if !first.last_delivery {
+            if let Some(delay) = arrivals.hold.take() {
+                arrivals.hold_until = Some(deadline_after(Instant::now(), delay));
+                return Queued::Held(arrivals.queue.len());
+            }
+        }
+        let take = if first.redelivered {
+            let len = batch_len(arrivals.poll_len, first.sink.delivery_count());
+            let last_delivery = first.last_delivery;
+            arrivals
+                .queue
+                .iter()
+                .take(len)
+                .take_while(|q| q.redelivered && q.last_delivery == last_delivery)
+                .count()
+        } else {
+            arrivals.queue.len()
+        };
+        arrivals.commit_after_put = first.redelivered;
+        self.batch.clear();
+        self.raw.clear();
+        self.batch_bytes.clear();
+        self.batch_delivered.clear();
+        self.batch_is_poll = false;
+        self.batch_acquired = Instant::now();
+        for queued in arrivals.queue.drain(..take) {
+            self.batch.push(queued.sink);
+            if let Some(raw) = queued.raw {
+                self.raw.push(raw);
+            }
+            if let Some(bytes) = queued.bytes {
+                self.batch_bytes.push(bytes);
+            }
+        }
+        Queued::Batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_halve_per_earlier_delivery_down_to_one() {
+        assert_eq!(batch_len(500, 2), 250);
+        assert_eq!(batch_len(500, 3), 125);
+        assert_eq!(batch_len(500, 5), 31);
+        assert_eq!(batch_len(500, 12), 1);
+        assert_eq!(batch_len(1, 2), 1);
+        assert_eq!(batch_len(0, 2), 1);
+        assert_eq!(batch_len(usize::MAX, u16::MAX), 1);
+        assert_eq!(batch_len(8, 1), 8, "a first delivery is the whole poll");
+        assert_eq!(batch_len(8, 0), 8);
+    }
+
+    #[test]
+    fn redelivered_records_go_first_highest_count_first_then_the_others_in_poll_order() {
+        let counts = [1, 3, 2, 1, 3, 2, 4, 2];
+        let redelivered = [false, true, true, false, true, false, true, true];
+        // Index 5 arrived with count 2 but was released by this driver: not redelivered here.
+        // Count 3 (odd) backwards: 4 before 1; count 2 (even) forwards: 2 before 7.
+        assert_eq!(put_order(&counts, &redelivered), [6, 4, 1, 2, 7, 0, 3, 5]);
+        assert_eq!(put_order(&[], &[]), Vec::<usize>::new());
+    }
+
+    /// Crash loop, eight records, the one at `poison` brings the process down whenever it is
+    /// put, the group archives at delivery 5: which records are settled before that?
+    fn crash_loop(poison: usize) -> Vec<usize> {
+        let mut left: Vec<usize> = (0..8).collect();
+        let mut settled = Vec::new();
+        // The first delivery puts the whole poll.
+        for count in 2..=5u16 {
+            let counts = vec![count; left.len()];
+            let order = put_order(&counts, &vec![true; left.len()]);
+            let queue: Vec<usize> = order.iter().map(|&i| left[i]).collect();
+            let len = batch_len(left.len(), count);
+            for chunk in queue.chunks(len) {
+                if chunk.contains(&poison) {
+                    break;
+                }
+                settled.extend_from_slice(chunk);
+            }
+            left.retain(|r| !settled.contains(r));
+        }
+        settled.sort_unstable();
+        settled
+    }
+
+    #[test]
+    fn in_a_crash_loop_only_the_record_that_crashes_reaches_the_limit() {
+        for poison in 0..8 {
+            let expected: Vec<usize> = (0..8).filter(|r| *r != poison).collect();
+            assert_eq!(crash_loop(poison), expected, "poison at {poison}");
+        }
+    }
+
+    #[test]
+    fn released_records_are_remembered_within_a_bound() {
+        let mut arrivals = RedeliveredArrivals::default();
+        for offset in 0..RELEASED_MEMORY as i64 {
+            arrivals.note_released(&RecordId::new("t", 0, offset));
+        }
+        assert_eq!(arrivals.released.len(), RELEASED_MEMORY);
+        arrivals.note_released(&RecordId::new("t", 1, 0));
+        assert_eq!(arrivals.released.len(), 1, "starts afresh past the bound");
+        assert!(arrivals.released.contains(&RecordId::new("t", 1, 0)));
+    }
+}
