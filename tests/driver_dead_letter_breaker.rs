@@ -218,3 +218,73 @@ impl ChainText for Error {
         text
     }
 }
+
+/// A target that is always down: every `put` fails with a retriable error.
+struct AlwaysDown;
+
+#[async_trait]
+impl SinkTask for AlwaysDown {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        Err(TaskError::retriable("target down"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker() {
+    // No dead-letter queue of the driver's: records whose last delivery fails are released
+    // and the group archives them. Those count as given up on: the breaker stops the task
+    // after the first poll's worth instead of archiving the whole topic.
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    for _ in 0..40 {
+        b.produce("t", ProduceRecord::new().value("1")).unwrap();
+    }
+    let config = ConnectorConfig::builder("archived-sink")
+        .topics(["t"])
+        .set("errors.deadletterqueue.breaker.max.records", "5")
+        .set("redelivery.backoff.ms", "0")
+        .build()
+        .unwrap()
+        .build_driver_config(&Plugins::new())
+        .unwrap()
+        .poll_timeout(Duration::from_millis(10));
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(4));
+    let mut d = ShareSinkTask::new(Box::new(AlwaysDown), Box::new(consumer), config);
+    d.initialize().await.unwrap();
+    let mut outcome = Ok(());
+    for _ in 0..100 {
+        if let Err(error) = d.iteration().await {
+            outcome = Err(error);
+            break;
+        }
+    }
+    let error = outcome.expect_err("the breaker stops the task");
+    let Error::DeadLetterBreaker(tripped) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        matches!(tripped.limit, BreakerLimit::Records { max: 5 }),
+        "{tripped:?}"
+    );
+    let counts = b.state_counts(GROUP);
+    assert_eq!(
+        counts.archived, 8,
+        "two polls archived, the breaker stopped the third"
+    );
+    assert_eq!(d.metrics().records_released_at_limit, 8);
+    assert_eq!(d.metrics().dead_letter_breaker_trips, 1);
+}

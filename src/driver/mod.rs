@@ -892,6 +892,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let poison = poison.into_iter().map(|r| (r, failure.clone())).collect();
             self.dead_letter_then_reject(poison, report).await?;
         }
+        if at_limit > 0 {
+            // Released on their last delivery, the group archives them: given up on as surely
+            // as a REJECT, so the dead-letter circuit breaker counts them. It cannot save
+            // these (held or released, they are archived), but it stops the task before more
+            // follow.
+            let n = usize::try_from(at_limit).unwrap_or(usize::MAX);
+            if let Err(tripped) = self.admit_dead_letters(n) {
+                if let Err(e) = self.commit_acknowledgements().await {
+                    tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                }
+                return Err(Error::DeadLetterBreaker(tripped));
+            }
+        }
         Ok(())
     }
 
