@@ -251,9 +251,7 @@ async fn crash_between_put_and_acknowledge_redelivers_after_the_lock_timeout() {
         "still locked by the dead member"
     );
     tokio::time::advance(LOCK).await;
-    // Redelivered after a crash: held for the redelivery backoff, then put in small batches.
-    let report = survivor.iteration().await.unwrap();
-    assert_eq!((report.retained, report.accepted), (5, 0));
+    // Redelivered after a crash: put first in small batches (half the poll), each committed.
     let mut accepted = 0;
     for _ in 0..10 {
         accepted += survivor.iteration().await.unwrap().accepted;

@@ -168,10 +168,8 @@ async fn after_flush_crash_before_the_flush_loses_nothing() {
     let (mut survivor, store) = buffering(&b, 0, CommitPolicy::every_iteration());
     survivor.initialize().await.unwrap();
     tokio::time::advance(LOCK).await;
-    // Redelivered after the crash: held for the redelivery backoff, then put in batches of
-    // half the poll, each flushed and committed at once.
-    let report = survivor.iteration().await.unwrap();
-    assert_eq!((report.records, report.retained), (0, 8));
+    // Redelivered after the crash: put in batches of half the poll, each flushed and
+    // committed at once.
     let mut batches = Vec::new();
     for _ in 0..2 {
         let report = survivor.iteration().await.unwrap();

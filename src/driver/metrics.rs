@@ -74,9 +74,9 @@ pub struct DriverMetrics {
     /// driver lost them (a stall), or a crash did before (`share-last-delivery-lock-losses-total`).
     pub last_delivery_lock_losses: u64,
     /// Records that arrived redelivered (not released by this driver after a failed `put`)
-    /// and were held for their redelivery backoff, then put first in small batches
-    /// (`share-records-held-redelivered-total`).
-    pub records_held_redelivered: u64,
+    /// and were put first, in small batches committed one by one
+    /// (`share-records-put-first-total`).
+    pub records_put_first: u64,
     /// Times the driver stopped polling to wait for the task to flush
     /// (`share-flush-waits-total`).
     pub flush_waits: u64,
@@ -177,8 +177,8 @@ impl DriverMetrics {
                 self.last_delivery_lock_losses as f64,
             ),
             (
-                "share-records-held-redelivered-total",
-                self.records_held_redelivered as f64,
+                "share-records-put-first-total",
+                self.records_put_first as f64,
             ),
             ("share-flush-waits-total", self.flush_waits as f64),
             (

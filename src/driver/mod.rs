@@ -54,7 +54,6 @@ pub use self::metrics::DriverMetrics;
 pub use self::policy::{
     AckPolicy, ErrorHandling, ErrorTolerance, ParsePolicyError, PutRetriablePolicy,
 };
-use self::redelivered::Queued;
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, BrokerDeadLetterQueue, CommitResults, ConsumerCapability,
     DEFAULT_DELIVERY_COUNT_LIMIT, ShareConsumer,
@@ -181,8 +180,7 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Explicit mode: the batch failed with a retriable error and is held for its
     /// redelivery backoff, then released.
     redelivery: Option<PendingRelease>,
-    /// Explicit mode: a poll that brought redelivered records, held back and put in small
-    /// batches.
+    /// Explicit mode: a poll that brought redelivered records, put in small batches.
     redelivered_arrivals: redelivered::RedeliveredArrivals,
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
@@ -422,7 +420,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     async fn iterate(&mut self) -> Result<IterationReport> {
         let mut report = IterationReport::default();
         self.release_after_backoff(&mut report).await?;
-        self.wait_redelivered_hold().await;
         if let Some(retry) = self.retry {
             self.sleep_renewing(retry.next_attempt).await;
         } else if self.retained {
@@ -438,23 +435,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 report.awaiting_flush = self.awaiting_flush();
                 return Ok(report);
             }
-            let mut queued = self.take_queued_batch();
-            if queued == Queued::Empty {
+            if !self.take_queued_batch() {
                 self.poll_batch(&mut report).await?;
                 if !self.implicit() && self.queue_redelivered()? {
-                    queued = self.take_queued_batch();
+                    self.take_queued_batch();
                 }
-            }
-            if let Queued::Held(n) = queued {
-                // Nothing to put during the hold; what was settled before is committed when
-                // due, as after any iteration.
-                report.retained += n;
-                if self.commit_wanted() {
-                    report.accepted += self.commit().await?;
-                    report.committed = true;
-                }
-                report.awaiting_flush = self.awaiting_flush();
-                return Ok(report);
             }
         }
         report.records = self.batch.len();
@@ -1395,13 +1380,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     tokio::select! {
                         () = shutdown.as_mut() => return Ok(()),
                         () = self.wait_redelivery_backoff() => {}
-                    }
-                }
-                if self.redelivered_held() {
-                    // Cancel safe, as above: the close releases the queued poll.
-                    tokio::select! {
-                        () = shutdown.as_mut() => return Ok(()),
-                        () = self.wait_redelivered_hold() => {}
                     }
                 }
                 #[cfg(feature = "exactly-once")]

@@ -1,49 +1,49 @@
-//! Records that arrive redelivered: held for the redelivery backoff, then put first, in small
-//! batches.
+//! Records that arrive redelivered: put first, in small batches, each committed at once.
 //!
 //! A record that arrives with a delivery count above 1 failed an earlier delivery somewhere:
 //! a `put` that failed, a lock that ran out, or a process that died while it held the record.
 //! Only a failed `put` goes through the driver's [redelivery backoff](super::backoff); after a
-//! crash the records simply arrive again, and a crash loop (a record that brings the process
-//! down, a target whose failure kills it) would spend every delivery of a batch within a few
-//! restarts. So the driver treats such an arrival as it treats a failed `put`, except for the
-//! records it released itself after a failed `put`, which had their backoff already:
+//! crash the records simply arrive again, and in a crash loop (a record that brings the
+//! process down, a target whose failure kills it) each restart used to spend a delivery of
+//! the whole poll, so the group archived all of it at the limit. So when a poll brings such
+//! records (except those this driver released itself after a failed `put`):
 //!
-//! - it holds the whole poll, its locks renewed, for the backoff of the delivery that failed
-//!   (`redelivery.backoff.ms` doubled per delivery before it, capped and jittered as for a
-//!   failed `put`; the poll's highest count decides);
-//! - then it puts the redelivered records first, the highest counts first, in batches of at
-//!   most the poll's size halved per earlier delivery (half on the second delivery, a quarter
-//!   on the third, ..., at least one), committing after each, so that when one of them brings
-//!   the process down again the batches put before it are settled and only its own comes
-//!   back (with the records not reached yet); records of an even delivery count go in the
-//!   poll's order, of an odd count backwards, so a record that brings the process down does
-//!   not keep the records behind it from being reached on the next delivery;
+//! - it puts the redelivered records first, the highest counts first, in batches of at most
+//!   the poll's size halved per earlier delivery (half on the second delivery, a quarter on
+//!   the third, ..., at least one), committing after each, so that when one of them brings
+//!   the process down again the batches put before it are settled and only its own comes back
+//!   (with the records not reached yet);
+//! - records of an even delivery count go in the poll's order, of an odd count backwards, so a
+//!   record that brings the process down does not keep the records behind it from being
+//!   reached on the next delivery: in a crash loop on one bad record, that record alone
+//!   reaches the delivery limit;
 //! - then the records of the poll on their first delivery, in one batch.
 //!
+//! The poll is not held back for a backoff first: nothing is polled while it waits, and a
+//! Kafka consumer releases what it fetched ahead once that waited half its lock, so a hold
+//! longer than that made the fetched-ahead records come back one delivery higher, to be held
+//! in turn, until the group archived them.
+//!
 //! It applies to [`iteration`](super::ShareSinkTask::iteration) in explicit acknowledgement
-//! mode with the redelivery backoff on and a consumer that holds and renews records (the
-//! exactly-once iteration settles a poll in one transaction and does not split it).
+//! mode with a consumer that holds and renews records (the exactly-once iteration settles a
+//! poll in one transaction and does not split it); `redelivery.backoff.ms=0` turns it off
+//! with the rest of the backoff.
 //!
 //! # Where a process can die
 //!
 //! Until its batch is put every record of the poll stays acquired and held, nothing about it
-//! acknowledged: dead, the driver leaves the records to expire and the group delivers them
-//! again, one delivery later, as it would have anyway. Dropped during the hold, the next
-//! iteration waits for the rest of it. [`close`](super::ShareSinkTask::close) releases what
-//! is still queued.
+//! acknowledged: dead, the driver leaves the records to the group, which delivers them again
+//! one delivery later, as it would have anyway. [`close`](super::ShareSinkTask::close)
+//! releases what is still queued.
 
 use std::collections::{HashSet, VecDeque};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::ShareSinkTask;
-use super::held::jitter;
 use crate::consumer::ShareConsumer;
 use crate::error::Result;
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
-use crate::time::deadline_after;
 
 /// The most ids of records released after a failed `put` that are remembered; past it the
 /// memory starts afresh (a forgotten record is only held once more when it comes back).
@@ -59,11 +59,9 @@ struct QueuedRecord {
     bytes: Option<u64>,
     /// Arrived redelivered (and not released by this driver after a failed `put`).
     redelivered: bool,
-    /// On its last allowed delivery: never held back.
-    last_delivery: bool,
 }
 
-/// The rest of a poll that brought redelivered records, and the hold before it is put.
+/// The rest of a poll that brought redelivered records.
 #[derive(Debug, Default)]
 pub(crate) struct RedeliveredArrivals {
     /// In put order: redelivered records (highest delivery count first), then the others.
@@ -71,10 +69,6 @@ pub(crate) struct RedeliveredArrivals {
     /// How many records the poll brought: the batches of redelivered records are fractions
     /// of it.
     poll_len: usize,
-    /// The hold to start before the first queued record not on its last delivery.
-    hold: Option<Duration>,
-    /// Nothing more of the queue is put before this.
-    hold_until: Option<Instant>,
     /// The batch being put is of redelivered records: commit once it is settled.
     commit_after_put: bool,
     /// Records this driver released after a failed `put` (they had their backoff).
@@ -97,8 +91,6 @@ impl RedeliveredArrivals {
 
     /// Forgets the queue (at close, where the consumer releases what it holds).
     pub(crate) fn clear_queue(&mut self) -> usize {
-        self.hold = None;
-        self.hold_until = None;
         self.commit_after_put = false;
         let n = self.queue.len();
         self.queue.clear();
@@ -133,17 +125,6 @@ fn put_order(counts: &[u16], redelivered: &[bool]) -> Vec<usize> {
     order
 }
 
-/// What [`take_queued_batch`](ShareSinkTask::take_queued_batch) did.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Queued {
-    /// Nothing is queued: poll.
-    Empty,
-    /// The next queued records are the batch.
-    Batch,
-    /// The queue is held back first; nothing to put this iteration.
-    Held(usize),
-}
-
 impl<C: ShareConsumer> ShareSinkTask<C> {
     /// After a poll (explicit mode): when the batch holds records that arrived redelivered,
     /// holds the whole poll and queues it in put order (see the module), and returns whether
@@ -158,31 +139,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .iter()
             .map(|r| r.delivery_count() > 1 && !arrivals.released.remove(r.original_id()))
             .collect();
-        let counts: Vec<u16> = self.batch.iter().map(SinkRecord::delivery_count).collect();
-        let last = self.last_delivery_limit();
-        let arrived: Vec<u16> = counts
-            .iter()
-            .zip(&redelivered)
-            .filter(|(_, redelivered)| **redelivered)
-            .map(|(count, _)| *count)
-            .collect();
-        if arrived.is_empty() {
+        let arrived = redelivered.iter().filter(|r| **r).count();
+        if arrived == 0 {
             return Ok(false);
         }
-        // A record on its last delivery is never held back: a crash during the hold would
-        // have the group archive it.
-        let held_back = arrived.iter().filter(|count| **count < last).count();
-        let hold = arrived
-            .iter()
-            .copied()
-            .filter(|count| *count < last)
-            .max()
-            .map(|highest| {
-                // The delivery that failed is the one before this.
-                self.config
-                    .redelivery_backoff
-                    .delay(highest.saturating_sub(1), jitter())
-            });
+        let counts: Vec<u16> = self.batch.iter().map(SinkRecord::delivery_count).collect();
+        let highest = counts.iter().copied().max().unwrap_or(2);
         let order = put_order(&counts, &redelivered);
         let n = self.batch.len();
         let mut sinks: Vec<Option<SinkRecord>> = self.batch.drain(..).map(Some).collect();
@@ -204,68 +166,40 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 raw: raws.get_mut(i).and_then(Option::take),
                 bytes: bytes.get(i).copied(),
                 redelivered: redelivered[i],
-                last_delivery: sink.delivery_count() >= last,
                 sink,
             });
         }
-        let highest = arrived.iter().copied().max().unwrap_or(2);
-        tracing::warn!(
-            records = arrived.len(),
-            on_last_delivery = arrived.len() - held_back,
+        tracing::info!(
+            records = arrived,
             poll = n,
             delivery_count = highest,
-            hold = ?hold,
             first_batch = batch_len(n, highest),
             "records arrived redelivered (an earlier delivery failed, or a process died holding \
-             them): putting them first in small batches, after their redelivery backoff \
-             except those on their last delivery"
+             them): putting them first, in small batches committed one by one"
         );
-        self.metrics.records_held_redelivered += held_back as u64;
+        self.metrics.records_put_first += arrived as u64;
         let arrivals = &mut self.redelivered_arrivals;
         arrivals.queue = queue;
         arrivals.poll_len = n;
-        arrivals.hold = hold;
         Ok(true)
     }
 
-    /// Waits out the hold of queued arrivals, if any, renewing their locks.
-    ///
-    /// Cancel safe: dropped, the records stay held and the next call waits for the rest.
-    pub(super) async fn wait_redelivered_hold(&mut self) {
-        if let Some(until) = self.redelivered_arrivals.hold_until {
-            self.sleep_renewing(until).await;
-            self.redelivered_arrivals.hold_until = None;
-        }
-    }
-
-    /// Whether queued arrivals are being held back.
-    pub(super) fn redelivered_held(&self) -> bool {
-        self.redelivered_arrivals.hold_until.is_some()
-    }
-
-    /// Makes the next queued batch the batch to put, if records are queued: the next
-    /// redelivered records (as many as their delivery count allows, asking for a commit after
-    /// the put), or else every record left. Before the first of them that is not on its last
-    /// delivery it starts the hold instead. They stay held until the put settles them.
-    pub(super) fn take_queued_batch(&mut self) -> Queued {
+    /// Makes the next queued batch the batch to put, if records are queued, and returns
+    /// whether it did: the next redelivered records (as many as their delivery count allows,
+    /// asking for a commit after the put), or else every record left. They stay held until
+    /// the put settles them.
+    pub(super) fn take_queued_batch(&mut self) -> bool {
         let arrivals = &mut self.redelivered_arrivals;
         let Some(first) = arrivals.queue.front() else {
-            return Queued::Empty;
+            return false;
         };
-        if !first.last_delivery {
-            if let Some(delay) = arrivals.hold.take() {
-                arrivals.hold_until = Some(deadline_after(Instant::now(), delay));
-                return Queued::Held(arrivals.queue.len());
-            }
-        }
         let take = if first.redelivered {
             let len = batch_len(arrivals.poll_len, first.sink.delivery_count());
-            let last_delivery = first.last_delivery;
             arrivals
                 .queue
                 .iter()
                 .take(len)
-                .take_while(|q| q.redelivered && q.last_delivery == last_delivery)
+                .take_while(|q| q.redelivered)
                 .count()
         } else {
             arrivals.queue.len()
@@ -286,7 +220,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.batch_bytes.push(bytes);
             }
         }
-        Queued::Batch
+        true
     }
 }
 
