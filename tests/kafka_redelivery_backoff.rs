@@ -1,7 +1,9 @@
 //! The redelivery backoff against a real Apache Kafka broker (started by `scripts/test.sh`):
 //! a target down for 30 s, with the broker's default delivery-count limit of 5 (and a lock
 //! shorter than the holds, renewed), costs no record: every record is written once in the
-//! end, none is archived or dead-lettered.
+//! end, none is archived or dead-lettered. The topic holds eight polls' worth, so the
+//! consumer fetches ahead while a batch is held and polls nothing: what it fetched must not
+//! spend its deliveries waiting either.
 
 mod support;
 
@@ -16,7 +18,7 @@ use kafka_share_sink::{
 };
 use tokio::time::Instant;
 
-const RECORDS: usize = 40;
+const RECORDS: usize = 400;
 const OUTAGE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Default)]
@@ -79,6 +81,7 @@ async fn a_target_down_for_30_s_loses_nothing_at_the_default_delivery_limit() {
 
     let config = KafkaShareConsumerConfig::new(&bootstrap, &group)
         .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .max_poll_records(50)
         .fetch_max_wait(Duration::from_millis(100));
     let mut consumer = KafkaShareConsumer::connect(config).await.expect("connect");
     consumer
