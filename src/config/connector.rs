@@ -923,7 +923,7 @@ mod tests {
         assert_eq!(c.bootstrap, "k1:9092,k2:9092");
         assert_eq!(c.group_id, "connect-n");
         assert_eq!(c.client_id, "connector-consumer-n-2");
-        assert_eq!(c.max_poll_records, 10);
+        assert_eq!(c.max_poll_records.get(), 10);
         assert_eq!(c.fetch_min_bytes, 5);
         assert_eq!(c.fetch_max_bytes, 1000);
         assert_eq!(c.fetch_max_wait, Duration::from_millis(200));

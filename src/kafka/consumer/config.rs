@@ -9,6 +9,7 @@ pub(crate) const DEFAULT_MAX_RECORD_LOCKS: u32 = 2000;
 /// records of 1 KiB, enough for acquisitions of about 1,900 records each.
 pub(crate) const DEFAULT_ACQUISITION_MAX_BYTES: usize = 4 << 20;
 
+use super::max_poll_records::MaxPollRecords;
 use crate::consumer::AcknowledgementMode;
 use crate::kafka::net::backoff::ReconnectBackoff;
 use crate::kafka::security::Security;
@@ -113,7 +114,7 @@ pub struct KafkaShareConsumerConfig {
     pub(crate) bootstrap: String,
     pub(crate) group_id: String,
     pub(crate) client_id: String,
-    pub(crate) max_poll_records: i32,
+    pub(crate) max_poll_records: MaxPollRecords,
     pub(crate) fetch_min_bytes: i32,
     pub(crate) fetch_max_bytes: i32,
     pub(crate) fetch_max_wait: Duration,
@@ -139,7 +140,7 @@ impl KafkaShareConsumerConfig {
             bootstrap: bootstrap.into(),
             group_id: group_id.into(),
             client_id: "kafka-share-sink".to_owned(),
-            max_poll_records: 500,
+            max_poll_records: MaxPollRecords::DEFAULT,
             fetch_min_bytes: 1,
             fetch_max_bytes: 52_428_800,
             fetch_max_wait: Duration::from_millis(500),
@@ -171,7 +172,7 @@ impl KafkaShareConsumerConfig {
 
     /// `max.poll.records` (default 500): the records asked for per poll, at least 1.
     pub fn max_poll_records(mut self, max: i32) -> Self {
-        self.max_poll_records = max.max(1);
+        self.max_poll_records = MaxPollRecords::new(max);
         self
     }
 

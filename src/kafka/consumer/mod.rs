@@ -8,6 +8,7 @@
 
 pub(crate) mod config;
 pub(crate) mod group_configs;
+pub(crate) mod max_poll_records;
 pub(crate) mod membership;
 pub(crate) mod sharing;
 
@@ -222,7 +223,7 @@ impl KafkaShareConsumer {
     ///
     /// Dropping the future abandons the connection attempt; nothing else is started.
     pub async fn connect(config: KafkaShareConsumerConfig) -> Result<Self, ConsumerError> {
-        let max_poll_records = usize::try_from(config.max_poll_records).unwrap_or(usize::MAX);
+        let max_poll_records = config.max_poll_records.get();
         if config.group_id.trim().is_empty() {
             return Err(ConsumerError::Config {
                 key: "group.id".to_owned(),
@@ -306,7 +307,7 @@ impl KafkaShareConsumer {
                 },
                 share_acquire_mode: config.share_acquire_mode,
                 sizing: Self::sized(&config).then(|| Sizing {
-                    max_poll_records: usize::try_from(config.max_poll_records).unwrap_or(1),
+                    max_poll_records: config.max_poll_records.get(),
                     max_record_locks: usize::try_from(config.max_record_locks)
                         .unwrap_or(usize::MAX),
                     max_bytes: config.acquisition_max_bytes,
@@ -400,7 +401,7 @@ impl KafkaShareConsumer {
         if Self::sized(&self.config)
             || self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
         {
-            usize::try_from(self.config.max_poll_records).unwrap_or(usize::MAX)
+            self.config.max_poll_records.get()
         } else {
             usize::MAX
         }

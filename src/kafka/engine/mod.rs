@@ -50,6 +50,7 @@ use self::sizing::{RecordBytes, Sizing, fair_share};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
+use crate::kafka::consumer::max_poll_records::MaxPollRecords;
 use crate::kafka::consumer::membership::MembershipView;
 use crate::kafka::errors::{api_name, broker_error};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -87,7 +88,7 @@ fn retry_backoff(failures: u32) -> Duration {
 pub(crate) struct EngineConfig {
     pub(crate) group_id: String,
     pub(crate) member_id: String,
-    pub(crate) max_poll_records: i32,
+    pub(crate) max_poll_records: MaxPollRecords,
     pub(crate) fetch_min_bytes: i32,
     pub(crate) fetch_max_bytes: i32,
     pub(crate) partition_max_bytes: Option<i32>,
@@ -522,7 +523,7 @@ impl Engine {
                 if !wanted && !prefetch {
                     return None;
                 }
-                self.config.max_poll_records
+                self.config.max_poll_records.wire()
             }
             Some(sizing) => {
                 if !wanted && !self.polled {
@@ -571,7 +572,7 @@ impl Engine {
             min_bytes: self.config.fetch_min_bytes,
             max_bytes: self.config.fetch_max_bytes,
             max_records,
-            batch_size: self.config.max_poll_records,
+            batch_size: self.config.max_poll_records.wire(),
             record_limit: self.config.share_acquire_mode == ShareAcquireMode::RecordLimit,
             partition_max_bytes: self.config.partition_max_bytes,
         })
