@@ -207,8 +207,10 @@ pub enum Error {
     Consumer(#[from] ConsumerError),
     /// The dead-letter circuit breaker stopped the task
     /// ([`DeadLetterBreaker`](crate::DeadLetterBreaker)): the records at hand were RELEASEd,
-    /// not dead-lettered. The error says how many records failed within the window and
-    /// which setting bounds them.
+    /// not dead-lettered (except records whose `put` failed on their last delivery with no
+    /// dead-letter queue of the driver's: released there, the group archives them, and they
+    /// are counted after the fact). The error says how many records failed within the window
+    /// and which setting bounds them.
     #[error("the dead-letter circuit breaker stopped the task")]
     DeadLetterBreaker(#[source] crate::dlq::BreakerTripped),
 

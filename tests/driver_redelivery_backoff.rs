@@ -489,12 +489,21 @@ async fn after_a_crash_redelivered_records_are_put_first_in_halving_batches() {
         acknowledged_at_put: Arc::clone(&acknowledged_at_put),
     };
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
-    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    // A commit policy that would commit nothing for an hour: the redelivered batches are
+    // committed one by one all the same.
+    let lazy = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, lazy);
     d.initialize().await.unwrap();
     let polled_at = Instant::now();
     for _ in 0..3 {
         d.iteration().await.unwrap();
     }
+    assert_eq!(
+        b.state_counts(GROUP).acknowledged,
+        8,
+        "the first-delivery batch waits for the commit policy"
+    );
+    d.close().await.unwrap();
     assert_eq!(b.state_counts(GROUP).acknowledged, 12);
     assert_eq!(d.metrics().records_put_first, 8);
     let puts = recorded.lock().unwrap();
@@ -561,4 +570,68 @@ async fn without_the_backoff_a_crash_loop_archives_the_whole_poll() {
         assert!(lives <= 5);
     }
     assert_eq!(b.state_counts(GROUP).archived, 8);
+}
+
+/// A sink whose first `put` never returns; later ones succeed. Every put is recorded.
+struct HangsOnce {
+    hung: bool,
+    puts: Puts,
+}
+
+#[async_trait]
+impl SinkTask for HangsOnce {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch = records
+            .iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect();
+        self.puts
+            .lock()
+            .unwrap()
+            .push((Instant::now(), batch, true));
+        if !std::mem::replace(&mut self.hung, true) {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_iteration_dropped_during_a_queued_put_leaves_the_batch_to_the_next() {
+    let b = broker(8);
+    assert!(one_life(&b, 3, config(), &Puts::default()).await);
+    let puts = Puts::default();
+    let sink = HangsOnce {
+        hung: false,
+        puts: Arc::clone(&puts),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(1), d.iteration()).await;
+    assert!(dropped.is_err(), "the first put hangs");
+    for _ in 0..4 {
+        d.iteration().await.unwrap();
+    }
+    assert_eq!(b.state_counts(GROUP).acknowledged, 8);
+    let batches: Vec<Vec<(i64, u16)>> = puts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, batch, _)| batch.clone())
+        .collect();
+    let first_half: Vec<(i64, u16)> = (0..4).map(|o| (o, 2)).collect();
+    let second_half: Vec<(i64, u16)> = (4..8).map(|o| (o, 2)).collect();
+    assert_eq!(
+        batches,
+        [first_half.clone(), first_half, second_half],
+        "the dropped batch is put again, then the rest"
+    );
 }

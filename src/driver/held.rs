@@ -19,7 +19,20 @@ pub(crate) struct HeldRecords {
 impl HeldRecords {
     /// Starts holding `id` with a lock that started at `since`; true if it was not held.
     pub(crate) fn insert(&mut self, id: RecordId, since: Instant) -> bool {
-        self.since.insert(id, since).is_none()
+        match self.since.entry(id) {
+            // Already held: its lock runs from its acquisition or last renewal, which a later
+            // time would hide.
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(since);
+                true
+            }
+        }
+    }
+
+    /// When the lock of a held record started (its acquisition or last renewal).
+    pub(crate) fn since(&self, id: &RecordId) -> Option<Instant> {
+        self.since.get(id).copied()
     }
 
     /// Stops holding `id`; true if it was held.

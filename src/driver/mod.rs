@@ -446,8 +446,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         tracing::Span::current().record("records", self.batch.len());
 
         let outcome = self.put_batch().await;
+        self.redelivered_arrivals.put_returned();
         match outcome {
             Ok(()) => {
+                self.redelivered_arrivals.put_succeeded();
                 self.on_put_ok(&mut report)?;
                 self.settle_last_deliveries(&mut report).await?;
             }
@@ -1371,7 +1373,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.initialize().await?;
             }
             loop {
-                if futures::poll!(shutdown.as_mut()).is_ready() {
+                // A poll that brought redelivered records is put to the end first: released
+                // at close, a record of it on its last delivery would be archived.
+                if !self.redelivered_arrivals.is_draining()
+                    && futures::poll!(shutdown.as_mut()).is_ready()
+                {
                     return Ok(());
                 }
                 if self.redelivery.is_some() {

@@ -10,15 +10,18 @@
 //!
 //! - it puts the redelivered records first, the highest counts first, in batches of at most
 //!   the poll's size halved per earlier delivery (half on the second delivery, a quarter on
-//!   the third, ..., at least one), committing after each, so that when one of them brings
-//!   the process down again the batches put before it are settled and only its own comes back
-//!   (with the records not reached yet);
+//!   the third, ...), one by one on the last two deliveries the group allows, committing
+//!   after each, so that when one of them brings the process down again the batches put
+//!   before it are settled and only its own comes back (with the records not reached yet);
 //! - records of an even delivery count go in the poll's order, of an odd count backwards, so a
 //!   record that brings the process down does not keep the records behind it from being
 //!   reached on the next delivery: in a crash loop on one bad record, that record alone
 //!   reaches the delivery limit;
 //! - then the records of the poll on their first delivery, in one batch.
 //!
+//! Nothing is polled while the queue drains, and records a Kafka consumer fetched ahead age
+//! meanwhile: once a third of the lock has passed since the poll, what is left goes in one
+//! batch.
 //! The poll is not held back for a backoff first: nothing is polled while it waits, and a
 //! Kafka consumer releases what it fetched ahead once that waited half its lock, so a hold
 //! longer than that made the fetched-ahead records come back one delivery higher, to be held
@@ -33,8 +36,10 @@
 //!
 //! Until its batch is put every record of the poll stays acquired and held, nothing about it
 //! acknowledged: dead, the driver leaves the records to the group, which delivers them again
-//! one delivery later, as it would have anyway. [`close`](super::ShareSinkTask::close)
-//! releases what is still queued.
+//! one delivery later, as it would have anyway. An iteration dropped during a `put` leaves
+//! its batch to the next, which puts it again. [`run`](super::ShareSinkTask::run) takes a
+//! shutdown only once the queue is drained; [`close`](super::ShareSinkTask::close) releases
+//! what is still queued (a record on its last delivery is then archived by the group).
 
 use std::collections::{HashSet, VecDeque};
 
@@ -46,8 +51,11 @@ use crate::error::Result;
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 
 /// The most ids of records released after a failed `put` that are remembered; past it the
-/// memory starts afresh (a forgotten record is only held once more when it comes back).
+/// memory starts afresh (a forgotten record that comes back is only put first once more).
 const RELEASED_MEMORY: usize = 100_000;
+
+/// The share of the lock after which the rest of the queue goes in one batch.
+const DRAIN_SHARE: u32 = 3;
 
 /// A record of a poll waiting for its batch.
 #[derive(Debug)]
@@ -69,8 +77,17 @@ pub(crate) struct RedeliveredArrivals {
     /// How many records the poll brought: the batches of redelivered records are fractions
     /// of it.
     poll_len: usize,
-    /// The batch being put is of redelivered records: commit once it is settled.
-    commit_after_put: bool,
+    /// The last delivery the group allows, when the poll was queued.
+    last_delivery: u16,
+    /// Past this, the rest of the queue goes in one batch.
+    drain_by: Option<Instant>,
+    /// The batch being put was taken from the queue and its `put` has not returned: an
+    /// iteration dropped meanwhile leaves it to the next.
+    in_flight: bool,
+    /// The batch being put is of redelivered records.
+    batch_redelivered: bool,
+    /// A batch of redelivered records was put: commit at once.
+    commit_requested: bool,
     /// Records this driver released after a failed `put` (they had their backoff).
     released: HashSet<RecordId>,
 }
@@ -84,14 +101,32 @@ impl RedeliveredArrivals {
         self.released.insert(id.clone());
     }
 
-    /// Takes (and forgets) whether the last batch asked for a commit.
+    /// Whether records wait in the queue, or a batch taken from it has not been put yet.
+    pub(crate) fn is_draining(&self) -> bool {
+        !self.queue.is_empty() || self.in_flight
+    }
+
+    /// The `put` of the batch returned (whatever its outcome).
+    pub(crate) fn put_returned(&mut self) {
+        self.in_flight = false;
+    }
+
+    /// The `put` of the batch succeeded: a batch of redelivered records asks for a commit.
+    pub(crate) fn put_succeeded(&mut self) {
+        self.commit_requested |= std::mem::take(&mut self.batch_redelivered);
+    }
+
+    /// Takes (and forgets) whether a put batch of redelivered records asks for a commit.
     pub(crate) fn take_commit_request(&mut self) -> bool {
-        std::mem::take(&mut self.commit_after_put)
+        std::mem::take(&mut self.commit_requested)
     }
 
     /// Forgets the queue (at close, where the consumer releases what it holds).
     pub(crate) fn clear_queue(&mut self) -> usize {
-        self.commit_after_put = false;
+        self.commit_requested = false;
+        self.batch_redelivered = false;
+        self.in_flight = false;
+        self.drain_by = None;
         let n = self.queue.len();
         self.queue.clear();
         n
@@ -99,9 +134,12 @@ impl RedeliveredArrivals {
 }
 
 /// How many records of a poll of `poll_len` a batch of records on their `delivery_count`-th
-/// delivery holds: half the poll on the second delivery, halved again per delivery, at least
-/// one.
-pub(crate) fn batch_len(poll_len: usize, delivery_count: u16) -> usize {
+/// delivery holds, when the group allows `last_delivery` deliveries: half the poll on the
+/// second delivery, halved again per delivery, at least one; one on the last two.
+pub(crate) fn batch_len(poll_len: usize, delivery_count: u16, last_delivery: u16) -> usize {
+    if delivery_count.saturating_add(1) >= last_delivery {
+        return 1;
+    }
     let halvings = u32::from(delivery_count.saturating_sub(1));
     poll_len.checked_shr(halvings).unwrap_or(0).max(1)
 }
@@ -145,6 +183,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         let counts: Vec<u16> = self.batch.iter().map(SinkRecord::delivery_count).collect();
         let highest = counts.iter().copied().max().unwrap_or(2);
+        let last_delivery = self.last_delivery_limit();
+        let drain_by = self
+            .lock_duration()
+            .checked_div(DRAIN_SHARE)
+            .and_then(|share| self.batch_acquired.checked_add(share));
         let order = put_order(&counts, &redelivered);
         let n = self.batch.len();
         let mut sinks: Vec<Option<SinkRecord>> = self.batch.drain(..).map(Some).collect();
@@ -158,9 +201,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 continue;
             };
             let id = sink.original_id();
-            if self.held.insert(id.clone(), self.batch_acquired) {
+            if !self.held.contains(id) {
                 self.consumer
                     .hold_offset(id.topic(), id.partition(), id.offset())?;
+                self.held.insert(id.clone(), self.batch_acquired);
             }
             queue.push_back(QueuedRecord {
                 raw: raws.get_mut(i).and_then(Option::take),
@@ -173,7 +217,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             records = arrived,
             poll = n,
             delivery_count = highest,
-            first_batch = batch_len(n, highest),
+            first_batch = batch_len(n, highest, last_delivery),
             "records arrived redelivered (an earlier delivery failed, or a process died holding \
              them): putting them first, in small batches committed one by one"
         );
@@ -181,20 +225,33 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let arrivals = &mut self.redelivered_arrivals;
         arrivals.queue = queue;
         arrivals.poll_len = n;
+        arrivals.last_delivery = last_delivery;
+        arrivals.drain_by = drain_by;
         Ok(true)
     }
 
     /// Makes the next queued batch the batch to put, if records are queued, and returns
-    /// whether it did: the next redelivered records (as many as their delivery count allows,
-    /// asking for a commit after the put), or else every record left. They stay held until
-    /// the put settles them.
+    /// whether it did: the batch an iteration dropped during its `put` left, else the next
+    /// redelivered records (as many as their delivery count allows, asking for a commit once
+    /// put), or else (or once the queue has drained for a third of the lock) every record
+    /// left. They stay held until the put settles them.
     pub(super) fn take_queued_batch(&mut self) -> bool {
+        let now = Instant::now();
         let arrivals = &mut self.redelivered_arrivals;
+        if arrivals.in_flight {
+            // Still the batch: nothing else writes it before a put returns.
+            return true;
+        }
         let Some(first) = arrivals.queue.front() else {
             return false;
         };
-        let take = if first.redelivered {
-            let len = batch_len(arrivals.poll_len, first.sink.delivery_count());
+        let late = arrivals.drain_by.is_some_and(|by| now >= by);
+        let take = if first.redelivered && !late {
+            let len = batch_len(
+                arrivals.poll_len,
+                first.sink.delivery_count(),
+                arrivals.last_delivery,
+            );
             arrivals
                 .queue
                 .iter()
@@ -204,14 +261,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } else {
             arrivals.queue.len()
         };
-        arrivals.commit_after_put = first.redelivered;
+        arrivals.batch_redelivered = first.redelivered;
+        arrivals.in_flight = true;
         self.batch.clear();
         self.raw.clear();
         self.batch_bytes.clear();
         self.batch_delivered.clear();
         self.batch_is_poll = false;
-        self.batch_acquired = Instant::now();
+        // Their locks run from their acquisition or last renewal, not from now.
+        let mut acquired = now;
         for queued in arrivals.queue.drain(..take) {
+            if let Some(since) = self.held.since(queued.sink.original_id()) {
+                acquired = acquired.min(since);
+            }
             self.batch.push(queued.sink);
             if let Some(raw) = queued.raw {
                 self.raw.push(raw);
@@ -220,6 +282,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.batch_bytes.push(bytes);
             }
         }
+        self.batch_acquired = acquired;
         true
     }
 }
@@ -229,16 +292,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_halve_per_earlier_delivery_down_to_one() {
-        assert_eq!(batch_len(500, 2), 250);
-        assert_eq!(batch_len(500, 3), 125);
-        assert_eq!(batch_len(500, 5), 31);
-        assert_eq!(batch_len(500, 12), 1);
-        assert_eq!(batch_len(1, 2), 1);
-        assert_eq!(batch_len(0, 2), 1);
-        assert_eq!(batch_len(usize::MAX, u16::MAX), 1);
-        assert_eq!(batch_len(8, 1), 8, "a first delivery is the whole poll");
-        assert_eq!(batch_len(8, 0), 8);
+    fn batches_halve_per_earlier_delivery_and_are_single_on_the_last_two() {
+        assert_eq!(batch_len(500, 2, 10), 250);
+        assert_eq!(batch_len(500, 3, 10), 125);
+        assert_eq!(batch_len(500, 5, 10), 31);
+        assert_eq!(batch_len(500, 8, 10), 3);
+        assert_eq!(batch_len(500, 9, 10), 1, "one before the last");
+        assert_eq!(batch_len(500, 10, 10), 1, "the last");
+        assert_eq!(batch_len(500, 3, 5), 125);
+        assert_eq!(batch_len(500, 4, 5), 1);
+        assert_eq!(batch_len(1, 2, 10), 1);
+        assert_eq!(batch_len(0, 2, 10), 1);
+        assert_eq!(batch_len(usize::MAX, u16::MAX, u16::MAX), 1);
+        assert_eq!(
+            batch_len(usize::MAX, 70, u16::MAX),
+            1,
+            "past the width of usize"
+        );
+        assert_eq!(batch_len(8, 1, 10), 8, "a first delivery is the whole poll");
+        assert_eq!(batch_len(8, 0, 10), 8);
     }
 
     #[test]
@@ -251,17 +323,18 @@ mod tests {
         assert_eq!(put_order(&[], &[]), Vec::<usize>::new());
     }
 
-    /// Crash loop, eight records, the one at `poison` brings the process down whenever it is
-    /// put, the group archives at delivery 5: which records are settled before that?
-    fn crash_loop(poison: usize) -> Vec<usize> {
-        let mut left: Vec<usize> = (0..8).collect();
+    /// Crash loop: `n` records, the one at `poison` brings the process down whenever it is
+    /// put, the group allows `last` deliveries. Returns the records settled before the group
+    /// archives what is left.
+    fn crash_loop(n: usize, poison: usize, last: u16) -> Vec<usize> {
+        let mut left: Vec<usize> = (0..n).collect();
         let mut settled = Vec::new();
-        // The first delivery puts the whole poll.
-        for count in 2..=5u16 {
+        // The first delivery puts the whole poll, and dies.
+        for count in 2..=last {
             let counts = vec![count; left.len()];
             let order = put_order(&counts, &vec![true; left.len()]);
             let queue: Vec<usize> = order.iter().map(|&i| left[i]).collect();
-            let len = batch_len(left.len(), count);
+            let len = batch_len(left.len(), count, last);
             for chunk in queue.chunks(len) {
                 if chunk.contains(&poison) {
                     break;
@@ -276,21 +349,15 @@ mod tests {
 
     #[test]
     fn in_a_crash_loop_only_the_record_that_crashes_reaches_the_limit() {
-        for poison in 0..8 {
-            let expected: Vec<usize> = (0..8).filter(|r| *r != poison).collect();
-            assert_eq!(crash_loop(poison), expected, "poison at {poison}");
+        for (n, last) in [(8, 5), (13, 3), (500, 5), (500, 10)] {
+            for poison in 0..n {
+                let expected: Vec<usize> = (0..n).filter(|r| *r != poison).collect();
+                assert_eq!(
+                    crash_loop(n, poison, last),
+                    expected,
+                    "{n} records, poison at {poison}, limit {last}"
+                );
+            }
         }
-    }
-
-    #[test]
-    fn released_records_are_remembered_within_a_bound() {
-        let mut arrivals = RedeliveredArrivals::default();
-        for offset in 0..RELEASED_MEMORY as i64 {
-            arrivals.note_released(&RecordId::new("t", 0, offset));
-        }
-        assert_eq!(arrivals.released.len(), RELEASED_MEMORY);
-        arrivals.note_released(&RecordId::new("t", 1, 0));
-        assert_eq!(arrivals.released.len(), 1, "starts afresh past the bound");
-        assert!(arrivals.released.contains(&RecordId::new("t", 1, 0)));
     }
 }
