@@ -635,3 +635,38 @@ async fn an_iteration_dropped_during_a_queued_put_leaves_the_batch_to_the_next()
         "the dropped batch is put again, then the rest"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
+    // Released at close, a queued record on its last delivery would be archived: run drains
+    // the queue first.
+    let b = broker(8);
+    assert!(one_life(&b, 3, config(), &Puts::default()).await);
+    let puts = Puts::default();
+    let sink = DiesOn {
+        poison: -1,
+        puts: Arc::clone(&puts),
+        died: Arc::default(),
+        broker: b.clone(),
+        acknowledged_at_put: Arc::default(),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    // Shut down as soon as the first queued batch was put (run polls the signal between
+    // iterations).
+    let seen = Arc::clone(&puts);
+    let shutdown = std::future::poll_fn(move |_| {
+        if seen.lock().unwrap().is_empty() {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    });
+    d.run(shutdown).await.unwrap();
+    assert_eq!(
+        puts.lock().unwrap().len(),
+        2,
+        "both halves of the poll were put"
+    );
+    assert_eq!(b.state_counts(GROUP).acknowledged, 8);
+}

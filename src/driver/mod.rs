@@ -1403,6 +1403,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     Ok(_) => {}
                     Err(e) if e.is_retriable() => {
                         tracing::warn!(error = %ErrorChain(&e), "iteration failed, retrying");
+                        // A failing iteration does not hold a shutdown back, also while a
+                        // poll of redelivered records drains (the cluster may be down).
+                        if futures::poll!(shutdown.as_mut()).is_ready() {
+                            return Ok(());
+                        }
                         tokio::time::sleep(self.config.retriable_backoff).await;
                     }
                     Err(e) => return Err(e),
