@@ -432,3 +432,36 @@ async fn a_transaction_past_its_timeout_is_aborted_by_the_coordinator_and_report
         .collect();
     assert_eq!(visible, vec![b"after".to_vec()]);
 }
+
+#[tokio::test]
+async fn batches_grow_no_larger_than_the_topic_takes() {
+    // A burst to one partition backs it up, and its open batch grows past batch.size toward
+    // max.request.size (1 MiB): on a topic whose max.message.bytes is 64 KiB it must stop
+    // there, or the broker refuses the batch (MESSAGE_TOO_LARGE) and its records fail.
+    let Some(bootstrap) = support::bootstrap("batches_grow_no_larger_than_the_topic_takes") else {
+        return;
+    };
+    let name = support::unique("producer-topic-max");
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    admin
+        .create_topic_with(&name, 1, 1, &[("max.message.bytes", "65536")])
+        .await
+        .expect("create topic");
+    let producer = KafkaProducer::connect(KafkaProducerConfig::new(&bootstrap))
+        .await
+        .expect("connect");
+    let payload = "x".repeat(1024);
+    let mut futures = Vec::new();
+    for i in 0..1000 {
+        let record = ProducerRecord::new(name.as_str())
+            .partition(0)
+            .value(format!("{i}:{payload}"));
+        futures.push(producer.send(record).expect("queued"));
+    }
+    producer.flush().await.expect("flush");
+    for (i, f) in futures.into_iter().enumerate() {
+        f.await
+            .unwrap_or_else(|e| panic!("record {i} delivered: {e}"));
+    }
+    assert_eq!(read_all(&bootstrap, &name, 0).await.len(), 1000);
+}

@@ -263,6 +263,9 @@ pub(crate) struct Accumulator {
     /// `delivery.timeout.ms` from a later creation), so only a batch that leaves the
     /// in-flight state can lower it ([`complete`](Self::complete) does).
     next_expiry: Option<Instant>,
+    /// The largest batch each topic takes (its `max.message.bytes`), where known: a growing
+    /// batch stops there.
+    topic_max: HashMap<Arc<str>, usize>,
 }
 
 impl Accumulator {
@@ -275,7 +278,15 @@ impl Accumulator {
             incomplete: Outstanding::default(),
             bump_pending: false,
             next_expiry: None,
+            topic_max: HashMap::new(),
         }
+    }
+
+    /// Notes the largest batch `topic` takes (its `max.message.bytes`): a batch of it grows
+    /// no further, though never below `batch.size` (a topic below that refuses Java's
+    /// batches too).
+    pub(crate) fn set_topic_max(&mut self, topic: &Arc<str>, bytes: usize) {
+        self.topic_max.insert(Arc::clone(topic), bytes);
     }
 
     /// Notes a batch that `expire` may give up at `deadline`.
@@ -376,7 +387,12 @@ impl Accumulator {
         let state = self.partitions.entry(tp.clone()).or_default();
         // Past `batch.size` only while the partition could not send the batch now anyway.
         let batch_size = if state.backed_up(&self.config, self.bump_pending) {
-            self.config.max_batch_size.max(self.config.batch_size)
+            // Never past what the topic takes (its max.message.bytes, when known).
+            let topic_max = self.topic_max.get(&tp.0).copied().unwrap_or(usize::MAX);
+            self.config
+                .max_batch_size
+                .min(topic_max)
+                .max(self.config.batch_size)
         } else {
             self.config.batch_size
         };
@@ -1011,6 +1027,33 @@ mod tests {
             vec![10, 50, 90],
             "consecutive sequences over grown batches"
         );
+    }
+
+    #[test]
+    fn a_batch_grows_no_further_than_its_topic_takes() {
+        let now = Instant::now();
+        let mut acc = Accumulator::new(growing(true));
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        // The topic's max.message.bytes: 25 records' worth.
+        acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 25 * SMALL);
+        append_n(&mut acc, 0, 10, now);
+        let first = drain_all(&mut acc, now);
+        assert_eq!(first.len(), 1);
+        append_n(&mut acc, 10, 60, now);
+        assert_eq!(
+            batch_sizes(&acc),
+            vec![25, 25, 10],
+            "grown to the topic's limit only"
+        );
+        // A topic limit below batch.size leaves batch.size (Java's batches would not fit
+        // either).
+        let mut acc = Accumulator::new(growing(true));
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 3 * SMALL);
+        append_n(&mut acc, 0, 10, now);
+        drain_all(&mut acc, now);
+        append_n(&mut acc, 10, 30, now);
+        assert_eq!(batch_sizes(&acc), vec![10, 10, 10]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub(crate) struct Cluster {
     brokers: BrokerPool,
     /// The latest connection opened to each coordinator address, for [`Cluster::disconnect`].
     coordinators: Mutex<HashMap<String, Connection>>,
+    /// Each topic's `max.message.bytes` as described once (`None`: it could not be read).
+    max_message_bytes: Mutex<HashMap<String, Option<usize>>>,
 }
 
 impl Cluster {
@@ -47,6 +49,7 @@ impl Cluster {
             admin,
             brokers: BrokerPool::new(config),
             coordinators: Mutex::new(HashMap::new()),
+            max_message_bytes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -91,6 +94,35 @@ impl Cluster {
             connection.close();
         }
         self.admin.disconnect();
+    }
+
+    /// The largest batch `topic` takes (its `max.message.bytes`), read once with
+    /// DescribeConfigs; `None` when it cannot be read (no DESCRIBE_CONFIGS permission on the
+    /// topic, an old broker), which is not asked again.
+    pub(crate) async fn max_message_bytes(&self, topic: &str) -> Option<usize> {
+        let known = self
+            .max_message_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .copied();
+        if let Some(known) = known {
+            return known;
+        }
+        let read = match self.admin.topic_config(topic).await {
+            Ok(configs) => configs
+                .get("max.message.bytes")
+                .and_then(|raw| raw.trim().parse::<usize>().ok()),
+            Err(error) => {
+                tracing::debug!(topic, %error, "cannot read the topic's max.message.bytes: batches may grow to max.request.size");
+                None
+            }
+        };
+        self.max_message_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.to_owned(), read);
+        read
     }
 
     /// Metadata of `topics`.

@@ -304,10 +304,12 @@ impl KafkaProducerConfig {
     /// in flight) goes on taking records past `batch.size`, up to the smaller of
     /// `max.request.size` and 1 MiB (the broker's default `message.max.bytes`): a burst, such
     /// as a transaction's records before its commit, then goes out in a few full requests
-    /// instead of one `batch.size` per round trip. A topic whose `max.message.bytes` is below
-    /// 1 MiB needs `max.request.size` at or below it: a grown batch over the topic's limit is
-    /// refused (MESSAGE_TOO_LARGE) and its records fail, where Java's producer would split it
-    /// and send it again.
+    /// instead of one `batch.size` per round trip. A batch grows no larger than its topic's
+    /// `max.message.bytes`, read once with the topic's first metadata (DescribeConfigs); where
+    /// it cannot be read (no DESCRIBE_CONFIGS permission), a topic below 1 MiB needs
+    /// `max.request.size` at or below it: a grown batch over the topic's limit is refused
+    /// (MESSAGE_TOO_LARGE) and its records fail, where Java's producer would split it and send
+    /// it again.
     pub fn batch_size(mut self, bytes: usize) -> Self {
         self.batch_size = bytes;
         self

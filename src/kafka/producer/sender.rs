@@ -51,9 +51,11 @@ enum Work {
         batches: Vec<(Tp, u64, Uuid)>,
         result: Result<ProduceResponse, ConsumerError>,
     },
+    /// The topics asked for, the answer, and the `max.message.bytes` of those known.
     Metadata(
         Vec<Arc<str>>,
         Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+        Vec<(Arc<str>, usize)>,
     ),
     Bumped(Result<ProducerIdentity, ProducerError>),
     Added(Vec<Tp>, Result<(), ProducerError>),
@@ -105,7 +107,22 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     async move {
                         let names: Vec<&str> = topics.iter().map(|t| &**t).collect();
                         let result = shared2.cluster.metadata(&names).await;
-                        Work::Metadata(topics, result)
+                        // How large a batch each known topic takes (read once per topic).
+                        let mut limits = Vec::new();
+                        if let Ok(answers) = &result {
+                            for (name, meta) in answers {
+                                if !matches!(meta, TopicMetadata::Known { .. }) {
+                                    continue;
+                                }
+                                let Some(topic) = topics.iter().find(|t| ***t == **name) else {
+                                    continue;
+                                };
+                                if let Some(bytes) = shared2.cluster.max_message_bytes(name).await {
+                                    limits.push((Arc::clone(topic), bytes));
+                                }
+                            }
+                        }
+                        Work::Metadata(topics, result, limits)
                     }
                     .boxed(),
                 );
@@ -298,8 +315,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         handle_produce(&shared, &broker, batches, result, txn_version);
                         shared.progress.notify_waiters();
                     }
-                    Work::Metadata(topics, result) => {
+                    Work::Metadata(topics, result, limits) => {
                         metadata_busy = false;
+                        {
+                            let mut state = shared.lock();
+                            for (topic, bytes) in &limits {
+                                state.accumulator.set_topic_max(topic, *bytes);
+                            }
+                        }
                         let again = handle_metadata(&shared, &topics, result);
                         if again {
                             metadata_at = deadline_after(Instant::now(), metadata_backoff);
