@@ -29,8 +29,8 @@ const LOCK_MS: u64 = 2_000;
 const CHILD_ENV: &str = "KSS_SQLITE_CHILD";
 
 /// The SQLite sink, with a pause between its database commit and the acknowledgement of
-/// the records: a SIGKILL then most likely lands after the rows are in the table and before
-/// the group knows, the window the idempotent upsert is for.
+/// the records (and then a slower `put`): a SIGKILL then most likely lands after the rows are
+/// in the table and before the group knows, the window the idempotent upsert is for.
 struct AckLater {
     sink: sqlite::SqliteSink,
     pause: Duration,
@@ -42,6 +42,12 @@ impl SinkTask for AckLater {
         self.sink.start(config).await
     }
     async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if !self.pause.is_zero() && !records.is_empty() {
+            // The slow run also writes slowly (10 ms a poll of 25): its table fills in steps of
+            // a few hundred rows per commit, so the SIGKILL lands mid-run. At full speed one
+            // commit per task could write all 3,000 rows between two looks of the parent.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.sink.put(records).await
     }
     async fn pre_commit(&mut self, delivered: &Delivered) -> Result<Durability, TaskError> {
