@@ -97,8 +97,9 @@ impl Cluster {
     }
 
     /// The largest batch `topic` takes (its `max.message.bytes`), read once with
-    /// DescribeConfigs; `None` when it cannot be read (no DESCRIBE_CONFIGS permission on the
-    /// topic, an old broker), which is not asked again.
+    /// DescribeConfigs; `None` when it cannot be read: not asked again when no retry can
+    /// help (no DESCRIBE_CONFIGS permission on the topic, an old broker), asked again with the
+    /// topic's next metadata after a failure that may pass (a timeout, a moving leader).
     pub(crate) async fn max_message_bytes(&self, topic: &str) -> Option<usize> {
         let known = self
             .max_message_bytes
@@ -113,6 +114,10 @@ impl Cluster {
             Ok(configs) => configs
                 .get("max.message.bytes")
                 .and_then(|raw| raw.trim().parse::<usize>().ok()),
+            Err(error) if error.is_retriable() => {
+                tracing::debug!(topic, %error, "reading the topic's max.message.bytes failed; asked again with its next metadata");
+                return None;
+            }
             Err(error) => {
                 tracing::debug!(topic, %error, "cannot read the topic's max.message.bytes: batches may grow to max.request.size");
                 None
