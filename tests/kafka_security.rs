@@ -986,8 +986,11 @@ async fn a_password_changed_mid_run_stops_the_driver_promptly_without_a_reconnec
     };
     assert_authentication(consumer_error, &["SCRAM-SHA-512", "invalid credentials"]);
     assert!(matches!(driver.iteration().await, Err(DriverError::Failed)));
+    // Promptly: within a few polls of the refusal, not at the 30 s deadline (5 s leaves room
+    // for a busy 2-core machine running this file's tests side by side; 2 s failed there once
+    // at 2.9 s).
     assert!(
-        stopped - none_yet < Duration::from_secs(2),
+        stopped - none_yet < Duration::from_secs(5),
         "the driver stopped {:?} after the last look that found no refusal",
         stopped - none_yet
     );
