@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
     ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse, ShareFetchResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_share_sink::ConnectionError;
 use kafka_share_sink::{
     AcknowledgeType, AcquisitionSizing, ConsumerError, KafkaShareConsumer,
     KafkaShareConsumerConfig, SaslSettings, Security, ShareConsumer,
@@ -116,7 +117,7 @@ async fn running_consumer(broker: &SaslBroker) -> KafkaShareConsumer {
 
 #[track_caller]
 fn assert_authentication(error: &ConsumerError) {
-    let ConsumerError::Authentication { reason, .. } = error else {
+    let ConsumerError::Connection(ConnectionError::Authentication { reason, .. }) = error else {
         panic!("not an authentication error: {error:?}");
     };
     assert!(reason.contains("Invalid username or password"), "{reason}");

@@ -13,6 +13,7 @@ use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kafka_share_sink::BrokerError;
 use kafka_share_sink::{
     ConsumerError, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
 };
@@ -84,7 +85,7 @@ async fn a_topic_the_client_may_not_read_fails_the_poll_naming_it() {
         );
     };
     assert!(
-        matches!(&error, ConsumerError::Broker { name: "TOPIC_AUTHORIZATION_FAILED", message: Some(m), .. } if m.contains("`orders`")),
+        matches!(&error, ConsumerError::Broker(BrokerError { name: "TOPIC_AUTHORIZATION_FAILED", message: Some(m), .. }) if m.contains("`orders`")),
         "{error:?}"
     );
 }

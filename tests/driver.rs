@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use kafka_share_sink::ProtocolError;
 use kafka_share_sink::embedded::{
     AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, OnDrop,
     ProduceRecord, RecordState,
@@ -739,7 +740,7 @@ async fn a_poll_timeout_of_duration_max_returns_the_records_there_are() {
 }
 
 /// A consumer whose first polls and commits fail as if a broker's response had been garbled
-/// (the native consumer drops that connection and raises `ConsumerError::Garbled`).
+/// (the native consumer drops that connection and raises `ProtocolError::Garbled`).
 struct GarblingConsumer {
     inner: EmbeddedShareConsumer,
     poll_failures: usize,
@@ -759,11 +760,11 @@ impl GarblingConsumer {
 }
 
 fn garbled(api: &'static str) -> ConsumerError {
-    ConsumerError::Garbled {
+    ConsumerError::Protocol(ProtocolError::Garbled {
         broker: "127.0.0.1:9092".to_owned(),
         api,
         source: "cannot decode the ShareFetch v1 response: unexpected end of buffer".into(),
-    }
+    })
 }
 
 #[async_trait]
@@ -849,10 +850,10 @@ async fn a_garbled_response_to_a_poll_is_retriable_and_the_next_iteration_delive
     assert!(
         matches!(
             &err,
-            Error::Consumer(ConsumerError::Garbled {
+            Error::Consumer(ConsumerError::Protocol(ProtocolError::Garbled {
                 api: "ShareFetch",
                 ..
-            })
+            }))
         ),
         "{err:?}"
     );

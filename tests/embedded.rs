@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_share_sink::ProtocolError;
 use kafka_share_sink::embedded::{
     AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedError, EmbeddedShareConsumer,
     GroupConfig, OnDrop, ProduceRecord, RecordState,
@@ -716,7 +717,7 @@ async fn held_records_stay_across_polls_and_renew_can_be_turned_off() {
     assert!(!old.supports_renew());
     assert!(matches!(
         old.acknowledge_offset("t", 0, 0, AcknowledgeType::Renew),
-        Err(ConsumerError::Unsupported { .. })
+        Err(ConsumerError::Protocol(ProtocolError::Unsupported { .. }))
     ));
 }
 

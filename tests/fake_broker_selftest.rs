@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::{ApiKey, IncrementalAlterConfigsRequest, MetadataResponse};
+use kafka_share_sink::ProtocolError;
 use kafka_share_sink::{
     ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
 };
@@ -191,7 +192,10 @@ async fn raw_bytes_are_written_as_they_are() {
         source = cause.source();
     }
     assert!(
-        matches!(error, ConsumerError::Garbled { .. }) && chain.contains("negative frame length"),
+        matches!(
+            error,
+            ConsumerError::Protocol(ProtocolError::Garbled { .. })
+        ) && chain.contains("negative frame length"),
         "{chain}"
     );
 }

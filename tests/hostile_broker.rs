@@ -21,6 +21,7 @@ use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::RecordBatchDecoder;
+use kafka_share_sink::ProtocolError;
 use kafka_share_sink::producer::{
     DeliveryFuture, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
@@ -62,7 +63,7 @@ fn huge_array(zeros: usize, flexible: bool) -> Bytes {
 #[track_caller]
 fn assert_undecodable(error: &ConsumerError, api: &str) {
     assert!(
-        matches!(error, ConsumerError::Garbled { api: a, source, .. }
+        matches!(error, ConsumerError::Protocol(ProtocolError::Garbled { api: a, source, .. })
             if *a == api && source.to_string().contains(&format!("cannot decode the {api} "))),
         "{error:?}"
     );

@@ -21,6 +21,8 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, ShareGroupDescribeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_share_sink::BrokerError;
+use kafka_share_sink::ConnectionError;
 use kafka_share_sink::{
     AcknowledgeType, AdminError, ConsumerError, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, OffsetSpec, ResetTo, ShareConsumer, ShareGroupPartitionOffsets,
@@ -60,10 +62,13 @@ async fn create_topic_then_duplicate_fails() {
             &error,
             AdminError::Broker {
                 call: "create_topic",
-                api: "CreateTopics",
-                code: 36,
-                name: "TOPIC_ALREADY_EXISTS",
-                retriable: false,
+                source: BrokerError {
+                    api: "CreateTopics",
+                    code: 36,
+                    name: "TOPIC_ALREADY_EXISTS",
+                    retriable: false,
+                    ..
+                },
                 ..
             }
         ),
@@ -81,7 +86,10 @@ async fn create_topic_then_duplicate_fails() {
             &error,
             AdminError::Broker {
                 call: "topic_ids",
-                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                source: BrokerError {
+                    name: "UNKNOWN_TOPIC_OR_PARTITION",
+                    ..
+                },
                 ..
             }
         ),
@@ -102,7 +110,10 @@ async fn invalid_topic_settings_are_broker_errors() {
         matches!(
             &error,
             AdminError::Broker {
-                name: "INVALID_REPLICATION_FACTOR",
+                source: BrokerError {
+                    name: "INVALID_REPLICATION_FACTOR",
+                    ..
+                },
                 ..
             }
         ),
@@ -131,7 +142,7 @@ async fn topic_ids_of_several_topics() {
         .await
         .expect_err("unknown topic");
     assert!(
-        matches!(&error, AdminError::Broker { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. } if m.contains(&missing)),
+        matches!(&error, AdminError::Broker { source: BrokerError { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. }, .. } if m.contains(&missing)),
         "{error:?}"
     );
     admin.delete_topic(&a).await.expect("delete a");
@@ -162,10 +173,14 @@ async fn share_group_config() {
         .expect_err("invalid value");
     let AdminError::Broker {
         call,
-        api,
-        name,
-        message,
-        retriable,
+        source:
+            BrokerError {
+                api,
+                name,
+                message,
+                retriable,
+                ..
+            },
         ..
     } = &error
     else {
@@ -196,7 +211,7 @@ async fn connect_to_a_closed_port_is_a_connection_error() {
     drop(listener);
     let error = KafkaAdmin::connect(&addr).await.expect_err("closed port");
     assert!(
-        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Connection { broker, .. }, .. } if *broker == addr),
+        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Connection(ConnectionError::Io { broker, .. }), .. } if *broker == addr),
         "{error:?}"
     );
     assert!(error.is_retriable());
@@ -560,7 +575,10 @@ async fn share_group_dead_letter_queue_set_and_read_back() {
         matches!(
             &error,
             AdminError::Broker {
-                name: "INVALID_CONFIG",
+                source: BrokerError {
+                    name: "INVALID_CONFIG",
+                    ..
+                },
                 ..
             }
         ),
@@ -1240,7 +1258,7 @@ async fn altering_resetting_and_deleting_offsets_need_an_empty_group() {
         .expect_err("no partition 7");
     eprintln!("{error}");
     assert!(
-        matches!(&error, AdminError::Broker { message: Some(m), .. } if m.contains("partition 7")),
+        matches!(&error, AdminError::Broker { source: BrokerError { message: Some(m), .. }, .. } if m.contains("partition 7")),
         "{error:?}"
     );
 
@@ -1323,7 +1341,10 @@ async fn create_a_topic_with_configs_and_read_them_back() {
             &error,
             AdminError::Broker {
                 call: "create_topic_with",
-                name: "INVALID_CONFIG",
+                source: BrokerError {
+                    name: "INVALID_CONFIG",
+                    ..
+                },
                 ..
             }
         ),
@@ -1335,7 +1356,10 @@ async fn create_a_topic_with_configs_and_read_them_back() {
         matches!(
             &error,
             AdminError::Broker {
-                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                source: BrokerError {
+                    name: "UNKNOWN_TOPIC_OR_PARTITION",
+                    ..
+                },
                 ..
             }
         ),
@@ -1367,7 +1391,10 @@ async fn create_partitions_grows_a_topic() {
             &error,
             AdminError::Broker {
                 call: "create_partitions",
-                name: "INVALID_PARTITIONS",
+                source: BrokerError {
+                    name: "INVALID_PARTITIONS",
+                    ..
+                },
                 ..
             }
         ),
@@ -1416,7 +1443,7 @@ async fn delete_records_moves_the_log_start_and_a_share_consumer_skips_them() {
         .await
         .expect_err("past the end");
     assert!(
-        matches!(&error, AdminError::Broker { name: "OFFSET_OUT_OF_RANGE", message: Some(m), .. } if m.contains("partition 0")),
+        matches!(&error, AdminError::Broker { source: BrokerError { name: "OFFSET_OUT_OF_RANGE", message: Some(m), .. }, .. } if m.contains("partition 0")),
         "{error:?}"
     );
     let error = f
@@ -1428,7 +1455,10 @@ async fn delete_records_moves_the_log_start_and_a_share_consumer_skips_them() {
         matches!(
             &error,
             AdminError::Broker {
-                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                source: BrokerError {
+                    name: "UNKNOWN_TOPIC_OR_PARTITION",
+                    ..
+                },
                 ..
             }
         ),

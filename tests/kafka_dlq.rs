@@ -23,6 +23,7 @@ use kafka_share_sink::{
     KafkaDeadLetterQueueConfig, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, Stage,
     TimestampType,
 };
+use kafka_share_sink::{BrokerError, ConnectionError};
 use rskafka::client::ClientBuilder;
 use rskafka::record::RecordAndOffset;
 
@@ -394,10 +395,10 @@ async fn replication_factors_the_cluster_cannot_place_are_refused_with_advice() 
     assert!(
         matches!(
             source,
-            ConsumerError::Broker {
+            ConsumerError::Broker(BrokerError {
                 name: "INVALID_REPLICATION_FACTOR",
                 ..
-            }
+            })
         ),
         "{source:?}"
     );
@@ -441,10 +442,10 @@ async fn refused_records_fail_at_once_and_a_deleted_topic_within_the_timeout() {
             &error,
             DeadLetterError::Rejected {
                 partition: 0,
-                source: ConsumerError::Broker {
+                source: ConsumerError::Broker(BrokerError {
                     name: "MESSAGE_TOO_LARGE",
                     ..
-                },
+                }),
                 ..
             }
         ),
@@ -494,7 +495,7 @@ async fn an_unreachable_bootstrap_is_a_typed_error_within_the_timeout() {
     assert!(
         matches!(
             &error,
-            DeadLetterError::Kafka { topic, source: ConsumerError::Connection { broker, .. } }
+            DeadLetterError::Kafka { topic, source: ConsumerError::Connection(ConnectionError::Io { broker, .. }) }
                 if topic == "dlq" && *broker == addr
         ),
         "{error:?}"

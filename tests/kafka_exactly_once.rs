@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dies_at_commit::DiesAtCommit;
+use kafka_share_sink::BrokerError;
 use kafka_share_sink::convert::{Converters, JsonConverter};
 use kafka_share_sink::dlq::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use kafka_share_sink::exactly_once::TransactionalOutput;
@@ -228,7 +229,11 @@ async fn a_group_with_renew_disabled_is_refused_at_initialize() {
     {
         Ok(()) => {}
         Err(AdminError::Broker {
-            name: "INVALID_CONFIG",
+            source:
+                BrokerError {
+                    name: "INVALID_CONFIG",
+                    ..
+                },
             ..
         }) => {
             // Kafka 4.2: the config came in 4.3, and RENEW cannot be turned off. Its absence
@@ -819,7 +824,7 @@ async fn a_target_the_task_may_not_write_stops_the_task_and_archives_nothing() {
     // Everyone may do anything with the target but the plaintext listener's principal, the
     // task's, may not write it (a DENY wins over an ALLOW).
     let topic = ["--topic", s.target.as_str()];
-    acls(
+    support::acls(
         &s.bootstrap,
         &[
             &["--allow-principal", "User:*", "--operation", "All"],
@@ -827,7 +832,7 @@ async fn a_target_the_task_may_not_write_stops_the_task_and_archives_nothing() {
         ]
         .concat(),
     );
-    acls(
+    support::acls(
         &s.bootstrap,
         &[
             &["--deny-principal", "User:ANONYMOUS", "--operation", "Write"],
@@ -857,29 +862,6 @@ async fn mirrored_a_little(
     let written = eos::output(s).await.len();
     assert!(written > 0 && written < records, "{written}");
     (d, written)
-}
-
-/// Adds ACLs to the test broker, as `kafka-acls.sh --add` does.
-fn acls(bootstrap: &str, args: &[&str]) {
-    let output =
-        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
-            .args([
-                "run-class",
-                "org.apache.kafka.tools.AclCommand",
-                "--bootstrap-server",
-                bootstrap,
-                "--add",
-                "--force",
-            ])
-            .args(args)
-            .output()
-            .expect("scripts/kafka.sh run-class");
-    assert!(
-        output.status.success(),
-        "AclCommand {args:?}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// Runs `d` until it stops (at most 60 s); asserts it stopped with

@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_share_sink::BrokerError;
 use kafka_share_sink::{
     AcknowledgeType, AdminError, CommitResults, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, ShareConsumer, TopicPartition,
@@ -456,7 +457,10 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
             &error,
             AdminError::Broker {
                 call: "move_leader",
-                api: "AlterPartitionReassignments",
+                source: BrokerError {
+                    api: "AlterPartitionReassignments",
+                    ..
+                },
                 ..
             }
         ),
@@ -472,7 +476,10 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
             &error,
             AdminError::Broker {
                 call: "move_leader",
-                name: "UNKNOWN_TOPIC_OR_PARTITION",
+                source: BrokerError {
+                    name: "UNKNOWN_TOPIC_OR_PARTITION",
+                    ..
+                },
                 ..
             }
         ),

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{TimeZone, Utc};
+use kafka_share_sink::BrokerError;
 use kafka_share_sink::producer::{IsolationLevel, KafkaLogReader, LogReader};
 use kafka_share_sink::{
     ConsumerRecord, DeadLetterQueue, DeadLetterRecord, Headers, KafkaAdmin, KafkaDeadLetterQueue,
@@ -162,10 +163,10 @@ async fn records_of_every_codec_read_back_from_the_start_and_the_middle() {
     assert!(
         matches!(
             error,
-            kafka_share_sink::ConsumerError::Broker {
+            kafka_share_sink::ConsumerError::Broker(BrokerError {
                 name: "OFFSET_OUT_OF_RANGE",
                 ..
-            }
+            })
         ),
         "{error:?}"
     );

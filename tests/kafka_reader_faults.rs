@@ -26,6 +26,7 @@ use kafka_protocol::records::{
 };
 use kafka_share_sink::ConsumerError;
 use kafka_share_sink::producer::{IsolationLevel, KafkaLogReader, LogReader};
+use kafka_share_sink::{BrokerError, ProtocolError};
 
 const TOPIC: &str = "ledger";
 const WAIT: Duration = Duration::from_millis(10);
@@ -179,7 +180,7 @@ async fn a_corrupt_batch_is_a_protocol_error_not_a_panic() {
         .await
         .expect_err("a corrupt batch");
     match &error {
-        ConsumerError::Protocol { reason, .. } => {
+        ConsumerError::Protocol(ProtocolError::Malformed { reason, .. }) => {
             assert!(reason.contains("CRC32C mismatch"), "{reason}");
             assert!(reason.contains(TOPIC), "{reason}");
         }
@@ -196,7 +197,13 @@ async fn a_corrupt_batch_is_a_protocol_error_not_a_panic() {
         .read(TOPIC, 0, 0, IsolationLevel::ReadCommitted, WAIT)
         .await
         .expect_err("garbage");
-    assert!(matches!(error, ConsumerError::Protocol { .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            ConsumerError::Protocol(ProtocolError::Malformed { .. })
+        ),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -294,10 +301,10 @@ async fn a_leader_that_never_comes_back_fails_after_a_bounded_number_of_tries() 
     assert!(
         matches!(
             error,
-            ConsumerError::Broker {
+            ConsumerError::Broker(BrokerError {
                 name: "NOT_LEADER_OR_FOLLOWER",
                 ..
-            }
+            })
         ),
         "{error:?}"
     );
@@ -313,12 +320,12 @@ async fn offset_out_of_range_is_a_typed_error_at_once() {
         .await
         .expect_err("out of range");
     match &error {
-        ConsumerError::Broker {
+        ConsumerError::Broker(BrokerError {
             api: "Fetch",
             name: "OFFSET_OUT_OF_RANGE",
             message: Some(message),
             ..
-        } => assert!(message.contains("offset 50"), "{message}"),
+        }) => assert!(message.contains("offset 50"), "{message}"),
         other => panic!("expected OFFSET_OUT_OF_RANGE, got {other:?}"),
     }
     assert_eq!(broker.count(ApiKey::Fetch), 1);
@@ -334,10 +341,10 @@ async fn an_unknown_topic_is_an_error_after_the_bounded_retries() {
     assert!(
         matches!(
             error,
-            ConsumerError::Broker {
+            ConsumerError::Broker(BrokerError {
                 name: "UNKNOWN_TOPIC_OR_PARTITION",
                 ..
-            }
+            })
         ),
         "{error:?}"
     );

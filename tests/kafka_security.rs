@@ -23,6 +23,7 @@ use kafka_share_sink::{
     Properties, SaslSettings, Security, ShareConsumer, TlsSettings, TokenProvider,
     UnsecuredJwsTokenProvider,
 };
+use kafka_share_sink::{BrokerError, ConnectionError};
 use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
@@ -290,7 +291,7 @@ async fn refused(addr: &str, security: Security) -> ConsumerError {
 /// Asserts an authentication failure whose reason contains each of `parts`.
 #[track_caller]
 fn assert_authentication(error: &ConsumerError, parts: &[&str]) {
-    let ConsumerError::Authentication { reason, .. } = error else {
+    let ConsumerError::Connection(ConnectionError::Authentication { reason, .. }) = error else {
         panic!("not an authentication error: {error:?}");
     };
     assert!(!error.is_retriable());
@@ -499,7 +500,7 @@ async fn tls_client_at_a_plaintext_listener_gets_a_hint() {
     // The PLAINTEXT listener is 127.0.0.1, which the test CA's broker certificate names;
     // the broker hangs up on the handshake.
     let error = refused(&addr, Security::ssl(ca())).await;
-    let ConsumerError::Connection { source, .. } = &error else {
+    let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error else {
         panic!("{error:?}")
     };
     assert!(source.to_string().contains("may not be TLS"), "{source}");
@@ -852,6 +853,110 @@ async fn a_rogue_client_certificate_is_an_authentication_failure_for_every_clien
     .expect("reader refused in time")
     .expect_err("reader refused");
     assert_authentication(&reader, &expect);
+}
+
+/// One cause, one answer, at the broker layer: a topic this principal may not describe (an
+/// ACL denies it) gives every client the same [`BrokerError`], TOPIC_AUTHORIZATION_FAILED
+/// (29, not retriable) — the share consumer and the log reader as `ConsumerError::Broker`,
+/// the producer and the admin client with it as their source — within a bounded time, not
+/// retried. Needs the broker's ACL authorizer (`KAFKA_ACLS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_the_principal_may_not_describe_is_the_same_broker_error_for_every_client() {
+    use kafka_share_sink::producer::{
+        IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, LogReader, Producer,
+        ProducerError, ProducerRecord,
+    };
+    let test = "denied_everywhere";
+    let Some(plaintext) = support::bootstrap(test) else {
+        return;
+    };
+    assert_eq!(
+        std::env::var("KAFKA_ACLS").ok().as_deref(),
+        Some("1"),
+        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
+         and export what `scripts/kafka.sh env` prints"
+    );
+    let (topic, group) = topic_with_records(test, 1).await;
+    // The plaintext listener's principal is ANONYMOUS; a DENY wins over the open default.
+    support::acls(
+        &plaintext,
+        &[
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Describe",
+            "--topic",
+            &topic,
+        ],
+    );
+    #[track_caller]
+    fn denied(who: &str, error: Option<&BrokerError>, whole: &dyn std::fmt::Debug) {
+        let Some(error) = error else {
+            panic!("{who}: not a broker error: {whole:?}")
+        };
+        assert_eq!(
+            (error.code, error.name, error.retriable),
+            (29, "TOPIC_AUTHORIZATION_FAILED", false),
+            "{who}: {whole:?}"
+        );
+    }
+    async fn within<T>(what: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(30), what)
+            .await
+            .expect("answered in time, not retried")
+    }
+
+    let admin = KafkaAdmin::connect(&plaintext).await.expect("admin");
+    let error = within(admin.topic_ids(&[topic.as_str()]))
+        .await
+        .expect_err("admin refused");
+    assert!(!error.is_retriable(), "{error:?}");
+    denied("admin", error.broker_error(), &error);
+    assert!(matches!(error, AdminError::Broker { .. }), "{error:?}");
+
+    let reader = KafkaLogReader::builder(&plaintext)
+        .connect()
+        .await
+        .expect("reader");
+    let error = within(reader.end_offset(&topic, 0, IsolationLevel::ReadUncommitted))
+        .await
+        .expect_err("reader refused");
+    assert!(!error.is_retriable(), "{error:?}");
+    denied("reader", error.broker_error(), &error);
+    assert!(matches!(error, ConsumerError::Broker(_)), "{error:?}");
+
+    let producer = KafkaProducer::connect(
+        KafkaProducerConfig::new(&plaintext).delivery_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .expect("producer");
+    let error = match producer.send(ProducerRecord::new(topic.as_str()).value("v")) {
+        Err(error) => error,
+        Ok(delivery) => within(delivery).await.expect_err("producer refused"),
+    };
+    assert!(!error.is_retriable(), "{error:?}");
+    denied("producer", error.broker_error(), &error);
+    assert!(matches!(error, ProducerError::Kafka { .. }), "{error:?}");
+
+    let config = KafkaShareConsumerConfig::new(&plaintext, &group)
+        .fetch_max_wait(Duration::from_millis(200));
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("consumer");
+    consumer
+        .subscribe(vec![topic.clone()])
+        .await
+        .expect("subscribe");
+    let error = within(async {
+        loop {
+            match consumer.poll(Duration::from_millis(500)).await {
+                Ok(records) => assert!(records.is_empty(), "read a denied topic: {records:?}"),
+                Err(error) => break error,
+            }
+        }
+    })
+    .await;
+    assert!(!error.is_retriable(), "{error:?}");
+    denied("consumer", error.broker_error(), &error);
+    assert!(matches!(error, ConsumerError::Broker(_)), "{error:?}");
 }
 
 // ---------------------------------------------------------------------------------------

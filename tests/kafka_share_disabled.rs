@@ -5,6 +5,7 @@
 
 mod support;
 
+use kafka_share_sink::ProtocolError;
 use kafka_share_sink::{ConsumerError, KafkaShareConsumer, KafkaShareConsumerConfig};
 
 #[tokio::test]
@@ -15,7 +16,13 @@ async fn a_cluster_without_share_groups_gives_a_clear_error() {
     let err = KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(&bootstrap, "g"))
         .await
         .expect_err("share groups are disabled on this cluster");
-    assert!(matches!(err, ConsumerError::Unsupported { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ConsumerError::Protocol(ProtocolError::Unsupported { .. })
+        ),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(text.contains("share.version"), "{text}");
     assert!(text.contains("Kafka 4.1"), "{text}");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::BoxError;
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::record::RecordId;
 
 /// Errors of a [`ShareConsumer`](crate::ShareConsumer) call.
@@ -68,103 +68,47 @@ pub enum ConsumerError {
         /// What is wrong and what is expected.
         reason: String,
     },
-    /// No connection to a broker could be made or kept.
-    #[error("connection to broker {broker} failed")]
-    Connection {
-        /// The broker address.
-        broker: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Authentication failed, and trying again with the same settings fails the same way:
-    /// the broker refused the SASL credentials (wrong password, unknown user, expired
-    /// token, mechanism not enabled on the listener) or the client certificate, or this
-    /// client refused the broker's certificate (untrusted issuer, expired, issued for
-    /// another host). Not retriable: change the settings.
+    /// The connection layer: no connection to a broker could be made or kept
+    /// ([`ConnectionError::Io`], retriable), or TLS or SASL refused it
+    /// ([`ConnectionError::Authentication`], not retriable).
     ///
     /// # One cause, one answer
     ///
-    /// Every public client classifies a refused credential as an authentication failure,
-    /// whichever connection meets it (bootstrap, coordinator, leader) and whenever (when
-    /// connecting, or when an open connection authenticates again under KIP-368):
+    /// Each public client reports a cause the same way, whichever connection meets it
+    /// (bootstrap, coordinator, leader) and whenever (when connecting, or when an open
+    /// connection authenticates again under KIP-368). The layer's error is the variant of
+    /// the consumer and the log reader, and the [`source`](std::error::Error::source) of the
+    /// producer's and the admin client's variant:
     ///
-    /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer) (`connect`, `poll`, `commit_sync`) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) | [`KafkaLogReader`](crate::producer::KafkaLogReader) |
-    /// |---|---|---|---|---|
-    /// | SASL credentials refused (wrong or changed password, unknown or removed user) | `ConsumerError::Authentication` | [`ProducerError::Authentication`](crate::producer::ProducerError::Authentication) | [`AdminError::Authentication`](crate::AdminError::Authentication) | `ConsumerError::Authentication` |
-    /// | OAUTHBEARER token refused (expired, invalid), or the token provider failed | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
-    /// | SASL mechanism not enabled on the listener, or no SASL there | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
-    /// | Client certificate missing, or from a CA the broker does not trust (TLS alert, in the handshake or on the first read) | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
-    /// | Broker certificate refused by this client (unknown issuer, expired, another host) | `ConsumerError::Authentication` | `ProducerError::Authentication` | `AdminError::Authentication` | `ConsumerError::Authentication` |
+    /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer), [`KafkaLogReader`](crate::producer::KafkaLogReader) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) |
+    /// |---|---|---|---|
+    /// | SASL credentials refused (wrong or changed password, unknown or removed user), OAUTHBEARER token refused or its provider failed, mechanism not enabled, client certificate missing or from a CA the broker does not trust, broker certificate refused by this client | `Connection(ConnectionError::Authentication)` | [`ProducerError::Authentication`](crate::producer::ProducerError::Authentication) | [`AdminError::Authentication`](crate::AdminError::Authentication) |
+    /// | No broker reachable, connection reset or closed | `Connection(ConnectionError::Io)` | [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) (a send: [`ProducerError::Timeout`](crate::producer::ProducerError::Timeout) at `delivery.timeout.ms`, with it as `last`) | [`AdminError::Connect`](crate::AdminError::Connect) when connecting, [`AdminError::Connection`](crate::AdminError::Connection) during a call |
+    /// | A broker error code | `Broker(BrokerError)` | [`ProducerError::Rejected`](crate::producer::ProducerError::Rejected) for a Produce answer, [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) for Metadata and coordinator calls (fencing and aborts have their own variants) | [`AdminError::Broker`](crate::AdminError::Broker) |
+    /// | An answer that could not be decoded (its connection is closed) | `Protocol(ProtocolError::Garbled)` | `ProducerError::Kafka` | [`AdminError::Connection`](crate::AdminError::Connection) |
+    /// | An answer that makes no sense | `Protocol(ProtocolError::Malformed)` | `ProducerError::Kafka` | [`AdminError::Protocol`](crate::AdminError::Protocol) |
+    /// | A broker without a needed API version | `Protocol(ProtocolError::Unsupported)` | `ProducerError::Kafka` | [`AdminError::Unsupported`](crate::AdminError::Unsupported) |
     ///
-    /// The producer's and the admin client's variants carry this error as their
-    /// [`source`](std::error::Error::source). The driver returns it as
-    /// [`Error::Consumer`](crate::Error::Consumer) and stops; the dead-letter queue as
+    /// Retriability follows the cause in every client: I/O, a garbled answer and a broker
+    /// code Kafka classes as retriable are retriable; refused security, a malformed answer
+    /// and a missing API version are not. The driver returns any of them as
+    /// [`Error::Consumer`](crate::Error::Consumer) and stops on those that are not
+    /// retriable; the dead-letter queue as
     /// [`DeadLetterError::Kafka`](crate::DeadLetterError::Kafka) or
     /// [`DeadLetterError::Producer`](crate::DeadLetterError::Producer) with it as the cause.
     /// Not authentication failures: a listener of another security protocol
-    /// ([`ConsumerError::Config`] naming `security.protocol`, or
-    /// [`ConsumerError::Connection`] with a hint), and a broker that cannot be reached
-    /// ([`ConsumerError::Connection`], retriable).
-    #[error("authentication with broker {broker} failed: {reason}")]
-    Authentication {
-        /// The broker address.
-        broker: String,
-        /// What was refused, and what to do about it. Never a secret.
-        reason: String,
-    },
-    /// A broker answered with an error code.
-    #[error("broker answered {api} with error {code} ({name}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
-    Broker {
-        /// The request, e.g. `ShareGroupHeartbeat`.
-        api: &'static str,
-        /// The Kafka error code.
-        code: i16,
-        /// The error code's name, e.g. `GROUP_AUTHORIZATION_FAILED`.
-        name: &'static str,
-        /// The broker's error message, if any.
-        message: Option<String>,
-        /// Whether Kafka classes the code as retriable.
-        retriable: bool,
-    },
-    /// A broker sent something that makes no sense, or a request could not be encoded.
-    /// Not retriable: the same exchange would fail the same way.
-    #[error("malformed answer from broker {broker}: {reason}")]
-    Protocol {
-        /// The broker address.
-        broker: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A broker's response could not be decoded (its frame, header or body), so the bytes
-    /// on its connection can no longer be trusted to line up: that connection was closed,
-    /// failing the requests waiting on it. Retriable: the next call connects again, as after
-    /// a dropped connection.
-    #[error(
-        "broker {broker} sent a {api} response that could not be decoded; the connection was closed"
-    )]
-    Garbled {
-        /// The broker address.
-        broker: String,
-        /// The request the response answered, e.g. `ShareFetch`.
-        api: &'static str,
-        /// What could not be decoded, and why.
-        #[source]
-        source: BoxError,
-    },
-    /// The broker lacks an API the share consumer needs.
-    #[error(
-        "broker {broker} does not support {api} {wanted}: share groups need Apache Kafka 4.1 or \
-         later with share groups enabled (share.version feature >= 1)"
-    )]
-    Unsupported {
-        /// The broker address.
-        broker: String,
-        /// The missing API.
-        api: &'static str,
-        /// The versions needed.
-        wanted: String,
-    },
+    /// ([`ConsumerError::Config`] naming `security.protocol`, or `Connection(Io)` with a
+    /// hint), and a broker that cannot be reached (`Connection(Io)`, retriable).
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The broker layer: a broker answered with an error code.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// The protocol layer: an answer that could not be decoded
+    /// ([`ProtocolError::Garbled`], retriable) or used ([`ProtocolError::Malformed`]), or a
+    /// broker without a needed API version ([`ProtocolError::Unsupported`]).
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
 }
 
 impl ConsumerError {
@@ -173,31 +117,31 @@ impl ConsumerError {
     /// as retriable (a coordinator or leader that moved, for one).
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::Timeout(_) | Self::Connection { .. } | Self::Garbled { .. } => true,
-            Self::Broker { retriable, .. } => *retriable,
+            Self::Timeout(_) => true,
+            Self::Connection(error) => error.is_retriable(),
+            Self::Broker(error) => error.is_retriable(),
+            Self::Protocol(error) => error.is_retriable(),
             _ => false,
+        }
+    }
+
+    /// True when TLS or SASL refused a connection ([`ConnectionError::Authentication`]).
+    pub fn is_authentication(&self) -> bool {
+        matches!(self, Self::Connection(error) if error.is_authentication())
+    }
+
+    /// The broker's error code answer, if this is one.
+    pub fn broker_error(&self) -> Option<&BrokerError> {
+        match self {
+            Self::Broker(error) => Some(error),
+            _ => None,
         }
     }
 
     /// A copy of a broker's error code answer ([`ConsumerError::Broker`]); `None` for the
     /// other variants, whose sources cannot be copied.
     pub(crate) fn duplicate_broker_error(&self) -> Option<ConsumerError> {
-        match self {
-            Self::Broker {
-                api,
-                code,
-                name,
-                message,
-                retriable,
-            } => Some(Self::Broker {
-                api,
-                code: *code,
-                name,
-                message: message.clone(),
-                retriable: *retriable,
-            }),
-            _ => None,
-        }
+        self.broker_error().cloned().map(Self::Broker)
     }
 }
 
@@ -241,11 +185,11 @@ mod tests {
 
     #[test]
     fn a_garbled_response_is_retriable_and_keeps_its_cause() {
-        let error = ConsumerError::Garbled {
+        let error = ConsumerError::Protocol(ProtocolError::Garbled {
             broker: "k1:9092".to_owned(),
             api: "ShareFetch",
             source: "cannot decode the ShareFetch v1 response: unexpected end".into(),
-        };
+        });
         assert!(error.is_retriable());
         assert_eq!(
             error.to_string(),
@@ -254,20 +198,20 @@ mod tests {
         );
         let cause = std::error::Error::source(&error).expect("the decode error");
         assert!(cause.to_string().contains("unexpected end"), "{cause}");
-        let refused = ConsumerError::Authentication {
+        let refused = ConsumerError::Connection(ConnectionError::Authentication {
             broker: "k1:9093".to_owned(),
             reason: "SASL PLAIN: Authentication failed: Invalid username or password".to_owned(),
-        };
+        });
         assert!(!refused.is_retriable());
         assert_eq!(
             refused.to_string(),
             "authentication with broker k1:9093 failed: SASL PLAIN: Authentication failed: \
              Invalid username or password"
         );
-        let malformed = ConsumerError::Protocol {
+        let malformed = ConsumerError::Protocol(ProtocolError::Malformed {
             broker: "k1:9092".to_owned(),
             reason: "cannot encode".to_owned(),
-        };
+        });
         assert!(!malformed.is_retriable());
     }
 }

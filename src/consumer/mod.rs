@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 
 pub use self::capabilities::{ConsumerCapabilities, ConsumerCapability};
 pub use self::error::{AckError, ConsumerError};
+use crate::kafka::error::ProtocolError;
 use crate::record::{ConsumerRecord, TopicPartition};
 use crate::topic_name::topic_name_problem;
 
@@ -346,7 +347,7 @@ pub trait ShareConsumer: Send {
     /// [`ConsumerError::NotSubscribed`] until `subscribe` is called again, which rejoins. A
     /// consumer without a subscription returns at once.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// The default implementation fails with [`ProtocolError::Unsupported`]; an implementation of
     /// it reports [`ConsumerCapability::Unsubscribe`] in [`capabilities`](Self::capabilities).
     ///
     /// # Cancel safety
@@ -354,11 +355,11 @@ pub trait ShareConsumer: Send {
     /// Not cancel safe: dropped, the subscription is gone but the records held may stay
     /// locked until their locks expire.
     async fn unsubscribe(&mut self) -> Result<(), ConsumerError> {
-        Err(ConsumerError::Unsupported {
+        Err(ConsumerError::Protocol(ProtocolError::Unsupported {
             broker: "this ShareConsumer".to_owned(),
             api: "unsubscribe",
             wanted: "an implementation of ShareConsumer::unsubscribe".to_owned(),
-        })
+        }))
     }
 
     /// The subscribed topics.
@@ -535,7 +536,7 @@ pub trait ShareConsumer: Send {
     /// includes acknowledgements that rode on a fetch, which no commit reports otherwise until
     /// the next one. The calls still return their outcomes as before.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// The default implementation fails with [`ProtocolError::Unsupported`]; an implementation of
     /// it reports [`ConsumerCapability::CommitCallback`] in [`capabilities`](Self::capabilities).
     ///
     /// ```
@@ -555,18 +556,18 @@ pub trait ShareConsumer: Send {
     ///
     /// # Errors
     ///
-    /// [`ConsumerError::Unsupported`] from an implementation without callbacks.
+    /// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported) from an implementation without callbacks.
     fn set_acknowledgement_commit_callback(
         &mut self,
         callback: Option<AcknowledgementCommitCallback>,
     ) -> Result<(), ConsumerError> {
         let _ = callback;
-        Err(ConsumerError::Unsupported {
+        Err(ConsumerError::Protocol(ProtocolError::Unsupported {
             broker: "this ShareConsumer".to_owned(),
             api: "set_acknowledgement_commit_callback",
             wanted: "an implementation of ShareConsumer::set_acknowledgement_commit_callback"
                 .to_owned(),
-        })
+        }))
     }
 
     /// The group and member identity.
@@ -582,18 +583,18 @@ pub trait ShareConsumer: Send {
     /// transaction settles them. Only ACCEPT and REJECT may be taken; a pending RELEASE or
     /// RENEW fails with [`ConsumerError::Config`] and nothing is taken.
     ///
-    /// The default implementation fails with [`ConsumerError::Unsupported`]; an implementation of
+    /// The default implementation fails with [`ProtocolError::Unsupported`]; an implementation of
     /// it reports [`ConsumerCapability::TransactionalAcknowledgements`] in
     /// [`capabilities`](Self::capabilities).
     #[cfg(feature = "exactly-once")]
     fn take_acknowledgements_for_transaction(
         &mut self,
     ) -> Result<crate::exactly_once::ShareAcknowledgements, ConsumerError> {
-        Err(ConsumerError::Unsupported {
+        Err(ConsumerError::Protocol(ProtocolError::Unsupported {
             broker: "this ShareConsumer".to_owned(),
             api: "take_acknowledgements_for_transaction",
             wanted: "a share consumer whose cluster stages share acknowledgements in transactions (KIP-1289)".to_owned(),
-        })
+        }))
     }
 }
 

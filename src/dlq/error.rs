@@ -131,15 +131,18 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+    use crate::kafka::error::BrokerError;
 
     #[test]
     fn retriable_follows_the_cause() {
-        let broker = |name, retriable| ConsumerError::Broker {
-            api: "Produce",
-            code: 0,
-            name,
-            message: None,
-            retriable,
+        let broker = |name, retriable| {
+            ConsumerError::Broker(BrokerError {
+                api: "Produce",
+                code: 0,
+                name,
+                message: None,
+                retriable,
+            })
         };
         let rejected = |source| DeadLetterError::Rejected {
             topic: "dlq".into(),

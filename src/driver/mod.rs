@@ -358,7 +358,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// certificate, also in the middle of a run (a password changed or a user removed on the
     /// broker, a certificate revoked, an OAUTHBEARER token provider that starts failing),
     /// the consumer's next `poll` or commit returns
-    /// [`ConsumerError::Authentication`](crate::ConsumerError::Authentication) at once (see
+    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) at once (see
     /// [`KafkaShareConsumer`](crate::KafkaShareConsumer#authentication-failures)), and this
     /// call returns it as [`Error::Consumer`], which is not retriable: the driver stops
     /// (later calls return [`Error::Failed`]; [`run`](Self::run) closes it and returns the

@@ -15,6 +15,7 @@ use crate::consumer::{
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
     GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
+use crate::kafka::error::ProtocolError;
 use crate::record::ConsumerRecord;
 use crate::time::deadline_after;
 
@@ -127,11 +128,11 @@ impl EmbeddedShareConsumer {
             return Err(ConsumerError::ImplicitAcknowledgement);
         }
         if ack == AcknowledgeType::Renew && !self.options.renew {
-            return Err(ConsumerError::Unsupported {
+            return Err(ConsumerError::Protocol(ProtocolError::Unsupported {
                 broker: "embedded broker".to_owned(),
                 api: "ShareAcknowledge",
                 wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
-            });
+            }));
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ use super::log::{StoredRecord, TxnOutcome};
 use super::txn::{ProducerIdEpoch, Stale};
 use super::{EmbeddedBroker, State, now_millis};
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
 use crate::kafka::producer::partitioner::partition_for_key;
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord, RecordMetadata};
 
@@ -263,20 +264,20 @@ fn broker_error(
     name: &'static str,
     message: String,
 ) -> ConsumerError {
-    ConsumerError::Broker {
+    ConsumerError::Broker(BrokerError {
         api,
         code,
         name,
         message: Some(message),
         retriable: false,
-    }
+    })
 }
 
 /// CONCURRENT_TRANSACTIONS (51), retriable: the previous transaction's markers are pending.
 #[cfg(feature = "exactly-once")]
 fn concurrent_transactions(transactional_id: &str) -> ProducerError {
     ProducerError::Kafka {
-        source: Arc::new(ConsumerError::Broker {
+        source: Arc::new(ConsumerError::Broker(BrokerError {
             api: "AddPartitionsToTxn",
             code: 51,
             name: "CONCURRENT_TRANSACTIONS",
@@ -284,7 +285,7 @@ fn concurrent_transactions(transactional_id: &str) -> ProducerError {
                 "the markers of the previous transaction of `{transactional_id}` are still                  being written: call begin_transaction again"
             )),
             retriable: true,
-        }),
+        })),
     }
 }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{EmbeddedBroker, EmbeddedError, PartitionLog};
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
 use crate::producer::{IsolationLevel, LogRead, LogReader};
 use crate::time::deadline_after;
 
@@ -15,13 +16,13 @@ use crate::time::deadline_after;
 const MAX_RECORDS_PER_READ: usize = 500;
 
 fn unknown(error: &EmbeddedError) -> ConsumerError {
-    ConsumerError::Broker {
+    ConsumerError::Broker(BrokerError {
         api: "Fetch",
         code: 3,
         name: "UNKNOWN_TOPIC_OR_PARTITION",
         message: Some(error.to_string()),
         retriable: false,
-    }
+    })
 }
 
 /// One read of `log` from `from` (checked to lie within it).
@@ -80,7 +81,7 @@ impl LogReader for EmbeddedBroker {
                     .partition_log(topic, partition)
                     .map_err(|e| unknown(&e))?;
                 if from < 0 || from > log.end() {
-                    return Err(ConsumerError::Broker {
+                    return Err(ConsumerError::Broker(BrokerError {
                         api: "Fetch",
                         code: 1,
                         name: "OFFSET_OUT_OF_RANGE",
@@ -90,7 +91,7 @@ impl LogReader for EmbeddedBroker {
                             log.end()
                         )),
                         retriable: false,
-                    });
+                    }));
                 }
                 let read = match state.topics.get(topic) {
                     Some(t) => read_from(log, t, partition, from, isolation),

@@ -2,6 +2,7 @@
 
 use crate::BoxError;
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
 use crate::producer::ProducerError;
 
 /// Why the exactly-once path could not be set up or used.
@@ -216,19 +217,19 @@ impl OutputFailure {
                 "org.apache.kafka.common.errors.RecordTooLargeException"
             }
             ProducerError::Rejected { source, .. } => match **source {
-                ConsumerError::Broker { code: 10, .. } => {
+                ConsumerError::Broker(BrokerError { code: 10, .. }) => {
                     "org.apache.kafka.common.errors.RecordTooLargeException"
                 }
-                ConsumerError::Broker { code: 18, .. } => {
+                ConsumerError::Broker(BrokerError { code: 18, .. }) => {
                     "org.apache.kafka.common.errors.RecordBatchTooLargeException"
                 }
-                ConsumerError::Broker { code: 87, .. } => {
+                ConsumerError::Broker(BrokerError { code: 87, .. }) => {
                     "org.apache.kafka.common.errors.InvalidRecordException"
                 }
-                ConsumerError::Broker { code: 2, .. } => {
+                ConsumerError::Broker(BrokerError { code: 2, .. }) => {
                     "org.apache.kafka.common.errors.CorruptRecordException"
                 }
-                ConsumerError::Broker { code: 32, .. } => {
+                ConsumerError::Broker(BrokerError { code: 32, .. }) => {
                     "org.apache.kafka.common.errors.InvalidTimestampException"
                 }
                 _ => "org.apache.kafka.common.KafkaException",
@@ -239,7 +240,7 @@ impl OutputFailure {
 }
 
 fn refuses_record(source: &ConsumerError) -> bool {
-    matches!(source, ConsumerError::Broker { code, .. } if RECORD_REFUSALS.contains(code))
+    matches!(source, ConsumerError::Broker(BrokerError { code, .. }) if RECORD_REFUSALS.contains(code))
 }
 
 /// UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID, or a topic missing from the metadata.
@@ -247,14 +248,17 @@ fn unknown_target(error: &ProducerError) -> bool {
     match error {
         ProducerError::UnknownPartition { .. } => true,
         ProducerError::Rejected { source, .. } => {
-            matches!(**source, ConsumerError::Broker { code: 3 | 100, .. })
+            matches!(
+                **source,
+                ConsumerError::Broker(BrokerError { code: 3 | 100, .. })
+            )
         }
         _ => false,
     }
 }
 
 fn is_producer_state(source: &ConsumerError) -> bool {
-    matches!(source, ConsumerError::Broker { code, .. } if PRODUCER_STATE.contains(code))
+    matches!(source, ConsumerError::Broker(BrokerError { code, .. }) if PRODUCER_STATE.contains(code))
 }
 
 /// An output record the broker or the producer refused for what it holds: the cause written
@@ -315,13 +319,13 @@ mod tests {
     use super::*;
 
     fn broker(code: i16, name: &'static str, retriable: bool) -> Arc<ConsumerError> {
-        Arc::new(ConsumerError::Broker {
+        Arc::new(ConsumerError::Broker(BrokerError {
             api: "Produce",
             code,
             name,
             message: None,
             retriable,
-        })
+        }))
     }
 
     fn rejected(code: i16, name: &'static str, retriable: bool) -> ProducerError {

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use super::{ClusterCapabilities, ExactlyOnceCluster, ExactlyOnceError};
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{AdminError, KafkaAdmin, OffsetSpec};
+use crate::kafka::error::BrokerError;
 use crate::producer::{
     IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, LogRead, LogReader,
     Producer,
@@ -83,7 +84,10 @@ impl KafkaExactlyOnceCluster {
 
 fn broker_code(error: &AdminError) -> Option<i16> {
     match error {
-        AdminError::Broker { code, .. } => Some(*code),
+        AdminError::Broker {
+            source: BrokerError { code, .. },
+            ..
+        } => Some(*code),
         _ => None,
     }
 }

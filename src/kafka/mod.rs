@@ -3,8 +3,10 @@
 //!
 //! The folders are the layers, each depending only on those above it in this list:
 //!
-//! - [`codec`]: wire codecs of our own (ShareFetch/ShareAcknowledge v1–v2, v2 record batches),
-//!   and [`errors`], Kafka's error codes as this crate's errors. No I/O.
+//! - [`error`]: the client's errors by layer ([`ConnectionError`], [`BrokerError`],
+//!   [`ProtocolError`]) and Kafka's error codes. No I/O.
+//! - [`codec`]: wire codecs of our own (ShareFetch/ShareAcknowledge v1–v2, v2 record batches).
+//!   No I/O.
 //! - [`security`]: TLS and SASL settings, the rustls configuration and the SASL mechanisms.
 //! - [`net`]: one TCP connection to one broker with pipelined requests (over TLS and with
 //!   SASL when asked), and the bootstrap list.
@@ -24,7 +26,7 @@ pub(crate) mod cluster;
 pub(crate) mod codec;
 mod consumer;
 pub(crate) mod engine;
-pub(crate) mod errors;
+pub(crate) mod error;
 pub(crate) mod net;
 pub(crate) mod producer;
 pub(crate) mod reader;
@@ -36,4 +38,5 @@ pub use self::consumer::config::{
     AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
 pub use self::engine::requests::RequestCounts;
+pub use self::error::{BrokerError, ConnectionError, ProtocolError};
 pub use self::net::backoff::ConnectionCounts;

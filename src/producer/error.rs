@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
+use crate::kafka::error::ConnectionError;
 
 /// Why a [`Producer`](super::Producer) call failed.
 ///
@@ -89,9 +91,9 @@ pub enum ProducerError {
     },
     /// The broker refused this producer's credentials or client certificate, or this
     /// producer refused the broker's certificate: TLS or SASL failed. The same cause is
-    /// [`ConsumerError::Authentication`] for the share consumer and the log reader and
+    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) for the share consumer and the log reader and
     /// [`AdminError::Authentication`](crate::AdminError::Authentication) for the admin
-    /// client (the table is in [`ConsumerError::Authentication`]). Not retriable: fix the
+    /// client (the table is in [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)). Not retriable: fix the
     /// security settings (`security.protocol`, `ssl.*`, `sasl.*`) named in the cause. An
     /// open transaction must be aborted.
     #[error(
@@ -100,7 +102,7 @@ pub enum ProducerError {
     )]
     Authentication {
         /// What was refused, naming the broker, never a secret
-        /// ([`ConsumerError::Authentication`]).
+        /// ([`ConnectionError::Authentication`](crate::ConnectionError::Authentication)).
         #[source]
         source: Arc<ConsumerError>,
     },
@@ -186,11 +188,47 @@ impl ProducerError {
 
     /// [`kafka`](Self::kafka) for a shared client error.
     pub(crate) fn from_client(source: Arc<ConsumerError>) -> Self {
-        if matches!(*source, ConsumerError::Authentication { .. }) {
+        if matches!(
+            *source,
+            ConsumerError::Connection(ConnectionError::Authentication { .. })
+        ) {
             Self::Authentication { source }
         } else {
             Self::Kafka { source }
         }
+    }
+
+    /// The client error behind this one, by layer
+    /// ([`ConsumerError::Connection`], [`ConsumerError::Broker`], [`ConsumerError::Protocol`]
+    /// and the others), following a timeout's last error and an abort's cause; `None` for
+    /// the producer's own errors (settings, transaction states, a record too large).
+    pub fn client_error(&self) -> Option<&ConsumerError> {
+        match self {
+            Self::Fenced { source, .. }
+            | Self::CommitOutcomeUnknown { source, .. }
+            | Self::Kafka { source }
+            | Self::Authentication { source }
+            | Self::Rejected { source, .. } => Some(source),
+            Self::Abortable {
+                source: Some(source),
+                ..
+            }
+            | Self::Timeout {
+                last: Some(source), ..
+            } => source.client_error(),
+            _ => None,
+        }
+    }
+
+    /// The broker's error code answer behind this error, if there is one: the same
+    /// [`BrokerError`] the share consumer and the admin client report for the code.
+    pub fn broker_error(&self) -> Option<&BrokerError> {
+        self.client_error().and_then(ConsumerError::broker_error)
+    }
+
+    /// True when TLS or SASL refused a connection ([`ProducerError::Authentication`]).
+    pub fn is_authentication(&self) -> bool {
+        matches!(self, Self::Authentication { .. })
     }
 
     /// True when trying the same call again later may succeed unchanged.
@@ -200,5 +238,55 @@ impl ProducerError {
             Self::Timeout { .. } => true,
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied() -> ConsumerError {
+        ConsumerError::Broker(BrokerError {
+            api: "Produce",
+            code: 29,
+            name: "TOPIC_AUTHORIZATION_FAILED",
+            message: None,
+            retriable: false,
+        })
+    }
+
+    #[test]
+    fn the_broker_error_is_found_behind_every_variant_that_carries_one() {
+        let rejected = ProducerError::Rejected {
+            topic: "t".to_owned(),
+            partition: 0,
+            source: Arc::new(denied()),
+        };
+        let timeout = ProducerError::Timeout {
+            timeout: Duration::from_secs(1),
+            last: Some(Arc::new(ProducerError::kafka(denied()))),
+        };
+        let abortable = ProducerError::Abortable {
+            reason: "a send failed".to_owned(),
+            source: Some(Arc::new(timeout.clone())),
+        };
+        for error in [&rejected, &timeout, &abortable] {
+            let found = error.broker_error().expect("a broker error");
+            assert_eq!((found.code, found.name), (29, "TOPIC_AUTHORIZATION_FAILED"));
+            assert!(!error.is_authentication());
+        }
+        assert!(ProducerError::Closed.broker_error().is_none());
+        let refused =
+            ProducerError::kafka(ConsumerError::Connection(ConnectionError::Authentication {
+                broker: "k:9093".to_owned(),
+                reason: "SASL refused".to_owned(),
+            }));
+        assert!(refused.is_authentication());
+        assert!(
+            refused
+                .client_error()
+                .is_some_and(ConsumerError::is_authentication)
+        );
+        assert!(refused.broker_error().is_none());
     }
 }

@@ -160,3 +160,28 @@ pub(crate) async fn rskafka_partition(
         .await
         .expect("partition client")
 }
+
+/// Adds ACLs to the test broker, as `kafka-acls.sh --add` does. Needs the broker's ACL
+/// authorizer (`scripts/kafka.sh` starts it unless `KAFKA_AUTHORIZER=0`; `env` prints
+/// `KAFKA_ACLS=1`).
+pub(crate) fn acls(bootstrap: &str, args: &[&str]) {
+    let output =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+            .args([
+                "run-class",
+                "org.apache.kafka.tools.AclCommand",
+                "--bootstrap-server",
+                bootstrap,
+                "--add",
+                "--force",
+            ])
+            .args(args)
+            .output()
+            .expect("scripts/kafka.sh run-class");
+    assert!(
+        output.status.success(),
+        "AclCommand {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
+use crate::kafka::error::BrokerError;
 use crate::kafka::net::connection::ConnectionConfig;
 
 pub(super) use crate::kafka::cluster::metadata::LEADER_NOT_AVAILABLE;
@@ -90,10 +91,10 @@ impl Cluster {
                 );
                 Ok(())
             }
-            Err(ConsumerError::Broker {
+            Err(ConsumerError::Broker(BrokerError {
                 name: "TOPIC_ALREADY_EXISTS",
                 ..
-            }) => {
+            })) => {
                 debug!(topic, "dead-letter topic created meanwhile by someone else");
                 Ok(())
             }

@@ -17,7 +17,8 @@ use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
 use kafka_protocol::messages::ApiKey;
 
-use crate::kafka::errors::api_name;
+use crate::kafka::error::BrokerError;
+use crate::kafka::error::codes::api_name;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::producer::partitioner::partition_for_key;
 use crate::kafka::security::SecurityContext;
@@ -318,7 +319,7 @@ impl DeadLetterQueue for KafkaDeadLetterQueue {
 
 /// The error while a created topic is not visible with leaders yet.
 fn not_ready(topic: &str) -> ConsumerError {
-    ConsumerError::Broker {
+    ConsumerError::Broker(BrokerError {
         api: api_name(ApiKey::Metadata),
         code: LEADER_NOT_AVAILABLE,
         name: "LEADER_NOT_AVAILABLE",
@@ -326,7 +327,7 @@ fn not_ready(topic: &str) -> ConsumerError {
             "topic `{topic}` was created but has no leaders yet"
         )),
         retriable: true,
-    }
+    })
 }
 
 /// The error for a topic that could not be created, with what to do about it.
@@ -336,7 +337,7 @@ fn create_topic_error(
     source: ConsumerError,
 ) -> DeadLetterError {
     let name = match &source {
-        ConsumerError::Broker { name, .. } => *name,
+        ConsumerError::Broker(BrokerError { name, .. }) => *name,
         _ => "",
     };
     let hint = match name {

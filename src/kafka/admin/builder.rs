@@ -111,7 +111,7 @@ impl KafkaAdminBuilder {
     ///   `client.id` longer than 32767 bytes, or security settings that cannot be used (a
     ///   certificate file that cannot be read, say; the message names the Java key);
     /// - [`AdminError::Authentication`], whose source is
-    ///   [`ConsumerError::Authentication`](crate::ConsumerError::Authentication), when the
+    ///   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication), when the
     ///   broker refused the credentials or a certificate was refused (not retriable);
     /// - [`AdminError::Connect`] when no broker answers (its source says why each failed);
     /// - any error of the Metadata call, e.g. [`AdminError::Timeout`].

@@ -18,7 +18,7 @@ use crate::kafka::consumer::group_configs::{
     self, DLQ_COPY_RECORD_ENABLE, DLQ_TOPIC_NAME, RESOURCE_GROUP, SHARE_DELIVERY_COUNT_LIMIT,
     SOURCE_GROUP_CONFIG, parse_bool, parse_limit,
 };
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::error::codes::{api_name, check};
 
 /// IncrementalAlterConfigs operation SET.
 const CONFIG_OPERATION_SET: i8 = 0;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 
 /// Why a [`KafkaAdmin`](crate::KafkaAdmin) call failed.
 ///
@@ -67,25 +68,24 @@ pub enum AdminError {
         /// The request timeout.
         timeout: Duration,
     },
-    /// The broker answered with a Kafka error code.
+    /// The broker answered with a Kafka error code: the broker layer's [`BrokerError`],
+    /// the same the share consumer and the producer report for the code.
     #[error(
-        "KafkaAdmin::{call}: the broker answered {api} with error {code} ({name}){}{}",
-        message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
-        if *retriable { "; this may pass: try again" } else { "" }
+        "KafkaAdmin::{call}: the broker answered {} with error {} ({}){}{}",
+        source.api,
+        source.code,
+        source.name,
+        source.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
+        if source.retriable { "; this may pass: try again" } else { "" }
     )]
     Broker {
         /// The call, e.g. `"create_topic"`.
         call: &'static str,
-        /// The request, e.g. `"CreateTopics"`.
-        api: &'static str,
-        /// The Kafka error code.
-        code: i16,
-        /// The error code's name as Kafka names it, e.g. `TOPIC_ALREADY_EXISTS`.
-        name: &'static str,
-        /// The broker's explanation, or what the call was about (e.g. the topic).
-        message: Option<String>,
-        /// Whether Kafka classes the code as retriable.
-        retriable: bool,
+        /// The request (e.g. `"CreateTopics"`), the code, Kafka's name for it (e.g.
+        /// `TOPIC_ALREADY_EXISTS`), the broker's explanation or what the call was about (e.g.
+        /// the topic), and whether Kafka classes the code as retriable.
+        #[source]
+        source: BrokerError,
     },
     /// The brokers accepted the change, but the cluster metadata did not show it in time.
     #[error(
@@ -190,13 +190,27 @@ impl AdminError {
         }
     }
 
+    /// The broker's error code answer ([`AdminError::Broker`]): the same [`BrokerError`] the
+    /// share consumer and the producer report for the code.
+    pub fn broker_error(&self) -> Option<&BrokerError> {
+        match self {
+            Self::Broker { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// True when TLS or SASL refused a connection ([`AdminError::Authentication`]).
+    pub fn is_authentication(&self) -> bool {
+        matches!(self, Self::Authentication { .. })
+    }
+
     /// True when the same call may succeed later without any change by the caller: no
     /// connection, no answer in time, a retriable broker error, a change not visible yet.
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Connect { source, .. } => source.is_retriable(),
             Self::Timeout { .. } | Self::NotSettled { .. } | Self::Connection { .. } => true,
-            Self::Broker { retriable, .. } => *retriable,
+            Self::Broker { source, .. } => source.is_retriable(),
             // Not without a change: the consumers must stop, or the group be made.
             Self::GroupNotEmpty { .. } | Self::GroupNotFound { .. } => false,
             Self::InvalidArgument { .. }
@@ -273,12 +287,12 @@ impl Failure {
                 ..
             } => AdminError::InvalidArgument { call, reason },
             Self::Connect {
-                source: source @ ConsumerError::Authentication { .. },
+                source: source @ ConsumerError::Connection(ConnectionError::Authentication { .. }),
                 ..
             }
-            | Self::Client(source @ ConsumerError::Authentication { .. }) => {
-                AdminError::Authentication { call, source }
-            }
+            | Self::Client(
+                source @ ConsumerError::Connection(ConnectionError::Authentication { .. }),
+            ) => AdminError::Authentication { call, source },
             Self::Connect { bootstrap, source } => AdminError::Connect {
                 call,
                 bootstrap,
@@ -298,25 +312,12 @@ impl Failure {
                 message,
             },
             Self::Client(error) => match error {
-                ConsumerError::Broker {
-                    api,
-                    code,
-                    name,
-                    message,
-                    retriable,
-                } => AdminError::Broker {
-                    call,
-                    api,
-                    code,
-                    name,
-                    message,
-                    retriable,
-                },
-                ConsumerError::Unsupported {
+                ConsumerError::Broker(source) => AdminError::Broker { call, source },
+                ConsumerError::Protocol(ProtocolError::Unsupported {
                     broker,
                     api,
                     wanted,
-                } => AdminError::Unsupported {
+                }) => AdminError::Unsupported {
                     call,
                     broker,
                     api,
@@ -331,7 +332,8 @@ impl Failure {
                     AdminError::InvalidArgument { call, reason }
                 }
                 // A garbled answer closed its connection, like a broken one.
-                source @ (ConsumerError::Connection { .. } | ConsumerError::Garbled { .. }) => {
+                source @ (ConsumerError::Connection(ConnectionError::Io { .. })
+                | ConsumerError::Protocol(ProtocolError::Garbled { .. })) => {
                     AdminError::Connection { call, source }
                 }
                 source => AdminError::Protocol { call, source },
@@ -368,10 +370,10 @@ mod tests {
     use super::*;
 
     fn connection_error() -> ConsumerError {
-        ConsumerError::Connection {
+        ConsumerError::Connection(ConnectionError::Io {
             broker: "b:9092".to_owned(),
             source: io::Error::new(io::ErrorKind::ConnectionReset, "reset by peer"),
-        }
+        })
     }
 
     #[test]
@@ -392,13 +394,13 @@ mod tests {
         assert_eq!(timeout.call(), "create_topic");
         assert!(timeout.is_retriable());
 
-        let broker = Failure::Client(ConsumerError::Broker {
+        let broker = Failure::Client(ConsumerError::Broker(BrokerError {
             api: "CreateTopics",
             code: 36,
             name: "TOPIC_ALREADY_EXISTS",
             message: Some("Topic 'orders' already exists.".to_owned()),
             retriable: false,
-        })
+        }))
         .into_admin("create_topic");
         assert_eq!(
             broker.to_string(),
@@ -445,9 +447,11 @@ mod tests {
 
     #[test]
     fn a_refused_authentication_says_to_fix_the_security_settings() {
-        let refused = || ConsumerError::Authentication {
-            broker: "k1:9093".to_owned(),
-            reason: "SASL PLAIN refused: Invalid username or password".to_owned(),
+        let refused = || {
+            ConsumerError::Connection(ConnectionError::Authentication {
+                broker: "k1:9093".to_owned(),
+                reason: "SASL PLAIN refused: Invalid username or password".to_owned(),
+            })
         };
         for failure in [
             Failure::Connect {
@@ -508,7 +512,7 @@ mod tests {
         ));
         assert!(matches!(
             Failure::from(connection_error()).into_consumer(),
-            ConsumerError::Connection { .. }
+            ConsumerError::Connection(ConnectionError::Io { .. })
         ));
     }
 }

@@ -20,7 +20,8 @@ use super::{
 };
 use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::{ANY_VERSION, Topic, UNKNOWN_TOPIC_OR_PARTITION};
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::error::BrokerError;
+use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::net::connection::Connection;
 
 /// ElectLeaders election type PREFERRED: the first replica of the list becomes the leader.
@@ -82,13 +83,13 @@ impl KafkaAdmin {
             .into_iter()
             .find(|p| p.partition == partition)
             .ok_or_else(|| {
-                Failure::Client(ConsumerError::Broker {
+                Failure::Client(ConsumerError::Broker(BrokerError {
                     api: api_name(ApiKey::Metadata),
                     code: UNKNOWN_TOPIC_OR_PARTITION,
                     name: "UNKNOWN_TOPIC_OR_PARTITION",
                     message: Some(format!("topic `{topic}` has no partition {partition}")),
                     retriable: true,
-                })
+                }))
             })?;
         if current.leader == Some(to) {
             return Ok(());

@@ -51,7 +51,8 @@ pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
 pub use self::topic_configs::{TopicConfigs, TopicResource};
 use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::ANY_VERSION;
-use crate::kafka::errors::api_name;
+use crate::kafka::error::codes::api_name;
+use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// An admin client for a Kafka cluster: create and delete topics, set and read share-group
@@ -282,28 +283,28 @@ fn topic_name(name: &str) -> TopicName {
 
 /// The failure for a response that lacks the entry of what was asked about.
 fn missing(connection: &Connection, key: ApiKey, name: &str) -> Failure {
-    Failure::Client(ConsumerError::Protocol {
+    Failure::Client(ConsumerError::Protocol(ProtocolError::Malformed {
         broker: connection.broker().to_owned(),
         reason: format!("the {} response has no entry for `{name}`", api_name(key)),
-    })
+    }))
 }
 
 /// Adds the topic name to a broker error without a message.
 fn with_topic(error: ConsumerError, topic: &str) -> ConsumerError {
     match error {
-        ConsumerError::Broker {
+        ConsumerError::Broker(BrokerError {
             api,
             code,
             name,
             message: None,
             retriable,
-        } => ConsumerError::Broker {
+        }) => ConsumerError::Broker(BrokerError {
             api,
             code,
             name,
             message: Some(format!("topic `{topic}`")),
             retriable,
-        },
+        }),
         other => other,
     }
 }

@@ -23,7 +23,8 @@ use super::{
 use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::{ANY_VERSION, LEADER_NOT_AVAILABLE};
 use crate::kafka::codec::client_list_offsets;
-use crate::kafka::errors::{api_name, broker_error, check};
+use crate::kafka::error::codes::{api_name, broker_error, check};
+use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::Connection;
 
 /// ListOffsets' timestamp for the log start offset.
@@ -290,7 +291,7 @@ impl KafkaAdmin {
         let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
         for (index, p) in &found.partitions {
             let Some(node) = p.leader else {
-                return Err(Failure::Client(ConsumerError::Broker {
+                return Err(Failure::Client(ConsumerError::Broker(BrokerError {
                     api: api_name(ApiKey::Metadata),
                     code: LEADER_NOT_AVAILABLE,
                     name: "LEADER_NOT_AVAILABLE",
@@ -298,7 +299,7 @@ impl KafkaAdmin {
                         "topic `{topic}` partition {index} has no leader (an election is under way)"
                     )),
                     retriable: true,
-                }));
+                })));
             };
             led.entry(node).or_default().push((*index, p.leader_epoch));
         }
@@ -307,13 +308,13 @@ impl KafkaAdmin {
         };
         for (node, partitions) in led {
             let address = snapshot.brokers.get(&node).cloned().ok_or_else(|| {
-                Failure::Client(ConsumerError::Protocol {
+                Failure::Client(ConsumerError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: format!(
                         "the Metadata response names broker {node} the leader of a \
                              partition of `{topic}` but does not list it"
                     ),
-                })
+                }))
             })?;
             let leader = Connection::connect(&address, &self.config)
                 .await
@@ -329,13 +330,13 @@ impl KafkaAdmin {
 
 /// The failure for a partition the metadata does not list.
 fn unknown_partition(key: ApiKey, topic: &str, partition: i32) -> Failure {
-    Failure::Client(ConsumerError::Broker {
+    Failure::Client(ConsumerError::Broker(BrokerError {
         api: api_name(key),
         code: 3,
         name: "UNKNOWN_TOPIC_OR_PARTITION",
         message: Some(format!("topic `{topic}` has no partition {partition}")),
         retriable: true,
-    })
+    }))
 }
 
 /// A partition's error code as a failure naming the topic and partition.

@@ -14,7 +14,8 @@ use tracing::debug;
 use super::{AdminError, Failure, KafkaAdmin, missing, negotiate_and_send};
 use crate::consumer::ConsumerError;
 use crate::kafka::consumer::membership::find_coordinator;
-use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::error::BrokerError;
+use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::net::connection::Connection;
 use crate::time::deadline_after;
 
@@ -196,7 +197,7 @@ impl KafkaAdmin {
                 Err(error) => Err(Failure::from(error)),
             };
             match result {
-                Err(Failure::Client(ConsumerError::Broker { code, .. }))
+                Err(Failure::Client(ConsumerError::Broker(BrokerError { code, .. })))
                     if is_coordinator_moving(code) && tokio::time::Instant::now() < deadline =>
                 {
                     debug!(
@@ -355,7 +356,7 @@ mod tests {
             .expect_err("authorization")
             .into_admin("describe_share_group");
         assert!(
-            matches!(&other, AdminError::Broker { name: "GROUP_AUTHORIZATION_FAILED", message: Some(m), .. } if m.contains("`g`")),
+            matches!(&other, AdminError::Broker { source: BrokerError { name: "GROUP_AUTHORIZATION_FAILED", message: Some(m), .. }, .. } if m.contains("`g`")),
             "{other:?}"
         );
 
@@ -363,7 +364,7 @@ mod tests {
             .expect_err("unknown partition")
             .into_admin("alter_share_group_offsets");
         assert!(
-            matches!(&partition, AdminError::Broker { message: Some(m), .. } if m.contains("`t` partition 3")),
+            matches!(&partition, AdminError::Broker { source: BrokerError { message: Some(m), .. }, .. } if m.contains("`t` partition 3")),
             "{partition:?}"
         );
         assert!(check_partition(ApiKey::AlterShareGroupOffsets, "g", "t", None, 0, None).is_ok());

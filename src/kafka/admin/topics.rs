@@ -16,7 +16,7 @@ use kafka_protocol::protocol::{Message, StrBytes};
 use super::{AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name};
 use crate::kafka::cluster::metadata::{UNKNOWN_TOPIC_OR_PARTITION, WITH_TOPIC_IDS};
 use crate::kafka::consumer::group_configs::DLQ_GROUP_ENABLE;
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::error::codes::{api_name, check};
 
 /// The topic config of the timestamp a topic keeps.
 const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";

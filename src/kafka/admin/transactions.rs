@@ -13,7 +13,8 @@ use kafka_protocol::protocol::{Message, StrBytes};
 use super::{AdminError, Failure, KafkaAdmin, metadata, negotiate, send};
 use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::ANY_VERSION;
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::error::ConnectionError;
+use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::net::connection::Connection;
 use crate::time::deadline_after;
 
@@ -84,7 +85,7 @@ impl KafkaAdmin {
             let lost = matches!(
                 &result,
                 Err(Failure::Connect { source, .. } | Failure::Client(source))
-                    if matches!(source, ConsumerError::Connection { .. })
+                    if matches!(source, ConsumerError::Connection(ConnectionError::Io { .. }))
             );
             let again = deadline_after(Instant::now(), backoff);
             if !lost || again >= deadline {

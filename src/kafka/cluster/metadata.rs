@@ -16,7 +16,8 @@ use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::{api_name, broker_error, check};
+use crate::kafka::error::ProtocolError;
+use crate::kafka::error::codes::{api_name, broker_error, check};
 use crate::kafka::net::broker_address;
 use crate::kafka::net::connection::Connection;
 
@@ -89,7 +90,7 @@ pub(crate) struct Leader {
 ///
 /// # Errors
 ///
-/// [`ConsumerError::Unsupported`] when the broker offers no version in `versions`; the
+/// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported) when the broker offers no version in `versions`; the
 /// errors of the request (a timeout, a lost connection, an undecodable answer); a top-level
 /// error code of the answer (v13) as a [`ConsumerError::Broker`]. Errors of topics and
 /// partitions are in the snapshot.
@@ -271,10 +272,10 @@ impl Topic {
 /// rather than a panic.
 fn metadata_error(code: i16, what: String) -> ConsumerError {
     broker_error(api_name(ApiKey::Metadata), code, Some(what)).unwrap_or_else(|| {
-        ConsumerError::Protocol {
+        ConsumerError::Protocol(ProtocolError::Malformed {
             broker: "metadata".to_owned(),
             reason: "no error code for a failure".to_owned(),
-        }
+        })
     })
 }
 
@@ -283,6 +284,7 @@ mod tests {
     use kafka_protocol::messages::BrokerId;
 
     use super::*;
+    use crate::kafka::error::BrokerError;
 
     fn broker(id: i32, host: &str, port: i32) -> MetadataResponseBroker {
         MetadataResponseBroker::default()
@@ -315,13 +317,13 @@ mod tests {
 
     fn broker_code(error: &ConsumerError) -> (i16, bool, Option<&str>) {
         match error {
-            ConsumerError::Broker {
+            ConsumerError::Broker(BrokerError {
                 api,
                 code,
                 retriable,
                 message,
                 ..
-            } => {
+            }) => {
                 assert_eq!(*api, "Metadata");
                 (*code, *retriable, message.as_deref())
             }

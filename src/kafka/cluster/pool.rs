@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::ProtocolError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// The brokers' addresses and the open connections to them.
@@ -81,10 +82,10 @@ impl BrokerPool {
             state.addresses.get(&node).cloned()
         };
         let Some(address) = address else {
-            return Err(ConsumerError::Protocol {
+            return Err(ConsumerError::Protocol(ProtocolError::Malformed {
                 broker: format!("node {node}"),
                 reason: format!("the metadata names broker {node} but not its address"),
-            });
+            }));
         };
         let fresh = Connection::connect(&address, &self.config).await?;
         self.lock().connections.insert(node, fresh.clone());
@@ -111,7 +112,7 @@ mod tests {
     async fn a_broker_the_last_answer_did_not_list_is_a_protocol_error_naming_it() {
         let pool = BrokerPool::new(ConnectionConfig::default());
         let no_address = |error: &ConsumerError, node: i32| {
-            matches!(error, ConsumerError::Protocol { reason, .. }
+            matches!(error, ConsumerError::Protocol(ProtocolError::Malformed { reason, .. })
                 if reason.contains(&format!("broker {node} but not its address")))
         };
         pool.learn(&BTreeMap::from([(1, "127.0.0.1:9".to_owned())]));

@@ -43,7 +43,8 @@ use tracing::{debug, info, warn};
 
 use crate::consumer::{BrokerDeadLetterQueue, ConsumerError, DEFAULT_DELIVERY_COUNT_LIMIT};
 use crate::kafka::cluster::metadata;
-use crate::kafka::errors::{api_name, check};
+use crate::kafka::error::codes::{api_name, check};
+use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::time::deadline_after;
 
@@ -165,12 +166,14 @@ pub(crate) fn parse(
         .results
         .into_iter()
         .find(|r| r.resource_type == resource_type && r.resource_name.as_str() == resource_name)
-        .ok_or_else(|| ConsumerError::Protocol {
-            broker: broker.to_owned(),
-            reason: format!(
-                "the {} response has no entry for `{resource_name}`",
-                api_name(key)
-            ),
+        .ok_or_else(|| {
+            ConsumerError::Protocol(ProtocolError::Malformed {
+                broker: broker.to_owned(),
+                reason: format!(
+                    "the {} response has no entry for `{resource_name}`",
+                    api_name(key)
+                ),
+            })
         })?;
     check(
         api_name(key),
@@ -178,19 +181,19 @@ pub(crate) fn parse(
         result.error_message.as_ref(),
     )
     .map_err(|error| match error {
-        ConsumerError::Broker {
+        ConsumerError::Broker(BrokerError {
             api,
             code,
             name,
             message,
             retriable,
-        } => ConsumerError::Broker {
+        }) => ConsumerError::Broker(BrokerError {
             api,
             code,
             name,
             message: Some(message.unwrap_or_else(|| format!("resource `{resource_name}`"))),
             retriable,
-        },
+        }),
         other => other,
     })?;
     let entries = result
@@ -466,10 +469,10 @@ pub(crate) async fn read(source: &Source) -> Reading {
                 Ok(configs) => TopicFacts::Exists {
                     group_enable: configs.value(DLQ_GROUP_ENABLE).and_then(parse_bool),
                 },
-                Err(ConsumerError::Broker {
+                Err(ConsumerError::Broker(BrokerError {
                     code: UNKNOWN_TOPIC_OR_PARTITION,
                     ..
-                }) => TopicFacts::Missing,
+                })) => TopicFacts::Missing,
                 Err(error) => {
                     debug!(topic = %name, %error, "cannot describe the dead-letter topic");
                     TopicFacts::Unknown
@@ -524,15 +527,12 @@ async fn broker_configs(
         Some((id, _)) => (*id, connection.clone()),
         None => {
             // The brokers are in ascending id order: the first has the lowest.
-            let (id, address) =
-                snapshot
-                    .brokers
-                    .iter()
-                    .next()
-                    .ok_or_else(|| ConsumerError::Protocol {
-                        broker: connection.broker().to_owned(),
-                        reason: "the Metadata response lists no broker".to_owned(),
-                    })?;
+            let (id, address) = snapshot.brokers.iter().next().ok_or_else(|| {
+                ConsumerError::Protocol(ProtocolError::Malformed {
+                    broker: connection.broker().to_owned(),
+                    reason: "the Metadata response lists no broker".to_owned(),
+                })
+            })?;
             let via = Connection::connect(address, config).await?;
             (*id, via)
         }

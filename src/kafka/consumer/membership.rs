@@ -20,7 +20,8 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::broker_error;
+use crate::kafka::error::codes::broker_error;
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::net::coordinator::{GROUP, find_coordinator_address};
@@ -56,10 +57,12 @@ impl Refused {
     /// The refusal in `error`, if it is one.
     fn of(error: &ConsumerError) -> Option<Self> {
         match error {
-            ConsumerError::Authentication { broker, reason } => Some(Self::Authentication {
-                broker: broker.clone(),
-                reason: reason.clone(),
-            }),
+            ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
+                Some(Self::Authentication {
+                    broker: broker.clone(),
+                    reason: reason.clone(),
+                })
+            }
             ConsumerError::Config { key, reason } => Some(Self::Config {
                 key: key.clone(),
                 reason: reason.clone(),
@@ -71,7 +74,7 @@ impl Refused {
     fn error(&self) -> ConsumerError {
         match self.clone() {
             Self::Authentication { broker, reason } => {
-                ConsumerError::Authentication { broker, reason }
+                ConsumerError::Connection(ConnectionError::Authentication { broker, reason })
             }
             Self::Config { key, reason } => ConsumerError::Config { key, reason },
         }
@@ -329,17 +332,19 @@ impl Drop for Membership {
 
 fn heartbeat_error(code: i16, message: Option<String>) -> ConsumerError {
     if code == UNSUPPORTED_VERSION {
-        return ConsumerError::Unsupported {
+        return ConsumerError::Protocol(ProtocolError::Unsupported {
             broker: "group coordinator".to_owned(),
             api: "ShareGroupHeartbeat",
             wanted: "(the cluster answered UNSUPPORTED_VERSION: share groups are disabled)"
                 .to_owned(),
-        };
+        });
     }
-    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol {
-        broker: "group coordinator".to_owned(),
-        reason: "heartbeat failed without an error code".to_owned(),
-    })
+    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol(
+        ProtocolError::Malformed {
+            broker: "group coordinator".to_owned(),
+            reason: "heartbeat failed without an error code".to_owned(),
+        },
+    ))
 }
 
 fn heartbeat_request(
@@ -423,12 +428,12 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
                             c
                         }
                         // GROUP_AUTHORIZATION_FAILED and the like: Java gives up, so do we.
-                        Err(ConsumerError::Broker {
+                        Err(ConsumerError::Broker(BrokerError {
                             code,
                             message,
                             retriable: false,
                             ..
-                        }) => {
+                        })) => {
                             tracing::error!(code, ?message, "coordinator lookup failed fatally");
                             shared.lock().fatal = Some(Fatal { code, message });
                             shared.changed.notify_waiters();
@@ -471,7 +476,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
         };
         let response = match result {
             Ok(r) => r,
-            Err(e @ ConsumerError::Unsupported { .. }) => {
+            Err(e @ ConsumerError::Protocol(ProtocolError::Unsupported { .. })) => {
                 tracing::error!(error = %e, "share groups unsupported");
                 shared.lock().fatal = Some(Fatal {
                     code: UNSUPPORTED_VERSION,

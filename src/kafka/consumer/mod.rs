@@ -35,6 +35,7 @@ use crate::consumer::{
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
+use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::net::backoff::{ConnectionCounts, Dialer};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
@@ -119,7 +120,7 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// the consumer stops, as Java's share consumer throws its `AuthenticationException`:
 ///
 /// - every later [`poll`](ShareConsumer::poll) and
-///   [`commit_sync`](ShareConsumer::commit_sync) returns [`ConsumerError::Authentication`]
+///   [`commit_sync`](ShareConsumer::commit_sync) returns [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)
 ///   at once (not retriable), a waiting one included. Records already fetched are not handed
 ///   out: they could not be acknowledged. They, and records handed out whose
 ///   acknowledgements were not sent, are delivered again when their locks expire (or at once
@@ -256,14 +257,14 @@ impl KafkaShareConsumer {
         match first.finalized_feature("share.version") {
             Some(level) if level >= 1 => {}
             level if features_known => {
-                return Err(ConsumerError::Unsupported {
+                return Err(ConsumerError::Protocol(ProtocolError::Unsupported {
                     broker: first.broker().to_owned(),
                     api: "share groups",
                     wanted: format!(
                         "(feature share.version is {}; enable it with kafka-features.sh upgrade --feature share.version=1)",
                         level.unwrap_or(0)
                     ),
-                });
+                }));
             }
             _ => {}
         }
@@ -358,7 +359,9 @@ impl KafkaShareConsumer {
             return Err(error);
         }
         match self.membership.refused() {
-            Some(error @ ConsumerError::Authentication { .. }) => Err(error),
+            Some(error @ ConsumerError::Connection(ConnectionError::Authentication { .. })) => {
+                Err(error)
+            }
             _ => Ok(()),
         }
     }
@@ -486,11 +489,11 @@ impl KafkaShareConsumer {
             return Err(ConsumerError::ImplicitAcknowledgement);
         }
         if ack == AcknowledgeType::Renew && !self.renew_supported {
-            return Err(ConsumerError::Unsupported {
+            return Err(ConsumerError::Protocol(ProtocolError::Unsupported {
                 broker: format!("cluster at {}", self.config.bootstrap),
                 api: "ShareAcknowledge",
                 wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
-            });
+            }));
         }
         Ok(())
     }
@@ -828,7 +831,7 @@ impl ShareConsumer for KafkaShareConsumer {
     /// are reported by the next commit.
     ///
     /// Once a broker refused this consumer's credentials it returns
-    /// [`ConsumerError::Authentication`] at once, also while it waits for the answers.
+    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) at once, also while it waits for the answers.
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.ensure_open()?;
         let implicit = self.implicit();

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::requests::RequestCounters;
 use crate::consumer::{CommitResults, ConsumerError};
+use crate::kafka::error::ConnectionError;
 use crate::record::{ConsumerRecord, TopicPartition};
 
 /// State behind the mailbox's lock.
@@ -34,7 +35,7 @@ pub(crate) struct Slots {
     /// An error the next poll reports (one retrying cannot fix).
     pub(crate) error: Option<ConsumerError>,
     /// A broker refused this consumer's credentials or certificate (`broker`, `reason` of
-    /// [`ConsumerError::Authentication`]): every later poll and commit reports it, before
+    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)): every later poll and commit reports it, before
     /// handing out any record, and the engine acquires nothing more.
     pub(crate) refused: Option<(String, String)>,
     /// A poll asked for records and none were handed over since: the engine fetches (one
@@ -57,12 +58,12 @@ impl Slots {
     /// The authentication error every poll and commit reports once a broker refused this
     /// consumer's credentials.
     pub(crate) fn refusal(&self) -> Option<ConsumerError> {
-        self.refused
-            .as_ref()
-            .map(|(broker, reason)| ConsumerError::Authentication {
+        self.refused.as_ref().map(|(broker, reason)| {
+            ConsumerError::Connection(ConnectionError::Authentication {
                 broker: broker.clone(),
                 reason: reason.clone(),
             })
+        })
     }
 }
 

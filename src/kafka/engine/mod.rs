@@ -52,7 +52,8 @@ use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
 use crate::kafka::consumer::max_poll_records::MaxPollRecords;
 use crate::kafka::consumer::membership::MembershipView;
-use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::error::codes::{api_name, broker_error};
+use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::session::acks::AckRange;
@@ -250,9 +251,9 @@ struct Engine {
 fn is_fatal(error: &ConsumerError) -> bool {
     matches!(
         error,
-        ConsumerError::Unsupported { .. }
+        ConsumerError::Protocol(ProtocolError::Unsupported { .. })
             | ConsumerError::Config { .. }
-            | ConsumerError::Authentication { .. }
+            | ConsumerError::Connection(ConnectionError::Authentication { .. })
     )
 }
 
@@ -862,7 +863,7 @@ impl Engine {
         {
             let mut slots = self.mailbox.lock();
             match error {
-                ConsumerError::Authentication { broker, reason } => {
+                ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
                     if slots.refused.is_none() {
                         tracing::error!(
                             broker,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::cluster::Cluster;
 use crate::consumer::ConsumerError;
 use crate::kafka::codec::share_v2;
-use crate::kafka::errors::broker_error;
+use crate::kafka::error::codes::broker_error;
 use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
 use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
 use crate::kafka::session::book::{

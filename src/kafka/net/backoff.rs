@@ -34,6 +34,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::ConnectionError;
 use crate::time::deadline_after;
 
 /// Java's default `reconnect.backoff.ms`.
@@ -91,7 +92,7 @@ impl Outcome {
     pub(crate) fn of<T>(result: &Result<T, ConsumerError>) -> Self {
         match result {
             Ok(_) => Self::Connected,
-            Err(ConsumerError::Authentication { .. }) => Self::Refused,
+            Err(ConsumerError::Connection(ConnectionError::Authentication { .. })) => Self::Refused,
             Err(_) => Self::Failed,
         }
     }

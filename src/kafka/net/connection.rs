@@ -7,9 +7,9 @@
 //!   the SASL exchange (`SASL_PLAINTEXT`, `SASL_SSL`: SaslHandshake v1 and SaslAuthenticate
 //!   requests through the ordinary request path). A connection is handed out only once all
 //!   of that succeeded. Failures of authentication, on either side, are
-//!   [`ConsumerError::Authentication`], which is not retriable; the client types map it to
+//!   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication), which is not retriable; the client types map it to
 //!   their own `Authentication` variants (the table of causes and variants is on
-//!   [`ConsumerError::Authentication`]). Attempts wait for the client's reconnect backoff
+//!   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)). Attempts wait for the client's reconnect backoff
 //!   after failures ([`backoff`](super::backoff)).
 //! - Frames are a 4-byte big-endian length followed by that many bytes.
 //! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
@@ -21,7 +21,7 @@
 //!   broker sends a frame that is negative or larger than [`ConnectionConfig::max_frame_bytes`],
 //!   a response nobody waits for, or a response whose header or body cannot be decoded: the
 //!   byte stream may be out of step, or the broker misbehaving, so nothing more read from it
-//!   is trusted. The waiting requests fail with [`ConsumerError::Garbled`]; on EOF or an I/O
+//!   is trusted. The waiting requests fail with [`ProtocolError::Garbled`](crate::ProtocolError::Garbled); on EOF or an I/O
 //!   error, with [`ConsumerError::Connection`]. Both are retriable. Later requests fail at
 //!   once with [`ConsumerError::Connection`]: build a new connection.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
@@ -58,7 +58,8 @@ use tracing::{Instrument, debug, warn};
 use super::backoff::{Dialer, Outcome};
 use super::frame_pool::FramePool;
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::error::codes::{api_name, broker_error};
+use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::security::{SaslSettings, SecurityContext, sasl, tls};
 
 /// The read half of a connection's byte stream (TCP, or TLS over TCP).
@@ -270,9 +271,9 @@ enum CloseReason {
         /// What happened.
         message: String,
     },
-    /// The broker sent bytes that cannot be decoded: [`ConsumerError::Garbled`].
+    /// The broker sent bytes that cannot be decoded: [`ProtocolError::Garbled`](crate::ProtocolError::Garbled).
     Garbled(String),
-    /// A TLS alert or certificate failure: [`ConsumerError::Authentication`].
+    /// A TLS alert or certificate failure: [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
     Authentication(String),
     /// The broker speaks another protocol than the client's `security.protocol` (it answered
     /// with TLS records): [`ConsumerError::Config`] naming `security.protocol`.
@@ -322,27 +323,29 @@ impl CloseReason {
     /// The error a request of `api` waiting on a connection closed for this reason gets.
     fn error(&self, broker: &str, api: ApiKey) -> ConsumerError {
         match self {
-            Self::Authentication(reason) => ConsumerError::Authentication {
-                broker: broker.to_owned(),
-                reason: reason.clone(),
-            },
+            Self::Authentication(reason) => {
+                ConsumerError::Connection(ConnectionError::Authentication {
+                    broker: broker.to_owned(),
+                    reason: reason.clone(),
+                })
+            }
             Self::Misconfigured(reason) => ConsumerError::Config {
                 key: "security.protocol".to_owned(),
                 reason: format!("broker {broker}: {reason}"),
             },
-            Self::Io { kind, message } => ConsumerError::Connection {
+            Self::Io { kind, message } => ConsumerError::Connection(ConnectionError::Io {
                 broker: broker.to_owned(),
                 source: io::Error::new(*kind, message.clone()),
-            },
-            Self::Garbled(reason) => ConsumerError::Garbled {
+            }),
+            Self::Garbled(reason) => ConsumerError::Protocol(ProtocolError::Garbled {
                 broker: broker.to_owned(),
                 api: api_name(api),
                 source: reason.clone().into(),
-            },
-            Self::Dropped => ConsumerError::Connection {
+            }),
+            Self::Dropped => ConsumerError::Connection(ConnectionError::Io {
                 broker: broker.to_owned(),
                 source: io::Error::new(io::ErrorKind::NotConnected, "the connection was dropped"),
-            },
+            }),
         }
     }
 }
@@ -368,10 +371,10 @@ impl Shared {
             }
             Some(CloseReason::Dropped) | None => "the connection was closed".to_owned(),
         };
-        ConsumerError::Connection {
+        ConsumerError::Connection(ConnectionError::Io {
             broker: self.broker.clone(),
             source: io::Error::new(io::ErrorKind::NotConnected, reason),
-        }
+        })
     }
 
     /// Registers a request; its correlation id and where its response will arrive.
@@ -450,7 +453,7 @@ impl Connection {
     /// handshake (likewise), the ApiVersions handshake (a timeout is a
     /// [`ConsumerError::Timeout`]; v3 first, then v0 if the broker answers
     /// UNSUPPORTED_VERSION) and the SASL exchange (likewise). Refused credentials or
-    /// certificates are [`ConsumerError::Authentication`].
+    /// certificates are [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
     ///
     /// After a failed attempt to `addr` by any connection of the same client (the
     /// [`ConnectionConfig::dialer`] they share), it first waits the reconnect backoff
@@ -474,9 +477,11 @@ impl Connection {
 
     /// One connection attempt, as [`connect`](Self::connect) without the backoff.
     async fn dial(addr: &str, config: &ConnectionConfig) -> Result<Self, ConsumerError> {
-        let connection_error = |source| ConsumerError::Connection {
-            broker: addr.to_owned(),
-            source,
+        let connection_error = |source| {
+            ConsumerError::Connection(ConnectionError::Io {
+                broker: addr.to_owned(),
+                source,
+            })
         };
         let stream =
             match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
@@ -573,24 +578,25 @@ impl Connection {
             match Self::connect(addr, config).await {
                 Ok(connection) => return Ok(connection),
                 Err(
-                    error @ (ConsumerError::Authentication { .. } | ConsumerError::Config { .. }),
+                    error @ (ConsumerError::Connection(ConnectionError::Authentication { .. })
+                    | ConsumerError::Config { .. }),
                 ) => return Err(error),
                 Err(error) => {
                     debug!(broker = addr, %error, "bootstrap broker failed");
-                    if let ConsumerError::Connection { source, .. } = &error {
+                    if let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error {
                         kind.get_or_insert(source.kind());
                     }
                     failures.push(format!("{addr}: {}", describe(&error)));
                 }
             }
         }
-        Err(ConsumerError::Connection {
+        Err(ConsumerError::Connection(ConnectionError::Io {
             broker: bootstrap.to_owned(),
             source: io::Error::new(
                 kind.unwrap_or(io::ErrorKind::Other),
                 format!("no bootstrap broker answered: {}", failures.join("; ")),
             ),
-        })
+        }))
     }
 
     /// Spawns the reader and writer tasks of a connected socket.
@@ -774,7 +780,7 @@ impl Connection {
                 debug!(broker = self.broker(), "re-authenticated");
                 self.schedule_reauth(lifetime);
             }
-            Err(ConsumerError::Authentication { reason, .. }) => {
+            Err(ConsumerError::Connection(ConnectionError::Authentication { reason, .. })) => {
                 self.inner
                     .reauth
                     .dialer
@@ -801,9 +807,11 @@ impl Connection {
             .username()
             .map(|user| format!(" as `{}`", user.escape_debug()))
             .unwrap_or_default();
-        let refused = |reason: String| ConsumerError::Authentication {
-            broker: self.broker().to_owned(),
-            reason: format!("SASL {mechanism}{who}: {reason}"),
+        let refused = |reason: String| {
+            ConsumerError::Connection(ConnectionError::Authentication {
+                broker: self.broker().to_owned(),
+                reason: format!("SASL {mechanism}{who}: {reason}"),
+            })
         };
         match self.api_range(ApiKey::SaslHandshake) {
             Some((_, max)) if max >= 1 => {}
@@ -932,12 +940,14 @@ impl Connection {
     ///
     /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
     /// includes versions kafka-protocol cannot encode. Without a common version the error is
-    /// [`ConsumerError::Unsupported`], naming the API and both ranges.
+    /// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported), naming the API and both ranges.
     pub(crate) fn negotiate(&self, key: ApiKey, ours: VersionRange) -> Result<i16, ConsumerError> {
-        let unsupported = |theirs: &str| ConsumerError::Unsupported {
-            broker: self.broker().to_owned(),
-            api: api_name(key),
-            wanted: format!("v{}-v{} (the broker offers {theirs})", ours.min, ours.max),
+        let unsupported = |theirs: &str| {
+            ConsumerError::Protocol(ProtocolError::Unsupported {
+                broker: self.broker().to_owned(),
+                api: api_name(key),
+                wanted: format!("v{}-v{} (the broker offers {theirs})", ours.min, ours.max),
+            })
         };
         let Some((min, max)) = self.api_range(key) else {
             return Err(unsupported("none"));
@@ -969,7 +979,7 @@ impl Connection {
     /// `req` is encoded when this is called, so the returned future does not borrow it.
     /// Errors: [`ConsumerError::Timeout`] (the connection stays usable),
     /// [`ConsumerError::Protocol`] when the request cannot be encoded (the connection stays
-    /// usable), [`ConsumerError::Garbled`] when its response, or the bytes read before it,
+    /// usable), [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) when its response, or the bytes read before it,
     /// cannot be decoded (the connection is closed), [`ConsumerError::Connection`] when the
     /// connection is or becomes closed. Broker error codes inside the response are the
     /// caller's to check.
@@ -1009,25 +1019,25 @@ impl Connection {
     }
 
     /// Closes the connection because a response of `key` could not be decoded, and returns
-    /// the [`ConsumerError::Garbled`] for its request (the other waiting requests get theirs
+    /// the [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) for its request (the other waiting requests get theirs
     /// from the close).
     fn garbled(&self, key: ApiKey, reason: String) -> ConsumerError {
         self.inner
             .shared
             .close(CloseReason::Garbled(reason.clone()));
-        ConsumerError::Garbled {
+        ConsumerError::Protocol(ProtocolError::Garbled {
             broker: self.broker().to_owned(),
             api: api_name(key),
             source: reason.into(),
-        }
+        })
     }
 
     /// A [`ConsumerError::Protocol`] about this broker.
     fn protocol_error(&self, reason: String) -> ConsumerError {
-        ConsumerError::Protocol {
+        ConsumerError::Protocol(ProtocolError::Malformed {
             broker: self.broker().to_owned(),
             reason,
-        }
+        })
     }
 
     /// Encodes a request body.
@@ -1266,10 +1276,10 @@ fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ConsumerError 
         .and_then(|e| e.downcast_ref::<rustls::Error>())
         .and_then(|e| tls::authentication_failure(e, client_cert))
     {
-        return ConsumerError::Authentication {
+        return ConsumerError::Connection(ConnectionError::Authentication {
             broker: addr.to_owned(),
             reason: format!("TLS: {reason}"),
-        };
+        });
     }
     let message = if error.kind() == io::ErrorKind::UnexpectedEof {
         "the broker closed the connection during the TLS handshake: the listener may not be \
@@ -1279,16 +1289,16 @@ fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ConsumerError 
     } else {
         format!("the TLS handshake failed: {error}")
     };
-    ConsumerError::Connection {
+    ConsumerError::Connection(ConnectionError::Io {
         broker: addr.to_owned(),
         source: io::Error::new(error.kind(), message),
-    }
+    })
 }
 
 /// A connect error with its I/O source, for the list of bootstrap failures.
 fn describe(error: &ConsumerError) -> String {
     match error {
-        ConsumerError::Connection { source, .. } => source.to_string(),
+        ConsumerError::Connection(ConnectionError::Io { source, .. }) => source.to_string(),
         other => other.to_string(),
     }
 }
@@ -1646,14 +1656,14 @@ mod tests {
             .await
             .expect_err("oversize frame");
         assert!(
-            matches!(&error, ConsumerError::Garbled { api: "Metadata", source, .. } if source.to_string().contains("4096") && source.to_string().contains("1024")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("4096") && source.to_string().contains("1024")),
             "{error:?}"
         );
         assert!(error.is_retriable());
         assert!(connection.is_closed());
         let error = metadata(&connection, "t").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection { .. }),
+            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
             "{error:?}"
         );
     }
@@ -1674,7 +1684,7 @@ mod tests {
             .await
             .expect_err("negative frame");
         assert!(
-            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("negative")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("negative")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1696,7 +1706,7 @@ mod tests {
         let connection = connect(&addr).await;
         let error = metadata(&connection, "t").await.expect_err("unknown id");
         assert!(
-            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("no request is waiting")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("no request is waiting")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1715,7 +1725,10 @@ mod tests {
         for result in [a, b] {
             let error = result.expect_err("EOF");
             assert!(
-                matches!(&error, ConsumerError::Connection { .. }),
+                matches!(
+                    &error,
+                    ConsumerError::Connection(ConnectionError::Io { .. })
+                ),
                 "{error:?}"
             );
             assert!(error.is_retriable());
@@ -1723,7 +1736,7 @@ mod tests {
         assert!(connection.is_closed());
         let error = metadata(&connection, "c").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection { .. }),
+            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
             "{error:?}"
         );
     }
@@ -1858,14 +1871,14 @@ mod tests {
         let connection = connect(&addr).await;
         let error = metadata(&connection, "bad").await.expect_err("undecodable");
         assert!(
-            matches!(&error, ConsumerError::Garbled { api: "Metadata", source, .. } if source.to_string().contains("cannot decode the Metadata v12 response")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response")),
             "{error:?}"
         );
         assert!(error.is_retriable());
         assert!(connection.is_closed());
         let error = metadata(&connection, "next").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection { .. }),
+            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
             "a new connection is needed: {error:?}"
         );
         assert!(error.is_retriable());
@@ -1893,17 +1906,17 @@ mod tests {
         let waiting = tokio::spawn(metadata(&connection, "waiting"));
         let error = bad.await.expect("task").expect_err("undecodable header");
         assert!(
-            matches!(&error, ConsumerError::Garbled { source, .. } if source.to_string().contains("cannot decode the Metadata v12 response header")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response header")),
             "{error:?}"
         );
         let error = waiting.await.expect("task").expect_err("poisoned");
         assert!(
             matches!(
                 &error,
-                ConsumerError::Garbled {
+                ConsumerError::Protocol(ProtocolError::Garbled {
                     api: "Metadata",
                     ..
-                }
+                })
             ),
             "{error:?}"
         );
@@ -1978,14 +1991,14 @@ mod tests {
             .negotiate(ApiKey::Metadata, VersionRange { min: 14, max: 15 })
             .expect_err("no common version");
         assert!(
-            matches!(&error, ConsumerError::Unsupported { api: "Metadata", wanted, .. } if wanted == "v14-v15 (the broker offers v0-v13)"),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Unsupported { api: "Metadata", wanted, .. }) if wanted == "v14-v15 (the broker offers v0-v13)"),
             "{error:?}"
         );
         let error = connection
             .negotiate(ApiKey::ShareFetch, VersionRange { min: 1, max: 1 })
             .expect_err("missing");
         assert!(
-            matches!(&error, ConsumerError::Unsupported { api: "ShareFetch", wanted, .. } if wanted.contains("none")),
+            matches!(&error, ConsumerError::Protocol(ProtocolError::Unsupported { api: "ShareFetch", wanted, .. }) if wanted.contains("none")),
             "{error:?}"
         );
     }
@@ -2012,7 +2025,7 @@ mod tests {
         let addr = closed_port().await;
         let error = connect_error(&addr).await;
         assert!(
-            matches!(&error, ConsumerError::Connection { broker, source } if *broker == addr && source.kind() == io::ErrorKind::ConnectionRefused),
+            matches!(&error, ConsumerError::Connection(ConnectionError::Io { broker, source }) if *broker == addr && source.kind() == io::ErrorKind::ConnectionRefused),
             "{error:?}"
         );
     }
@@ -2038,7 +2051,7 @@ mod tests {
 
         let other = closed_port().await;
         let error = connect_error(&format!("{closed},{other}")).await;
-        let ConsumerError::Connection { source, .. } = &error else {
+        let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error else {
             panic!("{error:?}")
         };
         let message = source.to_string();
@@ -2101,7 +2114,7 @@ mod tests {
         .await;
         let connection = connect(&addr).await;
         let error = metadata(&connection, "t").await.expect_err("EOF");
-        let ConsumerError::Connection { source, .. } = &error else {
+        let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error else {
             panic!("{error:?}")
         };
         assert!(source.to_string().contains("may require SASL"), "{source}");
@@ -2127,7 +2140,7 @@ mod tests {
             .await
             .expect_err("no SaslHandshake");
         assert!(
-            matches!(&error, ConsumerError::Authentication { reason, .. } if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
+            matches!(&error, ConsumerError::Connection(ConnectionError::Authentication { reason, .. }) if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
             "{error:?}"
         );
         assert!(!format!("{error:?}").contains("hunter2"));

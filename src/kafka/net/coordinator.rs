@@ -6,7 +6,8 @@ use kafka_protocol::protocol::{Message, StrBytes};
 
 use super::connection::Connection;
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::broker_error;
+use crate::kafka::error::ProtocolError;
+use crate::kafka::error::codes::broker_error;
 
 /// FindCoordinator key type GROUP.
 pub(crate) const GROUP: i8 = 0;
@@ -39,10 +40,10 @@ pub(crate) async fn find_coordinator_address(
         .await?;
     let (code, message, host, port) = if version >= 4 {
         let Some(c) = response.coordinators.into_iter().next() else {
-            return Err(ConsumerError::Protocol {
+            return Err(ConsumerError::Protocol(ProtocolError::Malformed {
                 broker: via.broker().to_owned(),
                 reason: "FindCoordinator answered with no coordinator".to_owned(),
-            });
+            }));
         };
         (c.error_code, c.error_message, c.host, c.port)
     } else {

@@ -19,7 +19,8 @@ use super::accumulator::{ProducerIdentity, Tp};
 use super::cluster::Cluster;
 use super::txn::{Action, CoordinatorCall, TxnVersion, classify, code, coordinator_error};
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::broker_error;
+use crate::kafka::error::codes::broker_error;
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::connection::Connection;
 use crate::kafka::net::coordinator::{TRANSACTION, find_coordinator_address};
 use crate::producer::ProducerError;
@@ -128,13 +129,14 @@ impl Coordinator {
                     self.connection = None;
                     if matches!(
                         error,
-                        ConsumerError::Broker {
+                        ConsumerError::Broker(BrokerError {
                             retriable: false,
                             ..
-                        }
+                        })
                     ) || matches!(
                         error,
-                        ConsumerError::Authentication { .. } | ConsumerError::Config { .. }
+                        ConsumerError::Connection(ConnectionError::Authentication { .. })
+                            | ConsumerError::Config { .. }
                     ) {
                         return Err(ProducerError::kafka(error));
                     }
@@ -156,7 +158,8 @@ impl Coordinator {
                     }
                     if matches!(
                         error,
-                        ConsumerError::Unsupported { .. } | ConsumerError::Protocol { .. }
+                        ConsumerError::Protocol(ProtocolError::Unsupported { .. })
+                            | ConsumerError::Protocol(ProtocolError::Malformed { .. })
                     ) {
                         return Err(ProducerError::kafka(error));
                     }
@@ -166,10 +169,10 @@ impl Coordinator {
                 Ok((error_code, message, _)) => {
                     let Some(error) = broker_error(api, error_code, message) else {
                         return Err(ProducerError::Kafka {
-                            source: Arc::new(ConsumerError::Protocol {
+                            source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
                                 broker: "coordinator".to_owned(),
                                 reason: format!("{api} answered error code {error_code}"),
-                            }),
+                            })),
                         });
                     };
                     if call == CoordinatorCall::Commit && error_code == UNKNOWN_SERVER_ERROR {

@@ -24,7 +24,8 @@ use super::cluster::TopicMetadata;
 use super::txn::{Phase, TxnVersion, code};
 use super::{Shared, State};
 use crate::consumer::ConsumerError;
-use crate::kafka::errors::broker_error;
+use crate::kafka::error::codes::broker_error;
+use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::net::connection::Connection;
 use crate::producer::ProducerError;
 use crate::time::deadline_after;
@@ -574,13 +575,13 @@ fn produce(
                 (b.tp.clone(), b.batch_id, id)
             })
             .collect();
-        let error = ConsumerError::Connection {
+        let error = ConsumerError::Connection(ConnectionError::Io {
             broker: format!("node {node}"),
             source: std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "the connection closed before the request was sent",
             ),
-        };
+        });
         return async move {
             drop(queued);
             Work::Produced {
@@ -683,7 +684,7 @@ fn handle_produce(
             debug!(broker, %error, "produce request failed");
             let lost = matches!(
                 error,
-                ConsumerError::Connection { .. } | ConsumerError::Timeout(_)
+                ConsumerError::Connection(ConnectionError::Io { .. }) | ConsumerError::Timeout(_)
             );
             let outcome = if lost || error.is_retriable() {
                 BatchOutcome::Retriable {
@@ -712,13 +713,13 @@ fn handle_produce(
                     .find(|p| p.index == tp.1);
                 let outcome = match entry {
                     None => BatchOutcome::Failed(ProducerError::Kafka {
-                        source: Arc::new(ConsumerError::Protocol {
+                        source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
                             broker: broker.to_owned(),
                             reason: format!(
                                 "the Produce response has no entry for partition {} of `{}`",
                                 tp.1, tp.0
                             ),
-                        }),
+                        })),
                     }),
                     Some(p) => {
                         let message = p
@@ -774,10 +775,10 @@ pub(crate) fn classify_partition(
     }
     let Some(source) = broker_error("Produce", error_code, message) else {
         return BatchOutcome::Failed(ProducerError::Kafka {
-            source: Arc::new(ConsumerError::Protocol {
+            source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
                 broker: String::new(),
                 reason: format!("Produce answered error code {error_code}"),
-            }),
+            })),
         });
     };
     let retriable = source.is_retriable() || error_code == code::CONCURRENT_TRANSACTIONS;

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
 use crate::producer::ProducerError;
 
 use super::accumulator::Tp;
@@ -293,7 +294,7 @@ pub(crate) fn coordinator_error(
         },
         Action::Abortable => {
             let reason = match (call, &source) {
-                (CoordinatorCall::Commit, ConsumerError::Broker { code, .. })
+                (CoordinatorCall::Commit, ConsumerError::Broker(BrokerError { code, .. }))
                     if *code == code::INVALID_TXN_STATE =>
                 {
                     "the coordinator refused the commit: it has aborted the transaction itself \
@@ -316,13 +317,13 @@ mod tests {
     use super::*;
 
     fn broker(code: i16) -> ConsumerError {
-        ConsumerError::Broker {
+        ConsumerError::Broker(BrokerError {
             api: "EndTxn",
             code,
             name: "X",
             message: None,
             retriable: false,
-        }
+        })
     }
 
     #[test]

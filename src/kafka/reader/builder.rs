@@ -98,7 +98,7 @@ impl KafkaLogReaderBuilder {
     ///
     /// - [`ConsumerError::Config`] for a `client.id` longer than 32767 bytes or security
     ///   settings that cannot be used (the key names the Java setting);
-    /// - [`ConsumerError::Authentication`] when credentials or certificates were refused;
+    /// - [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) when credentials or certificates were refused;
     /// - [`ConsumerError::Connection`] when no broker answers, and the errors of Metadata.
     ///
     /// # Cancel safety

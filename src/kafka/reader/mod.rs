@@ -31,7 +31,8 @@ use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::cluster::metadata::Leader;
 use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::codec::client_list_offsets;
-use crate::kafka::errors::{api_name, broker_error};
+use crate::kafka::error::codes::{api_name, broker_error};
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::producer::{IsolationLevel, LogRead, LogReader};
 use crate::record::ConsumerRecord;
@@ -277,13 +278,13 @@ impl KafkaLogReader {
             return Err(at(error));
         }
         let data = fetch::partition_of(response, &ask, version).ok_or_else(|| {
-            at(ConsumerError::Protocol {
+            at(ConsumerError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "the Fetch answer has no entry for partition {} of `{}`",
                     ask.partition, ask.topic
                 ),
-            })
+            }))
         })?;
         if let Some(error) = broker_error(
             api,
@@ -304,14 +305,14 @@ impl KafkaLogReader {
             Fetched::from(data),
         )
         .map_err(|error| {
-            at(ConsumerError::Protocol {
+            at(ConsumerError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "partition {} of `{}` from offset {}: {error}; the batch cannot be read, \
                      by this or any client",
                     ask.partition, ask.topic, ask.from
                 ),
-            })
+            }))
         })?;
         Ok((read, leader.node))
     }
@@ -364,12 +365,12 @@ impl KafkaLogReader {
             .flat_map(|t| &t.partitions)
             .find(|p| p.partition_index == partition)
             .ok_or_else(|| {
-                at(ConsumerError::Protocol {
+                at(ConsumerError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: format!(
                         "the ListOffsets answer has no entry for partition {partition} of `{topic}`"
                     ),
-                })
+                }))
             })?;
         if let Some(error) = broker_error(
             api_name(ApiKey::ListOffsets),
@@ -429,10 +430,10 @@ const LATEST_TIMESTAMP: i64 = -1;
 /// Whether a call may succeed after a new leader lookup or a new connection.
 fn worth_retrying(error: &ConsumerError) -> bool {
     match error {
-        ConsumerError::Connection { .. }
-        | ConsumerError::Garbled { .. }
+        ConsumerError::Connection(ConnectionError::Io { .. })
+        | ConsumerError::Protocol(ProtocolError::Garbled { .. })
         | ConsumerError::Timeout(_) => true,
-        ConsumerError::Broker { name, .. } => REFRESH_ON.contains(name),
+        ConsumerError::Broker(BrokerError { name, .. }) => REFRESH_ON.contains(name),
         _ => false,
     }
 }
@@ -451,9 +452,11 @@ mod tests {
             assert!(!worth_retrying(&broker(code)), "{code}");
         }
         assert!(worth_retrying(&ConsumerError::Timeout(Duration::ZERO)));
-        assert!(!worth_retrying(&ConsumerError::Protocol {
-            broker: "b".into(),
-            reason: "r".into()
-        }));
+        assert!(!worth_retrying(&ConsumerError::Protocol(
+            ProtocolError::Malformed {
+                broker: "b".into(),
+                reason: "r".into()
+            }
+        )));
     }
 }

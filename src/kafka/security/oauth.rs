@@ -88,7 +88,7 @@ impl OAuthToken {
 /// Where OAUTHBEARER tokens come from. Asked at every new connection and before every
 /// re-authentication, so it should cache a token until shortly before it expires.
 ///
-/// An error fails the connection with [`ConsumerError::Authentication`](crate::ConsumerError::Authentication)
+/// An error fails the connection with [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)
 /// (its text is shown, so it must not contain secrets).
 #[async_trait]
 pub trait TokenProvider: Send + Sync + fmt::Debug {

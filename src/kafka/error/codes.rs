@@ -4,6 +4,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::ApiKey;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::BrokerError;
 
 /// The name used for an error code kafka-protocol does not know.
 pub(crate) const UNKNOWN_ERROR_NAME: &str = "UNKNOWN";
@@ -20,13 +21,13 @@ pub(crate) fn broker_error(
     message: Option<String>,
 ) -> Option<ConsumerError> {
     let error = ResponseError::try_from_code(code)?;
-    Some(ConsumerError::Broker {
+    Some(ConsumerError::Broker(BrokerError {
         api,
         code,
         name: error_name(code).unwrap_or(UNKNOWN_ERROR_NAME),
         message: message.filter(|m| !m.is_empty()),
         retriable: error.is_retriable(),
-    })
+    }))
 }
 
 /// Like [`broker_error`], for the usual `(error_code, error_message)` pair of a response,
@@ -303,13 +304,13 @@ mod tests {
 
     #[test]
     fn known_code_has_kafka_name_and_flag() {
-        let Some(ConsumerError::Broker {
+        let Some(ConsumerError::Broker(BrokerError {
             api,
             code,
             name,
             message,
             retriable,
-        }) = broker_error("CreateTopics", 36, Some("Topic 'x' already exists.".into()))
+        })) = broker_error("CreateTopics", 36, Some("Topic 'x' already exists.".into()))
         else {
             panic!("expected a broker error");
         };
@@ -329,15 +330,17 @@ mod tests {
         ] {
             let error = broker_error("ShareFetch", code, None).expect("an error");
             assert!(error.is_retriable(), "{error}");
-            assert!(matches!(error, ConsumerError::Broker { name: n, .. } if n == name));
+            assert!(
+                matches!(error, ConsumerError::Broker(BrokerError { name: n, .. }) if n == name)
+            );
         }
         let error = broker_error("Metadata", -1, None).expect("an error");
         assert!(matches!(
             error,
-            ConsumerError::Broker {
+            ConsumerError::Broker(BrokerError {
                 name: "UNKNOWN_SERVER_ERROR",
                 ..
-            }
+            })
         ));
         assert!(!error.is_retriable());
     }
@@ -345,13 +348,13 @@ mod tests {
     #[test]
     fn unknown_code_is_named_unknown_and_not_retriable() {
         let error = broker_error("ShareFetch", 9999, Some(String::new())).expect("an error");
-        let ConsumerError::Broker {
+        let ConsumerError::Broker(BrokerError {
             code,
             name,
             message,
             retriable,
             ..
-        } = &error
+        }) = &error
         else {
             panic!("expected a broker error");
         };

@@ -1,0 +1,29 @@
+//! The client's errors by layer, and Kafka's error codes.
+//!
+//! What goes wrong between this crate and a broker has one of three causes, each its own
+//! type, whichever public client meets it:
+//!
+//! - [`ConnectionError`]: the connection layer. A broker could not be reached or the
+//!   connection broke (I/O), or TLS or SASL refused it (authentication).
+//! - [`BrokerError`]: the broker layer. A broker answered with an error code, carried with
+//!   Kafka's name for it and whether Kafka classes it as retriable.
+//! - [`ProtocolError`]: the protocol layer. An answer that could not be decoded, that makes
+//!   no sense, or a broker that lacks a needed API version.
+//!
+//! Each public client wraps them once: [`ConsumerError`](crate::ConsumerError) (the share
+//! consumer and the log reader) holds them as its `Connection`, `Broker` and `Protocol`
+//! variants, [`ProducerError`](crate::producer::ProducerError) and
+//! [`AdminError`](crate::AdminError) as the [`source`](std::error::Error::source) of theirs.
+//! The table of which variant each client gives for which cause is in
+//! [`ConsumerError`](crate::ConsumerError).
+//!
+//! [`codes`] maps Kafka's error codes to [`BrokerError`]s. No I/O here.
+
+mod broker;
+pub(crate) mod codes;
+mod connection;
+mod protocol;
+
+pub use self::broker::BrokerError;
+pub use self::connection::ConnectionError;
+pub use self::protocol::ProtocolError;
