@@ -1,12 +1,15 @@
 //! Share-group membership: FindCoordinator and the ShareGroupHeartbeat loop, on a connection of
 //! its own so a long-polling ShareFetch never delays a heartbeat.
 //!
-//! The loop runs as a tokio task. It joins with epoch 0 and the client-generated member id,
-//! sends the subscription when it changes, follows the coordinator, rejoins with the same
-//! member id when fenced, backs off on load and transport errors, and stops on fatal errors,
-//! which `poll` then returns. Reactions follow the Java client (`AbstractHeartbeatRequestManager`).
-//! After a heartbeat that changed the member's epoch, it describes the group on the same
-//! connection to count the members of each partition ([`sharing`]).
+//! What to send and how to take each outcome is decided by [`Member`], a
+//! state machine without I/O or clock (joins with epoch 0 and the client-generated member
+//! id, sends the subscription when it changes and again until a beat carrying it is
+//! answered, rejoins with the same member id when fenced, backs off on load and transport
+//! errors, stops on fatal errors, which `poll` then returns; reactions follow the Java
+//! client's `AbstractHeartbeatRequestManager`). The loop here, a tokio task, only finds the
+//! coordinator, sends and waits. After a heartbeat that changed the member's epoch, it
+//! describes the group on the same connection to count the members of each partition
+//! ([`sharing`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -21,84 +24,21 @@ use uuid::Uuid;
 
 use crate::consumer::ConsumerError;
 use crate::kafka::error::codes::broker_error;
-use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::net::coordinator::{GROUP, find_coordinator_address};
 
+use self::member::{Answer, GROUP_ID_NOT_FOUND, Member, Next, UNKNOWN_MEMBER_ID};
 use super::sharing::{self, Sharers, Sharing};
 
-const NOT_COORDINATOR: i16 = 16;
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const FENCED_MEMBER_EPOCH: i16 = 110;
-const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-const UNSUPPORTED_VERSION: i16 = 35;
-const GROUP_ID_NOT_FOUND: i16 = 69;
+mod member;
 
-/// A fatal heartbeat outcome, kept so every later poll can report it.
-#[derive(Debug, Clone)]
-struct Fatal {
-    code: i16,
-    message: Option<String>,
-}
-
-/// A connection the loop cannot make with the consumer's settings (refused credentials or
-/// certificates, a listener of another security protocol), kept so every later poll can
-/// report it.
-#[derive(Debug, Clone)]
-enum Refused {
-    Authentication { broker: String, reason: String },
-    Config { key: String, reason: String },
-}
-
-impl Refused {
-    /// The refusal in `error`, if it is one.
-    fn of(error: &ConsumerError) -> Option<Self> {
-        match error {
-            ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
-                Some(Self::Authentication {
-                    broker: broker.clone(),
-                    reason: reason.clone(),
-                })
-            }
-            ConsumerError::Config { key, reason } => Some(Self::Config {
-                key: key.clone(),
-                reason: reason.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    fn error(&self) -> ConsumerError {
-        match self.clone() {
-            Self::Authentication { broker, reason } => {
-                ConsumerError::Connection(ConnectionError::Authentication { broker, reason })
-            }
-            Self::Config { key, reason } => ConsumerError::Config { key, reason },
-        }
-    }
-}
-
+/// The member's state and the connection it beats on, behind the membership's lock.
 #[derive(Debug, Default)]
 struct State {
-    epoch: i32,
-    /// Assigned partitions by topic id; replaced whole by each assignment.
-    assignment: Vec<(Uuid, Vec<i32>)>,
-    /// Bumped on every assignment change, so pollers can tell.
-    assignment_version: u64,
-    subscription: Vec<String>,
-    send_subscription: bool,
-    interval: Option<Duration>,
-    fatal: Option<Fatal>,
-    /// The connection to the group was refused; the loop stopped.
-    refused: Option<Refused>,
-    /// A non-fatal error to report from the next poll (TOPIC_AUTHORIZATION_FAILED).
-    transient: Option<Fatal>,
+    /// The membership's decisions, without I/O ([`member`]).
+    member: Member,
     coordinator: Option<Connection>,
-    /// A heartbeat was sent at least once, so the broker may know this member.
-    heartbeat_sent: bool,
     /// How many members share each partition, from ShareGroupDescribe ([`sharing`]).
     sharing: Sharing,
 }
@@ -161,7 +101,8 @@ impl MembershipView {
     /// The current assignment and its version.
     pub(crate) fn assignment(&self) -> (u64, Vec<(Uuid, Vec<i32>)>) {
         let state = self.shared.lock();
-        (state.assignment_version, state.assignment.clone())
+        let (version, assignment) = state.member.assignment();
+        (version, assignment.to_vec())
     }
 
     /// How many members each partition is assigned to, as the group was last described
@@ -177,7 +118,7 @@ impl MembershipView {
         let mut notified = std::pin::pin!(notified);
         // Register before checking, so a change between the check and the wait wakes us.
         notified.as_mut().enable();
-        if self.shared.lock().assignment_version != seen {
+        if self.shared.lock().member.assignment_version() != seen {
             return;
         }
         notified.await;
@@ -211,16 +152,12 @@ impl Membership {
     }
 
     pub(crate) fn epoch(&self) -> i32 {
-        self.shared.lock().epoch
+        self.shared.lock().member.epoch()
     }
 
     /// Sets the subscription and starts (or nudges) the heartbeat loop.
     pub(crate) fn subscribe(&mut self, topics: Vec<String>) {
-        {
-            let mut state = self.shared.lock();
-            state.subscription = topics;
-            state.send_subscription = true;
-        }
+        self.shared.lock().member.subscribe(topics);
         if self.task.is_none() {
             let shared = Arc::clone(&self.shared);
             let bootstrap = Arc::clone(&self.bootstrap);
@@ -233,20 +170,12 @@ impl Membership {
     /// The refusal that stopped the loop (credentials or settings the group's brokers do
     /// not accept), if any: reported by every later poll and commit.
     pub(crate) fn refused(&self) -> Option<ConsumerError> {
-        self.shared.lock().refused.as_ref().map(Refused::error)
+        self.shared.lock().member.refused()
     }
 
     /// A fatal error of the loop, or a transient one not yet reported.
     pub(crate) fn take_error(&self) -> Option<ConsumerError> {
-        let mut state = self.shared.lock();
-        if let Some(refused) = &state.refused {
-            return Some(refused.error());
-        }
-        let reported = match &state.fatal {
-            Some(fatal) => Some(fatal.clone()),
-            None => state.transient.take(),
-        };
-        reported.map(|f| heartbeat_error(f.code, f.message))
+        self.shared.lock().member.error()
     }
 
     /// Stops the loop and sends the leave heartbeat (epoch -1), then closes the connections
@@ -255,13 +184,7 @@ impl Membership {
         let result = self.send_leave(timeout).await;
         self.close_connections();
         // Out of the group: no assignment, and a later `subscribe` joins again at epoch 0.
-        {
-            let mut state = self.shared.lock();
-            state.epoch = 0;
-            state.assignment.clear();
-            state.assignment_version = state.assignment_version.wrapping_add(1);
-            state.heartbeat_sent = false;
-        }
+        self.shared.lock().member.left();
         self.shared.changed.notify_waiters();
         result
     }
@@ -284,7 +207,7 @@ impl Membership {
         let _ = task.await;
         let (sent_any, coordinator) = {
             let mut state = self.shared.lock();
-            (state.heartbeat_sent, state.coordinator.take())
+            (state.member.heartbeat_sent(), state.coordinator.take())
         };
         if !sent_any {
             return Ok(());
@@ -306,7 +229,7 @@ impl Membership {
         let response: ShareGroupHeartbeatResponse = coordinator
             .request_with_timeout(ApiKey::ShareGroupHeartbeat, version, &request, timeout)
             .await?;
-        self.shared.lock().epoch = -1;
+        self.shared.lock().member.leave_answered();
         match response.error_code {
             // The member never made it into the group (a join was cut short): nothing to leave.
             UNKNOWN_MEMBER_ID | GROUP_ID_NOT_FOUND => Ok(()),
@@ -328,23 +251,6 @@ impl Drop for Membership {
             task.abort();
         }
     }
-}
-
-fn heartbeat_error(code: i16, message: Option<String>) -> ConsumerError {
-    if code == UNSUPPORTED_VERSION {
-        return ConsumerError::Protocol(ProtocolError::Unsupported {
-            broker: "group coordinator".to_owned(),
-            api: "ShareGroupHeartbeat",
-            wanted: "(the cluster answered UNSUPPORTED_VERSION: share groups are disabled)"
-                .to_owned(),
-        });
-    }
-    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol(
-        ProtocolError::Malformed {
-            broker: "group coordinator".to_owned(),
-            reason: "heartbeat failed without an error code".to_owned(),
-        },
-    ))
 }
 
 fn heartbeat_request(
@@ -395,70 +301,37 @@ fn log_failure(failures: u32, doing: &str, error: &ConsumerError) {
     }
 }
 
-/// For an error no retry fixes (authentication refused, a listener of another security
-/// protocol): records it for the polls, wakes them, and says the loop must stop.
-fn stop_on(shared: &Shared, error: &ConsumerError) -> bool {
-    let Some(refused) = Refused::of(error) else {
-        return false;
-    };
-    tracing::error!(error = %error, "the group cannot be reached with these settings; the consumer stops");
-    shared.lock().refused = Some(refused);
-    shared.changed.notify_waiters();
-    true
-}
-
 async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
-    let mut backoff = Duration::from_millis(100);
-    let mut failures: u32 = 0;
     loop {
-        let coordinator = {
-            let existing = shared.lock().coordinator.clone();
-            match existing {
-                Some(c) if !c.is_closed() => c,
-                _ => {
-                    let found = match bootstrap.get().await {
-                        Ok(via) => {
-                            find_coordinator(&shared.group_id, &via, bootstrap.config()).await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    match found {
-                        Ok(c) => {
-                            shared.lock().coordinator = Some(c.clone());
-                            c
-                        }
-                        // GROUP_AUTHORIZATION_FAILED and the like: Java gives up, so do we.
-                        Err(ConsumerError::Broker(BrokerError {
-                            code,
-                            message,
-                            retriable: false,
-                            ..
-                        })) => {
-                            tracing::error!(code, ?message, "coordinator lookup failed fatally");
-                            shared.lock().fatal = Some(Fatal { code, message });
-                            shared.changed.notify_waiters();
+        let existing = shared.lock().coordinator.clone();
+        let coordinator = match existing {
+            Some(c) if !c.is_closed() => c,
+            _ => {
+                let found = match bootstrap.get().await {
+                    Ok(via) => find_coordinator(&shared.group_id, &via, bootstrap.config()).await,
+                    Err(e) => Err(e),
+                };
+                match found {
+                    Ok(c) => {
+                        shared.lock().coordinator = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        let (next, failures) = {
+                            let mut state = shared.lock();
+                            (state.member.lookup_failed(&e), state.member.failures())
+                        };
+                        if !pause(&shared, next, failures, "the group coordinator lookup", &e).await
+                        {
                             return;
                         }
-                        Err(e) if stop_on(&shared, &e) => return,
-                        Err(e) => {
-                            failures = failures.saturating_add(1);
-                            log_failure(failures, "the group coordinator lookup", &e);
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(1));
-                            continue;
-                        }
+                        continue;
                     }
                 }
             }
         };
-        let (epoch, subscription) = {
-            let mut state = shared.lock();
-            let send = state.epoch == 0 || state.send_subscription;
-            state.send_subscription = false;
-            state.heartbeat_sent = true;
-            (state.epoch, send.then(|| state.subscription.clone()))
-        };
-        let request = heartbeat_request(&shared, epoch, subscription.clone());
+        let beat = shared.lock().member.beat();
+        let request = heartbeat_request(&shared, beat.epoch, beat.subscription.clone());
         let result = match coordinator.negotiate(
             ApiKey::ShareGroupHeartbeat,
             ShareGroupHeartbeatRequest::VERSIONS,
@@ -476,93 +349,49 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
         };
         let response = match result {
             Ok(r) => r,
-            Err(e @ ConsumerError::Protocol(ProtocolError::Unsupported { .. })) => {
-                tracing::error!(error = %e, "share groups unsupported");
-                shared.lock().fatal = Some(Fatal {
-                    code: UNSUPPORTED_VERSION,
-                    message: Some(e.to_string()),
-                });
-                shared.changed.notify_waiters();
-                return;
-            }
-            Err(e) if stop_on(&shared, &e) => return,
             Err(e) => {
-                failures = failures.saturating_add(1);
-                log_failure(failures, "the share-group heartbeat", &e);
-                {
+                let (next, failures) = {
                     let mut state = shared.lock();
-                    state.coordinator = None;
-                    if subscription.is_some() {
-                        state.send_subscription = true;
+                    let taken = state.member.beat_failed(&beat, &e);
+                    if taken.lost_coordinator {
+                        state.coordinator = None;
                     }
+                    (taken.next, state.member.failures())
+                };
+                if !pause(&shared, next, failures, "the share-group heartbeat", &e).await {
+                    return;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
-        let interval = {
-            let mut state = shared.lock();
-            let message = response.error_message.map(|m| m.to_string());
-            match response.error_code {
-                0 => {
-                    failures = 0;
-                    backoff = Duration::from_millis(100);
-                    state.epoch = response.member_epoch;
-                    if response.heartbeat_interval_ms > 0 {
-                        state.interval =
-                            Some(Duration::from_millis(response.heartbeat_interval_ms as u64));
-                    }
-                    if let Some(assignment) = response.assignment {
-                        state.assignment = assignment
-                            .topic_partitions
-                            .into_iter()
-                            .map(|tp| (tp.topic_id, tp.partitions))
-                            .collect();
-                        state.assignment_version += 1;
-                        tracing::debug!(assignment = ?state.assignment, epoch = state.epoch, "assignment received");
-                    }
-                    Some(state.interval.unwrap_or(Duration::from_secs(5)))
-                }
-                NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE => {
-                    state.coordinator = None;
-                    state.send_subscription |= subscription.is_some();
-                    Some(Duration::from_millis(50))
-                }
-                COORDINATOR_LOAD_IN_PROGRESS => {
-                    state.send_subscription |= subscription.is_some();
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    Some(backoff)
-                }
-                FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID => {
-                    tracing::info!(
-                        code = response.error_code,
-                        "fenced; rejoining with the same member id"
-                    );
-                    state.epoch = 0;
-                    state.assignment.clear();
-                    state.assignment_version += 1;
-                    Some(Duration::ZERO)
-                }
-                TOPIC_AUTHORIZATION_FAILED => {
-                    state.transient = Some(Fatal {
-                        code: response.error_code,
-                        message,
-                    });
-                    Some(state.interval.unwrap_or(Duration::from_secs(5)))
-                }
-                code => {
-                    tracing::error!(code, ?message, "fatal heartbeat error; the consumer stops");
-                    state.fatal = Some(Fatal { code, message });
-                    None
-                }
-            }
+        let answer = Answer {
+            code: response.error_code,
+            message: response.error_message.map(|m| m.to_string()),
+            epoch: response.member_epoch,
+            interval_ms: response.heartbeat_interval_ms,
+            assignment: response.assignment.map(|a| {
+                a.topic_partitions
+                    .into_iter()
+                    .map(|tp| (tp.topic_id, tp.partitions))
+                    .collect()
+            }),
         };
-        let Some(interval) = interval else {
+        let (taken, epoch) = {
+            let mut state = shared.lock();
+            let assigned = answer.assignment.is_some();
+            let taken = state.member.answered(&beat, answer);
+            if taken.lost_coordinator {
+                state.coordinator = None;
+            }
+            if assigned {
+                tracing::debug!(assignment = ?state.member.assignment().1, epoch = state.member.epoch(), "assignment received");
+            }
+            (taken, state.member.epoch())
+        };
+        let Next::Wait(interval) = taken.next else {
             shared.changed.notify_waiters();
             return;
         };
-        let epoch = shared.lock().epoch;
         let now = tokio::time::Instant::now();
         if response.error_code == 0 && shared.lock().sharing.wanted(epoch, now) {
             // Bounded by the heartbeat interval, so the next heartbeat is not held up long.
@@ -573,6 +402,28 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
         shared.changed.notify_waiters();
         if !interval.is_zero() {
             let _ = tokio::time::timeout(interval, shared.wake.notified()).await;
+        }
+    }
+}
+
+/// After a failed lookup or heartbeat: logs it, wakes the pollers when the member stopped
+/// (they report its error), else waits `next`'s pause. False when the loop must stop.
+async fn pause(
+    shared: &Shared,
+    next: Next,
+    failures: u32,
+    doing: &str,
+    error: &ConsumerError,
+) -> bool {
+    match next {
+        Next::Stop => {
+            shared.changed.notify_waiters();
+            false
+        }
+        Next::Wait(pause) => {
+            log_failure(failures, doing, error);
+            tokio::time::sleep(pause).await;
+            true
         }
     }
 }

@@ -1,0 +1,675 @@
+//! [`Member`]: the share-group membership as a state machine without I/O or clock.
+//!
+//! It decides what the next ShareGroupHeartbeat carries (epoch, subscription), how to take
+//! each outcome (an answer with its error code, a failed lookup or request), and how long to
+//! wait before the next beat, following the Java client's `AbstractHeartbeatRequestManager`
+//! and `ShareMembershipManager`. The loop in [`super`] only does what it says: find the
+//! coordinator, send, sleep. Tested on its own, with property tests over arbitrary outcomes.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::consumer::ConsumerError;
+use crate::kafka::error::codes::broker_error;
+use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
+
+pub(super) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+pub(super) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub(super) const NOT_COORDINATOR: i16 = 16;
+pub(super) const UNKNOWN_MEMBER_ID: i16 = 25;
+pub(super) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub(super) const UNSUPPORTED_VERSION: i16 = 35;
+pub(super) const GROUP_ID_NOT_FOUND: i16 = 69;
+pub(super) const FENCED_MEMBER_EPOCH: i16 = 110;
+
+/// The first pause after a failure; it doubles per failure in a row up to [`BACKOFF_MAX`].
+pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest pause after failures.
+pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The pause before asking again after NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE.
+pub(super) const COORDINATOR_MOVED_PAUSE: Duration = Duration::from_millis(50);
+/// The heartbeat interval until the coordinator gives one.
+pub(super) const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// An error code that ends the membership, kept so every later poll can report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CodeError {
+    code: i16,
+    message: Option<String>,
+}
+
+/// A connection the member cannot make with the consumer's settings (refused credentials
+/// or certificates, a listener of another security protocol), kept so every later poll can
+/// report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refused {
+    Authentication { broker: String, reason: String },
+    Config { key: String, reason: String },
+}
+
+impl Refused {
+    /// The refusal in `error`, if it is one.
+    fn of(error: &ConsumerError) -> Option<Self> {
+        match error {
+            ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
+                Some(Self::Authentication {
+                    broker: broker.clone(),
+                    reason: reason.clone(),
+                })
+            }
+            ConsumerError::Config { key, reason } => Some(Self::Config {
+                key: key.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn error(&self) -> ConsumerError {
+        match self.clone() {
+            Self::Authentication { broker, reason } => {
+                ConsumerError::Connection(ConnectionError::Authentication { broker, reason })
+            }
+            Self::Config { key, reason } => ConsumerError::Config { key, reason },
+        }
+    }
+}
+
+/// What the loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Waits this long (or until woken by a subscription change), then beats again.
+    Wait(Duration),
+    /// Stops: the member's error is final ([`Member::error`]).
+    Stop,
+}
+
+/// One heartbeat to send: the member's epoch, and the subscription when it must go along.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Beat {
+    /// The member epoch: 0 to join, the coordinator's last one after.
+    pub(crate) epoch: i32,
+    /// The subscribed topics, sent when joining and after each change.
+    pub(crate) subscription: Option<Vec<String>>,
+}
+
+/// The parts of a ShareGroupHeartbeat answer the member takes in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// The error code, 0 for none.
+    pub(crate) code: i16,
+    /// The broker's error message.
+    pub(crate) message: Option<String>,
+    /// The member's epoch as the coordinator gives it.
+    pub(crate) epoch: i32,
+    /// The heartbeat interval in milliseconds (0 or less: unchanged).
+    pub(crate) interval_ms: i32,
+    /// A new assignment (topic id, partitions), when the coordinator sent one.
+    pub(crate) assignment: Option<Vec<(Uuid, Vec<i32>)>>,
+}
+
+/// What an answer did, besides the next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    /// What the loop does next.
+    pub(crate) next: Next,
+    /// The coordinator moved: forget its connection and look it up again.
+    pub(crate) lost_coordinator: bool,
+}
+
+/// The membership of one share consumer, without I/O: see the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Member {
+    epoch: i32,
+    /// Assigned partitions by topic id; replaced whole by each assignment.
+    assignment: Vec<(Uuid, Vec<i32>)>,
+    /// Bumped on every change of the assignment, so pollers can tell.
+    assignment_version: u64,
+    subscription: Vec<String>,
+    /// The subscription changed (or its last beat failed) and goes with the next beat.
+    send_subscription: bool,
+    interval: Option<Duration>,
+    /// A heartbeat was sent at least once, so the broker may know this member.
+    heartbeat_sent: bool,
+    /// Failures in a row (lookups and heartbeats), for the backoff and the log.
+    failures: u32,
+    backoff: Option<Duration>,
+    fatal: Option<CodeError>,
+    refused: Option<Refused>,
+    /// A non-fatal error to report from the next poll (TOPIC_AUTHORIZATION_FAILED).
+    transient: Option<CodeError>,
+}
+
+impl Member {
+    /// The member's epoch (0 before it joined, -1 after it left).
+    pub(crate) fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// The current assignment and its version.
+    pub(crate) fn assignment(&self) -> (u64, &[(Uuid, Vec<i32>)]) {
+        (self.assignment_version, &self.assignment)
+    }
+
+    /// The assignment's version, bumped on every change.
+    pub(crate) fn assignment_version(&self) -> u64 {
+        self.assignment_version
+    }
+
+    /// Failures in a row, for the log.
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Whether a heartbeat was ever sent, so that leaving needs one.
+    pub(crate) fn heartbeat_sent(&self) -> bool {
+        self.heartbeat_sent
+    }
+
+    /// Sets the subscription; it goes with the next beat.
+    pub(crate) fn subscribe(&mut self, topics: Vec<String>) {
+        self.subscription = topics;
+        self.send_subscription = true;
+    }
+
+    /// The next heartbeat. The subscription goes along when joining (epoch 0) and after a
+    /// change.
+    pub(crate) fn beat(&mut self) -> Beat {
+        let send = self.epoch == 0 || self.send_subscription;
+        self.send_subscription = false;
+        self.heartbeat_sent = true;
+        Beat {
+            epoch: self.epoch,
+            subscription: send.then(|| self.subscription.clone()),
+        }
+    }
+
+    /// The coordinator could not be found or connected to. A broker error no retry fixes
+    /// (GROUP_AUTHORIZATION_FAILED, for one) and refused settings stop the member, as in
+    /// Java; anything else is tried again after the backoff.
+    pub(crate) fn lookup_failed(&mut self, error: &ConsumerError) -> Next {
+        if let ConsumerError::Broker(BrokerError {
+            code,
+            message,
+            retriable: false,
+            ..
+        }) = error
+        {
+            tracing::error!(code, ?message, "coordinator lookup failed fatally");
+            return self.stop(*code, message.clone());
+        }
+        self.failed(error)
+    }
+
+    /// The heartbeat `beat` got no answer (the connection failed, or the answer could not
+    /// be read). A cluster without share groups and refused settings stop the member;
+    /// anything else is tried again after the backoff, on a coordinator looked up again,
+    /// with the subscription if `beat` carried it.
+    pub(crate) fn beat_failed(&mut self, beat: &Beat, error: &ConsumerError) -> Taken {
+        let next = if let ConsumerError::Protocol(ProtocolError::Unsupported { .. }) = error {
+            tracing::error!(error = %error, "share groups unsupported");
+            self.stop(UNSUPPORTED_VERSION, Some(error.to_string()))
+        } else {
+            self.send_subscription |= beat.subscription.is_some();
+            self.failed(error)
+        };
+        Taken {
+            next,
+            lost_coordinator: true,
+        }
+    }
+
+    /// Takes in the answer to `beat`.
+    pub(crate) fn answered(&mut self, beat: &Beat, answer: Answer) -> Taken {
+        let carried = beat.subscription.is_some();
+        let mut lost_coordinator = false;
+        let next = match answer.code {
+            0 => {
+                self.failures = 0;
+                self.backoff = None;
+                self.epoch = answer.epoch;
+                if answer.interval_ms > 0 {
+                    self.interval = Some(Duration::from_millis(
+                        answer.interval_ms.unsigned_abs().into(),
+                    ));
+                }
+                if let Some(assignment) = answer.assignment {
+                    self.assignment = assignment;
+                    self.bump();
+                }
+                Next::Wait(self.interval())
+            }
+            NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE => {
+                lost_coordinator = true;
+                self.send_subscription |= carried;
+                Next::Wait(COORDINATOR_MOVED_PAUSE)
+            }
+            COORDINATOR_LOAD_IN_PROGRESS => {
+                self.send_subscription |= carried;
+                Next::Wait(self.next_backoff())
+            }
+            FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID => {
+                tracing::info!(
+                    code = answer.code,
+                    "fenced; rejoining with the same member id"
+                );
+                self.epoch = 0;
+                self.assignment.clear();
+                self.bump();
+                Next::Wait(Duration::ZERO)
+            }
+            TOPIC_AUTHORIZATION_FAILED => {
+                // The coordinator took nothing of this beat: the subscription goes again.
+                self.send_subscription |= carried;
+                self.transient = Some(CodeError {
+                    code: answer.code,
+                    message: answer.message,
+                });
+                Next::Wait(self.interval())
+            }
+            code => {
+                tracing::error!(code, message = ?answer.message, "fatal heartbeat error; the consumer stops");
+                self.stop(code, answer.message)
+            }
+        };
+        Taken {
+            next,
+            lost_coordinator,
+        }
+    }
+
+    /// Out of the group: no assignment, epoch 0 (a later subscription joins again).
+    pub(crate) fn left(&mut self) {
+        self.epoch = 0;
+        self.assignment.clear();
+        self.bump();
+        self.heartbeat_sent = false;
+    }
+
+    /// Marks the leave heartbeat as answered.
+    pub(crate) fn leave_answered(&mut self) {
+        self.epoch = -1;
+    }
+
+    /// The refusal that stopped the member (credentials or settings the group's brokers do
+    /// not accept), if any: reported by every later poll and commit.
+    pub(crate) fn refused(&self) -> Option<ConsumerError> {
+        self.refused.as_ref().map(Refused::error)
+    }
+
+    /// The error a poll reports: the refusal or fatal error that stopped the member (every
+    /// time), else a transient one not reported yet (once).
+    pub(crate) fn error(&mut self) -> Option<ConsumerError> {
+        if let Some(refused) = &self.refused {
+            return Some(refused.error());
+        }
+        let reported = match &self.fatal {
+            Some(fatal) => Some(fatal.clone()),
+            None => self.transient.take(),
+        };
+        reported.map(|f| heartbeat_error(f.code, f.message))
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval.unwrap_or(DEFAULT_INTERVAL)
+    }
+
+    fn bump(&mut self) {
+        self.assignment_version = self.assignment_version.wrapping_add(1);
+    }
+
+    fn failed(&mut self, error: &ConsumerError) -> Next {
+        if let Some(refused) = Refused::of(error) {
+            tracing::error!(error = %error, "the group cannot be reached with these settings; the consumer stops");
+            self.refused = Some(refused);
+            return Next::Stop;
+        }
+        self.failures = self.failures.saturating_add(1);
+        Next::Wait(self.next_backoff())
+    }
+
+    /// The pause after one more failure in a row: [`BACKOFF_MIN`], doubling to
+    /// [`BACKOFF_MAX`].
+    fn next_backoff(&mut self) -> Duration {
+        let pause = self.backoff.unwrap_or(BACKOFF_MIN);
+        self.backoff = Some(pause.saturating_mul(2).min(BACKOFF_MAX));
+        pause
+    }
+
+    fn stop(&mut self, code: i16, message: Option<String>) -> Next {
+        self.fatal = Some(CodeError { code, message });
+        Next::Stop
+    }
+}
+
+/// The error of a heartbeat's `code`: UNSUPPORTED_VERSION as a cluster without share
+/// groups, any other as the broker's error.
+pub(super) fn heartbeat_error(code: i16, message: Option<String>) -> ConsumerError {
+    if code == UNSUPPORTED_VERSION {
+        return ConsumerError::Protocol(ProtocolError::Unsupported {
+            broker: "group coordinator".to_owned(),
+            api: "ShareGroupHeartbeat",
+            wanted: "(the cluster answered UNSUPPORTED_VERSION: share groups are disabled)"
+                .to_owned(),
+        });
+    }
+    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol(
+        ProtocolError::Malformed {
+            broker: "group coordinator".to_owned(),
+            reason: "heartbeat failed without an error code".to_owned(),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn io() -> ConsumerError {
+        ConsumerError::Connection(ConnectionError::Io {
+            broker: "k:9092".to_owned(),
+            source: std::io::ErrorKind::ConnectionReset.into(),
+        })
+    }
+
+    fn refused() -> ConsumerError {
+        ConsumerError::Connection(ConnectionError::Authentication {
+            broker: "k:9093".to_owned(),
+            reason: "SASL refused".to_owned(),
+        })
+    }
+
+    fn ok(epoch: i32, assignment: Option<Vec<(Uuid, Vec<i32>)>>) -> Answer {
+        Answer {
+            epoch,
+            interval_ms: 3000,
+            assignment,
+            ..Answer::default()
+        }
+    }
+
+    fn code(code: i16) -> Answer {
+        Answer {
+            code,
+            message: Some(format!("code {code}")),
+            ..Answer::default()
+        }
+    }
+
+    #[test]
+    fn joins_with_the_subscription_then_beats_with_the_coordinators_epoch() {
+        let mut m = Member::default();
+        m.subscribe(vec!["t".to_owned()]);
+        let join = m.beat();
+        assert_eq!(join.epoch, 0);
+        assert_eq!(join.subscription.as_deref(), Some(&["t".to_owned()][..]));
+        let topic = Uuid::new_v4();
+        let taken = m.answered(&join, ok(4, Some(vec![(topic, vec![0, 1])])));
+        assert_eq!(taken.next, Next::Wait(Duration::from_secs(3)));
+        assert!(!taken.lost_coordinator);
+        assert_eq!(m.assignment(), (1, &[(topic, vec![0, 1])][..]));
+        let next = m.beat();
+        assert_eq!((next.epoch, next.subscription), (4, None));
+    }
+
+    #[test]
+    fn a_fenced_member_rejoins_at_epoch_zero_with_nothing_assigned() {
+        let mut m = Member::default();
+        m.subscribe(vec!["t".to_owned()]);
+        let beat = m.beat();
+        m.answered(&beat, ok(7, Some(vec![(Uuid::new_v4(), vec![0])])));
+        let beat = m.beat();
+        let taken = m.answered(&beat, code(FENCED_MEMBER_EPOCH));
+        assert_eq!(taken.next, Next::Wait(Duration::ZERO));
+        assert_eq!(m.assignment(), (2, &[][..]));
+        let rejoin = m.beat();
+        assert_eq!(rejoin.epoch, 0);
+        assert!(rejoin.subscription.is_some());
+        assert!(m.error().is_none());
+    }
+
+    #[test]
+    fn a_subscription_refused_for_authorization_is_reported_once_and_sent_again() {
+        let mut m = Member::default();
+        m.subscribe(vec!["denied".to_owned()]);
+        let beat = m.beat();
+        m.answered(&beat, ok(1, None));
+        m.subscribe(vec!["denied".to_owned(), "other".to_owned()]);
+        let beat = m.beat();
+        assert!(beat.subscription.is_some());
+        let taken = m.answered(&beat, code(TOPIC_AUTHORIZATION_FAILED));
+        assert!(matches!(taken.next, Next::Wait(_)));
+        let error = m.error().expect("reported");
+        assert_eq!(error.broker_error().map(|e| e.code), Some(29));
+        assert!(m.error().is_none(), "reported once");
+        assert!(m.beat().subscription.is_some(), "sent again");
+    }
+
+    #[test]
+    fn failures_back_off_doubling_to_a_second_and_start_over_after_an_answer() {
+        let mut m = Member::default();
+        let waits: Vec<Next> = (0..6).map(|_| m.lookup_failed(&io())).collect();
+        let ms = |n| Next::Wait(Duration::from_millis(n));
+        assert_eq!(
+            waits,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        assert_eq!(m.failures(), 6);
+        let beat = m.beat();
+        m.answered(&beat, ok(1, None));
+        assert_eq!(m.failures(), 0);
+        let beat = m.beat();
+        assert_eq!(m.beat_failed(&beat, &io()).next, ms(100));
+    }
+
+    #[test]
+    fn refused_settings_and_fatal_codes_stop_the_member_for_good() {
+        let mut m = Member::default();
+        assert_eq!(m.lookup_failed(&refused()), Next::Stop);
+        assert!(m.refused().is_some_and(|e| e.is_authentication()));
+        assert!(m.error().is_some_and(|e| e.is_authentication()));
+        assert!(m.error().is_some(), "every poll reports it");
+
+        let mut m = Member::default();
+        let denied = ConsumerError::Broker(BrokerError {
+            api: "FindCoordinator",
+            code: 30,
+            name: "GROUP_AUTHORIZATION_FAILED",
+            message: None,
+            retriable: false,
+        });
+        assert_eq!(m.lookup_failed(&denied), Next::Stop);
+        assert_eq!(
+            m.error().and_then(|e| e.broker_error().map(|b| b.code)),
+            Some(30)
+        );
+
+        let mut m = Member::default();
+        let beat = m.beat();
+        let unsupported = ConsumerError::Protocol(ProtocolError::Unsupported {
+            broker: "k:9092".to_owned(),
+            api: "ShareGroupHeartbeat",
+            wanted: "v1".to_owned(),
+        });
+        assert_eq!(m.beat_failed(&beat, &unsupported).next, Next::Stop);
+        assert!(matches!(
+            m.error(),
+            Some(ConsumerError::Protocol(ProtocolError::Unsupported { .. }))
+        ));
+    }
+
+    #[test]
+    fn leaving_forgets_the_assignment_and_a_later_subscription_joins_again() {
+        let mut m = Member::default();
+        m.subscribe(vec!["t".to_owned()]);
+        let beat = m.beat();
+        m.answered(&beat, ok(3, Some(vec![(Uuid::new_v4(), vec![0])])));
+        assert!(m.heartbeat_sent());
+        m.left();
+        assert!(!m.heartbeat_sent());
+        assert_eq!(m.assignment().1, &[][..]);
+        m.subscribe(vec!["t".to_owned()]);
+        assert_eq!(m.beat().epoch, 0);
+    }
+
+    /// What can happen to a member, in any order.
+    #[derive(Debug, Clone)]
+    enum Event {
+        Subscribe(u8),
+        LookupIo,
+        LookupRetriableCode,
+        Beat(Outcome),
+    }
+
+    /// The outcome of one heartbeat.
+    #[derive(Debug, Clone)]
+    enum Outcome {
+        Ok {
+            epoch: i32,
+            interval_ms: i32,
+            assign: Option<u8>,
+        },
+        Code(i16),
+        Io,
+        Garbled,
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            4 => (1..50i32, -5..10_000i32, proptest::option::of(0..4u8))
+                .prop_map(|(epoch, interval_ms, assign)| Outcome::Ok { epoch, interval_ms, assign }),
+            3 => prop::sample::select(vec![
+                NOT_COORDINATOR,
+                COORDINATOR_NOT_AVAILABLE,
+                COORDINATOR_LOAD_IN_PROGRESS,
+                FENCED_MEMBER_EPOCH,
+                UNKNOWN_MEMBER_ID,
+                TOPIC_AUTHORIZATION_FAILED,
+            ])
+            .prop_map(Outcome::Code),
+            1 => prop::sample::select(vec![42i16, 30, 69, -1]).prop_map(Outcome::Code),
+            1 => Just(Outcome::Io),
+            1 => Just(Outcome::Garbled),
+        ]
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            1 => (0..3u8).prop_map(Event::Subscribe),
+            1 => Just(Event::LookupIo),
+            1 => Just(Event::LookupRetriableCode),
+            6 => outcome().prop_map(Event::Beat),
+        ]
+    }
+
+    proptest! {
+        /// Over any run of outcomes: the subscription is owed until a beat carrying it was
+        /// answered (and goes with every beat while owed, and with every join); each beat
+        /// carries the coordinator's last epoch, or 0 after a fence; pauses after failures
+        /// stay within the backoff's bounds and never shrink until an answer; the
+        /// assignment's version changes whenever the assignment does; a stop is final.
+        #[test]
+        fn the_member_never_loses_its_subscription_and_backs_off_within_bounds(
+            events in proptest::collection::vec(event(), 1..60),
+        ) {
+            let mut m = Member::default();
+            let mut owed = false;
+            let mut epoch = 0;
+            let mut last_failure_pause: Option<Duration> = None;
+            let mut seen = m.assignment().0;
+            let mut seen_assignment: Vec<(Uuid, Vec<i32>)> = Vec::new();
+            let topics: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
+            let mut stopped = false;
+            for event in events {
+                if stopped {
+                    break;
+                }
+                let (next, failure) = match event {
+                    Event::Subscribe(n) => {
+                        m.subscribe((0..n).map(|i| format!("t{i}")).collect());
+                        owed = true;
+                        continue;
+                    }
+                    Event::LookupIo => (m.lookup_failed(&io()), true),
+                    Event::LookupRetriableCode => (m.lookup_failed(&ConsumerError::Broker(BrokerError {
+                        api: "FindCoordinator",
+                        code: COORDINATOR_NOT_AVAILABLE,
+                        name: "COORDINATOR_NOT_AVAILABLE",
+                        message: None,
+                        retriable: true,
+                    })), true),
+                    Event::Beat(outcome) => {
+                        let beat = m.beat();
+                        prop_assert_eq!(beat.epoch, epoch);
+                        if owed || epoch == 0 {
+                            prop_assert!(beat.subscription.is_some(), "owed subscription not sent");
+                        }
+                        match outcome {
+                            Outcome::Ok { epoch: e, interval_ms, assign } => {
+                                let assignment = assign.map(|n| {
+                                    topics.iter().take(n.into()).map(|t| (*t, vec![0, 1])).collect()
+                                });
+                                let taken = m.answered(&beat, Answer { epoch: e, interval_ms, assignment, ..Answer::default() });
+                                epoch = e;
+                                if beat.subscription.is_some() {
+                                    owed = false;
+                                }
+                                last_failure_pause = None;
+                                prop_assert!(matches!(taken.next, Next::Wait(d) if d > Duration::ZERO));
+                                (taken.next, false)
+                            }
+                            Outcome::Code(c) => {
+                                let taken = m.answered(&beat, Answer { code: c, ..Answer::default() });
+                                if matches!(c, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) {
+                                    epoch = 0;
+                                    prop_assert!(m.assignment().1.is_empty());
+                                }
+                                prop_assert_eq!(taken.lost_coordinator, matches!(c, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE));
+                                if c == TOPIC_AUTHORIZATION_FAILED {
+                                    prop_assert!(m.error().is_some_and(|e| e.broker_error().is_some_and(|b| b.code == c)));
+                                }
+                                (taken.next, c == COORDINATOR_LOAD_IN_PROGRESS)
+                            }
+                            Outcome::Io | Outcome::Garbled => {
+                                let error = if matches!(outcome, Outcome::Io) {
+                                    io()
+                                } else {
+                                    ConsumerError::Protocol(ProtocolError::Garbled {
+                                        broker: "k:9092".to_owned(),
+                                        api: "ShareGroupHeartbeat",
+                                        source: "bad frame".into(),
+                                    })
+                                };
+                                let taken = m.beat_failed(&beat, &error);
+                                prop_assert!(taken.lost_coordinator);
+                                (taken.next, true)
+                            }
+                        }
+                    }
+                };
+                if let (true, Next::Wait(pause)) = (failure, next) {
+                    prop_assert!((BACKOFF_MIN..=BACKOFF_MAX).contains(&pause));
+                    if let Some(last) = last_failure_pause {
+                        prop_assert!(pause >= last, "the backoff shrank");
+                    }
+                    last_failure_pause = Some(pause);
+                }
+                let (version, assignment) = m.assignment();
+                if assignment != seen_assignment.as_slice() {
+                    prop_assert_ne!(version, seen, "the assignment changed under the same version");
+                }
+                seen = version;
+                seen_assignment = assignment.to_vec();
+                if next == Next::Stop {
+                    stopped = true;
+                    let first = m.error().map(|e| e.to_string());
+                    prop_assert!(first.is_some(), "stopped without an error");
+                    prop_assert_eq!(m.error().map(|e| e.to_string()), first, "the error is final");
+                }
+            }
+        }
+    }
+}
