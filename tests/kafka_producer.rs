@@ -447,13 +447,75 @@ async fn batches_grow_no_larger_than_the_topic_takes() {
         .create_topic_with(&name, 1, 1, &[("max.message.bytes", "65536")])
         .await
         .expect("create topic");
-    let producer = KafkaProducer::connect(KafkaProducerConfig::new(&bootstrap))
+    burst_of_1000_reaches_a_64_kib_topic(&bootstrap, &name).await;
+}
+
+#[tokio::test]
+async fn a_batch_refused_as_too_large_is_split_when_the_topic_limit_cannot_be_read() {
+    // As above, but an ACL denies DESCRIBE_CONFIGS on the topic: the producer cannot read
+    // its max.message.bytes, its grown batches are refused with MESSAGE_TOO_LARGE, and it
+    // splits them and sends them again (Java's splitAndReenqueue): every record arrives, in
+    // order. Needs the broker's ACL authorizer (`KAFKA_ACLS=1`).
+    let Some(bootstrap) =
+        support::bootstrap("a_batch_refused_as_too_large_is_split_when_the_topic_limit")
+    else {
+        return;
+    };
+    assert_eq!(
+        std::env::var("KAFKA_ACLS").ok().as_deref(),
+        Some("1"),
+        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
+         and export what `scripts/kafka.sh env` prints"
+    );
+    let name = support::unique("producer-topic-max-denied");
+    let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
+    admin
+        .create_topic_with(&name, 1, 1, &[("max.message.bytes", "65536")])
+        .await
+        .expect("create topic");
+    // Once a topic has an ACL the open default no longer applies to it: allow everything,
+    // then deny the plaintext listener's principal DESCRIBE_CONFIGS (a DENY wins).
+    support::acls(
+        &bootstrap,
+        &[
+            "--allow-principal",
+            "User:*",
+            "--operation",
+            "All",
+            "--topic",
+            &name,
+        ],
+    );
+    support::acls(
+        &bootstrap,
+        &[
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "DescribeConfigs",
+            "--topic",
+            &name,
+        ],
+    );
+    let denied = admin.topic_config(&name).await.expect_err("configs denied");
+    assert_eq!(
+        denied.broker_error().map(|e| e.name),
+        Some("TOPIC_AUTHORIZATION_FAILED"),
+        "{denied:?}"
+    );
+    burst_of_1000_reaches_a_64_kib_topic(&bootstrap, &name).await;
+}
+
+/// Sends 1,000 records of 1 KiB at once to partition 0 of `name` (whose `max.message.bytes`
+/// is 64 KiB) and checks that each arrived once, in order.
+async fn burst_of_1000_reaches_a_64_kib_topic(bootstrap: &str, name: &str) {
+    let producer = KafkaProducer::connect(KafkaProducerConfig::new(bootstrap))
         .await
         .expect("connect");
     let payload = "x".repeat(1024);
     let mut futures = Vec::new();
     for i in 0..1000 {
-        let record = ProducerRecord::new(name.as_str())
+        let record = ProducerRecord::new(name)
             .partition(0)
             .value(format!("{i}:{payload}"));
         futures.push(producer.send(record).expect("queued"));
@@ -461,7 +523,24 @@ async fn batches_grow_no_larger_than_the_topic_takes() {
     producer.flush().await.expect("flush");
     for (i, f) in futures.into_iter().enumerate() {
         f.await
-            .unwrap_or_else(|e| panic!("record {i} delivered: {e}"));
+            .unwrap_or_else(|e| panic!("record {i} delivered: {e:?}"));
     }
-    assert_eq!(read_all(&bootstrap, &name, 0).await.len(), 1000);
+    let read: Vec<usize> = read_all(bootstrap, name, 0)
+        .await
+        .iter()
+        .map(|r| {
+            let value = r.record.value.as_deref().unwrap_or_default();
+            let text = String::from_utf8_lossy(value);
+            text.split(':')
+                .next()
+                .unwrap_or_default()
+                .parse()
+                .expect("index")
+        })
+        .collect();
+    assert_eq!(
+        read,
+        (0..1000).collect::<Vec<_>>(),
+        "each record once, in order"
+    );
 }

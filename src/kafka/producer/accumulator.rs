@@ -162,6 +162,10 @@ pub(crate) enum BatchOutcome {
     OutOfOrder(ProducerError),
     /// UNKNOWN_PRODUCER_ID.
     UnknownProducer(ProducerError),
+    /// MESSAGE_TOO_LARGE: the batch is larger than the topic takes. A batch of several
+    /// records is split and sent again, as Java's `splitAndReenqueue`; a single record
+    /// fails like [`BatchOutcome::Failed`].
+    TooLarge(ProducerError),
     /// Not written, and never will be (rejected).
     Failed(ProducerError),
 }
@@ -558,6 +562,17 @@ impl Accumulator {
             return (done, effects);
         };
         let earlier_unconfirmed = position > 0;
+        let outcome = match outcome {
+            BatchOutcome::TooLarge(error)
+                if state
+                    .unacked
+                    .get(position)
+                    .is_none_or(|b| b.records.len() < 2) =>
+            {
+                BatchOutcome::Failed(error)
+            }
+            other => other,
+        };
         let after_gap = |batch: &Batch, gap_at: Option<i32>| matches!((batch.sequence, gap_at), (Some(s), Some(g)) if s > g);
         match outcome {
             BatchOutcome::Written {
@@ -615,6 +630,36 @@ impl Accumulator {
                     retry_or_expire(batch, error, false, now, &config);
                 }
                 effects.gap = true;
+            }
+            BatchOutcome::TooLarge(error) => {
+                if let Some(mut batch) = state.unacked.remove(position) {
+                    tracing::debug!(
+                        topic = %tp.0,
+                        partition = tp.1,
+                        records = batch.records.len(),
+                        bytes = batch.bytes,
+                        %error,
+                        "a batch larger than its topic takes is split and sent again"
+                    );
+                    batch.last_error = Some(error);
+                    // Half the refused batch's records at most, so a split always shrinks,
+                    // and never past batch.size: the topic takes less than it grew to.
+                    let half = BATCH_OVERHEAD
+                        .saturating_add(batch.bytes.saturating_sub(BATCH_OVERHEAD) / 2);
+                    let target = half.min(config.batch_size);
+                    for (i, part) in split(batch, target, &mut self.next_batch, now)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        state.unacked.insert(position + i, part);
+                    }
+                    // The topic's limit is below what the batch grew to: grow no more.
+                    let limit = self
+                        .topic_max
+                        .entry(Arc::clone(&tp.0))
+                        .or_insert(usize::MAX);
+                    *limit = (*limit).min(config.batch_size);
+                }
             }
             BatchOutcome::Failed(error) => {
                 if let Some(batch) = state.unacked.remove(position) {
@@ -787,6 +832,52 @@ fn timeout_error(batch: &Batch, config: &AccumulatorConfig) -> ProducerError {
         timeout: config.delivery_timeout,
         last: batch.last_error.clone().map(Arc::new),
     }
+}
+
+/// The records of `batch`, refused as too large, as batches of at most `target` bytes (at
+/// least one record each), in order, sent again at once: each keeps the part of the
+/// refused batch's sequence range its records had, so batches sent after it stay in
+/// sequence, and the batch's delivery deadline.
+fn split(batch: Batch, target: usize, next_id: &mut u64, now: Instant) -> Vec<Batch> {
+    let mut parts: Vec<Batch> = Vec::new();
+    let mut sequence = batch.sequence;
+    for (record, sender) in batch.records.into_iter().zip(batch.senders) {
+        let size = record_size(&record);
+        let fits = parts
+            .last()
+            .is_some_and(|p| p.bytes.saturating_add(size) <= target);
+        if !fits {
+            if let (Some(s), Some(last)) = (sequence.as_mut(), parts.last()) {
+                *s = s.wrapping_add(i32::try_from(last.records.len()).unwrap_or(i32::MAX));
+            }
+            *next_id += 1;
+            parts.push(Batch {
+                id: *next_id,
+                tp: batch.tp.clone(),
+                records: Vec::new(),
+                senders: Vec::new(),
+                bytes: BATCH_OVERHEAD,
+                created: batch.created,
+                deadline: batch.deadline,
+                closed: true,
+                sequence,
+                encoded: None,
+                state: BatchState::Retry {
+                    at: now,
+                    unknown: false,
+                },
+                attempts: batch.attempts,
+                last_error: batch.last_error.clone(),
+                expired: false,
+            });
+        }
+        if let Some(part) = parts.last_mut() {
+            part.bytes = part.bytes.saturating_add(size);
+            part.records.push(record);
+            part.senders.push(sender);
+        }
+    }
+    parts
 }
 
 fn retry_or_expire(
@@ -1054,6 +1145,116 @@ mod tests {
         drain_all(&mut acc, now);
         append_n(&mut acc, 10, 30, now);
         assert_eq!(batch_sizes(&acc), vec![10, 10, 10]);
+    }
+
+    fn too_large() -> BatchOutcome {
+        BatchOutcome::TooLarge(error())
+    }
+
+    #[test]
+    fn a_batch_refused_as_too_large_is_split_in_sequence_and_the_topic_grows_no_more() {
+        let now = Instant::now();
+        let mut acc = Accumulator::new(growing(true));
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        let mut futures = Vec::new();
+        let mut append = |acc: &mut Accumulator, range: std::ops::Range<usize>| {
+            for i in range {
+                let (sender, future) = DeliveryFuture::channel();
+                acc.append(tp(), i as u64, record(i % 10), sender, now);
+                futures.push(future);
+            }
+        };
+        append(&mut acc, 0..10);
+        let first = drain_all(&mut acc, now);
+        append(&mut acc, 10..60);
+        assert_eq!(batch_sizes(&acc), vec![40, 10]);
+        acc.complete(&tp(), first[0].batch_id, written(0), now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 2, "the grown batch and the one behind it");
+        // The topic takes less than 40 records: the grown batch is refused, the one behind
+        // it comes back out of order.
+        let (done, effects) = acc.complete(&tp(), sent[0].batch_id, too_large(), now);
+        assert!(done.is_empty(), "no record failed");
+        assert!(!effects.gap && effects.failed.is_none(), "{effects:?}");
+        acc.complete(
+            &tp(),
+            sent[1].batch_id,
+            BatchOutcome::OutOfOrder(error()),
+            now,
+        );
+        // Sent again as batches of batch.size (ten records), one at a time, lowest sequence
+        // first, covering the refused batch's sequence range; then the one behind it.
+        let mut sequences = Vec::new();
+        let mut offset = 10;
+        for _ in 0..5 {
+            let retry = drain_all(&mut acc, now + SECOND * 2);
+            assert_eq!(retry.len(), 1, "one at a time");
+            let (id, epoch, sequence) = header(&retry[0].bytes);
+            assert_eq!((id, epoch), (7, 0));
+            sequences.push(sequence);
+            acc.complete(&tp(), retry[0].batch_id, written(offset), now);
+            offset += 10;
+        }
+        assert_eq!(sequences, vec![10, 20, 30, 40, 50]);
+        let offsets: Vec<i64> = futures
+            .into_iter()
+            .skip(10)
+            .map(|f| outcome(f).expect("done").expect("written").offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            (10..60).collect::<Vec<i64>>(),
+            "every record, in order"
+        );
+        // The topic's batches no longer grow past batch.size.
+        let more = drain_all(&mut acc, now);
+        assert!(more.is_empty());
+        append_n(&mut acc, 60, 30, now);
+        let sent = drain_all(&mut acc, now);
+        append_n(&mut acc, 90, 30, now);
+        assert_eq!(sent.len(), 3);
+        assert!(
+            batch_sizes(&acc).iter().all(|n| *n <= 10),
+            "{:?}",
+            batch_sizes(&acc)
+        );
+    }
+
+    #[test]
+    fn a_single_record_too_large_fails_and_a_split_shrinks_every_time() {
+        let now = Instant::now();
+        let (mut acc, futures) = filled(config(true, false), 1, now);
+        let sent = drain_all(&mut acc, now);
+        let (done, effects) = acc.complete(&tp(), sent[0].batch_id, too_large(), now);
+        assert_eq!(done, vec![0]);
+        assert!(effects.failed.is_some());
+        let failed = outcome(futures.into_iter().next().unwrap()).expect("done");
+        assert!(failed.is_err());
+        // With batch.size above what the topic takes, each split halves the batch: 8
+        // records refused again and again end as single records, never the same batch.
+        let mut acc = Accumulator::new(AccumulatorConfig {
+            batch_size: BATCH_OVERHEAD + 8 * SMALL,
+            max_batch_size: BATCH_OVERHEAD + 8 * SMALL,
+            ..config(false, false)
+        });
+        append_n(&mut acc, 0, 8, now);
+        let mut sizes = Vec::new();
+        let mut later = now;
+        for _ in 0..20 {
+            later += SECOND;
+            let sent = drain_all(&mut acc, later);
+            let Some(d) = sent.first() else { break };
+            let records = acc.partitions[&tp()]
+                .unacked
+                .iter()
+                .find(|b| b.id == d.batch_id)
+                .map(|b| b.records.len())
+                .unwrap();
+            sizes.push(records);
+            acc.complete(&tp(), d.batch_id, too_large(), later);
+        }
+        assert_eq!(&sizes[..4], &[8, 4, 2, 1], "{sizes:?}");
+        assert!(acc.partitions[&tp()].unacked.is_empty(), "{sizes:?}");
     }
 
     #[test]

@@ -306,10 +306,9 @@ impl KafkaProducerConfig {
     /// as a transaction's records before its commit, then goes out in a few full requests
     /// instead of one `batch.size` per round trip. A batch grows no larger than its topic's
     /// `max.message.bytes`, read once with the topic's first metadata (DescribeConfigs); where
-    /// it cannot be read (no DESCRIBE_CONFIGS permission), a topic below 1 MiB needs
-    /// `max.request.size` at or below it: a grown batch over the topic's limit is refused
-    /// (MESSAGE_TOO_LARGE) and its records fail, where Java's producer would split it and send
-    /// it again.
+    /// it cannot be read (no DESCRIBE_CONFIGS permission), a grown batch over the topic's
+    /// limit is refused (MESSAGE_TOO_LARGE), split and sent again, as Java's producer does,
+    /// and the topic's batches grow no more; only a single record over the limit fails.
     pub fn batch_size(mut self, bytes: usize) -> Self {
         self.batch_size = bytes;
         self

@@ -790,6 +790,7 @@ pub(crate) fn classify_partition(
     };
     match error_code {
         code::OUT_OF_ORDER_SEQUENCE_NUMBER => BatchOutcome::OutOfOrder(rejected),
+        code::MESSAGE_TOO_LARGE => BatchOutcome::TooLarge(rejected),
         code::UNKNOWN_PRODUCER_ID => BatchOutcome::UnknownProducer(rejected),
         code::PRODUCER_FENCED if txn.is_some() => BatchOutcome::Failed(ProducerError::Fenced {
             transactional_id: transactional_id.unwrap_or_default().to_owned(),

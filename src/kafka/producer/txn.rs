@@ -12,6 +12,7 @@ use super::accumulator::Tp;
 
 /// Kafka error codes the transaction rules name.
 pub(crate) mod code {
+    pub(crate) const MESSAGE_TOO_LARGE: i16 = 10;
     pub(crate) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub(crate) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub(crate) const NOT_COORDINATOR: i16 = 16;
