@@ -62,7 +62,7 @@ async fn create_topic_then_duplicate_fails() {
             &error,
             AdminError::Broker {
                 call: "create_topic",
-                source: BrokerError {
+                error: BrokerError {
                     api: "CreateTopics",
                     code: 36,
                     name: "TOPIC_ALREADY_EXISTS",
@@ -86,7 +86,7 @@ async fn create_topic_then_duplicate_fails() {
             &error,
             AdminError::Broker {
                 call: "topic_ids",
-                source: BrokerError {
+                error: BrokerError {
                     name: "UNKNOWN_TOPIC_OR_PARTITION",
                     ..
                 },
@@ -110,7 +110,7 @@ async fn invalid_topic_settings_are_broker_errors() {
         matches!(
             &error,
             AdminError::Broker {
-                source: BrokerError {
+                error: BrokerError {
                     name: "INVALID_REPLICATION_FACTOR",
                     ..
                 },
@@ -142,7 +142,7 @@ async fn topic_ids_of_several_topics() {
         .await
         .expect_err("unknown topic");
     assert!(
-        matches!(&error, AdminError::Broker { source: BrokerError { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. }, .. } if m.contains(&missing)),
+        matches!(&error, AdminError::Broker { error: BrokerError { name: "UNKNOWN_TOPIC_OR_PARTITION", message: Some(m), .. }, .. } if m.contains(&missing)),
         "{error:?}"
     );
     admin.delete_topic(&a).await.expect("delete a");
@@ -173,7 +173,7 @@ async fn share_group_config() {
         .expect_err("invalid value");
     let AdminError::Broker {
         call,
-        source:
+        error:
             BrokerError {
                 api,
                 name,
@@ -575,7 +575,7 @@ async fn share_group_dead_letter_queue_set_and_read_back() {
         matches!(
             &error,
             AdminError::Broker {
-                source: BrokerError {
+                error: BrokerError {
                     name: "INVALID_CONFIG",
                     ..
                 },
@@ -1258,7 +1258,7 @@ async fn altering_resetting_and_deleting_offsets_need_an_empty_group() {
         .expect_err("no partition 7");
     eprintln!("{error}");
     assert!(
-        matches!(&error, AdminError::Broker { source: BrokerError { message: Some(m), .. }, .. } if m.contains("partition 7")),
+        matches!(&error, AdminError::Broker { error: BrokerError { message: Some(m), .. }, .. } if m.contains("partition 7")),
         "{error:?}"
     );
 
@@ -1341,7 +1341,7 @@ async fn create_a_topic_with_configs_and_read_them_back() {
             &error,
             AdminError::Broker {
                 call: "create_topic_with",
-                source: BrokerError {
+                error: BrokerError {
                     name: "INVALID_CONFIG",
                     ..
                 },
@@ -1356,7 +1356,7 @@ async fn create_a_topic_with_configs_and_read_them_back() {
         matches!(
             &error,
             AdminError::Broker {
-                source: BrokerError {
+                error: BrokerError {
                     name: "UNKNOWN_TOPIC_OR_PARTITION",
                     ..
                 },
@@ -1391,7 +1391,7 @@ async fn create_partitions_grows_a_topic() {
             &error,
             AdminError::Broker {
                 call: "create_partitions",
-                source: BrokerError {
+                error: BrokerError {
                     name: "INVALID_PARTITIONS",
                     ..
                 },
@@ -1443,7 +1443,7 @@ async fn delete_records_moves_the_log_start_and_a_share_consumer_skips_them() {
         .await
         .expect_err("past the end");
     assert!(
-        matches!(&error, AdminError::Broker { source: BrokerError { name: "OFFSET_OUT_OF_RANGE", message: Some(m), .. }, .. } if m.contains("partition 0")),
+        matches!(&error, AdminError::Broker { error: BrokerError { name: "OFFSET_OUT_OF_RANGE", message: Some(m), .. }, .. } if m.contains("partition 0")),
         "{error:?}"
     );
     let error = f
@@ -1455,7 +1455,7 @@ async fn delete_records_moves_the_log_start_and_a_share_consumer_skips_them() {
         matches!(
             &error,
             AdminError::Broker {
-                source: BrokerError {
+                error: BrokerError {
                     name: "UNKNOWN_TOPIC_OR_PARTITION",
                     ..
                 },

@@ -229,7 +229,7 @@ async fn a_group_with_renew_disabled_is_refused_at_initialize() {
     {
         Ok(()) => {}
         Err(AdminError::Broker {
-            source:
+            error:
                 BrokerError {
                     name: "INVALID_CONFIG",
                     ..

@@ -457,7 +457,7 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
             &error,
             AdminError::Broker {
                 call: "move_leader",
-                source: BrokerError {
+                error: BrokerError {
                     api: "AlterPartitionReassignments",
                     ..
                 },
@@ -476,7 +476,7 @@ async fn move_leader_reorders_replicas_and_elects_the_target() {
             &error,
             AdminError::Broker {
                 call: "move_leader",
-                source: BrokerError {
+                error: BrokerError {
                     name: "UNKNOWN_TOPIC_OR_PARTITION",
                     ..
                 },

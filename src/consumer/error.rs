@@ -77,21 +77,26 @@ pub enum ConsumerError {
     /// Each public client reports a cause the same way, whichever connection meets it
     /// (bootstrap, coordinator, leader) and whenever (when connecting, or when an open
     /// connection authenticates again under KIP-368). The layer's error is the variant of
-    /// the consumer and the log reader, and the [`source`](std::error::Error::source) of the
-    /// producer's and the admin client's variant:
+    /// the consumer and the log reader; the producer's and the admin client's variants carry
+    /// it (as their [`source`](std::error::Error::source), or as `AdminError::Broker`'s
+    /// `error`):
     ///
     /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer), [`KafkaLogReader`](crate::producer::KafkaLogReader) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) |
     /// |---|---|---|---|
     /// | SASL credentials refused (wrong or changed password, unknown or removed user), OAUTHBEARER token refused or its provider failed, mechanism not enabled, client certificate missing or from a CA the broker does not trust, broker certificate refused by this client | `Connection(ConnectionError::Authentication)` | [`ProducerError::Authentication`](crate::producer::ProducerError::Authentication) | [`AdminError::Authentication`](crate::AdminError::Authentication) |
-    /// | No broker reachable, connection reset or closed | `Connection(ConnectionError::Io)` | [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) (a send: [`ProducerError::Timeout`](crate::producer::ProducerError::Timeout) at `delivery.timeout.ms`, with it as `last`) | [`AdminError::Connect`](crate::AdminError::Connect) when connecting, [`AdminError::Connection`](crate::AdminError::Connection) during a call |
-    /// | A broker error code | `Broker(BrokerError)` | [`ProducerError::Rejected`](crate::producer::ProducerError::Rejected) for a Produce answer, [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) for Metadata and coordinator calls (fencing and aborts have their own variants) | [`AdminError::Broker`](crate::AdminError::Broker) |
-    /// | An answer that could not be decoded (its connection is closed) | `Protocol(ProtocolError::Garbled)` | `ProducerError::Kafka` | [`AdminError::Connection`](crate::AdminError::Connection) |
+    /// | No broker reachable, connection reset or closed | `Connection(ConnectionError::Io)` | retried; a send ends as [`ProducerError::Timeout`](crate::producer::ProducerError::Timeout) at `delivery.timeout.ms` with it as `last`, a connect or transaction call as [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) | [`AdminError::Connect`](crate::AdminError::Connect) when connecting, [`AdminError::Connection`](crate::AdminError::Connection) during a call |
+    /// | A broker error code Kafka does not retry | `Broker(BrokerError)` | [`ProducerError::Rejected`](crate::producer::ProducerError::Rejected) for a Produce answer (MESSAGE_TOO_LARGE only for a single record: a larger batch is split and sent again), [`ProducerError::Kafka`](crate::producer::ProducerError::Kafka) for Metadata and coordinator calls (fencing and aborts have their own variants) | [`AdminError::Broker`](crate::AdminError::Broker) |
+    /// | A broker error code Kafka retries | `Broker(BrokerError)` | retried; a send ends as `ProducerError::Timeout` with `Rejected` (Produce) or `Kafka` as `last` | `AdminError::Broker` |
+    /// | An answer that could not be decoded (its connection is closed) | `Protocol(ProtocolError::Garbled)` | retried, as a lost connection | [`AdminError::Connection`](crate::AdminError::Connection) |
     /// | An answer that makes no sense | `Protocol(ProtocolError::Malformed)` | `ProducerError::Kafka` | [`AdminError::Protocol`](crate::AdminError::Protocol) |
     /// | A broker without a needed API version | `Protocol(ProtocolError::Unsupported)` | `ProducerError::Kafka` | [`AdminError::Unsupported`](crate::AdminError::Unsupported) |
     ///
     /// Retriability follows the cause in every client: I/O, a garbled answer and a broker
     /// code Kafka classes as retriable are retriable; refused security, a malformed answer
-    /// and a missing API version are not. The driver returns any of them as
+    /// and a missing API version are not. `broker_error()`, `is_authentication()` and
+    /// `is_retriable()` answer the same on `ConsumerError`,
+    /// [`ProducerError`](crate::producer::ProducerError) (looking through a timeout's `last`
+    /// and an abort's cause) and [`AdminError`](crate::AdminError). The driver returns any of them as
     /// [`Error::Consumer`](crate::Error::Consumer) and stops on those that are not
     /// retriable; the dead-letter queue as
     /// [`DeadLetterError::Kafka`](crate::DeadLetterError::Kafka) or

@@ -85,7 +85,7 @@ impl KafkaExactlyOnceCluster {
 fn broker_code(error: &AdminError) -> Option<i16> {
     match error {
         AdminError::Broker {
-            source: BrokerError { code, .. },
+            error: BrokerError { code, .. },
             ..
         } => Some(*code),
         _ => None,

@@ -93,7 +93,7 @@ pub enum ProducerError {
     /// producer refused the broker's certificate: TLS or SASL failed. The same cause is
     /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) for the share consumer and the log reader and
     /// [`AdminError::Authentication`](crate::AdminError::Authentication) for the admin
-    /// client (the table is in [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)). Not retriable: fix the
+    /// client (the table is on [`ConsumerError::Connection`]). Not retriable: fix the
     /// security settings (`security.protocol`, `ssl.*`, `sasl.*`) named in the cause. An
     /// open transaction must be aborted.
     #[error(
@@ -226,9 +226,11 @@ impl ProducerError {
         self.client_error().and_then(ConsumerError::broker_error)
     }
 
-    /// True when TLS or SASL refused a connection ([`ProducerError::Authentication`]).
+    /// True when TLS or SASL refused a connection: [`ProducerError::Authentication`], or an
+    /// abort or a timeout it caused.
     pub fn is_authentication(&self) -> bool {
-        matches!(self, Self::Authentication { .. })
+        self.client_error()
+            .is_some_and(ConsumerError::is_authentication)
     }
 
     /// True when trying the same call again later may succeed unchanged.

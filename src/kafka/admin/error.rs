@@ -69,14 +69,15 @@ pub enum AdminError {
         timeout: Duration,
     },
     /// The broker answered with a Kafka error code: the broker layer's [`BrokerError`],
-    /// the same the share consumer and the producer report for the code.
+    /// the same the share consumer and the producer report for the code (not a
+    /// [`source`](std::error::Error::source): this message says all it says).
     #[error(
         "KafkaAdmin::{call}: the broker answered {} with error {} ({}){}{}",
-        source.api,
-        source.code,
-        source.name,
-        source.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
-        if source.retriable { "; this may pass: try again" } else { "" }
+        error.api,
+        error.code,
+        error.name,
+        error.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default(),
+        if error.retriable { "; this may pass: try again" } else { "" }
     )]
     Broker {
         /// The call, e.g. `"create_topic"`.
@@ -84,8 +85,7 @@ pub enum AdminError {
         /// The request (e.g. `"CreateTopics"`), the code, Kafka's name for it (e.g.
         /// `TOPIC_ALREADY_EXISTS`), the broker's explanation or what the call was about (e.g.
         /// the topic), and whether Kafka classes the code as retriable.
-        #[source]
-        source: BrokerError,
+        error: BrokerError,
     },
     /// The brokers accepted the change, but the cluster metadata did not show it in time.
     #[error(
@@ -194,7 +194,7 @@ impl AdminError {
     /// share consumer and the producer report for the code.
     pub fn broker_error(&self) -> Option<&BrokerError> {
         match self {
-            Self::Broker { source, .. } => Some(source),
+            Self::Broker { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -210,7 +210,7 @@ impl AdminError {
         match self {
             Self::Connect { source, .. } => source.is_retriable(),
             Self::Timeout { .. } | Self::NotSettled { .. } | Self::Connection { .. } => true,
-            Self::Broker { source, .. } => source.is_retriable(),
+            Self::Broker { error, .. } => error.is_retriable(),
             // Not without a change: the consumers must stop, or the group be made.
             Self::GroupNotEmpty { .. } | Self::GroupNotFound { .. } => false,
             Self::InvalidArgument { .. }
@@ -312,7 +312,7 @@ impl Failure {
                 message,
             },
             Self::Client(error) => match error {
-                ConsumerError::Broker(source) => AdminError::Broker { call, source },
+                ConsumerError::Broker(error) => AdminError::Broker { call, error },
                 ConsumerError::Protocol(ProtocolError::Unsupported {
                     broker,
                     api,

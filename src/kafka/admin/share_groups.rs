@@ -356,7 +356,7 @@ mod tests {
             .expect_err("authorization")
             .into_admin("describe_share_group");
         assert!(
-            matches!(&other, AdminError::Broker { source: BrokerError { name: "GROUP_AUTHORIZATION_FAILED", message: Some(m), .. }, .. } if m.contains("`g`")),
+            matches!(&other, AdminError::Broker { error: BrokerError { name: "GROUP_AUTHORIZATION_FAILED", message: Some(m), .. }, .. } if m.contains("`g`")),
             "{other:?}"
         );
 
@@ -364,7 +364,7 @@ mod tests {
             .expect_err("unknown partition")
             .into_admin("alter_share_group_offsets");
         assert!(
-            matches!(&partition, AdminError::Broker { source: BrokerError { message: Some(m), .. }, .. } if m.contains("`t` partition 3")),
+            matches!(&partition, AdminError::Broker { error: BrokerError { message: Some(m), .. }, .. } if m.contains("`t` partition 3")),
             "{partition:?}"
         );
         assert!(check_partition(ApiKey::AlterShareGroupOffsets, "g", "t", None, 0, None).is_ok());

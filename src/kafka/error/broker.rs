@@ -40,6 +40,22 @@ pub struct BrokerError {
 }
 
 impl BrokerError {
+    /// The error of Kafka error `code` answering `api` (a request name such as `"Produce"`),
+    /// named and classed as Kafka does; `None` for 0, which is no error. For a
+    /// [`ShareConsumer`](crate::ShareConsumer) of your own, or a test double, that reports a
+    /// broker's answer.
+    ///
+    /// ```
+    /// use kafka_share_sink::BrokerError;
+    ///
+    /// let error = BrokerError::from_code("Produce", 29, None).expect("an error");
+    /// assert_eq!((error.name, error.retriable), ("TOPIC_AUTHORIZATION_FAILED", false));
+    /// assert!(BrokerError::from_code("Produce", 0, None).is_none());
+    /// ```
+    pub fn from_code(api: &'static str, code: i16, message: Option<String>) -> Option<Self> {
+        super::codes::broker(api, code, message)
+    }
+
     /// True when Kafka classes the code as retriable: the same request may succeed later
     /// (a leader or coordinator that moved, for one).
     pub fn is_retriable(&self) -> bool {

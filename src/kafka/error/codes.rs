@@ -9,25 +9,30 @@ use crate::kafka::error::BrokerError;
 /// The name used for an error code kafka-protocol does not know.
 pub(crate) const UNKNOWN_ERROR_NAME: &str = "UNKNOWN";
 
-/// The [`ConsumerError::Broker`] for a Kafka error `code` of the `api` response, or `None`
-/// when `code` is 0 (no error).
+/// The [`BrokerError`] for a Kafka error `code` of the `api` response, or `None` when `code`
+/// is 0 (no error).
 ///
 /// The name is Kafka's UPPER_SNAKE name (`TOPIC_ALREADY_EXISTS`) and the retriable flag is
 /// Kafka's classification, both from [`ResponseError`]. A code kafka-protocol does not know is
 /// named [`UNKNOWN_ERROR_NAME`] and is not retriable. An empty `message` counts as none.
-pub(crate) fn broker_error(
-    api: &'static str,
-    code: i16,
-    message: Option<String>,
-) -> Option<ConsumerError> {
+pub(crate) fn broker(api: &'static str, code: i16, message: Option<String>) -> Option<BrokerError> {
     let error = ResponseError::try_from_code(code)?;
-    Some(ConsumerError::Broker(BrokerError {
+    Some(BrokerError {
         api,
         code,
         name: error_name(code).unwrap_or(UNKNOWN_ERROR_NAME),
         message: message.filter(|m| !m.is_empty()),
         retriable: error.is_retriable(),
-    }))
+    })
+}
+
+/// [`broker`] as the [`ConsumerError::Broker`] every client's errors carry.
+pub(crate) fn broker_error(
+    api: &'static str,
+    code: i16,
+    message: Option<String>,
+) -> Option<ConsumerError> {
+    broker(api, code, message).map(ConsumerError::Broker)
 }
 
 /// Like [`broker_error`], for the usual `(error_code, error_message)` pair of a response,
