@@ -189,6 +189,9 @@ impl Member {
     /// (GROUP_AUTHORIZATION_FAILED, for one) and refused settings stop the member, as in
     /// Java; anything else is tried again after the backoff.
     pub(crate) fn lookup_failed(&mut self, error: &ConsumerError) -> Next {
+        if self.stopped() {
+            return Next::Stop;
+        }
         if let ConsumerError::Broker(BrokerError {
             code,
             message,
@@ -207,7 +210,9 @@ impl Member {
     /// anything else is tried again after the backoff, on a coordinator looked up again,
     /// with the subscription if `beat` carried it.
     pub(crate) fn beat_failed(&mut self, beat: &Beat, error: &ConsumerError) -> Taken {
-        let next = if let ConsumerError::Protocol(ProtocolError::Unsupported { .. }) = error {
+        let next = if self.stopped() {
+            Next::Stop
+        } else if let ConsumerError::Protocol(ProtocolError::Unsupported { .. }) = error {
             tracing::error!(error = %error, "share groups unsupported");
             self.stop(UNSUPPORTED_VERSION, Some(error.to_string()))
         } else {
@@ -222,6 +227,12 @@ impl Member {
 
     /// Takes in the answer to `beat`.
     pub(crate) fn answered(&mut self, beat: &Beat, answer: Answer) -> Taken {
+        if self.stopped() {
+            return Taken {
+                next: Next::Stop,
+                lost_coordinator: false,
+            };
+        }
         let carried = beat.subscription.is_some();
         let mut lost_coordinator = false;
         let next = match answer.code {
@@ -309,6 +320,11 @@ impl Member {
             None => self.transient.take(),
         };
         reported.map(|f| heartbeat_error(f.code, f.message))
+    }
+
+    /// Whether the member stopped for good: refused settings or a fatal error.
+    fn stopped(&self) -> bool {
+        self.fatal.is_some() || self.refused.is_some()
     }
 
     fn interval(&self) -> Duration {
@@ -521,7 +537,12 @@ mod tests {
         Subscribe(u8),
         LookupIo,
         LookupRetriableCode,
-        Beat(Outcome),
+        /// A lookup refused for good (GROUP_AUTHORIZATION_FAILED) or with settings refused.
+        LookupFatal {
+            refused: bool,
+        },
+        /// A heartbeat, with a subscription change while it is in flight.
+        Beat(Outcome, Option<u8>),
     }
 
     /// The outcome of one heartbeat.
@@ -535,13 +556,15 @@ mod tests {
         Code(i16),
         Io,
         Garbled,
+        Refused,
+        Unsupported,
     }
 
     fn outcome() -> impl Strategy<Value = Outcome> {
         prop_oneof![
-            4 => (1..50i32, -5..10_000i32, proptest::option::of(0..4u8))
+            8 => (1..50i32, -5..10_000i32, proptest::option::of(0..4u8))
                 .prop_map(|(epoch, interval_ms, assign)| Outcome::Ok { epoch, interval_ms, assign }),
-            3 => prop::sample::select(vec![
+            6 => prop::sample::select(vec![
                 NOT_COORDINATOR,
                 COORDINATOR_NOT_AVAILABLE,
                 COORDINATOR_LOAD_IN_PROGRESS,
@@ -551,123 +574,216 @@ mod tests {
             ])
             .prop_map(Outcome::Code),
             1 => prop::sample::select(vec![42i16, 30, 69, -1]).prop_map(Outcome::Code),
-            1 => Just(Outcome::Io),
-            1 => Just(Outcome::Garbled),
+            2 => Just(Outcome::Io),
+            2 => Just(Outcome::Garbled),
+            1 => Just(Outcome::Refused),
+            1 => Just(Outcome::Unsupported),
         ]
     }
 
     fn event() -> impl Strategy<Value = Event> {
         prop_oneof![
-            1 => (0..3u8).prop_map(Event::Subscribe),
-            1 => Just(Event::LookupIo),
-            1 => Just(Event::LookupRetriableCode),
-            6 => outcome().prop_map(Event::Beat),
+            2 => (0..3u8).prop_map(Event::Subscribe),
+            2 => Just(Event::LookupIo),
+            2 => Just(Event::LookupRetriableCode),
+            1 => any::<bool>().prop_map(|refused| Event::LookupFatal { refused }),
+            12 => (outcome(), proptest::option::weighted(0.2, 0..3u8))
+                .prop_map(|(outcome, during)| Event::Beat(outcome, during)),
         ]
+    }
+
+    fn lookup_code(code: i16, retriable: bool) -> ConsumerError {
+        ConsumerError::Broker(BrokerError {
+            api: "FindCoordinator",
+            code,
+            name: "SOME_CODE",
+            message: None,
+            retriable,
+        })
+    }
+
+    fn topics(n: u8) -> Vec<String> {
+        (0..n).map(|i| format!("t{i}")).collect()
+    }
+
+    /// What the model expects of the member, and what the member did.
+    #[derive(Default)]
+    struct Model {
+        /// A subscription change not yet carried by an answered beat.
+        owed: bool,
+        /// The coordinator's last epoch, 0 after a fence.
+        epoch: i32,
+        last_failure_pause: Option<Duration>,
+        version: u64,
+        assignment: Vec<(Uuid, Vec<i32>)>,
+        /// The error reported when the member stopped.
+        stopped: Option<String>,
+    }
+
+    /// Applies `event` to `m`, checking every expectation of `model` on the way; returns
+    /// the step, and whether it followed a failure the backoff counts.
+    fn apply(
+        m: &mut Member,
+        model: &mut Model,
+        event: Event,
+        ids: &[Uuid],
+    ) -> Result<(Next, bool), TestCaseError> {
+        Ok(match event {
+            Event::Subscribe(n) => {
+                m.subscribe(topics(n));
+                model.owed = true;
+                (Next::Wait(Duration::ZERO), false)
+            }
+            Event::LookupIo => (m.lookup_failed(&io()), true),
+            Event::LookupRetriableCode => (
+                m.lookup_failed(&lookup_code(COORDINATOR_NOT_AVAILABLE, true)),
+                true,
+            ),
+            Event::LookupFatal { refused: true } => (m.lookup_failed(&refused()), true),
+            Event::LookupFatal { refused: false } => {
+                (m.lookup_failed(&lookup_code(30, false)), true)
+            }
+            Event::Beat(outcome, during) => {
+                // After a stop only the error is checked (the loop would have ended).
+                let live = model.stopped.is_none();
+                let beat = m.beat();
+                if live {
+                    prop_assert_eq!(beat.epoch, model.epoch);
+                }
+                if live && (model.owed || model.epoch == 0) {
+                    prop_assert!(beat.subscription.is_some(), "owed subscription not sent");
+                }
+                if let Some(n) = during {
+                    m.subscribe(topics(n));
+                }
+                let answered_with_it = beat.subscription.is_some() && during.is_none();
+                match outcome {
+                    Outcome::Ok {
+                        epoch,
+                        interval_ms,
+                        assign,
+                    } => {
+                        let assignment = assign.map(|n| {
+                            ids.iter()
+                                .take(n.into())
+                                .map(|t| (*t, vec![0, 1]))
+                                .collect()
+                        });
+                        let answer = Answer {
+                            epoch,
+                            interval_ms,
+                            assignment,
+                            ..Answer::default()
+                        };
+                        let taken = m.answered(&beat, answer);
+                        model.epoch = epoch;
+                        if answered_with_it {
+                            model.owed = false;
+                        }
+                        model.last_failure_pause = None;
+                        prop_assert!(
+                            !live || matches!(taken.next, Next::Wait(d) if d > Duration::ZERO)
+                        );
+                        (taken.next, false)
+                    }
+                    Outcome::Code(code) => {
+                        let taken = m.answered(
+                            &beat,
+                            Answer {
+                                code,
+                                ..Answer::default()
+                            },
+                        );
+                        if matches!(code, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) {
+                            model.epoch = 0;
+                            prop_assert!(!live || m.assignment().1.is_empty());
+                        }
+                        prop_assert!(
+                            !live
+                                || taken.lost_coordinator
+                                    == matches!(code, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE)
+                        );
+                        if code == TOPIC_AUTHORIZATION_FAILED && live {
+                            prop_assert!(
+                                m.error().is_some_and(|e| e
+                                    .broker_error()
+                                    .is_some_and(|b| b.code == code))
+                            );
+                        }
+                        (taken.next, code == COORDINATOR_LOAD_IN_PROGRESS)
+                    }
+                    Outcome::Io | Outcome::Garbled | Outcome::Refused | Outcome::Unsupported => {
+                        let error = match outcome {
+                            Outcome::Io => io(),
+                            Outcome::Refused => refused(),
+                            Outcome::Unsupported => {
+                                ConsumerError::Protocol(ProtocolError::Unsupported {
+                                    broker: "k:9092".to_owned(),
+                                    api: "ShareGroupHeartbeat",
+                                    wanted: "v1".to_owned(),
+                                })
+                            }
+                            _ => ConsumerError::Protocol(ProtocolError::Garbled {
+                                broker: "k:9092".to_owned(),
+                                api: "ShareGroupHeartbeat",
+                                source: "bad frame".into(),
+                            }),
+                        };
+                        let taken = m.beat_failed(&beat, &error);
+                        prop_assert!(!live || taken.lost_coordinator);
+                        (taken.next, true)
+                    }
+                }
+            }
+        })
     }
 
     proptest! {
         /// Over any run of outcomes: the subscription is owed until a beat carrying it was
-        /// answered (and goes with every beat while owed, and with every join); each beat
-        /// carries the coordinator's last epoch, or 0 after a fence; pauses after failures
-        /// stay within the backoff's bounds and never shrink until an answer; the
-        /// assignment's version changes whenever the assignment does; a stop is final.
+        /// answered with no change since it was sent (and goes with every beat while owed,
+        /// and with every join); each beat carries the coordinator's last epoch, or 0 after a
+        /// fence; pauses after failures stay within the backoff's bounds and never shrink
+        /// until an answer; the assignment's version changes whenever the assignment does;
+        /// refused settings, a refused lookup and a cluster without share groups stop the
+        /// member, and whatever follows, its error stays the one it stopped with.
         #[test]
         fn the_member_never_loses_its_subscription_and_backs_off_within_bounds(
-            events in proptest::collection::vec(event(), 1..60),
+            events in proptest::collection::vec(event(), 1..80),
         ) {
             let mut m = Member::default();
-            let mut owed = false;
-            let mut epoch = 0;
-            let mut last_failure_pause: Option<Duration> = None;
-            let mut seen = m.assignment().0;
-            let mut seen_assignment: Vec<(Uuid, Vec<i32>)> = Vec::new();
-            let topics: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
-            let mut stopped = false;
+            let mut model = Model::default();
+            let ids: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
             for event in events {
-                if stopped {
-                    break;
+                let stop_expected = matches!(
+                    event,
+                    Event::LookupFatal { .. } | Event::Beat(Outcome::Refused | Outcome::Unsupported, _)
+                );
+                let (next, failure) = apply(&mut m, &mut model, event, &ids)?;
+                if let Some(first) = &model.stopped {
+                    let now = m.error().map(|e| e.to_string());
+                    prop_assert_eq!(now.as_ref(), Some(first), "the error is final");
+                    continue;
                 }
-                let (next, failure) = match event {
-                    Event::Subscribe(n) => {
-                        m.subscribe((0..n).map(|i| format!("t{i}")).collect());
-                        owed = true;
-                        continue;
-                    }
-                    Event::LookupIo => (m.lookup_failed(&io()), true),
-                    Event::LookupRetriableCode => (m.lookup_failed(&ConsumerError::Broker(BrokerError {
-                        api: "FindCoordinator",
-                        code: COORDINATOR_NOT_AVAILABLE,
-                        name: "COORDINATOR_NOT_AVAILABLE",
-                        message: None,
-                        retriable: true,
-                    })), true),
-                    Event::Beat(outcome) => {
-                        let beat = m.beat();
-                        prop_assert_eq!(beat.epoch, epoch);
-                        if owed || epoch == 0 {
-                            prop_assert!(beat.subscription.is_some(), "owed subscription not sent");
-                        }
-                        match outcome {
-                            Outcome::Ok { epoch: e, interval_ms, assign } => {
-                                let assignment = assign.map(|n| {
-                                    topics.iter().take(n.into()).map(|t| (*t, vec![0, 1])).collect()
-                                });
-                                let taken = m.answered(&beat, Answer { epoch: e, interval_ms, assignment, ..Answer::default() });
-                                epoch = e;
-                                if beat.subscription.is_some() {
-                                    owed = false;
-                                }
-                                last_failure_pause = None;
-                                prop_assert!(matches!(taken.next, Next::Wait(d) if d > Duration::ZERO));
-                                (taken.next, false)
-                            }
-                            Outcome::Code(c) => {
-                                let taken = m.answered(&beat, Answer { code: c, ..Answer::default() });
-                                if matches!(c, FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) {
-                                    epoch = 0;
-                                    prop_assert!(m.assignment().1.is_empty());
-                                }
-                                prop_assert_eq!(taken.lost_coordinator, matches!(c, NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE));
-                                if c == TOPIC_AUTHORIZATION_FAILED {
-                                    prop_assert!(m.error().is_some_and(|e| e.broker_error().is_some_and(|b| b.code == c)));
-                                }
-                                (taken.next, c == COORDINATOR_LOAD_IN_PROGRESS)
-                            }
-                            Outcome::Io | Outcome::Garbled => {
-                                let error = if matches!(outcome, Outcome::Io) {
-                                    io()
-                                } else {
-                                    ConsumerError::Protocol(ProtocolError::Garbled {
-                                        broker: "k:9092".to_owned(),
-                                        api: "ShareGroupHeartbeat",
-                                        source: "bad frame".into(),
-                                    })
-                                };
-                                let taken = m.beat_failed(&beat, &error);
-                                prop_assert!(taken.lost_coordinator);
-                                (taken.next, true)
-                            }
-                        }
-                    }
-                };
+                if stop_expected {
+                    prop_assert_eq!(next, Next::Stop);
+                }
                 if let (true, Next::Wait(pause)) = (failure, next) {
                     prop_assert!((BACKOFF_MIN..=BACKOFF_MAX).contains(&pause));
-                    if let Some(last) = last_failure_pause {
+                    if let Some(last) = model.last_failure_pause {
                         prop_assert!(pause >= last, "the backoff shrank");
                     }
-                    last_failure_pause = Some(pause);
+                    model.last_failure_pause = Some(pause);
                 }
                 let (version, assignment) = m.assignment();
-                if assignment != seen_assignment.as_slice() {
-                    prop_assert_ne!(version, seen, "the assignment changed under the same version");
+                if assignment != model.assignment.as_slice() {
+                    prop_assert_ne!(version, model.version, "the assignment changed under the same version");
                 }
-                seen = version;
-                seen_assignment = assignment.to_vec();
+                model.version = version;
+                model.assignment = assignment.to_vec();
                 if next == Next::Stop {
-                    stopped = true;
                     let first = m.error().map(|e| e.to_string());
                     prop_assert!(first.is_some(), "stopped without an error");
-                    prop_assert_eq!(m.error().map(|e| e.to_string()), first, "the error is final");
+                    model.stopped = first;
                 }
             }
         }
