@@ -504,6 +504,56 @@ async fn a_batch_refused_as_too_large_is_split_when_the_topic_limit_cannot_be_re
         "{denied:?}"
     );
     burst_of_1000_reaches_a_64_kib_topic(&bootstrap, &name).await;
+
+    // In a transaction too: the split parts go in the same transaction, which commits with
+    // every record. (A batch in flight behind the split one, sent again rather than given up,
+    // depends on timing here; the accumulator's unit test covers it.)
+    let producer = KafkaProducer::connect(txn_config(&bootstrap, &support::unique("split-txn")))
+        .await
+        .expect("connect");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    // One record confirmed first: the partition then pipelines (up to five batches in
+    // flight), as it does in a long-running transactional producer.
+    let first = producer
+        .send(
+            ProducerRecord::new(name.as_str())
+                .partition(0)
+                .value("first"),
+        )
+        .expect("queued");
+    producer.flush().await.expect("flush");
+    first.await.expect("the first record");
+    let payload = "y".repeat(1024);
+    let futures: Vec<_> = (0..1000)
+        .map(|i| {
+            let record = ProducerRecord::new(name.as_str())
+                .partition(0)
+                .value(format!("{i}:{payload}"));
+            producer.send(record).expect("queued")
+        })
+        .collect();
+    producer.flush().await.expect("flush");
+    for (i, f) in futures.into_iter().enumerate() {
+        f.await
+            .unwrap_or_else(|e| panic!("record {i} of the transaction delivered: {e:?}"));
+    }
+    producer.commit_transaction().await.expect("commit");
+    let committed = read_committed::read_committed(&bootstrap, &name, 0).await;
+    let ours: Vec<usize> = committed
+        .iter()
+        .filter_map(|r| {
+            let value =
+                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+            let (index, rest) = value.split_once(':')?;
+            rest.starts_with('y').then(|| index.parse().expect("index"))
+        })
+        .collect();
+    assert_eq!(
+        ours,
+        (0..1000).collect::<Vec<_>>(),
+        "the transaction's records, in order"
+    );
 }
 
 /// Sends 1,000 records of 1 KiB at once to partition 0 of `name` (whose `max.message.bytes`

@@ -562,6 +562,8 @@ impl Accumulator {
             return (done, effects);
         };
         let earlier_unconfirmed = position > 0;
+        // The deadline of the parts of a batch split below, for `expire` to look at.
+        let mut split_deadline = None;
         let outcome = match outcome {
             BatchOutcome::TooLarge(error)
                 if state
@@ -599,12 +601,21 @@ impl Accumulator {
             }
             BatchOutcome::OutOfOrder(error) => {
                 let gap_at = state.gap_at;
-                let behind = earlier_unconfirmed
-                    || state
-                        .unacked
-                        .get(position)
-                        .is_some_and(|b| after_gap(b, gap_at));
-                if behind && !config.transactional {
+                let past_gap = state
+                    .unacked
+                    .get(position)
+                    .is_some_and(|b| after_gap(b, gap_at));
+                // Behind an earlier batch still to be written (one in flight, one to be sent
+                // again, the parts of a split), this one was not written either: send it
+                // again after them, in a transaction too (as Java does). Past a sequence
+                // given up, only an epoch bump renumbers it, which a transaction does not
+                // have: it aborts.
+                let behind = if config.transactional {
+                    earlier_unconfirmed && !past_gap
+                } else {
+                    earlier_unconfirmed || past_gap
+                };
+                if behind {
                     // An earlier batch was not written (yet): this one was not either.
                     if let Some(batch) = state.unacked.get_mut(position) {
                         retry_or_expire(batch, error, false, now, &config);
@@ -632,33 +643,47 @@ impl Accumulator {
                 effects.gap = true;
             }
             BatchOutcome::TooLarge(error) => {
-                if let Some(mut batch) = state.unacked.remove(position) {
-                    tracing::debug!(
-                        topic = %tp.0,
-                        partition = tp.1,
-                        records = batch.records.len(),
-                        bytes = batch.bytes,
-                        %error,
-                        "a batch larger than its topic takes is split and sent again"
-                    );
-                    batch.last_error = Some(error);
-                    // Half the refused batch's records at most, so a split always shrinks,
-                    // and never past batch.size: the topic takes less than it grew to.
-                    let half = BATCH_OVERHEAD
-                        .saturating_add(batch.bytes.saturating_sub(BATCH_OVERHEAD) / 2);
-                    let target = half.min(config.batch_size);
-                    for (i, part) in split(batch, target, &mut self.next_batch, now)
-                        .into_iter()
-                        .enumerate()
-                    {
-                        state.unacked.insert(position + i, part);
+                if let Some(batch) = state.unacked.remove(position) {
+                    if batch.deadline <= now {
+                        // Its delivery timeout ran out while it was in flight: given up, as
+                        // a retry would be, with the error before this one (the records are
+                        // not too large; the batch they were in was).
+                        let timeout = timeout_error(&batch, &config);
+                        if let Some(sequence) = batch.sequence {
+                            state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                            effects.gap = true;
+                        }
+                        batch.fail(&timeout, &mut done);
+                        effects.failed = Some(timeout);
+                    } else {
+                        tracing::debug!(
+                            topic = %tp.0,
+                            partition = tp.1,
+                            records = batch.records.len(),
+                            bytes = batch.bytes,
+                            %error,
+                            "a batch larger than its topic takes is split and sent again"
+                        );
+                        // Half the refused batch's records at most, so a split always
+                        // shrinks, and never past batch.size: the topic takes less than it
+                        // grew to.
+                        let half = BATCH_OVERHEAD
+                            .saturating_add(batch.bytes.saturating_sub(BATCH_OVERHEAD) / 2);
+                        let target = half.min(config.batch_size);
+                        split_deadline = Some(batch.deadline);
+                        for (i, part) in split(batch, target, &mut self.next_batch, now)
+                            .into_iter()
+                            .enumerate()
+                        {
+                            state.unacked.insert(position + i, part);
+                        }
+                        // The topic takes less than the batch grew to: grow no more.
+                        let limit = self
+                            .topic_max
+                            .entry(Arc::clone(&tp.0))
+                            .or_insert(usize::MAX);
+                        *limit = (*limit).min(config.batch_size);
                     }
-                    // The topic's limit is below what the batch grew to: grow no more.
-                    let limit = self
-                        .topic_max
-                        .entry(Arc::clone(&tp.0))
-                        .or_insert(usize::MAX);
-                    *limit = (*limit).min(config.batch_size);
                 }
             }
             BatchOutcome::Failed(error) => {
@@ -692,7 +717,7 @@ impl Accumulator {
             .iter()
             .find(|b| b.id == batch_id && b.state != BatchState::InFlight)
             .map(|b| b.deadline);
-        if let Some(deadline) = waiting {
+        if let Some(deadline) = waiting.or(split_deadline) {
             self.expiry_at(deadline);
         }
         if effects.gap && config.idempotent && !config.transactional {
@@ -866,8 +891,8 @@ fn split(batch: Batch, target: usize, next_id: &mut u64, now: Instant) -> Vec<Ba
                     at: now,
                     unknown: false,
                 },
-                attempts: batch.attempts,
-                last_error: batch.last_error.clone(),
+                attempts: 0,
+                last_error: None,
                 expired: false,
             });
         }
@@ -1153,8 +1178,20 @@ mod tests {
 
     #[test]
     fn a_batch_refused_as_too_large_is_split_in_sequence_and_the_topic_grows_no_more() {
+        split_and_sent_again(false);
+    }
+
+    #[test]
+    fn in_a_transaction_the_batch_behind_a_split_one_is_sent_again_not_given_up() {
+        split_and_sent_again(true);
+    }
+
+    fn split_and_sent_again(transactional: bool) {
         let now = Instant::now();
-        let mut acc = Accumulator::new(growing(true));
+        let mut acc = Accumulator::new(AccumulatorConfig {
+            transactional,
+            ..growing(true)
+        });
         acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         let mut futures = Vec::new();
         let mut append = |acc: &mut Accumulator, range: std::ops::Range<usize>| {
@@ -1176,12 +1213,14 @@ mod tests {
         let (done, effects) = acc.complete(&tp(), sent[0].batch_id, too_large(), now);
         assert!(done.is_empty(), "no record failed");
         assert!(!effects.gap && effects.failed.is_none(), "{effects:?}");
-        acc.complete(
+        let (done, effects) = acc.complete(
             &tp(),
             sent[1].batch_id,
             BatchOutcome::OutOfOrder(error()),
             now,
         );
+        assert!(done.is_empty(), "behind the split batch, not given up");
+        assert!(!effects.gap && effects.failed.is_none(), "{effects:?}");
         // Sent again as batches of batch.size (ten records), one at a time, lowest sequence
         // first, covering the refused batch's sequence range; then the one behind it.
         let mut sequences = Vec::new();
@@ -1217,6 +1256,36 @@ mod tests {
             batch_sizes(&acc).iter().all(|n| *n <= 10),
             "{:?}",
             batch_sizes(&acc)
+        );
+    }
+
+    #[test]
+    fn a_batch_refused_as_too_large_after_its_delivery_timeout_fails_with_the_timeout() {
+        let now = Instant::now();
+        let (mut acc, futures) = filled(growing(true), 20, now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(sent.len(), 1);
+        let late = now + Duration::from_secs(11);
+        let (done, effects) = acc.complete(&tp(), sent[0].batch_id, too_large(), late);
+        assert_eq!(done.len(), 10, "the batch's records, not split");
+        for future in futures.into_iter().take(10) {
+            let failed = outcome(future).expect("done").expect_err("failed");
+            assert!(
+                matches!(failed, ProducerError::Timeout { last: None, .. }),
+                "a timeout, not a record too large: {failed:?}"
+            );
+        }
+        assert!(effects.failed.is_some());
+        // A split part that waits past the deadline is given up by `expire`.
+        let (mut acc, futures) = filled(growing(true), 20, now);
+        let sent = drain_all(&mut acc, now);
+        acc.complete(&tp(), sent[0].batch_id, too_large(), now);
+        let (expired, _) = acc.expire(late);
+        assert_eq!(expired.len(), 20, "both parts and the batch behind them");
+        assert!(
+            futures
+                .into_iter()
+                .all(|f| outcome(f).is_some_and(|r| r.is_err()))
         );
     }
 
