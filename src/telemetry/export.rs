@@ -1,6 +1,7 @@
 //! Recording through the `metrics` facade (feature `metrics`).
 
-use std::sync::Once;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, Once, PoisonError};
 use std::time::Duration;
 
 use metrics::{Label, counter, describe_counter, describe_gauge, gauge};
@@ -159,23 +160,47 @@ pub(crate) fn task_status(connector: &str, task: u32, state: &'static str, resta
 }
 
 /// Records a read of a share group's lag: `share-group-lag` per partition (labels `group`,
-/// `topic`, `partition`; a partition whose lag is unknown is left out) and `share-group-lag-sum`
-/// over them (label `group`). Labelled by group only, not by task: every task of a group sees
-/// the same lag, and summing it over tasks would count it once per task.
+/// `topic`, `partition`; a partition whose lag is unknown keeps its last value) and
+/// `share-group-lag-sum` over the known ones (label `group`). A partition the group no longer
+/// has state for (its topic deleted, say) is set to 0 once: the `metrics` facade cannot take
+/// a series back, and its last lag would otherwise stay in every sum of the per-partition
+/// series. Labelled by group only, not by task: every task of a group sees the same lag, and
+/// summing it over tasks would count it once per task.
 pub(crate) fn share_group_lag(lag: &crate::lag::ShareGroupLag) {
     describe_lag();
+    let series = |topic: &str, partition: i32| {
+        [
+            Label::new("group", lag.group.clone()),
+            Label::new("topic", topic.to_owned()),
+            Label::new("partition", partition.to_string()),
+        ]
+    };
     for p in &lag.partitions {
         if let Some(value) = p.lag {
-            let labels = [
-                Label::new("group", lag.group.clone()),
-                Label::new("topic", p.topic.clone()),
-                Label::new("partition", p.partition.to_string()),
-            ];
-            gauge!("share-group-lag", labels.iter()).set(value as f64);
+            gauge!("share-group-lag", series(&p.topic, p.partition).iter()).set(value as f64);
         }
+    }
+    for (topic, partition) in vanished(lag) {
+        gauge!("share-group-lag", series(&topic, partition).iter()).set(0.0);
     }
     let group = [Label::new("group", lag.group.clone())];
     gauge!("share-group-lag-sum", group.iter()).set(lag.total() as f64);
+}
+
+/// The partitions of `lag`'s group exported before and missing from this read; remembers
+/// this read's partitions (per group, for the whole process) for the next.
+fn vanished(lag: &crate::lag::ShareGroupLag) -> Vec<(String, i32)> {
+    static EXPORTED: Mutex<BTreeMap<String, BTreeSet<(String, i32)>>> = Mutex::new(BTreeMap::new());
+    let now: BTreeSet<(String, i32)> = lag
+        .partitions
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
+    let mut exported = EXPORTED.lock().unwrap_or_else(PoisonError::into_inner);
+    let before = exported.insert(lag.group.clone(), now.clone());
+    before
+        .map(|before| before.difference(&now).cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Records how many reads of a share group's lag failed.
