@@ -807,17 +807,11 @@ async fn a_target_deleted_mid_run_stops_the_task_and_archives_nothing() {
 /// Needs the test broker's ACL authorizer (`scripts/kafka.sh`, `KAFKA_ACLS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_the_task_may_not_write_stops_the_task_and_archives_nothing() {
-    let Some(bootstrap) =
-        support::bootstrap("a_target_the_task_may_not_write_stops_the_task_and_archives_nothing")
-    else {
+    let Some(bootstrap) = support::bootstrap_with_acls(
+        "a_target_the_task_may_not_write_stops_the_task_and_archives_nothing",
+    ) else {
         return;
     };
-    assert_eq!(
-        std::env::var("KAFKA_ACLS").ok().as_deref(),
-        Some("1"),
-        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
-         (KAFKA_SECURITY=1, the default) and export what `scripts/kafka.sh env` prints"
-    );
     let records = 600;
     let s = eos::setup(bootstrap, records, 1).await;
     let (mut d, written) = mirrored_a_little(&s, records).await;

@@ -457,16 +457,10 @@ async fn a_batch_refused_as_too_large_is_split_when_the_topic_limit_cannot_be_re
     // splits them and sends them again (Java's splitAndReenqueue): every record arrives, in
     // order. Needs the broker's ACL authorizer (`KAFKA_ACLS=1`).
     let Some(bootstrap) =
-        support::bootstrap("a_batch_refused_as_too_large_is_split_when_the_topic_limit")
+        support::bootstrap_with_acls("a_batch_refused_as_too_large_is_split_when_the_topic_limit")
     else {
         return;
     };
-    assert_eq!(
-        std::env::var("KAFKA_ACLS").ok().as_deref(),
-        Some("1"),
-        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
-         and export what `scripts/kafka.sh env` prints"
-    );
     let name = support::unique("producer-topic-max-denied");
     let admin = KafkaAdmin::connect(&bootstrap).await.expect("admin");
     admin

@@ -867,15 +867,9 @@ async fn a_topic_the_principal_may_not_describe_is_the_same_broker_error_for_eve
         ProducerError, ProducerRecord,
     };
     let test = "denied_everywhere";
-    let Some(plaintext) = support::bootstrap(test) else {
+    let Some(plaintext) = support::bootstrap_with_acls(test) else {
         return;
     };
-    assert_eq!(
-        std::env::var("KAFKA_ACLS").ok().as_deref(),
-        Some("1"),
-        "this test needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
-         and export what `scripts/kafka.sh env` prints"
-    );
     let (topic, group) = topic_with_records(test, 1).await;
     // The plaintext listener's principal is ANONYMOUS; a DENY wins over the open default.
     support::acls(

@@ -161,6 +161,19 @@ pub(crate) async fn rskafka_partition(
         .expect("partition client")
 }
 
+/// [`bootstrap`] for a test that needs the broker's ACL authorizer: also asserts that
+/// `scripts/kafka.sh env` said the broker runs one (`KAFKA_ACLS=1`).
+pub(crate) fn bootstrap_with_acls(test: &str) -> Option<String> {
+    let bootstrap = bootstrap(test)?;
+    assert_eq!(
+        std::env::var("KAFKA_ACLS").ok().as_deref(),
+        Some("1"),
+        "{test} needs a broker with an ACL authorizer: start it with scripts/kafka.sh \
+         (KAFKA_SECURITY=1, the default) and export what `scripts/kafka.sh env` prints"
+    );
+    Some(bootstrap)
+}
+
 /// Adds ACLs to the test broker, as `kafka-acls.sh --add` does. Needs the broker's ACL
 /// authorizer (`scripts/kafka.sh` starts it unless `KAFKA_AUTHORIZER=0`; `env` prints
 /// `KAFKA_ACLS=1`).

@@ -197,6 +197,24 @@ struct PartitionState {
 }
 
 impl PartitionState {
+    /// Fails `batch` (taken out of the partition) at its delivery timeout; a batch that had a
+    /// sequence leaves a gap.
+    fn time_out(
+        &mut self,
+        batch: Batch,
+        config: &AccumulatorConfig,
+        done: &mut Vec<u64>,
+        effects: &mut Effects,
+    ) {
+        let error = timeout_error(&batch, config);
+        if let Some(sequence) = batch.sequence {
+            self.gap_at = Some(self.gap_at.map_or(sequence, |g| g.min(sequence)));
+            effects.gap = true;
+        }
+        batch.fail(&error, done);
+        effects.failed = Some(error);
+    }
+
     /// Whether a closed batch could not be sent at the next drain anyway: a batch waits
     /// ahead of the open one, a retry waits, or the partition's window is full.
     fn backed_up(&self, config: &AccumulatorConfig, bump_pending: bool) -> bool {
@@ -648,13 +666,7 @@ impl Accumulator {
                         // Its delivery timeout ran out while it was in flight: given up, as
                         // a retry would be, with the error before this one (the records are
                         // not too large; the batch they were in was).
-                        let timeout = timeout_error(&batch, &config);
-                        if let Some(sequence) = batch.sequence {
-                            state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
-                            effects.gap = true;
-                        }
-                        batch.fail(&timeout, &mut done);
-                        effects.failed = Some(timeout);
+                        state.time_out(batch, &config, &mut done, &mut effects);
                     } else {
                         tracing::debug!(
                             topic = %tp.0,
@@ -702,13 +714,7 @@ impl Accumulator {
         // A retry past its deadline was given up by `retry_or_expire`.
         if let Some(position) = state.unacked.iter().position(|b| b.expired) {
             if let Some(batch) = state.unacked.remove(position) {
-                let error = timeout_error(&batch, &config);
-                if let Some(sequence) = batch.sequence {
-                    state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
-                    effects.gap = true;
-                }
-                batch.fail(&error, &mut done);
-                effects.failed = Some(error);
+                state.time_out(batch, &config, &mut done, &mut effects);
             }
         }
         // A batch sent again later can now expire: `expire` must look at it.
