@@ -302,7 +302,7 @@ impl KafkaProducerConfig {
     /// Unlike Java's producer, a batch whose partition cannot send it yet (a batch waits
     /// ahead of it, or `max.in.flight.requests.per.connection` batches of the partition are
     /// in flight) goes on taking records past `batch.size`, up to the smaller of
-    /// `max.request.size` and 1 MiB (the broker's default `message.max.bytes`): a burst, such
+    /// `max.request.size` and 256 KiB (within the broker's default `message.max.bytes`): a burst, such
     /// as a transaction's records before its commit, then goes out in a few full requests
     /// instead of one `batch.size` per round trip. A batch grows no larger than its topic's
     /// `max.message.bytes`, read once with the topic's first metadata (DescribeConfigs); where
