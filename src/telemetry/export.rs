@@ -188,19 +188,28 @@ pub(crate) fn share_group_lag(lag: &crate::lag::ShareGroupLag) {
 }
 
 /// The partitions of `lag`'s group exported before and missing from this read; remembers
-/// this read's partitions (per group, for the whole process) for the next.
+/// the partitions exported so far that are still in the group (per group, for the whole
+/// process) for the next. A group with none left is forgotten.
 fn vanished(lag: &crate::lag::ShareGroupLag) -> Vec<(String, i32)> {
     static EXPORTED: Mutex<BTreeMap<String, BTreeSet<(String, i32)>>> = Mutex::new(BTreeMap::new());
-    let now: BTreeSet<(String, i32)> = lag
-        .partitions
-        .iter()
-        .map(|p| (p.topic.clone(), p.partition))
-        .collect();
     let mut exported = EXPORTED.lock().unwrap_or_else(PoisonError::into_inner);
-    let before = exported.insert(lag.group.clone(), now.clone());
-    before
-        .map(|before| before.difference(&now).cloned().collect())
-        .unwrap_or_default()
+    let before = exported.remove(&lag.group).unwrap_or_default();
+    let mut present = BTreeSet::new();
+    let mut now = BTreeSet::new();
+    for p in &lag.partitions {
+        let key = (p.topic.clone(), p.partition);
+        // Exported now (its lag is known), or before and still in the group (its last value
+        // stays): a partition never exported gets no series at 0 when it goes.
+        if p.lag.is_some() || before.contains(&key) {
+            now.insert(key.clone());
+        }
+        present.insert(key);
+    }
+    let gone = before.difference(&present).cloned().collect();
+    if !now.is_empty() {
+        exported.insert(lag.group.clone(), now);
+    }
+    gone
 }
 
 /// Records how many reads of a share group's lag failed.
