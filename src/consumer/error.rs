@@ -91,10 +91,11 @@ pub enum ConsumerError {
     /// | An answer that makes no sense | `Protocol(ProtocolError::Malformed)` | `ProducerError::Kafka` | [`AdminError::Protocol`](crate::AdminError::Protocol) |
     /// | A broker without a needed API version | `Protocol(ProtocolError::Unsupported)` | `ProducerError::Kafka` | [`AdminError::Unsupported`](crate::AdminError::Unsupported) |
     ///
-    /// Retriability follows the cause in every client: I/O, a garbled answer and a broker
-    /// code Kafka classes as retriable are retriable; refused security, a malformed answer
-    /// and a missing API version are not. `broker_error()`, `is_authentication()` and
-    /// `is_retriable()` answer the same on `ConsumerError`,
+    /// Retriability follows the cause: I/O, a garbled answer and a broker code Kafka classes
+    /// as retriable are retriable; refused security, a malformed answer and a missing API
+    /// version are not (a producer's `Timeout` is retriable and its `Abortable` is not,
+    /// whatever their cause: they answer for the call, not the cause). `broker_error()` and
+    /// `is_authentication()` answer the same on `ConsumerError`,
     /// [`ProducerError`](crate::producer::ProducerError) (looking through a timeout's `last`
     /// and an abort's cause) and [`AdminError`](crate::AdminError). The driver returns any of them as
     /// [`Error::Consumer`](crate::Error::Consumer) and stops on those that are not

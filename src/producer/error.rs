@@ -290,5 +290,12 @@ mod tests {
                 .is_some_and(ConsumerError::is_authentication)
         );
         assert!(refused.broker_error().is_none());
+        // A transactional send refused for authentication surfaces as an abort.
+        let aborted = ProducerError::Abortable {
+            reason: "a send failed".to_owned(),
+            source: Some(Arc::new(refused)),
+        };
+        assert!(aborted.is_authentication());
+        assert!(!ProducerError::Closed.is_authentication());
     }
 }

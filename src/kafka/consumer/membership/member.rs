@@ -655,6 +655,7 @@ mod tests {
                 }
                 if let Some(n) = during {
                     m.subscribe(topics(n));
+                    model.owed = true;
                 }
                 let answered_with_it = beat.subscription.is_some() && during.is_none();
                 match outcome {
