@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use crate::consumer::ConsumerError;
 use crate::kafka::error::BrokerError;
-use crate::kafka::error::ConnectionError;
 
 /// Why a [`Producer`](super::Producer) call failed.
 ///
@@ -188,10 +187,7 @@ impl ProducerError {
 
     /// [`kafka`](Self::kafka) for a shared client error.
     pub(crate) fn from_client(source: Arc<ConsumerError>) -> Self {
-        if matches!(
-            *source,
-            ConsumerError::Connection(ConnectionError::Authentication { .. })
-        ) {
+        if source.is_authentication() {
             Self::Authentication { source }
         } else {
             Self::Kafka { source }
@@ -246,6 +242,7 @@ impl ProducerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::error::ConnectionError;
 
     fn denied() -> ConsumerError {
         ConsumerError::Broker(BrokerError {

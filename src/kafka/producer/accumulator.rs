@@ -582,8 +582,6 @@ impl Accumulator {
             return (done, effects);
         };
         let earlier_unconfirmed = position > 0;
-        // The deadline of the parts of a batch split below, for `expire` to look at.
-        let mut split_deadline = None;
         let outcome = match outcome {
             BatchOutcome::TooLarge(error)
                 if state
@@ -684,7 +682,6 @@ impl Accumulator {
                         let half = BATCH_OVERHEAD
                             .saturating_add(batch.bytes.saturating_sub(BATCH_OVERHEAD) / 2);
                         let target = half.min(config.batch_size);
-                        split_deadline = Some(batch.deadline);
                         for (i, part) in split(batch, target, &mut self.next_batch, now)
                             .into_iter()
                             .enumerate()
@@ -725,7 +722,7 @@ impl Accumulator {
             .iter()
             .find(|b| b.id == batch_id && b.state != BatchState::InFlight)
             .map(|b| b.deadline);
-        if let Some(deadline) = waiting.or(split_deadline) {
+        if let Some(deadline) = waiting {
             self.expiry_at(deadline);
         }
         if effects.gap && config.idempotent && !config.transactional {
@@ -763,15 +760,9 @@ impl Accumulator {
             let expired = |b: &Batch| b.deadline <= now && b.state != BatchState::InFlight;
             if state.unacked.iter().any(expired) {
                 let mut kept = VecDeque::with_capacity(state.unacked.len());
-                for batch in state.unacked.drain(..) {
+                for batch in std::mem::take(&mut state.unacked) {
                     if expired(&batch) {
-                        let error = timeout_error(&batch, &self.config);
-                        if let Some(sequence) = batch.sequence {
-                            state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
-                            effects.gap = true;
-                        }
-                        batch.fail(&error, &mut done);
-                        effects.failed = Some(error);
+                        state.time_out(batch, &self.config, &mut done, &mut effects);
                     } else {
                         kept.push_back(batch);
                     }
