@@ -1156,3 +1156,69 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
     );
     c.close(Duration::from_secs(10)).await.unwrap();
 }
+
+/// The broker cuts what it acquires into ranges at log batch starts, each at least the
+/// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
+/// acknowledgement covers only part of it (then per offset, at far more cost). With batches
+/// of 7 records and `max.poll.records` 20, the consumer asks for ranges that fit a poll and
+/// hands them out whole: polls end where a log batch ends. (With Java's `BatchSize` of
+/// `max.poll.records`, every range is 21 records and every poll of 20 splits one: 1 poll in
+/// 7 would end on a batch end.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_hand_out_the_brokers_acquired_ranges_whole() {
+    let Some(f) = fixture("polls-whole-ranges", 1).await else {
+        return;
+    };
+    let partition = support::rskafka_partition(&f.bootstrap, &f.topic, 0).await;
+    for batch in 0..60 {
+        let records = (0..7).map(|i| record(batch * 7 + i)).collect();
+        partition
+            .produce(records, Compression::NoCompression)
+            .await
+            .expect("produce one batch");
+    }
+    let mut c = consumer_with(&f, |config| {
+        config
+            .acknowledgement_mode(AcknowledgementMode::Explicit)
+            .max_poll_records(20)
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut polls: Vec<Vec<i64>> = Vec::new();
+    while polls.iter().map(Vec::len).sum::<usize>() < 420 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of 420 records within 60 s",
+            polls.iter().map(Vec::len).sum::<usize>()
+        );
+        let records = c.poll(Duration::from_millis(500)).await.expect("poll");
+        if records.is_empty() {
+            continue;
+        }
+        for r in &records {
+            c.acknowledge(r, AcknowledgeType::Accept)
+                .expect("acknowledge");
+        }
+        c.commit_sync(Duration::from_secs(10))
+            .await
+            .expect("commit");
+        polls.push(records.iter().map(ConsumerRecord::offset).collect());
+    }
+    let all: Vec<i64> = polls.iter().flatten().copied().collect();
+    assert_eq!(
+        all,
+        (0..420).collect::<Vec<_>>(),
+        "each record once, in order"
+    );
+    assert!(polls.iter().all(|p| p.len() <= 20), "{polls:?}");
+    let whole = polls
+        .iter()
+        .filter(|p| p.last().is_some_and(|last| last % 7 == 6))
+        .count();
+    assert!(
+        whole * 4 >= polls.len() * 3,
+        "{whole} of {} polls end on a log batch end: {:?}",
+        polls.len(),
+        polls.iter().map(|p| (p[0], p.len())).collect::<Vec<_>>()
+    );
+}

@@ -72,6 +72,38 @@ impl Slots {
 struct Acquired {
     at: Instant,
     records: std::vec::IntoIter<ConsumerRecord>,
+    /// How many records the answer brought (so `total - records.len()` were taken).
+    total: usize,
+    /// Positions in the answer's records, ascending, where a take ends without splitting
+    /// one of the broker's acquired ranges (see
+    /// [`Fetched::breaks`](super::responses::Fetched)); the answer's end is one too.
+    breaks: Vec<usize>,
+}
+
+impl Acquired {
+    fn new(at: Instant, records: Vec<ConsumerRecord>, mut breaks: Vec<usize>) -> Self {
+        if breaks.last() != Some(&records.len()) {
+            breaks.push(records.len());
+        }
+        Self {
+            at,
+            total: records.len(),
+            records: records.into_iter(),
+            breaks,
+        }
+    }
+
+    /// How many of this answer's remaining records a take of at most `max` of them can
+    /// hand out ending on a break (0 when none is in reach).
+    fn aligned_within(&self, max: usize) -> usize {
+        let taken = self.total - self.records.len();
+        let limit = taken.saturating_add(max);
+        let i = self.breaks.partition_point(|&b| b <= limit);
+        match i.checked_sub(1).map(|i| self.breaks[i]) {
+            Some(b) if b > taken => b - taken,
+            _ => 0,
+        }
+    }
 }
 
 /// Records fetched and not yet polled, oldest acquisition first.
@@ -82,16 +114,14 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
-    /// Appends the records of one answer, acquired `at`.
-    pub(crate) fn push(&mut self, at: Instant, records: Vec<ConsumerRecord>) {
+    /// Appends the records of one answer, acquired `at`, whose takes best end at `breaks`
+    /// (positions in `records`, ascending; the end of `records` always is one).
+    pub(crate) fn push(&mut self, at: Instant, records: Vec<ConsumerRecord>, breaks: Vec<usize>) {
         if records.is_empty() {
             return;
         }
         self.len = self.len.saturating_add(records.len());
-        self.chunks.push_back(Acquired {
-            at,
-            records: records.into_iter(),
-        });
+        self.chunks.push_back(Acquired::new(at, records, breaks));
     }
 
     /// When the oldest waiting record was acquired.
@@ -124,9 +154,35 @@ impl Buffer {
         self.len = 0;
     }
 
-    /// Takes at most `max` records from the front, in order.
-    pub(crate) fn take(&mut self, max: usize) -> Vec<ConsumerRecord> {
+    /// How many records a take of at most `max` hands out: the most that end on a break (an
+    /// acquired range handed out whole, see [`Fetched::breaks`](super::responses::Fetched)),
+    /// if that is at least half of `max` or of what waits; else `max` (a range larger than
+    /// the take is split: better than polls far smaller than asked for).
+    fn aligned(&self, max: usize) -> usize {
         let n = max.min(self.len);
+        let mut whole = 0;
+        for chunk in &self.chunks {
+            let left = chunk.records.len();
+            if whole + left <= n {
+                whole += left;
+                continue;
+            }
+            whole += chunk.aligned_within(n - whole);
+            break;
+        }
+        if whole.saturating_mul(2) >= n {
+            whole
+        } else {
+            n
+        }
+    }
+
+    /// Takes at most `max` records from the front, in order, ending where the broker's
+    /// acquired ranges end when that costs at most half the take (see [`aligned`]).
+    ///
+    /// [`aligned`]: Self::aligned
+    pub(crate) fn take(&mut self, max: usize) -> Vec<ConsumerRecord> {
+        let n = self.aligned(max);
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             let Some(front) = self.chunks.front_mut() else {
@@ -155,10 +211,9 @@ impl Buffer {
                 let (stay, go): (Vec<_>, Vec<_>) = chunk.records.partition(|r| keep(r));
                 out.extend(go);
                 if !stay.is_empty() {
-                    kept.push(Acquired {
-                        at: chunk.at,
-                        records: stay.into_iter(),
-                    });
+                    // Where its ranges end is not kept: only the end of what stays is a break.
+                    let end = stay.len();
+                    kept.push(Acquired::new(chunk.at, stay, vec![end]));
                 }
             }
         }
@@ -216,6 +271,11 @@ mod tests {
         offsets.map(|o| ConsumerRecord::new("t", 0, o)).collect()
     }
 
+    /// Breaks after every record: takes as if acquired ranges did not matter.
+    fn singles(n: usize) -> Vec<usize> {
+        (1..=n).collect()
+    }
+
     fn offsets(records: &[ConsumerRecord]) -> Vec<i64> {
         records.iter().map(ConsumerRecord::offset).collect()
     }
@@ -224,9 +284,9 @@ mod tests {
     fn the_buffer_hands_out_in_order_across_answers_and_at_most_what_is_asked() {
         let t0 = Instant::now();
         let mut buffer = Buffer::default();
-        buffer.push(t0, records(0..3));
-        buffer.push(t0, Vec::new());
-        buffer.push(t0 + Duration::from_secs(1), records(3..5));
+        buffer.push(t0, records(0..3), singles(3));
+        buffer.push(t0, Vec::new(), Vec::new());
+        buffer.push(t0 + Duration::from_secs(1), records(3..5), singles(2));
         assert_eq!(buffer.len(), 5);
         assert_eq!(buffer.oldest(), Some(t0));
         assert_eq!(offsets(&buffer.take(2)), [0, 1]);
@@ -247,9 +307,9 @@ mod tests {
     fn the_buffer_gives_up_what_was_acquired_by_a_moment() {
         let t0 = Instant::now();
         let mut buffer = Buffer::default();
-        buffer.push(t0, records(0..3));
-        buffer.push(t0 + Duration::from_secs(1), records(3..5));
-        buffer.push(t0 + Duration::from_secs(2), records(5..6));
+        buffer.push(t0, records(0..3), singles(3));
+        buffer.push(t0 + Duration::from_secs(1), records(3..5), singles(2));
+        buffer.push(t0 + Duration::from_secs(2), records(5..6), singles(1));
         assert_eq!(buffer.take(1).len(), 1);
         assert!(
             buffer
@@ -270,14 +330,44 @@ mod tests {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(1);
         let mut buffer = Buffer::default();
-        buffer.push(t0, records(0..4));
-        buffer.push(t1, records(4..6));
-        buffer.push(t1 + Duration::from_secs(1), records(6..7));
+        buffer.push(t0, records(0..4), singles(4));
+        buffer.push(t1, records(4..6), singles(2));
+        buffer.push(t1 + Duration::from_secs(1), records(6..7), singles(1));
         let kept = [1, 2, 5];
         let taken = buffer.take_acquired_by(t1, |r| kept.contains(&r.offset()));
         assert_eq!(offsets(&taken), [0, 3, 4]);
         assert_eq!(buffer.len(), 4);
         assert_eq!(buffer.oldest(), Some(t0));
         assert_eq!(offsets(&buffer.take(usize::MAX)), [1, 2, 5, 6]);
+    }
+
+    #[test]
+    fn a_take_ends_where_an_acquired_range_ends_when_that_costs_at_most_half() {
+        let t0 = Instant::now();
+        let mut buffer = Buffer::default();
+        // Ranges 0..=4, 5..=8, 9..=11 in one answer; 12..=19 in the next.
+        buffer.push(t0, records(0..12), vec![5, 9, 12]);
+        buffer.push(t0, records(12..20), vec![8]);
+        assert_eq!(offsets(&buffer.take(8)), [0, 1, 2, 3, 4], "5 of 8, not 8");
+        assert_eq!(
+            offsets(&buffer.take(8)),
+            [5, 6, 7, 8, 9, 10, 11],
+            "to the answer's end"
+        );
+        assert_eq!(
+            offsets(&buffer.take(3)),
+            [12, 13, 14],
+            "a range larger than the take is split"
+        );
+        assert_eq!(offsets(&buffer.take(100)), (15..20).collect::<Vec<_>>());
+        // A whole range shorter than half the take does not make the poll small.
+        buffer.push(t0, records(20..22), vec![2]);
+        buffer.push(t0, records(22..40), vec![18]);
+        assert_eq!(buffer.take(10).len(), 10);
+        // What waits decides "half" when it is less than the take.
+        buffer.clear();
+        buffer.push(t0, records(0..6), vec![3, 6]);
+        assert_eq!(offsets(&buffer.take(5)), [0, 1, 2]);
+        assert_eq!(offsets(&buffer.take(5)), [3, 4, 5]);
     }
 }

@@ -168,6 +168,7 @@ impl EngineHandle {
             origins: HashMap::new(),
             acks_since: None,
             record_bytes: RecordBytes::default(),
+            widest_batch: 0,
             seen_assignment: 0,
             failures: 0,
             waiting_for: BTreeSet::new(),
@@ -239,6 +240,9 @@ struct Engine {
     acks_since: Option<Instant>,
     /// The bytes of answer a record keeps in memory, for the sizing rule's byte bound.
     record_bytes: RecordBytes,
+    /// The most offsets one log batch of an answer has spanned, for the `BatchSize` asked
+    /// ([`batch_size`](sizing::batch_size)).
+    widest_batch: u64,
     seen_assignment: u64,
     /// Connections and requests that failed in a row, for the backoff.
     failures: u32,
@@ -573,7 +577,13 @@ impl Engine {
             min_bytes: self.config.fetch_min_bytes,
             max_bytes: self.config.fetch_max_bytes,
             max_records,
-            batch_size: self.config.max_poll_records.wire(),
+            batch_size: if self.config.share_acquire_mode == ShareAcquireMode::RecordLimit {
+                self.config.max_poll_records.wire()
+            } else {
+                let each =
+                    sizing::batch_size(self.config.max_poll_records.get(), self.widest_batch);
+                i32::try_from(each).unwrap_or(i32::MAX)
+            },
             record_limit: self.config.share_acquire_mode == ShareAcquireMode::RecordLimit,
             partition_max_bytes: self.config.partition_max_bytes,
         })
@@ -788,6 +798,7 @@ impl Engine {
         self.cluster.stale |= fetched.stale;
         self.record_bytes
             .observe(fetched.records.len(), fetched.record_bytes);
+        self.widest_batch = self.widest_batch.max(fetched.widest_batch);
         for (partition, tp) in fetched.acquired_from {
             self.origins.insert(partition, (node, tp));
         }
@@ -816,7 +827,7 @@ impl Engine {
         }
         if !fetched.records.is_empty() {
             slots.wanted = false;
-            slots.records.push(now, fetched.records);
+            slots.records.push(now, fetched.records, fetched.breaks);
             drop(slots);
             self.mailbox.announce();
         }

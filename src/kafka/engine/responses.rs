@@ -38,6 +38,13 @@ pub(crate) struct Fetched {
     pub(crate) answer: Answer,
     /// The records acquired, partition by partition in offset order.
     pub(crate) records: Vec<ConsumerRecord>,
+    /// Where a poll can end without splitting one of the broker's acquired ranges: the
+    /// positions in `records`, ascending, just past the last record of each range (see
+    /// [`range_ends`]).
+    pub(crate) breaks: Vec<usize>,
+    /// The most offsets one data batch of the answer spans (see
+    /// [`Extracted::widest_batch`](crate::kafka::session::acquired::Extracted)).
+    pub(crate) widest_batch: u64,
     /// GAP, REJECT and RELEASE acknowledgements the consumer makes itself.
     pub(crate) internal_acks: Vec<(TopicPartition, Vec<AckRange>)>,
     /// Leaders moved, or a topic id is unknown: refresh metadata.
@@ -182,10 +189,50 @@ pub(crate) fn fetch_answer(
             if !acks.is_empty() {
                 out.internal_acks.push((tp, acks));
             }
+            out.widest_batch = out.widest_batch.max(extracted.widest_batch);
+            range_ends(
+                &ranges,
+                &extracted.records,
+                out.records.len(),
+                &mut out.breaks,
+            );
             out.records.extend(extracted.records);
         }
     }
     out
+}
+
+/// Appends to `breaks` the positions just past the last record of each acquired range, for
+/// `records` (one partition's, in offset order) placed at `base` in the answer's records.
+///
+/// The broker keeps each AcquiredRecords entry as one in-flight batch and tracks its state as
+/// a whole until an acknowledgement covers only part of it; from then on it keeps a state per
+/// offset (`SharePartition.maybeInitializeOffsetStateUpdate`), which costs it far more per
+/// record for the rest of the batch's life. A poll that ends at one of these positions leaves
+/// every range it hands out whole, so its acknowledgements split none.
+fn range_ends(
+    ranges: &[AcquiredRange],
+    records: &[ConsumerRecord],
+    base: usize,
+    breaks: &mut Vec<usize>,
+) {
+    if records.is_empty() {
+        return;
+    }
+    let mut ends: Vec<i64> = ranges.iter().map(|r| r.last).collect();
+    ends.sort_unstable();
+    let from = breaks.len();
+    for end in ends {
+        // Records are in offset order: those up to `end` come first.
+        let at = records.partition_point(|r| r.offset() <= end);
+        if at > 0 && breaks.get(from..).and_then(<[usize]>::last) != Some(&(base + at)) {
+            breaks.push(base + at);
+        }
+    }
+    // The partition's last record ends this partition's part of the answer either way.
+    if breaks.get(from..).and_then(<[usize]>::last) != Some(&(base + records.len())) {
+        breaks.push(base + records.len());
+    }
 }
 
 /// The acquisition lock duration a ShareFetch or ShareAcknowledge (v2+) answer reports;
@@ -221,4 +268,47 @@ pub(crate) fn acknowledge_answer(
         }
     }
     (answer, stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: i64, last: i64) -> AcquiredRange {
+        AcquiredRange {
+            first,
+            last,
+            delivery_count: 1,
+        }
+    }
+
+    fn records(offsets: &[i64]) -> Vec<ConsumerRecord> {
+        offsets
+            .iter()
+            .map(|&o| ConsumerRecord::new("t", 0, o))
+            .collect()
+    }
+
+    #[test]
+    fn a_break_follows_the_last_record_of_each_acquired_range() {
+        let mut breaks = vec![3];
+        // Ranges out of order, one ending on a gap (offset 6 has no record), one without
+        // records at all (20..=25), and the last ending past the records.
+        let ranges = [
+            range(7, 9),
+            range(0, 4),
+            range(5, 6),
+            range(20, 25),
+            range(10, 14),
+        ];
+        let got = records(&[0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12]);
+        range_ends(&ranges, &got, 3, &mut breaks);
+        assert_eq!(breaks, [3, 3 + 5, 3 + 6, 3 + 9, 3 + 11]);
+        range_ends(&ranges, &[], 14, &mut breaks);
+        assert_eq!(breaks.len(), 5, "no records, no break");
+        // Ranges that end before the records, or none: only the partition's end.
+        let mut breaks = Vec::new();
+        range_ends(&[range(0, 1)], &records(&[5, 6]), 0, &mut breaks);
+        assert_eq!(breaks, [2]);
+    }
 }

@@ -149,6 +149,25 @@ pub(crate) fn fair_share(locks: usize, sharers: impl IntoIterator<Item = usize>)
     if partitions == 0 { locks } else { share }
 }
 
+/// The ShareFetch `BatchSize` that lets one poll of `max_poll_records` take one of the
+/// broker's acquired ranges whole, given `widest_batch`, the most offsets one log batch of
+/// the partitions fetched has spanned (0: none seen yet).
+///
+/// In `batch_optimized` mode the broker cuts what it acquires into ranges at log batch
+/// starts, closing a range at the first batch start at least `BatchSize` offsets past the
+/// range's first offset (`SharePartition.createBatches`), and keeps each range as one
+/// in-flight batch. A range therefore spans from `BatchSize` to `BatchSize + widest - 1`
+/// offsets. Java sends `max.poll.records`, so its ranges are a little longer than a poll
+/// and every poll's acknowledgement splits one, which turns the broker's state for that
+/// batch into a state per offset. Asking for `max.poll.records - widest + 1` keeps every
+/// range within one poll (at least 1: batches wider than a poll are split either way).
+pub(crate) fn batch_size(max_poll_records: usize, widest_batch: u64) -> usize {
+    let widest = usize::try_from(widest_batch).unwrap_or(usize::MAX).max(1);
+    max_poll_records
+        .saturating_sub(widest - 1)
+        .clamp(1, max_poll_records.max(1))
+}
+
 /// The sizing rule's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sizing {
@@ -598,5 +617,32 @@ mod tests {
             Duration::from_millis(500)
         );
         assert_eq!(Sizing::ack_linger(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn the_batch_size_keeps_an_acquired_range_within_one_poll() {
+        assert_eq!(batch_size(500, 0), 500, "nothing seen yet: as Java");
+        assert_eq!(batch_size(500, 1), 500);
+        assert_eq!(batch_size(500, 15), 486);
+        assert_eq!(batch_size(500, 500), 1);
+        assert_eq!(
+            batch_size(500, 10_000),
+            1,
+            "wider than a poll: split either way"
+        );
+        assert_eq!(batch_size(1, 15), 1);
+        // The broker's cut: a range closes at the first batch start `batch_size` or more
+        // past its first offset, so with batches of `widest` it spans at most
+        // `batch_size + widest - 1`, which must fit a poll.
+        for max in [1usize, 7, 100, 500, 1000] {
+            for widest in 1u64..=40 {
+                let b = batch_size(max, widest);
+                let w = usize::try_from(widest).unwrap();
+                if w <= max {
+                    assert!(b + w - 1 <= max, "max {max}, widest {widest}: {b}");
+                }
+                assert!((1..=max).contains(&b));
+            }
+        }
     }
 }

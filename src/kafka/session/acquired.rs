@@ -181,6 +181,10 @@ pub(crate) struct Extracted {
     /// Compressed batches of this partition whose acquired offsets were released because the
     /// [`DecodeBudget`] ran out: worth a log line, they are not errors.
     pub(crate) over_budget_batches: usize,
+    /// The most offsets one intact data batch holding acquired records spans (base to last
+    /// offset); 0 when there was none. The broker cuts its acquisitions at batch starts, so
+    /// this bounds how far past the requested batch size an acquired range can reach.
+    pub(crate) widest_batch: u64,
 }
 
 fn convert(
@@ -384,6 +388,10 @@ pub(crate) fn extract(
             Ok(raw) if raw.control => acquired.each_within(share, &mut out.gaps),
             Ok(raw) => {
                 if acquired.any_within(share) {
+                    let span = u64::try_from(raw.last_offset.saturating_sub(raw.base_offset))
+                        .unwrap_or(0)
+                        .saturating_add(1);
+                    out.widest_batch = out.widest_batch.max(span);
                     decode_share(
                         topic,
                         partition,
