@@ -46,7 +46,7 @@ use tokio::time::Instant;
 
 use self::cluster::{Cluster, fetch_metadata};
 use self::mailbox::Mailbox;
-use self::sizing::{RecordBytes, Sizing, fair_share};
+use self::sizing::{RecordBytes, Sizing, fair_share, fetch_bytes};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
@@ -522,6 +522,7 @@ impl Engine {
             .poll_deadline
             .filter(|d| *d > now && wanted)
             .map(|d| d.saturating_duration_since(now));
+        let mut max_bytes = self.config.fetch_max_bytes;
         let max_records = match self.config.sizing {
             None => {
                 let prefetch = self.polled && buffered < self.config.prefetch_records;
@@ -554,6 +555,10 @@ impl Engine {
                 // Each leader fetched from gets its share; together they stay in the room.
                 let leaders = targets.len().max(1);
                 let each = records.div_ceil(leaders).max(1);
+                if let Some(per) = self.record_bytes.get() {
+                    let partitions = targets.values().map(BTreeSet::len).max().unwrap_or(1);
+                    max_bytes = max_bytes.min(fetch_bytes(each, per, partitions));
+                }
                 i32::try_from(each).unwrap_or(i32::MAX)
             }
         };
@@ -575,7 +580,7 @@ impl Engine {
         Some(FetchSettings {
             max_wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
             min_bytes: self.config.fetch_min_bytes,
-            max_bytes: self.config.fetch_max_bytes,
+            max_bytes,
             max_records,
             batch_size: if self.config.share_acquire_mode == ShareAcquireMode::RecordLimit {
                 self.config.max_poll_records.wire()

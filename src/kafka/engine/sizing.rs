@@ -168,6 +168,30 @@ pub(crate) fn batch_size(max_poll_records: usize, widest_batch: u64) -> usize {
         .clamp(1, max_poll_records.max(1))
 }
 
+/// The least `MaxBytes` a sized ShareFetch asks for.
+pub(crate) const MIN_FETCH_BYTES: usize = 1 << 20;
+
+/// The ShareFetch `MaxBytes` for a fetch of `records` records of about `per_record` bytes
+/// each ([`RecordBytes`]) from a leader of `partitions` partitions: twice what the records
+/// should take, for each partition, at least [`MIN_FETCH_BYTES`].
+///
+/// The broker reads each partition of a fetch from the log up to its share of `MaxBytes`
+/// (an even share, Kafka's `PartitionMaxBytesStrategy`) and walks the batch headers of what
+/// it read to acquire whole batches, whatever the record limit; with `fetch.max.bytes`
+/// (50 MiB by default) it walks thousands of headers to acquire a few hundred records, on
+/// every fetch and every retry of a fetch parked in its purgatory. Counting every partition
+/// lets any one of them bring all the records; the margin keeps the records, not the bytes,
+/// the limit of an answer. The caller also caps it at `fetch.max.bytes`. The broker still
+/// answers at least one batch, however large.
+pub(crate) fn fetch_bytes(records: usize, per_record: usize, partitions: usize) -> i32 {
+    let bytes = records
+        .saturating_mul(per_record)
+        .saturating_mul(2)
+        .saturating_mul(partitions.max(1))
+        .max(MIN_FETCH_BYTES);
+    i32::try_from(bytes).unwrap_or(i32::MAX)
+}
+
 /// The sizing rule's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sizing {
@@ -644,5 +668,19 @@ mod tests {
                 assert!((1..=max).contains(&b));
             }
         }
+    }
+
+    #[test]
+    fn a_sized_fetch_asks_for_twice_its_records_bytes_per_partition() {
+        assert_eq!(fetch_bytes(500, 1100, 1), 1_100_000);
+        assert_eq!(fetch_bytes(500, 1100, 3), 3_300_000);
+        assert_eq!(
+            fetch_bytes(500, 1100, 0),
+            1_100_000,
+            "no partition known: one"
+        );
+        let least = i32::try_from(MIN_FETCH_BYTES).unwrap();
+        assert_eq!(fetch_bytes(10, 100, 2), least);
+        assert_eq!(fetch_bytes(usize::MAX, 2, 1), i32::MAX);
     }
 }
