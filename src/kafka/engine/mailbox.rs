@@ -82,6 +82,10 @@ struct Acquired {
 
 impl Acquired {
     fn new(at: Instant, records: Vec<ConsumerRecord>, mut breaks: Vec<usize>) -> Self {
+        debug_assert!(
+            breaks.windows(2).all(|w| w[0] < w[1]) && breaks.last() <= Some(&records.len()),
+            "breaks ascend within the records"
+        );
         if breaks.last() != Some(&records.len()) {
             breaks.push(records.len());
         }
@@ -100,7 +104,7 @@ impl Acquired {
         let limit = taken.saturating_add(max);
         let i = self.breaks.partition_point(|&b| b <= limit);
         match i.checked_sub(1).map(|i| self.breaks[i]) {
-            Some(b) if b > taken => b - taken,
+            Some(b) if b > taken => (b - taken).min(max),
             _ => 0,
         }
     }

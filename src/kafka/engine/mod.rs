@@ -557,7 +557,13 @@ impl Engine {
                 let each = records.div_ceil(leaders).max(1);
                 if let Some(per) = self.record_bytes.get() {
                     let partitions = targets.values().map(BTreeSet::len).max().unwrap_or(1);
-                    max_bytes = max_bytes.min(fetch_bytes(each, per, partitions));
+                    // The broker counts each partition's bytes towards `fetch.min.bytes` only
+                    // up to its share of MaxBytes: never ask for less than could satisfy it.
+                    let least = self
+                        .config
+                        .fetch_min_bytes
+                        .saturating_mul(i32::try_from(partitions).unwrap_or(i32::MAX));
+                    max_bytes = max_bytes.min(fetch_bytes(each, per, partitions).max(least));
                 }
                 i32::try_from(each).unwrap_or(i32::MAX)
             }
@@ -582,7 +588,12 @@ impl Engine {
             min_bytes: self.config.fetch_min_bytes,
             max_bytes,
             max_records,
-            batch_size: if self.config.share_acquire_mode == ShareAcquireMode::RecordLimit {
+            // Only a sized consumer's polls cut answers (see `poll_limit`): with fixed
+            // acquisition a poll takes whole answers and splits no range; in `record_limit`
+            // mode an answer is one range of at most `max.poll.records`.
+            batch_size: if self.config.sizing.is_none()
+                || self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
+            {
                 self.config.max_poll_records.wire()
             } else {
                 let each =
@@ -803,7 +814,7 @@ impl Engine {
         self.cluster.stale |= fetched.stale;
         self.record_bytes
             .observe(fetched.records.len(), fetched.record_bytes);
-        self.widest_batch = self.widest_batch.max(fetched.widest_batch);
+        self.widest_batch = sizing::widest_batch(self.widest_batch, fetched.widest_batch);
         for (partition, tp) in fetched.acquired_from {
             self.origins.insert(partition, (node, tp));
         }

@@ -160,12 +160,28 @@ pub(crate) fn fair_share(locks: usize, sharers: impl IntoIterator<Item = usize>)
 /// offsets. Java sends `max.poll.records`, so its ranges are a little longer than a poll
 /// and every poll's acknowledgement splits one, which turns the broker's state for that
 /// batch into a state per offset. Asking for `max.poll.records - widest + 1` keeps every
-/// range within one poll (at least 1: batches wider than a poll are split either way).
+/// range within one poll. Batches wider than a poll are split by every poll whatever the
+/// ranges: then it asks for `max.poll.records`, as Java, for the fewest ranges.
 pub(crate) fn batch_size(max_poll_records: usize, widest_batch: u64) -> usize {
+    let max = max_poll_records.max(1);
     let widest = usize::try_from(widest_batch).unwrap_or(usize::MAX).max(1);
-    max_poll_records
-        .saturating_sub(widest - 1)
-        .clamp(1, max_poll_records.max(1))
+    if widest > max {
+        return max;
+    }
+    max - (widest - 1)
+}
+
+/// The widest batch to size the next `BatchSize` for, after an answer whose widest data
+/// batch spanned `answer` offsets (0: none), when `previous` was the figure before: a wider
+/// batch counts at once, and the figure halves with each answer of narrower batches, so one
+/// wide batch (a compacted one, an unusual producer's, a hostile header) does not shrink
+/// every later fetch's ranges.
+pub(crate) fn widest_batch(previous: u64, answer: u64) -> u64 {
+    if answer == 0 {
+        previous
+    } else {
+        answer.max(previous / 2)
+    }
 }
 
 /// The least `MaxBytes` a sized ShareFetch asks for.
@@ -650,11 +666,13 @@ mod tests {
         assert_eq!(batch_size(500, 15), 486);
         assert_eq!(batch_size(500, 500), 1);
         assert_eq!(
-            batch_size(500, 10_000),
-            1,
+            batch_size(500, 501),
+            500,
             "wider than a poll: split either way"
         );
+        assert_eq!(batch_size(500, u64::MAX), 500);
         assert_eq!(batch_size(1, 15), 1);
+        assert_eq!(batch_size(0, 15), 1);
         // The broker's cut: a range closes at the first batch start `batch_size` or more
         // past its first offset, so with batches of `widest` it spans at most
         // `batch_size + widest - 1`, which must fit a poll.
@@ -668,6 +686,28 @@ mod tests {
                 assert!((1..=max).contains(&b));
             }
         }
+    }
+
+    #[test]
+    fn one_wide_batch_fades_from_the_batch_size() {
+        assert_eq!(widest_batch(0, 15), 15);
+        assert_eq!(
+            widest_batch(15, 0),
+            15,
+            "an answer without batches changes nothing"
+        );
+        assert_eq!(widest_batch(15, 400), 400, "wider: at once");
+        let mut w = 400;
+        let mut answers = 0;
+        while w > 15 {
+            w = widest_batch(w, 15);
+            answers += 1;
+        }
+        assert_eq!(
+            (w, answers),
+            (15, 5),
+            "halves per narrower answer, down to the answers'"
+        );
     }
 
     #[test]
