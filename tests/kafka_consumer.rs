@@ -1165,7 +1165,7 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
 /// `max.poll.records`, every range is 21 records and every poll of 20 splits one: 1 poll in
 /// 7 ends on a batch end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn polls_hand_out_the_brokers_acquired_ranges_whole() {
+async fn most_polls_end_where_a_log_batch_ends() {
     // A long lock: a record fetched ahead is never released unpolled on a slow machine.
     let Some(f) = fixture_with_lock("polls-whole-ranges", 1, 30_000).await else {
         return;
@@ -1224,4 +1224,5 @@ async fn polls_hand_out_the_brokers_acquired_ranges_whole() {
         polls.len(),
         polls.iter().map(|p| (p[0], p.len())).collect::<Vec<_>>()
     );
+    c.close(Duration::from_secs(10)).await.expect("close");
 }

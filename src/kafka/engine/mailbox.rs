@@ -76,11 +76,13 @@ struct Acquired {
     total: usize,
     /// Positions in the answer's records, ascending, where a take ends without splitting
     /// one of the broker's acquired ranges (see
-    /// [`Fetched::breaks`](super::responses::Fetched)); the answer's end is one too.
+    /// [`Fetched::breaks`](super::responses::Fetched::breaks)); the answer's end is one too.
     breaks: Vec<usize>,
 }
 
 impl Acquired {
+    /// One answer's `records`, acquired `at`, with `breaks` (ascending positions in
+    /// `records`, none past its end); the end of `records` is added as a break if missing.
     fn new(at: Instant, records: Vec<ConsumerRecord>, mut breaks: Vec<usize>) -> Self {
         debug_assert!(
             breaks.windows(2).all(|w| w[0] < w[1]) && breaks.last() <= Some(&records.len()),
@@ -159,9 +161,10 @@ impl Buffer {
     }
 
     /// How many records a take of at most `max` hands out: the most that end on a break (an
-    /// acquired range handed out whole, see [`Fetched::breaks`](super::responses::Fetched)),
-    /// if that is at least half of `max` or of what waits; else `max` (a range larger than
-    /// the take is split: better than polls far smaller than asked for).
+    /// acquired range handed out whole, see
+    /// [`Fetched::breaks`](super::responses::Fetched::breaks)), if that is at least half of
+    /// `max`; else `max` (a range larger than the take is split: better than polls far
+    /// smaller than asked for). A take of at least what waits hands out all of it.
     fn aligned(&self, max: usize) -> usize {
         let n = max.min(self.len);
         let mut whole = 0;
@@ -368,7 +371,7 @@ mod tests {
         buffer.push(t0, records(20..22), vec![2]);
         buffer.push(t0, records(22..40), vec![18]);
         assert_eq!(buffer.take(10).len(), 10);
-        // What waits decides "half" when it is less than the take.
+        // Fewer than half of `max` in reach, and less than `max` waiting: the first range.
         buffer.clear();
         buffer.push(t0, records(0..6), vec![3, 6]);
         assert_eq!(offsets(&buffer.take(5)), [0, 1, 2]);

@@ -240,8 +240,8 @@ struct Engine {
     acks_since: Option<Instant>,
     /// The bytes of answer a record keeps in memory, for the sizing rule's byte bound.
     record_bytes: RecordBytes,
-    /// The most offsets one log batch of an answer has spanned, for the `BatchSize` asked
-    /// ([`batch_size`](sizing::batch_size)).
+    /// The widest log batch of recent answers, in offsets, fading per answer of narrower ones
+    /// ([`sizing::widest_batch`]), for the `BatchSize` asked ([`sizing::batch_size`]).
     widest_batch: u64,
     seen_assignment: u64,
     /// Connections and requests that failed in a row, for the backoff.
@@ -588,12 +588,10 @@ impl Engine {
             min_bytes: self.config.fetch_min_bytes,
             max_bytes,
             max_records,
-            // Only a sized consumer's polls cut answers (see `poll_limit`): with fixed
-            // acquisition a poll takes whole answers and splits no range; in `record_limit`
-            // mode an answer is one range of at most `max.poll.records`.
-            batch_size: if self.config.sizing.is_none()
-                || self.config.share_acquire_mode == ShareAcquireMode::RecordLimit
-            {
+            // Only a sized consumer's polls cut answers (see the consumer's `poll_limit`): with
+            // fixed acquisition a poll takes whole answers and splits no range. (`record_limit`
+            // mode turns the sizing off.)
+            batch_size: if self.config.sizing.is_none() {
                 self.config.max_poll_records.wire()
             } else {
                 let each =

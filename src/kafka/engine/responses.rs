@@ -43,7 +43,7 @@ pub(crate) struct Fetched {
     /// [`range_ends`]).
     pub(crate) breaks: Vec<usize>,
     /// The most offsets one data batch of the answer spans (see
-    /// [`Extracted::widest_batch`](crate::kafka::session::acquired::Extracted)).
+    /// [`Extracted::widest_batch`](crate::kafka::session::acquired::Extracted::widest_batch)).
     pub(crate) widest_batch: u64,
     /// GAP, REJECT and RELEASE acknowledgements the consumer makes itself.
     pub(crate) internal_acks: Vec<(TopicPartition, Vec<AckRange>)>,

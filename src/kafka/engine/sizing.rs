@@ -197,8 +197,9 @@ pub(crate) const MIN_FETCH_BYTES: usize = 1 << 20;
 /// (50 MiB by default) it walks thousands of headers to acquire a few hundred records, on
 /// every fetch and every retry of a fetch parked in its purgatory. Counting every partition
 /// lets any one of them bring all the records; the margin keeps the records, not the bytes,
-/// the limit of an answer. The caller also caps it at `fetch.max.bytes`. The broker still
-/// answers at least one batch, however large.
+/// the limit of an answer. The caller also raises it to `fetch.min.bytes` per partition (the
+/// broker counts each partition's bytes towards it only up to that partition's share) and
+/// caps it at `fetch.max.bytes`. The broker still answers at least one batch, however large.
 pub(crate) fn fetch_bytes(records: usize, per_record: usize, partitions: usize) -> i32 {
     let bytes = records
         .saturating_mul(per_record)
