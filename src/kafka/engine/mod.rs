@@ -557,13 +557,8 @@ impl Engine {
                 let each = records.div_ceil(leaders).max(1);
                 if let Some(per) = self.record_bytes.get() {
                     let partitions = targets.values().map(BTreeSet::len).max().unwrap_or(1);
-                    // The broker counts each partition's bytes towards `fetch.min.bytes` only
-                    // up to its share of MaxBytes: never ask for less than could satisfy it.
-                    let least = self
-                        .config
-                        .fetch_min_bytes
-                        .saturating_mul(i32::try_from(partitions).unwrap_or(i32::MAX));
-                    max_bytes = max_bytes.min(fetch_bytes(each, per, partitions).max(least));
+                    let wanted = fetch_bytes(each, per, partitions, self.config.fetch_min_bytes);
+                    max_bytes = max_bytes.min(wanted);
                 }
                 i32::try_from(each).unwrap_or(i32::MAX)
             }

@@ -189,7 +189,8 @@ pub(crate) const MIN_FETCH_BYTES: usize = 1 << 20;
 
 /// The ShareFetch `MaxBytes` for a fetch of `records` records of about `per_record` bytes
 /// each ([`RecordBytes`]) from a leader of `partitions` partitions: twice what the records
-/// should take, for each partition, at least [`MIN_FETCH_BYTES`].
+/// should take, for each partition, at least [`MIN_FETCH_BYTES`] and `min_bytes`
+/// (`fetch.min.bytes`) per partition.
 ///
 /// The broker reads each partition of a fetch from the log up to its share of `MaxBytes`
 /// (an even share, Kafka's `PartitionMaxBytesStrategy`) and walks the batch headers of what
@@ -197,15 +198,26 @@ pub(crate) const MIN_FETCH_BYTES: usize = 1 << 20;
 /// (50 MiB by default) it walks thousands of headers to acquire a few hundred records, on
 /// every fetch and every retry of a fetch parked in its purgatory. Counting every partition
 /// lets any one of them bring all the records; the margin keeps the records, not the bytes,
-/// the limit of an answer. The caller also raises it to `fetch.min.bytes` per partition (the
-/// broker counts each partition's bytes towards it only up to that partition's share) and
-/// caps it at `fetch.max.bytes`. The broker still answers at least one batch, however large.
-pub(crate) fn fetch_bytes(records: usize, per_record: usize, partitions: usize) -> i32 {
+/// the limit of an answer. The broker counts each partition's bytes towards `fetch.min.bytes`
+/// only up to that partition's share, so less than `min_bytes` per partition could leave a
+/// waiting fetch unsatisfiable until its wait ends. The caller caps the result at
+/// `fetch.max.bytes`. The broker still answers at least one batch, however large.
+pub(crate) fn fetch_bytes(
+    records: usize,
+    per_record: usize,
+    partitions: usize,
+    min_bytes: i32,
+) -> i32 {
+    let partitions = partitions.max(1);
+    let least = usize::try_from(min_bytes)
+        .unwrap_or(0)
+        .saturating_mul(partitions);
     let bytes = records
         .saturating_mul(per_record)
         .saturating_mul(2)
-        .saturating_mul(partitions.max(1))
-        .max(MIN_FETCH_BYTES);
+        .saturating_mul(partitions)
+        .max(MIN_FETCH_BYTES)
+        .max(least);
     i32::try_from(bytes).unwrap_or(i32::MAX)
 }
 
@@ -713,15 +725,23 @@ mod tests {
 
     #[test]
     fn a_sized_fetch_asks_for_twice_its_records_bytes_per_partition() {
-        assert_eq!(fetch_bytes(500, 1100, 1), 1_100_000);
-        assert_eq!(fetch_bytes(500, 1100, 3), 3_300_000);
+        assert_eq!(fetch_bytes(500, 1100, 1, 1), 1_100_000);
+        assert_eq!(fetch_bytes(500, 1100, 3, 1), 3_300_000);
         assert_eq!(
-            fetch_bytes(500, 1100, 0),
+            fetch_bytes(500, 1100, 0, 1),
             1_100_000,
             "no partition known: one"
         );
         let least = i32::try_from(MIN_FETCH_BYTES).unwrap();
-        assert_eq!(fetch_bytes(10, 100, 2), least);
-        assert_eq!(fetch_bytes(usize::MAX, 2, 1), i32::MAX);
+        assert_eq!(fetch_bytes(10, 100, 2, 1), least);
+        assert_eq!(fetch_bytes(usize::MAX, 2, 1, 1), i32::MAX);
+        // `fetch.min.bytes` per partition, so a waiting fetch can be satisfied.
+        assert_eq!(fetch_bytes(10, 100, 2, 1_000_000), 2_000_000);
+        assert_eq!(fetch_bytes(10, 100, 3, i32::MAX), i32::MAX);
+        assert_eq!(
+            fetch_bytes(10, 100, 2, -5),
+            least,
+            "a negative minimum is none"
+        );
     }
 }
