@@ -120,6 +120,13 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// Its size on the wire: exact once encoded, else the records' estimate and the header.
+    fn size(&self) -> usize {
+        self.encoded
+            .as_ref()
+            .map_or(self.bytes.saturating_add(BATCH_OVERHEAD), Bytes::len)
+    }
+
     fn fail(self, error: &ProducerError, done: &mut Vec<u64>) {
         for (id, sender) in self.senders {
             done.push(id);
@@ -465,14 +472,16 @@ impl Accumulator {
     }
 
     /// Picks at most one batch per partition to send now. `allowed` says whether a
-    /// partition may be sent to (leader known, connection has room, added to the
-    /// transaction); `flushing` sends open batches without waiting for `linger.ms`.
+    /// partition's batch of about the given size (exact for a batch sent before, the
+    /// records' estimate plus the batch header otherwise) may be sent (leader known,
+    /// connection has room, added to the transaction); each `true` gives one batch, in the
+    /// order of the calls. `flushing` sends open batches without waiting for `linger.ms`.
     /// Returns the batches, and the partitions whose open batch was closed by being drained.
     pub(crate) fn drain(
         &mut self,
         now: Instant,
         flushing: bool,
-        allowed: &mut dyn FnMut(&Tp) -> bool,
+        allowed: &mut dyn FnMut(&Tp, usize) -> bool,
     ) -> (Vec<Drained>, Vec<Tp>) {
         let mut out = Vec::new();
         let mut closed = Vec::new();
@@ -504,7 +513,8 @@ impl Accumulator {
                 };
                 // While a bump is pending, only batches whose write is unknown are sent
                 // (to resolve them); the others wait for their new sequence.
-                if at > now || (bump_pending && !unknown) || !allowed(tp) {
+                let size = batch.size();
+                if at > now || (bump_pending && !unknown) || !allowed(tp, size) {
                     continue;
                 }
                 let bytes = encoded(batch, producer, &self.config);
@@ -534,7 +544,7 @@ impl Accumulator {
                 || several
                 || front.bytes >= self.config.batch_size
                 || now >= front.created.checked_add(linger).unwrap_or(front.created);
-            if !ready || !allowed(tp) {
+            if !ready || !allowed(tp, front.size()) {
                 continue;
             }
             let Some(mut batch) = state.queued.pop_front() else {
@@ -1028,7 +1038,7 @@ mod tests {
     }
 
     fn drain(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
-        acc.drain(now, false, &mut |_| true).0
+        acc.drain(now, false, &mut |_, _| true).0
     }
 
     /// Drains until nothing more is sent now.
@@ -1695,7 +1705,7 @@ mod tests {
                         acc.append((Arc::from("t"), partition), i as u64, record(i), sender, now);
                         futures.push(future);
                     }
-                    1 => in_flight.extend(acc.drain(now, true, &mut |_| true).0),
+                    1 => in_flight.extend(acc.drain(now, true, &mut |_, _| true).0),
                     2 => {
                         if let Some(sent) = in_flight.pop() {
                             acc.complete(&sent.tp, sent.batch_id, retriable(false), now);

@@ -7,7 +7,8 @@
 //! - [`txn`]: the transaction state machine and coordinator error rules (sans-IO);
 //! - [`coordinator`]: FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn;
 //! - [`cluster`]: Metadata and broker connections;
-//! - [`sender`]: the background task that sends batches and handles the answers.
+//! - [`sender`]: the background task that sends batches, around a sans-IO core that decides
+//!   what to send and what each answer means.
 
 pub(crate) mod accumulator;
 pub(crate) mod cluster;

@@ -1,0 +1,569 @@
+//! Property tests of the sender's core: arbitrary runs of records, turns, time, and answers
+//! (written, lost, refused, too large; connections failing; Metadata without leaders; epoch
+//! bumps and v1 partitions refused) against what the loop relies on.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use proptest::prelude::*;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::answers::Sent;
+use super::core::{Action, ProducePlan, SenderConfig, SenderCore};
+use crate::consumer::ConsumerError;
+use crate::kafka::codec::record_batch::{Compression, NewRecord};
+use crate::kafka::error::ConnectionError;
+use crate::kafka::producer::accumulator::{Accumulator, AccumulatorConfig, ProducerIdentity, Tp};
+use crate::kafka::producer::cluster::TopicMetadata;
+use crate::kafka::producer::partitioner::Sticky;
+use crate::kafka::producer::txn::{Phase, TxnState, TxnVersion};
+use crate::kafka::producer::{State, Waiting};
+use crate::producer::{DeliveryFuture, ProducerError};
+
+const MAX_IN_FLIGHT: usize = 2;
+const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(400);
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+const LINGER: Duration = Duration::from_millis(5);
+const MAX_REQUEST_SIZE: usize = 600;
+/// The cluster: topic, partitions' leaders.
+const TOPICS: [(&str, [i32; 2]); 2] = [("a", [1, 2]), ("b", [2, 2])];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A record for topic `TOPICS[topic]`, partition chosen or sticky.
+    Send {
+        topic: usize,
+        partition: Option<i32>,
+        len: usize,
+    },
+    Advance(u64),
+    Turn,
+    /// The oldest request to broker 1 or 2 answered: 0 written, 1 connection lost,
+    /// 2 NOT_LEADER_OR_FOLLOWER, 3 MESSAGE_TOO_LARGE, 4 INVALID_RECORD.
+    Produced {
+        node: i32,
+        how: u8,
+    },
+    Metadata {
+        leaders: bool,
+    },
+    Connected {
+        node: i32,
+        ok: bool,
+    },
+    Disconnect(i32),
+    Bumped(bool),
+    Added(bool),
+    Flush(bool),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..2usize, proptest::option::of(0..2i32), 1..200usize)
+            .prop_map(|(topic, partition, len)| Op::Send { topic, partition, len }),
+        2 => (0..300u64).prop_map(Op::Advance),
+        4 => Just(Op::Turn),
+        4 => (1..3i32, 0..5u8).prop_map(|(node, how)| Op::Produced { node, how }),
+        1 => any::<bool>().prop_map(|leaders| Op::Metadata { leaders }),
+        2 => (1..3i32, any::<bool>()).prop_map(|(node, ok)| Op::Connected { node, ok }),
+        1 => (1..3i32).prop_map(Op::Disconnect),
+        1 => any::<bool>().prop_map(Op::Bumped),
+        1 => any::<bool>().prop_map(Op::Added),
+        1 => any::<bool>().prop_map(Op::Flush),
+    ]
+}
+
+/// The core, the producer's state, and what the loop would have outstanding.
+struct Harness {
+    core: SenderCore,
+    state: State,
+    now: Instant,
+    connected: HashSet<i32>,
+    connecting: HashSet<i32>,
+    produces: VecDeque<ProducePlan>,
+    metadata: Option<Vec<Arc<str>>>,
+    /// No Metadata request may start before this.
+    metadata_not_before: Option<Instant>,
+    bump: Option<ProducerIdentity>,
+    add: Option<Vec<Tp>>,
+    futures: Vec<DeliveryFuture>,
+    next_offset: i64,
+}
+
+impl Harness {
+    fn new(txn_v1: bool) -> Self {
+        let now = Instant::now();
+        let mut accumulator = Accumulator::new(AccumulatorConfig {
+            batch_size: 200,
+            max_batch_size: 1000,
+            linger: LINGER,
+            max_in_flight: MAX_IN_FLIGHT,
+            idempotent: true,
+            transactional: txn_v1,
+            compression: Compression::None,
+            retry_backoff: RETRY_BACKOFF,
+            retry_backoff_max: RETRY_BACKOFF_MAX,
+            delivery_timeout: DELIVERY_TIMEOUT,
+        });
+        accumulator.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        let txn = txn_v1.then(|| {
+            let mut txn = TxnState::new();
+            txn.phase = Phase::InTransaction;
+            txn.version = TxnVersion::V1;
+            txn
+        });
+        let config = SenderConfig {
+            max_in_flight: MAX_IN_FLIGHT,
+            retry_backoff: RETRY_BACKOFF,
+            retry_backoff_max: RETRY_BACKOFF_MAX,
+            delivery_timeout: DELIVERY_TIMEOUT,
+            max_request_size: MAX_REQUEST_SIZE,
+            transactional_id: txn_v1.then(|| "t".to_owned()),
+        };
+        Self {
+            core: SenderCore::new(config, now),
+            state: State {
+                accumulator,
+                topics: HashMap::new(),
+                waiting: HashMap::new(),
+                metadata_wanted: HashSet::new(),
+                sticky: Sticky::new(1),
+                next_record: 0,
+                flushing: 0,
+                txn,
+                fatal: None,
+                closed: false,
+            },
+            now,
+            connected: HashSet::new(),
+            connecting: HashSet::new(),
+            produces: VecDeque::new(),
+            metadata: None,
+            metadata_not_before: None,
+            bump: None,
+            add: None,
+            futures: Vec::new(),
+            next_offset: 0,
+        }
+    }
+
+    /// What `KafkaProducer::send` does with a record.
+    fn send(&mut self, topic: usize, partition: Option<i32>, len: usize) {
+        let state = &mut self.state;
+        if state.txn.as_ref().is_some_and(|t| t.check_send().is_err()) || state.fatal.is_some() {
+            return;
+        }
+        let topic: Arc<str> = Arc::from(TOPICS[topic].0);
+        let record = NewRecord {
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(vec![b'v'; len])),
+            headers: Vec::new(),
+        };
+        let (sender, future) = DeliveryFuture::channel();
+        let id = state.next_record;
+        state.next_record += 1;
+        match state.topics.get(&topic) {
+            Some(TopicMetadata::Known { leaders, .. }) if !state.waiting.contains_key(&topic) => {
+                let partition = partition
+                    .unwrap_or_else(|| state.sticky.partition(&topic, None, leaders.len()));
+                let tp = (Arc::clone(&topic), partition);
+                if state.accumulator.append(tp, id, record, sender, self.now) {
+                    state.sticky.batch_closed(&topic, partition);
+                }
+            }
+            _ => {
+                state.accumulator.track(id);
+                state.metadata_wanted.insert(Arc::clone(&topic));
+                state.waiting.entry(topic).or_default().push_back(Waiting {
+                    id,
+                    partition,
+                    record,
+                    sender,
+                    deadline: self.now + DELIVERY_TIMEOUT,
+                });
+            }
+        }
+        self.futures.push(future);
+    }
+
+    /// One turn, with the checks of every action it starts.
+    fn turn(&mut self) -> Result<Option<Instant>, TestCaseError> {
+        let connected = self.connected.clone();
+        let turn = self
+            .core
+            .turn(&mut self.state, self.now, &|n| connected.contains(&n));
+        let idle_before = self.idle();
+        let started = !turn.actions.is_empty();
+        for action in turn.actions {
+            match action {
+                Action::Metadata(topics) => {
+                    prop_assert!(self.metadata.is_none(), "two Metadata requests at once");
+                    if let Some(at) = self.metadata_not_before {
+                        prop_assert!(self.now >= at, "Metadata asked again inside its backoff");
+                    }
+                    prop_assert!(!topics.is_empty());
+                    self.metadata = Some(topics);
+                }
+                Action::Bump(current) => {
+                    prop_assert!(self.bump.is_none(), "two epoch bumps at once");
+                    prop_assert!(self.produces.is_empty(), "a bump with Produce in flight");
+                    self.bump = Some(current);
+                }
+                Action::AddPartitions(_, partitions) => {
+                    prop_assert!(self.add.is_none(), "two AddPartitionsToTxn at once");
+                    prop_assert!(
+                        self.state
+                            .txn
+                            .as_ref()
+                            .is_some_and(|t| t.version == TxnVersion::V1)
+                    );
+                    self.add = Some(partitions);
+                }
+                Action::Connect(node) => {
+                    prop_assert!(self.connecting.insert(node), "two connects to {node}");
+                    prop_assert!(!self.connected.contains(&node));
+                }
+                Action::Produce(plan) => {
+                    prop_assert!(
+                        self.connected.contains(&plan.node),
+                        "Produce to an unconnected broker"
+                    );
+                    prop_assert!(!plan.batches.is_empty());
+                    let size: usize = plan.batches.iter().map(|(b, _)| b.bytes.len()).sum();
+                    prop_assert!(
+                        plan.batches.len() == 1 || size <= MAX_REQUEST_SIZE,
+                        "a request of {size} bytes over max.request.size"
+                    );
+                    for (batch, _) in &plan.batches {
+                        prop_assert_eq!(leader(&self.state, &batch.tp), Some(plan.node));
+                        if let Some(txn) = &self.state.txn {
+                            prop_assert!(
+                                txn.added.contains(&batch.tp),
+                                "v1: a partition not added"
+                            );
+                        }
+                    }
+                    let node = plan.node;
+                    self.produces.push_back(plan);
+                    let in_flight = self.produces.iter().filter(|p| p.node == node).count();
+                    prop_assert!(
+                        in_flight <= MAX_IN_FLIGHT,
+                        "{in_flight} requests in flight to broker {node}"
+                    );
+                }
+            }
+        }
+        // Never asleep for good with work left and nothing that will answer.
+        if idle_before && !started && turn.wake_at.is_none() {
+            prop_assert!(
+                self.pending() == 0,
+                "{} records wait, nothing is outstanding, and the sender sleeps for good",
+                self.pending()
+            );
+        }
+        Ok(turn.wake_at)
+    }
+
+    /// Nothing outstanding that will call back.
+    fn idle(&self) -> bool {
+        self.produces.is_empty()
+            && self.metadata.is_none()
+            && self.bump.is_none()
+            && self.add.is_none()
+            && self.connecting.is_empty()
+    }
+
+    fn pending(&mut self) -> usize {
+        self.futures.retain_mut(|f| f.now_or_never().is_none());
+        self.futures.len()
+    }
+
+    fn produced(&mut self, node: i32, how: u8) {
+        let Some(i) = self.produces.iter().position(|p| p.node == node) else {
+            return;
+        };
+        let Some(plan) = self.produces.remove(i) else {
+            return;
+        };
+        let sent = Sent {
+            broker: format!("node {node}"),
+            batches: plan
+                .batches
+                .iter()
+                .map(|(b, id)| (b.tp.clone(), b.batch_id, *id))
+                .collect(),
+            txn: plan.txn,
+        };
+        let result = if how == 1 {
+            Err(ConsumerError::Connection(ConnectionError::Io {
+                broker: format!("node {node}"),
+                source: std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut"),
+            }))
+        } else {
+            let code = [0, 0, 6, 10, 87][usize::from(how)];
+            let mut topics: Vec<TopicProduceResponse> = Vec::new();
+            for (batch, _) in &plan.batches {
+                let partition = PartitionProduceResponse::default()
+                    .with_index(batch.tp.1)
+                    .with_error_code(code)
+                    .with_base_offset(self.next_offset);
+                self.next_offset += 100;
+                topics.push(
+                    TopicProduceResponse::default()
+                        .with_name(TopicName(StrBytes::from_string(batch.tp.0.to_string())))
+                        .with_partition_responses(vec![partition]),
+                );
+            }
+            Ok(ProduceResponse::default().with_responses(topics))
+        };
+        self.core
+            .on_produced(&mut self.state, node, sent, result, self.now);
+    }
+
+    fn metadata(&mut self, leaders: bool) {
+        let Some(topics) = self.metadata.take() else {
+            return;
+        };
+        let answers = topics
+            .iter()
+            .map(|t| {
+                let known = TOPICS
+                    .iter()
+                    .find(|(name, _)| *name == &**t)
+                    .map(|(_, l)| l);
+                let meta = match known {
+                    Some(l) => TopicMetadata::Known {
+                        id: Uuid::nil(),
+                        leaders: if leaders {
+                            l.to_vec()
+                        } else {
+                            vec![-1; l.len()]
+                        },
+                    },
+                    None => TopicMetadata::Unknown,
+                };
+                (t.to_string(), meta)
+            })
+            .collect();
+        self.core
+            .on_metadata(&mut self.state, &topics, Ok(answers), &[], self.now);
+        // An answer that left leaders unknown is asked again only after the backoff.
+        self.metadata_not_before = (!leaders).then(|| self.now + RETRY_BACKOFF);
+    }
+
+    fn apply(&mut self, op: Op) -> Result<(), TestCaseError> {
+        match op {
+            Op::Send {
+                topic,
+                partition,
+                len,
+            } => self.send(topic, partition, len),
+            Op::Advance(ms) => self.now += Duration::from_millis(ms),
+            Op::Turn => {
+                self.turn()?;
+            }
+            Op::Produced { node, how } => self.produced(node, how),
+            Op::Metadata { leaders } => self.metadata(leaders),
+            Op::Connected { node, ok } => {
+                if self.connecting.remove(&node) {
+                    if ok {
+                        self.connected.insert(node);
+                    }
+                    self.core.on_connected(&mut self.state, node, ok);
+                }
+            }
+            Op::Disconnect(node) => {
+                self.connected.remove(&node);
+            }
+            Op::Bumped(ok) => {
+                if let Some(current) = self.bump.take() {
+                    let result = if ok {
+                        Ok(ProducerIdentity {
+                            id: current.id,
+                            epoch: current.epoch + 1,
+                        })
+                    } else {
+                        Err(ProducerError::Closed)
+                    };
+                    self.core.on_bumped(&mut self.state, result, self.now);
+                }
+            }
+            Op::Added(ok) => {
+                if let Some(partitions) = self.add.take() {
+                    let result = if ok {
+                        Ok(())
+                    } else {
+                        Err(ProducerError::Closed)
+                    };
+                    self.core.on_added(&mut self.state, partitions, result);
+                }
+            }
+            Op::Flush(on) => self.state.flushing = usize::from(on),
+        }
+        Ok(())
+    }
+
+    /// Everything answers well from now on: every record must be settled in the end.
+    ///
+    /// And soon: whatever waits (a retry's backoff, Metadata's, a failed bump's, `linger.ms`)
+    /// is due within `retry.backoff.max.ms` of the start, so a sender that wakes when its
+    /// work is due settles the records well before their delivery timeout.
+    fn settle(&mut self) -> Result<(), TestCaseError> {
+        self.state.flushing = 1;
+        let start = self.now;
+        let soon = 3 * RETRY_BACKOFF_MAX + Duration::from_millis(100);
+        for _ in 0..2_000 {
+            if self.pending() == 0 {
+                let took = self.now - start;
+                prop_assert!(took <= soon, "the records took {took:?} to settle");
+                return Ok(());
+            }
+            self.abort_if_failed();
+            let wake = self.turn()?;
+            let mut answered = false;
+            while let Some(node) = self.produces.front().map(|p| p.node) {
+                self.produced(node, 0);
+                answered = true;
+            }
+            if self.metadata.is_some() {
+                self.metadata(true);
+                answered = true;
+            }
+            for node in std::mem::take(&mut self.connecting) {
+                self.connected.insert(node);
+                self.core.on_connected(&mut self.state, node, true);
+                answered = true;
+            }
+            if let Some(current) = self.bump.take() {
+                let next = ProducerIdentity {
+                    id: current.id,
+                    epoch: current.epoch + 1,
+                };
+                self.core.on_bumped(&mut self.state, Ok(next), self.now);
+                answered = true;
+            }
+            if let Some(partitions) = self.add.take() {
+                self.core.on_added(&mut self.state, partitions, Ok(()));
+                answered = true;
+            }
+            if !answered {
+                match wake {
+                    Some(at) if at > self.now => self.now = at,
+                    Some(_) => {}
+                    None => self.now += Duration::from_millis(10),
+                }
+            }
+        }
+        prop_assert_eq!(self.pending(), 0, "records never settled");
+        Ok(())
+    }
+}
+
+impl Harness {
+    /// What `abort_transaction` does to the records of a transaction that cannot commit.
+    fn abort_if_failed(&mut self) {
+        let Some(txn) = self.state.txn.as_mut() else {
+            return;
+        };
+        if !matches!(
+            txn.phase,
+            Phase::Abortable(_) | Phase::Fatal(_) | Phase::Aborting
+        ) {
+            return;
+        }
+        if !matches!(txn.phase, Phase::Fatal(_)) {
+            txn.phase = Phase::Aborting;
+        }
+        let aborted = ProducerError::Abortable {
+            reason: "aborted".to_owned(),
+            source: None,
+        };
+        self.state.accumulator.fail_waiting(&aborted);
+        for waiting in std::mem::take(&mut self.state.waiting)
+            .into_values()
+            .flatten()
+        {
+            self.state.accumulator.untrack(&[waiting.id]);
+            let _ = waiting.sender.send(Err(aborted.clone()));
+        }
+    }
+}
+
+fn leader(state: &State, tp: &Tp) -> Option<i32> {
+    match state.topics.get(&tp.0) {
+        Some(TopicMetadata::Known { leaders, .. }) => usize::try_from(tp.1)
+            .ok()
+            .and_then(|p| leaders.get(p))
+            .copied(),
+        _ => None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_sender_keeps_its_limits_and_settles_every_record(
+        txn_v1 in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let mut harness = Harness::new(txn_v1);
+        for op in ops {
+            harness.apply(op)?;
+        }
+        harness.settle()?;
+    }
+}
+
+/// The case the property test found: batches ready for one broker, more than
+/// `max.request.size` together, went out in more requests than the connection may have in
+/// flight.
+#[test]
+fn one_turn_opens_no_more_requests_than_the_connection_has_room_for() {
+    let mut harness = Harness::new(false);
+    harness.state.topics.insert(
+        Arc::from("b"),
+        TopicMetadata::Known {
+            id: Uuid::nil(),
+            leaders: vec![2, 2],
+        },
+    );
+    harness.state.topics.insert(
+        Arc::from("a"),
+        TopicMetadata::Known {
+            id: Uuid::nil(),
+            leaders: vec![1, 2],
+        },
+    );
+    harness.connected.insert(2);
+    // Three partitions led by broker 2, a batch of ~530 bytes each: three requests' worth.
+    for (topic, partition) in [(1, 0), (1, 1), (0, 1)] {
+        harness.send(topic, Some(partition), 450);
+    }
+    harness.state.flushing = 1;
+    harness.turn().unwrap();
+    assert_eq!(
+        harness.produces.len(),
+        MAX_IN_FLIGHT,
+        "{:?}",
+        harness.produces
+    );
+    // An answer frees a place: the third batch goes.
+    harness.produced(2, 0);
+    harness.turn().unwrap();
+    assert_eq!(harness.produces.len(), MAX_IN_FLIGHT);
+    harness.settle().unwrap();
+}
