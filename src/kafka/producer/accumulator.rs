@@ -198,12 +198,24 @@ struct PartitionState {
     next_sequence: i32,
     /// The sequence of the first batch given up, until the next epoch bump.
     gap_at: Option<i32>,
-    /// A batch of the partition was confirmed under the current producer epoch. Until then
-    /// one batch at a time is sent: a broker with no state for the producer on the
-    /// partition accepts any first sequence, so a later batch could be written before an
-    /// earlier one that failed.
+    /// The broker has state for the producer on the partition: a batch was confirmed under
+    /// the current producer epoch, or under an earlier epoch of the same producer id less
+    /// than [`STATE_KEPT`] ago. Until then one batch at a time is sent: a broker with no
+    /// state for the producer on the partition accepts any first sequence, so a later batch
+    /// could be written before an earlier one that failed. With state, a new epoch's batch
+    /// that does not start at sequence 0 is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), so the
+    /// window opens at once after a bump: a transactions-v2 producer bumps its epoch at
+    /// every commit, and waited for one batch per partition in every transaction.
     acked: bool,
+    /// The producer id and time of the last batch confirmed on the partition.
+    confirmed: Option<(i64, Instant)>,
 }
+
+/// How long after its last confirmed write the broker is taken to keep a producer's state
+/// on a partition. Brokers keep it for `producer.id.expiration.ms` (a day by default) while
+/// the producer's last batch stays in the log; a minute leaves room for a partition whose
+/// retention deletes a write soon after it is made.
+const STATE_KEPT: Duration = Duration::from_secs(60);
 
 impl PartitionState {
     /// Fails `batch` (taken out of the partition) at its delivery timeout; a batch that had a
@@ -277,6 +289,111 @@ pub(crate) struct Drained {
     pub(crate) bytes: Bytes,
 }
 
+/// One [`Accumulator::drain`]: its inputs and what it picked so far.
+struct Drain<'a, T> {
+    now: Instant,
+    flushing: bool,
+    config: &'a AccumulatorConfig,
+    producer: ProducerIdentity,
+    bump_pending: bool,
+    place: &'a mut dyn FnMut(&Tp, usize) -> Option<T>,
+    out: Vec<(Drained, T)>,
+    closed: Vec<Tp>,
+}
+
+impl<T> Drain<'_, T> {
+    /// Picks the partition's next batch to send, if any may go now.
+    fn partition(&mut self, tp: &Tp, state: &mut PartitionState) {
+        let in_flight = state.in_flight();
+        // Retries first, one at a time, lowest sequence first.
+        if state.has_retry() {
+            if in_flight > 0 {
+                return;
+            }
+            let Some(batch) = state
+                .unacked
+                .iter_mut()
+                .find(|b| matches!(b.state, BatchState::Retry { .. }))
+            else {
+                return;
+            };
+            let BatchState::Retry { at, unknown } = batch.state else {
+                return;
+            };
+            // While a bump is pending, only batches whose write is unknown are sent (to
+            // resolve them); the others wait for their new sequence.
+            if at > self.now || (self.bump_pending && !unknown) {
+                return;
+            }
+            let Some(placed) = (self.place)(tp, batch.size()) else {
+                return;
+            };
+            let bytes = encoded(batch, self.producer, self.config);
+            batch.state = BatchState::InFlight;
+            batch.attempts = batch.attempts.saturating_add(1);
+            let drained = Drained {
+                tp: tp.clone(),
+                batch_id: batch.id,
+                bytes,
+            };
+            self.out.push((drained, placed));
+            return;
+        }
+        // Without idempotence a retry could reorder: Java keeps the order only for 1.
+        let max_in_flight = self.config.max_in_flight.max(1);
+        let window = if state.acked || !self.config.idempotent {
+            max_in_flight
+        } else {
+            1
+        };
+        if self.bump_pending || in_flight >= window {
+            return;
+        }
+        let several = state.queued.len() > 1;
+        let Some(front) = state.queued.front_mut() else {
+            return;
+        };
+        let ready = front.closed
+            || self.flushing
+            || several
+            || front.bytes >= self.config.batch_size
+            || self.now
+                >= front
+                    .created
+                    .checked_add(self.config.linger)
+                    .unwrap_or(front.created);
+        if !ready {
+            return;
+        }
+        let Some(placed) = (self.place)(tp, front.size()) else {
+            return;
+        };
+        let Some(mut batch) = state.queued.pop_front() else {
+            return;
+        };
+        if !batch.closed {
+            batch.closed = true;
+            self.closed.push(tp.clone());
+        }
+        if self.config.idempotent {
+            batch.sequence = Some(state.next_sequence);
+            state.next_sequence = state
+                .next_sequence
+                .wrapping_add(i32::try_from(batch.records.len()).unwrap_or(i32::MAX));
+        }
+        let bytes = encoded(&mut batch, self.producer, self.config);
+        batch.state = BatchState::InFlight;
+        batch.attempts = 1;
+        let drained = Drained {
+            tp: tp.clone(),
+            batch_id: batch.id,
+            bytes,
+        };
+        self.out.push((drained, placed));
+        state.unacked.push_back(batch);
+    }
+}
+
 /// All partitions' batches.
 #[derive(Debug)]
 pub(crate) struct Accumulator {
@@ -297,6 +414,8 @@ pub(crate) struct Accumulator {
     /// The largest batch each topic takes (its `max.message.bytes`), where known: a growing
     /// batch stops there.
     topic_max: HashMap<Arc<str>, usize>,
+    /// Where in the partitions' order the next drain starts.
+    drain_start: usize,
 }
 
 impl Accumulator {
@@ -310,6 +429,7 @@ impl Accumulator {
             bump_pending: false,
             next_expiry: None,
             topic_max: HashMap::new(),
+            drain_start: 0,
         }
     }
 
@@ -376,13 +496,15 @@ impl Accumulator {
 
     /// Adopts a producer identity and starts every partition's sequences at 0. Batches
     /// waiting for a retry get new sequences in order, and are encoded again.
-    pub(crate) fn reset_sequences(&mut self, producer: ProducerIdentity) {
+    pub(crate) fn reset_sequences(&mut self, producer: ProducerIdentity, now: Instant) {
         self.producer = producer;
         self.bump_pending = false;
         for state in self.partitions.values_mut() {
             state.next_sequence = 0;
             state.gap_at = None;
-            state.acked = false;
+            state.acked = state.confirmed.is_some_and(|(id, at)| {
+                id == producer.id && now.saturating_duration_since(at) < STATE_KEPT
+            });
             for batch in &mut state.unacked {
                 let sequence = state.next_sequence;
                 state.next_sequence = state
@@ -471,106 +593,44 @@ impl Accumulator {
         closed || full
     }
 
-    /// Picks at most one batch per partition to send now. `allowed` says whether a
+    /// Picks at most one batch per partition to send now. `place` says whether a
     /// partition's batch of about the given size (exact for a batch sent before, the
     /// records' estimate plus the batch header otherwise) may be sent (leader known,
-    /// connection has room, added to the transaction); each `true` gives one batch, in the
-    /// order of the calls. `flushing` sends open batches without waiting for `linger.ms`.
-    /// Returns the batches, and the partitions whose open batch was closed by being drained.
-    pub(crate) fn drain(
+    /// connection has room, added to the transaction), and where: each `Some` gives one
+    /// batch, returned with it, in the order of the calls. `flushing` sends open batches
+    /// without waiting for `linger.ms`. Returns the batches, and the partitions whose open
+    /// batch was closed by being drained.
+    pub(crate) fn drain<T>(
         &mut self,
         now: Instant,
         flushing: bool,
-        allowed: &mut dyn FnMut(&Tp, usize) -> bool,
-    ) -> (Vec<Drained>, Vec<Tp>) {
-        let mut out = Vec::new();
-        let mut closed = Vec::new();
-        let linger = self.config.linger;
-        let max_in_flight = if self.config.idempotent {
-            self.config.max_in_flight.max(1)
-        } else {
-            // Without idempotence a retry could reorder: keep Java's ordering only for 1.
-            self.config.max_in_flight.max(1)
+        place: &mut dyn FnMut(&Tp, usize) -> Option<T>,
+    ) -> (Vec<(Drained, T)>, Vec<Tp>) {
+        let mut drain = Drain {
+            now,
+            flushing,
+            config: &self.config,
+            producer: self.producer,
+            bump_pending: self.bump_pending,
+            place,
+            out: Vec::new(),
+            closed: Vec::new(),
         };
-        let producer = self.producer;
-        let bump_pending = self.bump_pending;
-        for (tp, state) in &mut self.partitions {
-            let in_flight = state.in_flight();
-            // Retries first, one at a time, lowest sequence first.
-            if state.has_retry() {
-                if in_flight > 0 {
-                    continue;
-                }
-                let Some(batch) = state
-                    .unacked
-                    .iter_mut()
-                    .find(|b| matches!(b.state, BatchState::Retry { .. }))
-                else {
-                    continue;
-                };
-                let BatchState::Retry { at, unknown } = batch.state else {
-                    continue;
-                };
-                // While a bump is pending, only batches whose write is unknown are sent
-                // (to resolve them); the others wait for their new sequence.
-                let size = batch.size();
-                if at > now || (bump_pending && !unknown) || !allowed(tp, size) {
-                    continue;
-                }
-                let bytes = encoded(batch, producer, &self.config);
-                batch.state = BatchState::InFlight;
-                batch.attempts = batch.attempts.saturating_add(1);
-                out.push(Drained {
-                    tp: tp.clone(),
-                    batch_id: batch.id,
-                    bytes,
-                });
-                continue;
-            }
-            let window = if state.acked || !self.config.idempotent {
-                max_in_flight
-            } else {
-                1
-            };
-            if bump_pending || in_flight >= window {
-                continue;
-            }
-            let several = state.queued.len() > 1;
-            let Some(front) = state.queued.front_mut() else {
-                continue;
-            };
-            let ready = front.closed
-                || flushing
-                || several
-                || front.bytes >= self.config.batch_size
-                || now >= front.created.checked_add(linger).unwrap_or(front.created);
-            if !ready || !allowed(tp, front.size()) {
-                continue;
-            }
-            let Some(mut batch) = state.queued.pop_front() else {
-                continue;
-            };
-            if !batch.closed {
-                batch.closed = true;
-                closed.push(tp.clone());
-            }
-            if self.config.idempotent {
-                batch.sequence = Some(state.next_sequence);
-                state.next_sequence = state
-                    .next_sequence
-                    .wrapping_add(i32::try_from(batch.records.len()).unwrap_or(i32::MAX));
-            }
-            let bytes = encoded(&mut batch, producer, &self.config);
-            batch.state = BatchState::InFlight;
-            batch.attempts = 1;
-            out.push(Drained {
-                tp: tp.clone(),
-                batch_id: batch.id,
-                bytes,
-            });
-            state.unacked.push_back(batch);
+        // Each drain starts one partition further, as Java's `drainIndex`: when a
+        // connection has room for only some of the partitions ready for it, the first in
+        // the map's order must not be the only ones ever sent.
+        let start = match self.partitions.len() {
+            0 => 0,
+            n => self.drain_start % n,
+        };
+        self.drain_start = start.wrapping_add(1);
+        for (tp, state) in self.partitions.iter_mut().skip(start) {
+            drain.partition(tp, state);
         }
-        (out, closed)
+        for (tp, state) in self.partitions.iter_mut().take(start) {
+            drain.partition(tp, state);
+        }
+        (drain.out, drain.closed)
     }
 
     /// Reports the answer for a batch in flight. Completes the records' futures of a
@@ -611,12 +671,14 @@ impl Accumulator {
             } => {
                 if let Some(batch) = state.unacked.remove(position) {
                     state.acked = true;
+                    state.confirmed = Some((self.producer.id, now));
                     batch.succeed(base_offset, append_time, &mut done);
                 }
             }
             BatchOutcome::Duplicate => {
                 if let Some(batch) = state.unacked.remove(position) {
                     state.acked = true;
+                    state.confirmed = Some((self.producer.id, now));
                     batch.succeed(-1, -1, &mut done);
                 }
             }
@@ -1007,7 +1069,7 @@ mod tests {
         now: Instant,
     ) -> (Accumulator, Vec<DeliveryFuture>) {
         let mut acc = Accumulator::new(config);
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         let mut futures = Vec::new();
         for i in 0..n {
             let (sender, future) = DeliveryFuture::channel();
@@ -1038,7 +1100,8 @@ mod tests {
     }
 
     fn drain(acc: &mut Accumulator, now: Instant) -> Vec<Drained> {
-        acc.drain(now, false, &mut |_, _| true).0
+        let (drained, _) = acc.drain(now, false, &mut |_, _| Some(()));
+        drained.into_iter().map(|(batch, ())| batch).collect()
     }
 
     /// Drains until nothing more is sent now.
@@ -1128,7 +1191,7 @@ mod tests {
     fn a_backed_up_partition_grows_its_open_batch_up_to_the_maximum_and_sends_it_whole() {
         let now = Instant::now();
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         // The first batch of the partition goes alone; while it is in flight the partition
         // cannot send another, so the next one takes records past batch.size.
         append_n(&mut acc, 0, 10, now);
@@ -1158,7 +1221,7 @@ mod tests {
     fn a_batch_grows_no_further_than_its_topic_takes() {
         let now = Instant::now();
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         // The topic's max.message.bytes: 25 records' worth.
         acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 25 * SMALL);
         append_n(&mut acc, 0, 10, now);
@@ -1173,7 +1236,7 @@ mod tests {
         // A topic limit below batch.size leaves batch.size (Java's batches would not fit
         // either).
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 3 * SMALL);
         append_n(&mut acc, 0, 10, now);
         drain_all(&mut acc, now);
@@ -1201,7 +1264,7 @@ mod tests {
             transactional,
             ..growing(true)
         });
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         let mut futures = Vec::new();
         let mut append = |acc: &mut Accumulator, range: std::ops::Range<usize>| {
             for i in range {
@@ -1343,7 +1406,7 @@ mod tests {
             ..growing(true)
         };
         let mut acc = Accumulator::new(config);
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         append_n(&mut acc, 0, 10, now);
         let first = drain_all(&mut acc, now);
         assert_eq!(first.len(), 1);
@@ -1354,6 +1417,44 @@ mod tests {
         acc.complete(&tp(), first[0].batch_id, written(0), now);
         let sent = drain_all(&mut acc, now);
         assert_eq!(sent.len(), 1, "full by batch.size: not held for linger.ms");
+    }
+
+    #[test]
+    fn after_an_epoch_bump_a_partition_with_recent_writes_pipelines_at_once() {
+        let now = Instant::now();
+        // A transactions-v2 commit: the same producer id, the next epoch.
+        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, now);
+        append_n(&mut acc, 0, 3, now);
+        let sent = drain_all(&mut acc, now);
+        assert_eq!(
+            sent.len(),
+            3,
+            "the broker knows the producer: no batch goes alone"
+        );
+        let headers: Vec<(i64, i16, i32)> = sent.iter().map(|d| header(&d.bytes)).collect();
+        assert_eq!(headers, vec![(7, 1, 0), (7, 1, 1), (7, 1, 2)]);
+
+        // A new producer id: the broker may have no state for it on the partition.
+        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
+        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 }, now);
+        append_n(&mut acc, 0, 3, now);
+        assert_eq!(
+            drain_all(&mut acc, now).len(),
+            1,
+            "a new producer id: one first"
+        );
+
+        // The same id, but the last write is older than the broker is taken to keep it.
+        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
+        let later = now + STATE_KEPT;
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, later);
+        append_n(&mut acc, 0, 3, later);
+        assert_eq!(
+            drain_all(&mut acc, later).len(),
+            1,
+            "an old write: one first"
+        );
     }
 
     #[test]
@@ -1512,7 +1613,7 @@ mod tests {
         assert!(acc.ready_to_bump());
         // Nothing is sent until the bump.
         assert!(drain_all(&mut acc, now + SECOND).is_empty());
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 });
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, now);
         let mut resent = Vec::new();
         let mut at = now + SECOND;
         while resent.len() < 2 {
@@ -1569,7 +1670,7 @@ mod tests {
         );
         assert!(done.is_empty());
         assert!(effects.gap && acc.ready_to_bump());
-        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 });
+        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 }, now);
         let retry = drain_all(&mut acc, now + SECOND);
         assert_eq!(retry.len(), 1);
         assert_eq!(header(&retry[0].bytes), (8, 0, 0));
@@ -1693,7 +1794,7 @@ mod tests {
             let mut config = config(true, false);
             config.delivery_timeout = Duration::from_secs(5);
             let mut acc = Accumulator::new(config);
-            acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+            acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, start);
             let mut now = start;
             let mut in_flight: Vec<Drained> = Vec::new();
             let mut futures = Vec::new();
@@ -1705,7 +1806,9 @@ mod tests {
                         acc.append((Arc::from("t"), partition), i as u64, record(i), sender, now);
                         futures.push(future);
                     }
-                    1 => in_flight.extend(acc.drain(now, true, &mut |_, _| true).0),
+                    1 => in_flight.extend(
+                        acc.drain(now, true, &mut |_, _| Some(())).0.into_iter().map(|(b, ())| b),
+                    ),
                     2 => {
                         if let Some(sent) = in_flight.pop() {
                             acc.complete(&sent.tp, sent.batch_id, retriable(false), now);

@@ -234,7 +234,10 @@ impl KafkaProducer {
                     shared.retry(),
                 )
                 .await?;
-            shared.lock().accumulator.reset_sequences(identity);
+            shared
+                .lock()
+                .accumulator
+                .reset_sequences(identity, Instant::now());
         }
         let task = tokio::spawn(sender::run(Arc::clone(&shared)));
         Ok(Self { shared, task })
@@ -315,7 +318,10 @@ impl KafkaProducer {
     ) -> Result<(), ProducerError> {
         match (version, next) {
             (TxnVersion::V2, Some(identity)) => {
-                self.shared.lock().accumulator.reset_sequences(identity);
+                self.shared
+                    .lock()
+                    .accumulator
+                    .reset_sequences(identity, Instant::now());
             }
             _ if bump => {
                 let current = self.shared.lock().accumulator.producer();
@@ -331,7 +337,10 @@ impl KafkaProducer {
                         self.shared.retry(),
                     )
                     .await?;
-                self.shared.lock().accumulator.reset_sequences(identity);
+                self.shared
+                    .lock()
+                    .accumulator
+                    .reset_sequences(identity, Instant::now());
             }
             _ => {}
         }
@@ -561,7 +570,7 @@ impl Producer for KafkaProducer {
         let mut state = self.shared.lock();
         match result {
             Ok(identity) => {
-                state.accumulator.reset_sequences(identity);
+                state.accumulator.reset_sequences(identity, Instant::now());
                 if let Some(txn) = state.txn.as_mut() {
                     txn.init_done(version);
                 }

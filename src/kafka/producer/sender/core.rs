@@ -56,7 +56,8 @@ impl SenderConfig {
     }
 }
 
-/// One Produce request: the batches for one broker, at most `max.request.size` together.
+/// One Produce request: the batches for one broker, at most `max.request.size` together by
+/// their size estimates (a batch larger than that goes alone).
 #[derive(Debug)]
 pub(crate) struct ProducePlan {
     pub(crate) node: i32,
@@ -174,33 +175,33 @@ impl SenderCore {
         let mut connect = Vec::new();
         // Per broker, the requests this turn starts: how many, and the bytes of the last.
         let mut requests: HashMap<i32, (usize, usize)> = HashMap::new();
-        // Each drained partition's broker and request there.
-        let mut placed: HashMap<Tp, (i32, usize)> = HashMap::new();
         let in_flight = &self.in_flight;
         let max_in_flight = self.config.max_in_flight;
         let max_request_size = self.config.max_request_size;
+        // Each batch drained comes with its broker and its request there.
         let (drained, closed) = state.accumulator.drain(now, flushing, &mut |tp, size| {
             let leader = leader_of(topics, tp);
             if leader < 0 {
                 refresh.push(Arc::clone(&tp.0));
-                return false;
+                return None;
             }
             if added.is_some_and(|a| !a.contains(tp)) {
-                return false;
+                return None;
             }
             // The cheap checks first: this runs for every ready partition on every turn.
             // A batch joins this turn's last request to its leader while that stays within
-            // max.request.size, else opens another one if the connection has room: never more
-            // than max.in.flight.requests.per.connection requests in flight to a broker.
+            // max.request.size (by the batch's size estimate), else opens another one if the
+            // connection has room: never more than max.in.flight.requests.per.connection
+            // requests in flight to a broker.
             let free = max_in_flight.saturating_sub(in_flight.get(&leader).copied().unwrap_or(0));
             let (count, bytes) = requests.get(&leader).copied().unwrap_or((0, 0));
             let joins = count > 0 && bytes.saturating_add(size) <= max_request_size;
             if !joins && count >= free {
-                return false;
+                return None;
             }
             if !connected(leader) {
                 connect.push(leader);
-                return false;
+                return None;
             }
             let (count, bytes) = if joins {
                 (count, bytes.saturating_add(size))
@@ -208,8 +209,7 @@ impl SenderCore {
                 (count + 1, size)
             };
             requests.insert(leader, (count, bytes));
-            placed.insert(tp.clone(), (leader, count - 1));
-            true
+            Some((leader, count))
         });
         state.metadata_wanted.extend(refresh);
         for (topic, partition) in closed {
@@ -223,11 +223,7 @@ impl SenderCore {
         // Per broker and request, in drain order: the sequences' order.
         let mut keys: Vec<(i32, usize)> = Vec::new();
         let mut plans: Vec<ProducePlan> = Vec::new();
-        for batch in drained {
-            // Every batch drained was placed (one batch for each `true`, one per partition).
-            let Some(key) = placed.get(&batch.tp).copied() else {
-                continue;
-            };
+        for (batch, key) in drained {
             let id = topic_id(&state.topics, &batch.tp.0);
             match keys.iter().position(|k| *k == key) {
                 Some(i) => plans[i].batches.push((batch, id)),
@@ -367,7 +363,7 @@ impl SenderCore {
                     epoch = identity.epoch,
                     "epoch bumped"
                 );
-                state.accumulator.reset_sequences(identity);
+                state.accumulator.reset_sequences(identity, now);
             }
             Err(error) => {
                 debug!(%error, "epoch bump failed, retrying");

@@ -92,7 +92,14 @@ struct Harness {
     metadata: Option<Vec<Arc<str>>>,
     /// No Metadata request may start before this.
     metadata_not_before: Option<Instant>,
+    /// The pause after the next Metadata answer without leaders: `retry.backoff.ms`
+    /// doubling up to `retry.backoff.max.ms`, back to the start after a good answer.
+    metadata_backoff: Duration,
     bump: Option<ProducerIdentity>,
+    /// No bump may start before this (`retry.backoff.max.ms` after a failed one).
+    bump_not_before: Option<Instant>,
+    /// Per partition and producer epoch, the end of the sequences sent so far.
+    sequence_end: HashMap<(Tp, i16), i64>,
     add: Option<Vec<Tp>>,
     futures: Vec<DeliveryFuture>,
     next_offset: i64,
@@ -113,7 +120,7 @@ impl Harness {
             retry_backoff_max: RETRY_BACKOFF_MAX,
             delivery_timeout: DELIVERY_TIMEOUT,
         });
-        accumulator.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
+        accumulator.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
         let txn = txn_v1.then(|| {
             let mut txn = TxnState::new();
             txn.phase = Phase::InTransaction;
@@ -148,7 +155,10 @@ impl Harness {
             produces: VecDeque::new(),
             metadata: None,
             metadata_not_before: None,
+            metadata_backoff: RETRY_BACKOFF,
             bump: None,
+            bump_not_before: None,
+            sequence_end: HashMap::new(),
             add: None,
             futures: Vec::new(),
             next_offset: 0,
@@ -216,6 +226,9 @@ impl Harness {
                 Action::Bump(current) => {
                     prop_assert!(self.bump.is_none(), "two epoch bumps at once");
                     prop_assert!(self.produces.is_empty(), "a bump with Produce in flight");
+                    if let Some(at) = self.bump_not_before {
+                        prop_assert!(self.now >= at, "a bump again inside its backoff");
+                    }
                     self.bump = Some(current);
                 }
                 Action::AddPartitions(_, partitions) => {
@@ -233,6 +246,7 @@ impl Harness {
                     prop_assert!(!self.connected.contains(&node));
                 }
                 Action::Produce(plan) => {
+                    prop_assert!(self.bump.is_none(), "Produce while a bump is outstanding");
                     prop_assert!(
                         self.connected.contains(&plan.node),
                         "Produce to an unconnected broker"
@@ -244,7 +258,8 @@ impl Harness {
                         "a request of {size} bytes over max.request.size"
                     );
                     for (batch, _) in &plan.batches {
-                        prop_assert_eq!(leader(&self.state, &batch.tp), Some(plan.node));
+                        prop_assert_eq!(leader(&batch.tp), plan.node, "sent to another broker");
+                        self.check_sequence(&batch.tp, &batch.bytes)?;
                         if let Some(txn) = &self.state.txn {
                             prop_assert!(
                                 txn.added.contains(&batch.tp),
@@ -357,7 +372,13 @@ impl Harness {
         self.core
             .on_metadata(&mut self.state, &topics, Ok(answers), &[], self.now);
         // An answer that left leaders unknown is asked again only after the backoff.
-        self.metadata_not_before = (!leaders).then(|| self.now + RETRY_BACKOFF);
+        if leaders {
+            self.metadata_not_before = None;
+            self.metadata_backoff = RETRY_BACKOFF;
+        } else {
+            self.metadata_not_before = Some(self.now + self.metadata_backoff);
+            self.metadata_backoff = (self.metadata_backoff * 2).min(RETRY_BACKOFF_MAX);
+        }
     }
 
     fn apply(&mut self, op: Op) -> Result<(), TestCaseError> {
@@ -394,6 +415,7 @@ impl Harness {
                     } else {
                         Err(ProducerError::Closed)
                     };
+                    self.bump_not_before = (!ok).then(|| self.now + RETRY_BACKOFF_MAX);
                     self.core.on_bumped(&mut self.state, result, self.now);
                 }
             }
@@ -449,6 +471,7 @@ impl Harness {
                     epoch: current.epoch + 1,
                 };
                 self.core.on_bumped(&mut self.state, Ok(next), self.now);
+                self.bump_not_before = None;
                 answered = true;
             }
             if let Some(partitions) = self.add.take() {
@@ -469,6 +492,32 @@ impl Harness {
 }
 
 impl Harness {
+    /// A batch's sequences (its header: producer epoch at 51, base sequence at 53, record
+    /// count at 57) leave no gap after those sent before under the same epoch: a broker would
+    /// refuse the batch with OUT_OF_ORDER_SEQUENCE_NUMBER. A retry or a part of a split batch
+    /// repeats sequences; a new epoch starts again at 0.
+    fn check_sequence(&mut self, tp: &Tp, bytes: &[u8]) -> Result<(), TestCaseError> {
+        prop_assert!(bytes.len() >= 61, "a batch shorter than its header");
+        let epoch = i16::from_be_bytes([bytes[51], bytes[52]]);
+        let base = i64::from(i32::from_be_bytes([
+            bytes[53], bytes[54], bytes[55], bytes[56],
+        ]));
+        let count = i64::from(i32::from_be_bytes([
+            bytes[57], bytes[58], bytes[59], bytes[60],
+        ]));
+        let end = self.sequence_end.entry((tp.clone(), epoch)).or_insert(0);
+        prop_assert!(
+            base <= *end,
+            "partition {:?} epoch {}: sequence {} sent after only {} (a gap)",
+            tp,
+            epoch,
+            base,
+            end
+        );
+        *end = (*end).max(base + count);
+        Ok(())
+    }
+
     /// What `abort_transaction` does to the records of a transaction that cannot commit.
     fn abort_if_failed(&mut self) {
         let Some(txn) = self.state.txn.as_mut() else {
@@ -498,14 +547,14 @@ impl Harness {
     }
 }
 
-fn leader(state: &State, tp: &Tp) -> Option<i32> {
-    match state.topics.get(&tp.0) {
-        Some(TopicMetadata::Known { leaders, .. }) => usize::try_from(tp.1)
-            .ok()
-            .and_then(|p| leaders.get(p))
-            .copied(),
-        _ => None,
-    }
+/// The partition's leader in the test's cluster.
+fn leader(tp: &Tp) -> i32 {
+    TOPICS
+        .iter()
+        .find(|(name, _)| *name == &*tp.0)
+        .and_then(|(_, leaders)| leaders.get(usize::try_from(tp.1).ok()?))
+        .copied()
+        .unwrap_or(-1)
 }
 
 proptest! {
