@@ -198,24 +198,12 @@ struct PartitionState {
     next_sequence: i32,
     /// The sequence of the first batch given up, until the next epoch bump.
     gap_at: Option<i32>,
-    /// The broker has state for the producer on the partition: a batch was confirmed under
-    /// the current producer epoch, or under an earlier epoch of the same producer id less
-    /// than [`STATE_KEPT`] ago. Until then one batch at a time is sent: a broker with no
-    /// state for the producer on the partition accepts any first sequence, so a later batch
-    /// could be written before an earlier one that failed. With state, a new epoch's batch
-    /// that does not start at sequence 0 is refused (OUT_OF_ORDER_SEQUENCE_NUMBER), so the
-    /// window opens at once after a bump: a transactions-v2 producer bumps its epoch at
-    /// every commit, and waited for one batch per partition in every transaction.
+    /// A batch of the partition was confirmed under the current producer epoch. Until then
+    /// one batch at a time is sent: a broker with no state for the producer on the
+    /// partition accepts any first sequence, so a later batch could be written before an
+    /// earlier one that failed.
     acked: bool,
-    /// The producer id and time of the last batch confirmed on the partition.
-    confirmed: Option<(i64, Instant)>,
 }
-
-/// How long after its last confirmed write the broker is taken to keep a producer's state
-/// on a partition. Brokers keep it for `producer.id.expiration.ms` (a day by default) while
-/// the producer's last batch stays in the log; a minute leaves room for a partition whose
-/// retention deletes a write soon after it is made.
-const STATE_KEPT: Duration = Duration::from_secs(60);
 
 impl PartitionState {
     /// Fails `batch` (taken out of the partition) at its delivery timeout; a batch that had a
@@ -496,15 +484,13 @@ impl Accumulator {
 
     /// Adopts a producer identity and starts every partition's sequences at 0. Batches
     /// waiting for a retry get new sequences in order, and are encoded again.
-    pub(crate) fn reset_sequences(&mut self, producer: ProducerIdentity, now: Instant) {
+    pub(crate) fn reset_sequences(&mut self, producer: ProducerIdentity) {
         self.producer = producer;
         self.bump_pending = false;
         for state in self.partitions.values_mut() {
             state.next_sequence = 0;
             state.gap_at = None;
-            state.acked = state.confirmed.is_some_and(|(id, at)| {
-                id == producer.id && now.saturating_duration_since(at) < STATE_KEPT
-            });
+            state.acked = false;
             for batch in &mut state.unacked {
                 let sequence = state.next_sequence;
                 state.next_sequence = state
@@ -671,14 +657,12 @@ impl Accumulator {
             } => {
                 if let Some(batch) = state.unacked.remove(position) {
                     state.acked = true;
-                    state.confirmed = Some((self.producer.id, now));
                     batch.succeed(base_offset, append_time, &mut done);
                 }
             }
             BatchOutcome::Duplicate => {
                 if let Some(batch) = state.unacked.remove(position) {
                     state.acked = true;
-                    state.confirmed = Some((self.producer.id, now));
                     batch.succeed(-1, -1, &mut done);
                 }
             }
@@ -1069,7 +1053,7 @@ mod tests {
         now: Instant,
     ) -> (Accumulator, Vec<DeliveryFuture>) {
         let mut acc = Accumulator::new(config);
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         let mut futures = Vec::new();
         for i in 0..n {
             let (sender, future) = DeliveryFuture::channel();
@@ -1191,7 +1175,7 @@ mod tests {
     fn a_backed_up_partition_grows_its_open_batch_up_to_the_maximum_and_sends_it_whole() {
         let now = Instant::now();
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         // The first batch of the partition goes alone; while it is in flight the partition
         // cannot send another, so the next one takes records past batch.size.
         append_n(&mut acc, 0, 10, now);
@@ -1221,7 +1205,7 @@ mod tests {
     fn a_batch_grows_no_further_than_its_topic_takes() {
         let now = Instant::now();
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         // The topic's max.message.bytes: 25 records' worth.
         acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 25 * SMALL);
         append_n(&mut acc, 0, 10, now);
@@ -1236,7 +1220,7 @@ mod tests {
         // A topic limit below batch.size leaves batch.size (Java's batches would not fit
         // either).
         let mut acc = Accumulator::new(growing(true));
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         acc.set_topic_max(&tp().0, BATCH_OVERHEAD + 3 * SMALL);
         append_n(&mut acc, 0, 10, now);
         drain_all(&mut acc, now);
@@ -1264,7 +1248,7 @@ mod tests {
             transactional,
             ..growing(true)
         });
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         let mut futures = Vec::new();
         let mut append = |acc: &mut Accumulator, range: std::ops::Range<usize>| {
             for i in range {
@@ -1406,7 +1390,7 @@ mod tests {
             ..growing(true)
         };
         let mut acc = Accumulator::new(config);
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         append_n(&mut acc, 0, 10, now);
         let first = drain_all(&mut acc, now);
         assert_eq!(first.len(), 1);
@@ -1417,44 +1401,6 @@ mod tests {
         acc.complete(&tp(), first[0].batch_id, written(0), now);
         let sent = drain_all(&mut acc, now);
         assert_eq!(sent.len(), 1, "full by batch.size: not held for linger.ms");
-    }
-
-    #[test]
-    fn after_an_epoch_bump_a_partition_with_recent_writes_pipelines_at_once() {
-        let now = Instant::now();
-        // A transactions-v2 commit: the same producer id, the next epoch.
-        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, now);
-        append_n(&mut acc, 0, 3, now);
-        let sent = drain_all(&mut acc, now);
-        assert_eq!(
-            sent.len(),
-            3,
-            "the broker knows the producer: no batch goes alone"
-        );
-        let headers: Vec<(i64, i16, i32)> = sent.iter().map(|d| header(&d.bytes)).collect();
-        assert_eq!(headers, vec![(7, 1, 0), (7, 1, 1), (7, 1, 2)]);
-
-        // A new producer id: the broker may have no state for it on the partition.
-        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
-        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 }, now);
-        append_n(&mut acc, 0, 3, now);
-        assert_eq!(
-            drain_all(&mut acc, now).len(),
-            1,
-            "a new producer id: one first"
-        );
-
-        // The same id, but the last write is older than the broker is taken to keep it.
-        let (mut acc, _futures) = pipelining(config(true, true), 0, now);
-        let later = now + STATE_KEPT;
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, later);
-        append_n(&mut acc, 0, 3, later);
-        assert_eq!(
-            drain_all(&mut acc, later).len(),
-            1,
-            "an old write: one first"
-        );
     }
 
     #[test]
@@ -1613,7 +1559,7 @@ mod tests {
         assert!(acc.ready_to_bump());
         // Nothing is sent until the bump.
         assert!(drain_all(&mut acc, now + SECOND).is_empty());
-        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 7, epoch: 1 });
         let mut resent = Vec::new();
         let mut at = now + SECOND;
         while resent.len() < 2 {
@@ -1670,7 +1616,7 @@ mod tests {
         );
         assert!(done.is_empty());
         assert!(effects.gap && acc.ready_to_bump());
-        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 }, now);
+        acc.reset_sequences(ProducerIdentity { id: 8, epoch: 0 });
         let retry = drain_all(&mut acc, now + SECOND);
         assert_eq!(retry.len(), 1);
         assert_eq!(header(&retry[0].bytes), (8, 0, 0));
@@ -1794,7 +1740,7 @@ mod tests {
             let mut config = config(true, false);
             config.delivery_timeout = Duration::from_secs(5);
             let mut acc = Accumulator::new(config);
-            acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, start);
+            acc.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
             let mut now = start;
             let mut in_flight: Vec<Drained> = Vec::new();
             let mut futures = Vec::new();

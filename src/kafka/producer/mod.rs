@@ -234,10 +234,7 @@ impl KafkaProducer {
                     shared.retry(),
                 )
                 .await?;
-            shared
-                .lock()
-                .accumulator
-                .reset_sequences(identity, Instant::now());
+            shared.lock().accumulator.reset_sequences(identity);
         }
         let task = tokio::spawn(sender::run(Arc::clone(&shared)));
         Ok(Self { shared, task })
@@ -318,10 +315,7 @@ impl KafkaProducer {
     ) -> Result<(), ProducerError> {
         match (version, next) {
             (TxnVersion::V2, Some(identity)) => {
-                self.shared
-                    .lock()
-                    .accumulator
-                    .reset_sequences(identity, Instant::now());
+                self.shared.lock().accumulator.reset_sequences(identity);
             }
             _ if bump => {
                 let current = self.shared.lock().accumulator.producer();
@@ -337,10 +331,7 @@ impl KafkaProducer {
                         self.shared.retry(),
                     )
                     .await?;
-                self.shared
-                    .lock()
-                    .accumulator
-                    .reset_sequences(identity, Instant::now());
+                self.shared.lock().accumulator.reset_sequences(identity);
             }
             _ => {}
         }
@@ -570,7 +561,7 @@ impl Producer for KafkaProducer {
         let mut state = self.shared.lock();
         match result {
             Ok(identity) => {
-                state.accumulator.reset_sequences(identity, Instant::now());
+                state.accumulator.reset_sequences(identity);
                 if let Some(txn) = state.txn.as_mut() {
                     txn.init_done(version);
                 }

@@ -363,7 +363,7 @@ impl SenderCore {
                     epoch = identity.epoch,
                     "epoch bumped"
                 );
-                state.accumulator.reset_sequences(identity, now);
+                state.accumulator.reset_sequences(identity);
             }
             Err(error) => {
                 debug!(%error, "epoch bump failed, retrying");

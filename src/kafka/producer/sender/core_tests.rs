@@ -120,7 +120,7 @@ impl Harness {
             retry_backoff_max: RETRY_BACKOFF_MAX,
             delivery_timeout: DELIVERY_TIMEOUT,
         });
-        accumulator.reset_sequences(ProducerIdentity { id: 7, epoch: 0 }, now);
+        accumulator.reset_sequences(ProducerIdentity { id: 7, epoch: 0 });
         let txn = txn_v1.then(|| {
             let mut txn = TxnState::new();
             txn.phase = Phase::InTransaction;
