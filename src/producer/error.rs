@@ -181,8 +181,8 @@ impl ProducerError {
 
     /// The error of a failed client call: [`ProducerError::Authentication`] when the
     /// connection's authentication was refused, [`ProducerError::Kafka`] otherwise.
-    pub(crate) fn kafka(source: ConsumerError) -> Self {
-        Self::from_client(Arc::new(source))
+    pub(crate) fn kafka(source: impl Into<ConsumerError>) -> Self {
+        Self::from_client(Arc::new(source.into()))
     }
 
     /// [`kafka`](Self::kafka) for a shared client error.

@@ -5,10 +5,10 @@
 use tracing::debug;
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::kafka::error::BrokerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::ConnectionConfig;
 
 pub(super) use crate::kafka::cluster::metadata::LEADER_NOT_AVAILABLE;
@@ -41,15 +41,15 @@ impl Cluster {
     pub(super) async fn connect(
         bootstrap: &str,
         config: ConnectionConfig,
-    ) -> Result<Self, ConsumerError> {
+    ) -> Result<Self, ClientError> {
         let admin = KafkaAdmin::open(bootstrap, config)
             .await
-            .map_err(Failure::into_consumer)?;
+            .map_err(Failure::into_client)?;
         Ok(Self { admin })
     }
 
     /// The layout of `topic`, or `None` when the cluster does not know it.
-    pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ConsumerError> {
+    pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ClientError> {
         let snapshot = self.admin.metadata(Some(&[topic])).await?;
         let Some(entry) = snapshot.topic(topic) else {
             return Ok(None);
@@ -77,12 +77,12 @@ impl Cluster {
         topic: &str,
         partitions: i32,
         replication_factor: i16,
-    ) -> Result<(), ConsumerError> {
+    ) -> Result<(), ClientError> {
         match self
             .admin
             .try_create_topic(topic, partitions, replication_factor)
             .await
-            .map_err(Failure::into_consumer)
+            .map_err(Failure::into_client)
         {
             Ok(()) => {
                 debug!(
@@ -91,7 +91,7 @@ impl Cluster {
                 );
                 Ok(())
             }
-            Err(ConsumerError::Broker(BrokerError {
+            Err(ClientError::Broker(BrokerError {
                 name: "TOPIC_ALREADY_EXISTS",
                 ..
             })) => {

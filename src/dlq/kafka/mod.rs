@@ -17,8 +17,8 @@ use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
 use crate::consumer::ConsumerError;
 use kafka_protocol::messages::ApiKey;
 
-use crate::kafka::error::BrokerError;
 use crate::kafka::error::codes::api_name;
+use crate::kafka::error::{BrokerError, ClientError};
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::producer::partitioner::partition_for_key;
 use crate::kafka::security::SecurityContext;
@@ -123,9 +123,9 @@ impl KafkaDeadLetterQueue {
         last: &mut Option<DeadLetterError>,
     ) -> Result<Self, DeadLetterError> {
         let topic = config.topic();
-        let kafka = |source| DeadLetterError::Kafka {
+        let kafka = |source: ClientError| DeadLetterError::Kafka {
             topic: topic.to_owned(),
-            source,
+            source: source.into(),
         };
         let timeout = config.delivery_timeout_value();
         let security = SecurityContext::build(config.security_value()).map_err(|e| {
@@ -157,13 +157,16 @@ impl KafkaDeadLetterQueue {
                     cluster
                         .create_topic(topic, 1, rf)
                         .await
-                        .map_err(|source| create_topic_error(topic, rf, source))?;
+                        .map_err(|source| create_topic_error(topic, rf, source.into()))?;
                     created = true;
                     continue;
                 }
                 None => {}
             }
-            *last = Some(kafka(not_ready(topic)));
+            *last = Some(DeadLetterError::Kafka {
+                topic: topic.to_owned(),
+                source: not_ready(topic),
+            });
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };

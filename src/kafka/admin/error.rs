@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 
 /// Why a [`KafkaAdmin`](crate::KafkaAdmin) call failed.
@@ -229,7 +230,7 @@ pub(crate) enum Failure {
         /// The addresses tried.
         bootstrap: String,
         /// Why.
-        source: ConsumerError,
+        source: ClientError,
     },
     /// A request got no answer in time.
     Timeout {
@@ -263,13 +264,13 @@ pub(crate) enum Failure {
     },
     /// What the connection or the broker said: a broker error code, an undecodable answer,
     /// a lost connection, a missing API.
-    Client(ConsumerError),
+    Client(ClientError),
 }
 
-impl From<ConsumerError> for Failure {
-    fn from(error: ConsumerError) -> Self {
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Self {
         match error {
-            ConsumerError::Timeout(timeout) => Self::Timeout {
+            ClientError::Timeout(timeout) => Self::Timeout {
                 api: "admin",
                 timeout,
             },
@@ -283,20 +284,23 @@ impl Failure {
     pub(crate) fn into_admin(self, call: &'static str) -> AdminError {
         match self {
             Self::Connect {
-                source: ConsumerError::Config { reason, .. },
+                source: ClientError::Config { reason, .. },
                 ..
             } => AdminError::InvalidArgument { call, reason },
             Self::Connect {
-                source: source @ ConsumerError::Connection(ConnectionError::Authentication { .. }),
+                source: source @ ClientError::Connection(ConnectionError::Authentication { .. }),
                 ..
             }
             | Self::Client(
-                source @ ConsumerError::Connection(ConnectionError::Authentication { .. }),
-            ) => AdminError::Authentication { call, source },
+                source @ ClientError::Connection(ConnectionError::Authentication { .. }),
+            ) => AdminError::Authentication {
+                call,
+                source: source.into(),
+            },
             Self::Connect { bootstrap, source } => AdminError::Connect {
                 call,
                 bootstrap,
-                source,
+                source: source.into(),
             },
             Self::Timeout { api, timeout } => AdminError::Timeout { call, api, timeout },
             Self::NotSettled { what, waited } => AdminError::NotSettled { call, what, waited },
@@ -312,8 +316,8 @@ impl Failure {
                 message,
             },
             Self::Client(error) => match error {
-                ConsumerError::Broker(error) => AdminError::Broker { call, error },
-                ConsumerError::Protocol(ProtocolError::Unsupported {
+                ClientError::Broker(error) => AdminError::Broker { call, error },
+                ClientError::Protocol(ProtocolError::Unsupported {
                     broker,
                     api,
                     wanted,
@@ -323,37 +327,40 @@ impl Failure {
                     api,
                     wanted,
                 },
-                ConsumerError::Timeout(timeout) => AdminError::Timeout {
+                ClientError::Timeout(timeout) => AdminError::Timeout {
                     call,
                     api: "admin",
                     timeout,
                 },
-                ConsumerError::Config { reason, .. } => {
-                    AdminError::InvalidArgument { call, reason }
-                }
+                ClientError::Config { reason, .. } => AdminError::InvalidArgument { call, reason },
                 // A garbled answer closed its connection, like a broken one.
-                source @ (ConsumerError::Connection(ConnectionError::Io { .. })
-                | ConsumerError::Protocol(ProtocolError::Garbled { .. })) => {
-                    AdminError::Connection { call, source }
-                }
-                source => AdminError::Protocol { call, source },
+                source @ (ClientError::Connection(ConnectionError::Io { .. })
+                | ClientError::Protocol(ProtocolError::Garbled { .. })) => AdminError::Connection {
+                    call,
+                    source: source.into(),
+                },
+                source => AdminError::Protocol {
+                    call,
+                    source: source.into(),
+                },
             },
         }
     }
 
-    /// The [`ConsumerError`] crate code that reports those (the dead-letter queue) gets: a
-    /// timeout or a change not visible in time is [`ConsumerError::Timeout`].
-    pub(crate) fn into_consumer(self) -> ConsumerError {
+    /// The [`ClientError`] crate code that uses the admin client inside (the producer, the
+    /// log reader, the dead-letter queue) gets: a timeout or a change not visible in time is
+    /// [`ClientError::Timeout`].
+    pub(crate) fn into_client(self) -> ClientError {
         match self {
             Self::Connect { source, .. } | Self::Client(source) => source,
-            Self::Timeout { timeout, .. } => ConsumerError::Timeout(timeout),
-            Self::NotSettled { waited, .. } => ConsumerError::Timeout(waited),
-            Self::InvalidArgument(reason) => ConsumerError::Config {
+            Self::Timeout { timeout, .. } => ClientError::Timeout(timeout),
+            Self::NotSettled { waited, .. } => ClientError::Timeout(waited),
+            Self::InvalidArgument(reason) => ClientError::Config {
                 key: "admin".to_owned(),
                 reason,
             },
             Self::GroupNotEmpty { group, message } | Self::GroupNotFound { group, message } => {
-                ConsumerError::Config {
+                ClientError::Config {
                     key: "group.id".to_owned(),
                     reason: message.unwrap_or_else(|| format!("share group `{group}`")),
                 }
@@ -369,8 +376,8 @@ mod tests {
 
     use super::*;
 
-    fn connection_error() -> ConsumerError {
-        ConsumerError::Connection(ConnectionError::Io {
+    fn connection_error() -> ClientError {
+        ClientError::Connection(ConnectionError::Io {
             broker: "b:9092".to_owned(),
             source: io::Error::new(io::ErrorKind::ConnectionReset, "reset by peer"),
         })
@@ -394,7 +401,7 @@ mod tests {
         assert_eq!(timeout.call(), "create_topic");
         assert!(timeout.is_retriable());
 
-        let broker = Failure::Client(ConsumerError::Broker(BrokerError {
+        let broker = Failure::Client(ClientError::Broker(BrokerError {
             api: "CreateTopics",
             code: 36,
             name: "TOPIC_ALREADY_EXISTS",
@@ -448,7 +455,7 @@ mod tests {
     #[test]
     fn a_refused_authentication_says_to_fix_the_security_settings() {
         let refused = || {
-            ConsumerError::Connection(ConnectionError::Authentication {
+            ClientError::Connection(ConnectionError::Authentication {
                 broker: "k1:9093".to_owned(),
                 reason: "SASL PLAIN refused: Invalid username or password".to_owned(),
             })
@@ -486,7 +493,7 @@ mod tests {
     fn an_empty_bootstrap_list_is_an_invalid_argument() {
         let error = Failure::Connect {
             bootstrap: " ".to_owned(),
-            source: ConsumerError::Config {
+            source: ClientError::Config {
                 key: "bootstrap.servers".to_owned(),
                 reason: "no broker address".to_owned(),
             },
@@ -507,12 +514,12 @@ mod tests {
                 what: "topic".to_owned(),
                 waited
             }
-            .into_consumer(),
-            ConsumerError::Timeout(t) if t == waited
+            .into_client(),
+            ClientError::Timeout(t) if t == waited
         ));
         assert!(matches!(
-            Failure::from(connection_error()).into_consumer(),
-            ConsumerError::Connection(ConnectionError::Io { .. })
+            Failure::from(connection_error()).into_client(),
+            ClientError::Connection(ConnectionError::Io { .. })
         ));
     }
 }

@@ -18,9 +18,9 @@ use super::metadata::{self, partition_of};
 use super::{
     AdminError, Failure, KafkaAdmin, missing, negotiate, negotiate_and_send, send, topic_name,
 };
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::{ANY_VERSION, Topic, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::error::BrokerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::net::connection::Connection;
 
@@ -83,7 +83,7 @@ impl KafkaAdmin {
             .into_iter()
             .find(|p| p.partition == partition)
             .ok_or_else(|| {
-                Failure::Client(ConsumerError::Broker(BrokerError {
+                Failure::Client(ClientError::Broker(BrokerError {
                     api: api_name(ApiKey::Metadata),
                     code: UNKNOWN_TOPIC_OR_PARTITION,
                     name: "UNKNOWN_TOPIC_OR_PARTITION",

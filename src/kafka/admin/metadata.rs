@@ -8,8 +8,8 @@ use kafka_protocol::protocol::VersionRange;
 use tracing::debug;
 
 use super::{AdminError, Failure, KafkaAdmin, named};
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::{self, ANY_VERSION, Partition, Snapshot, Topic};
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::Connection;
 
 /// The pause between two metadata checks while waiting.
@@ -80,17 +80,14 @@ impl KafkaAdmin {
 
     /// The Metadata of `topics` (`None`: all topics), at the highest version both sides
     /// support, for crate code that needs more than [`Self::topic_ids`] and reports
-    /// [`ConsumerError`]s (the producer, the log reader, the dead-letter queue).
-    pub(crate) async fn metadata(
-        &self,
-        topics: Option<&[&str]>,
-    ) -> Result<Snapshot, ConsumerError> {
+    /// [`ClientError`]s (the producer, the log reader, the dead-letter queue).
+    pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Snapshot, ClientError> {
         self.run(async {
             let connection = self.connection().await?;
             request(&connection, topics, ANY_VERSION).await
         })
         .await
-        .map_err(Failure::into_consumer)
+        .map_err(Failure::into_client)
     }
 }
 

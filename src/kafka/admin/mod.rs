@@ -49,8 +49,8 @@ pub use self::records::OffsetSpec;
 pub use self::share_groups::{ShareGroupDescription, ShareGroupMember, ShareGroupState};
 pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
 pub use self::topic_configs::{TopicConfigs, TopicResource};
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::ANY_VERSION;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::api_name;
 use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
@@ -188,8 +188,8 @@ impl KafkaAdmin {
 
     /// A live connection to a broker of the cluster (the admin's own), for requests any
     /// broker answers (FindCoordinator, a producer's InitProducerId).
-    pub(crate) async fn any_connection(&self) -> Result<Connection, ConsumerError> {
-        self.connection().await.map_err(Failure::into_consumer)
+    pub(crate) async fn any_connection(&self) -> Result<Connection, ClientError> {
+        self.connection().await.map_err(Failure::into_client)
     }
 
     /// Closes the connection now, as a network failure would (requests waiting on it fail;
@@ -252,9 +252,9 @@ where
 }
 
 /// The failure of a `key` request: a timeout names the request.
-fn named(key: ApiKey, error: ConsumerError) -> Failure {
+fn named(key: ApiKey, error: ClientError) -> Failure {
     match error {
-        ConsumerError::Timeout(timeout) => Failure::Timeout {
+        ClientError::Timeout(timeout) => Failure::Timeout {
             api: api_name(key),
             timeout,
         },
@@ -283,22 +283,22 @@ fn topic_name(name: &str) -> TopicName {
 
 /// The failure for a response that lacks the entry of what was asked about.
 fn missing(connection: &Connection, key: ApiKey, name: &str) -> Failure {
-    Failure::Client(ConsumerError::Protocol(ProtocolError::Malformed {
+    Failure::Client(ClientError::Protocol(ProtocolError::Malformed {
         broker: connection.broker().to_owned(),
         reason: format!("the {} response has no entry for `{name}`", api_name(key)),
     }))
 }
 
 /// Adds the topic name to a broker error without a message.
-fn with_topic(error: ConsumerError, topic: &str) -> ConsumerError {
+fn with_topic(error: ClientError, topic: &str) -> ClientError {
     match error {
-        ConsumerError::Broker(BrokerError {
+        ClientError::Broker(BrokerError {
             api,
             code,
             name,
             message: None,
             retriable,
-        }) => ConsumerError::Broker(BrokerError {
+        }) => ClientError::Broker(BrokerError {
             api,
             code,
             name,

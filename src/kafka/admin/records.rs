@@ -20,9 +20,9 @@ use super::{
     AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, negotiate_and_send, send,
     topic_name, with_topic,
 };
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::{ANY_VERSION, LEADER_NOT_AVAILABLE};
 use crate::kafka::codec::client_list_offsets;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error, check};
 use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::Connection;
@@ -291,7 +291,7 @@ impl KafkaAdmin {
         let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
         for (index, p) in &found.partitions {
             let Some(node) = p.leader else {
-                return Err(Failure::Client(ConsumerError::Broker(BrokerError {
+                return Err(Failure::Client(ClientError::Broker(BrokerError {
                     api: api_name(ApiKey::Metadata),
                     code: LEADER_NOT_AVAILABLE,
                     name: "LEADER_NOT_AVAILABLE",
@@ -308,7 +308,7 @@ impl KafkaAdmin {
         };
         for (node, partitions) in led {
             let address = snapshot.brokers.get(&node).cloned().ok_or_else(|| {
-                Failure::Client(ConsumerError::Protocol(ProtocolError::Malformed {
+                Failure::Client(ClientError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: format!(
                         "the Metadata response names broker {node} the leader of a \
@@ -330,7 +330,7 @@ impl KafkaAdmin {
 
 /// The failure for a partition the metadata does not list.
 fn unknown_partition(key: ApiKey, topic: &str, partition: i32) -> Failure {
-    Failure::Client(ConsumerError::Broker(BrokerError {
+    Failure::Client(ClientError::Broker(BrokerError {
         api: api_name(key),
         code: 3,
         name: "UNKNOWN_TOPIC_OR_PARTITION",

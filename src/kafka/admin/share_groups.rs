@@ -12,9 +12,9 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
 use super::{AdminError, Failure, KafkaAdmin, missing, negotiate_and_send};
-use crate::consumer::ConsumerError;
 use crate::kafka::consumer::membership::find_coordinator;
 use crate::kafka::error::BrokerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::net::connection::Connection;
 use crate::time::deadline_after;
@@ -197,7 +197,7 @@ impl KafkaAdmin {
                 Err(error) => Err(Failure::from(error)),
             };
             match result {
-                Err(Failure::Client(ConsumerError::Broker(BrokerError { code, .. })))
+                Err(Failure::Client(ClientError::Broker(BrokerError { code, .. })))
                     if is_coordinator_moving(code) && tokio::time::Instant::now() < deadline =>
                 {
                     debug!(

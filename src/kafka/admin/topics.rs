@@ -55,7 +55,7 @@ impl KafkaAdmin {
     }
 
     /// [`Self::create_topic`] for crate code that reports
-    /// [`ConsumerError`](crate::ConsumerError)s (the dead-letter queue), before the failure
+    /// [`ClientError`](crate::ClientError)s (the dead-letter queue), before the failure
     /// is named.
     pub(crate) async fn try_create_topic(
         &self,

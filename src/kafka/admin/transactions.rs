@@ -11,8 +11,8 @@ use kafka_protocol::messages::{ApiKey, ListTransactionsRequest, ListTransactions
 use kafka_protocol::protocol::{Message, StrBytes};
 
 use super::{AdminError, Failure, KafkaAdmin, metadata, negotiate, send};
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata::ANY_VERSION;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ConnectionError;
 use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::net::connection::Connection;
@@ -85,7 +85,7 @@ impl KafkaAdmin {
             let lost = matches!(
                 &result,
                 Err(Failure::Connect { source, .. } | Failure::Client(source))
-                    if matches!(source, ConsumerError::Connection(ConnectionError::Io { .. }))
+                    if matches!(source, ClientError::Connection(ConnectionError::Io { .. }))
             );
             let again = deadline_after(Instant::now(), backoff);
             if !lost || again >= deadline {

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicN
 use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ProtocolError;
 use crate::kafka::error::codes::{api_name, broker_error, check};
 use crate::kafka::net::broker_address;
@@ -92,7 +92,7 @@ pub(crate) struct Leader {
 ///
 /// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported) when the broker offers no version in `versions`; the
 /// errors of the request (a timeout, a lost connection, an undecodable answer); a top-level
-/// error code of the answer (v13) as a [`ConsumerError::Broker`]. Errors of topics and
+/// error code of the answer (v13) as a [`ClientError::Broker`]. Errors of topics and
 /// partitions are in the snapshot.
 ///
 /// # Cancel safety
@@ -102,7 +102,7 @@ pub(crate) async fn fetch(
     connection: &Connection,
     topics: Option<&[&str]>,
     versions: VersionRange,
-) -> Result<Snapshot, ConsumerError> {
+) -> Result<Snapshot, ClientError> {
     let key = ApiKey::Metadata;
     let version = connection.negotiate(key, versions)?;
     let response: MetadataResponse = connection.request(key, version, &request(topics)).await?;
@@ -196,10 +196,10 @@ impl Snapshot {
     ///
     /// # Errors
     ///
-    /// A [`ConsumerError::Broker`] for Metadata: `UNKNOWN_TOPIC_OR_PARTITION` when the answer
+    /// A [`ClientError::Broker`] for Metadata: `UNKNOWN_TOPIC_OR_PARTITION` when the answer
     /// does not name the topic or the partition; the error of the topic, or of the partition;
     /// `LEADER_NOT_AVAILABLE` (retriable) while the partition has no leader.
-    pub(crate) fn leader(&self, topic: &str, partition: i32) -> Result<Leader, ConsumerError> {
+    pub(crate) fn leader(&self, topic: &str, partition: i32) -> Result<Leader, ClientError> {
         let whole = || format!("topic `{topic}`");
         let part = || format!("partition {partition} of `{topic}`");
         let entry = self
@@ -258,8 +258,8 @@ impl Topic {
                 .all(|p| p.error_code == 0 && p.leader.is_some())
     }
 
-    /// The error of the topic as a [`ConsumerError::Broker`] naming it, or `None`.
-    pub(crate) fn error(&self, name: &str) -> Option<ConsumerError> {
+    /// The error of the topic as a [`ClientError::Broker`] naming it, or `None`.
+    pub(crate) fn error(&self, name: &str) -> Option<ClientError> {
         broker_error(
             api_name(ApiKey::Metadata),
             self.error_code,
@@ -270,9 +270,9 @@ impl Topic {
 
 /// A Metadata error `code` about `what`. Code 0 (which no caller passes) is a protocol error
 /// rather than a panic.
-fn metadata_error(code: i16, what: String) -> ConsumerError {
+fn metadata_error(code: i16, what: String) -> ClientError {
     broker_error(api_name(ApiKey::Metadata), code, Some(what)).unwrap_or_else(|| {
-        ConsumerError::Protocol(ProtocolError::Malformed {
+        ClientError::Protocol(ProtocolError::Malformed {
             broker: "metadata".to_owned(),
             reason: "no error code for a failure".to_owned(),
         })
@@ -315,9 +315,9 @@ mod tests {
             .with_partitions(partitions)
     }
 
-    fn broker_code(error: &ConsumerError) -> (i16, bool, Option<&str>) {
+    fn broker_code(error: &ClientError) -> (i16, bool, Option<&str>) {
         match error {
-            ConsumerError::Broker(BrokerError {
+            ClientError::Broker(BrokerError {
                 api,
                 code,
                 retriable,

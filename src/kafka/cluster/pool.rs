@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ProtocolError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
@@ -67,13 +67,13 @@ impl BrokerPool {
     ///
     /// # Errors
     ///
-    /// [`ConsumerError::Protocol`] when the last answer did not give the broker's address;
+    /// [`ClientError::Protocol`] when the last answer did not give the broker's address;
     /// the errors of [`Connection::connect`].
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a connection not yet made is dropped with the future.
-    pub(crate) async fn open(&self, node: i32) -> Result<Connection, ConsumerError> {
+    pub(crate) async fn open(&self, node: i32) -> Result<Connection, ClientError> {
         let address = {
             let state = self.lock();
             if let Some(c) = state.connections.get(&node).filter(|c| !c.is_closed()) {
@@ -82,7 +82,7 @@ impl BrokerPool {
             state.addresses.get(&node).cloned()
         };
         let Some(address) = address else {
-            return Err(ConsumerError::Protocol(ProtocolError::Malformed {
+            return Err(ClientError::Protocol(ProtocolError::Malformed {
                 broker: format!("node {node}"),
                 reason: format!("the metadata names broker {node} but not its address"),
             }));
@@ -111,8 +111,8 @@ mod tests {
     #[tokio::test]
     async fn a_broker_the_last_answer_did_not_list_is_a_protocol_error_naming_it() {
         let pool = BrokerPool::new(ConnectionConfig::default());
-        let no_address = |error: &ConsumerError, node: i32| {
-            matches!(error, ConsumerError::Protocol(ProtocolError::Malformed { reason, .. })
+        let no_address = |error: &ClientError, node: i32| {
+            matches!(error, ClientError::Protocol(ProtocolError::Malformed { reason, .. })
                 if reason.contains(&format!("broker {node} but not its address")))
         };
         pool.learn(&BTreeMap::from([(1, "127.0.0.1:9".to_owned())]));

@@ -41,8 +41,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::consumer::{BrokerDeadLetterQueue, ConsumerError, DEFAULT_DELIVERY_COUNT_LIMIT};
+use crate::consumer::{BrokerDeadLetterQueue, DEFAULT_DELIVERY_COUNT_LIMIT};
 use crate::kafka::cluster::metadata;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::error::{BrokerError, ProtocolError};
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
@@ -153,21 +154,21 @@ pub(crate) fn request(
 }
 
 /// The configs of the resource asked for in `response`, from `broker`. The resource's error
-/// code is a [`ConsumerError::Broker`] naming the resource; a response without the resource
-/// is a [`ConsumerError::Protocol`] error.
+/// code is a [`ClientError::Broker`] naming the resource; a response without the resource
+/// is a [`ClientError::Protocol`] error.
 pub(crate) fn parse(
     broker: &str,
     response: DescribeConfigsResponse,
     resource_type: i8,
     resource_name: &str,
-) -> Result<Described, ConsumerError> {
+) -> Result<Described, ClientError> {
     let key = ApiKey::DescribeConfigs;
     let result = response
         .results
         .into_iter()
         .find(|r| r.resource_type == resource_type && r.resource_name.as_str() == resource_name)
         .ok_or_else(|| {
-            ConsumerError::Protocol(ProtocolError::Malformed {
+            ClientError::Protocol(ProtocolError::Malformed {
                 broker: broker.to_owned(),
                 reason: format!(
                     "the {} response has no entry for `{resource_name}`",
@@ -181,13 +182,13 @@ pub(crate) fn parse(
         result.error_message.as_ref(),
     )
     .map_err(|error| match error {
-        ConsumerError::Broker(BrokerError {
+        ClientError::Broker(BrokerError {
             api,
             code,
             name,
             message,
             retriable,
-        }) => ConsumerError::Broker(BrokerError {
+        }) => ClientError::Broker(BrokerError {
             api,
             code,
             name,
@@ -218,7 +219,7 @@ pub(crate) async fn describe(
     resource_type: i8,
     resource_name: &str,
     keys: Option<&[&str]>,
-) -> Result<Described, ConsumerError> {
+) -> Result<Described, ClientError> {
     let key = ApiKey::DescribeConfigs;
     let version = connection.negotiate(key, DescribeConfigsRequest::VERSIONS)?;
     let response: DescribeConfigsResponse = connection
@@ -469,7 +470,7 @@ pub(crate) async fn read(source: &Source) -> Reading {
                 Ok(configs) => TopicFacts::Exists {
                     group_enable: configs.value(DLQ_GROUP_ENABLE).and_then(parse_bool),
                 },
-                Err(ConsumerError::Broker(BrokerError {
+                Err(ClientError::Broker(BrokerError {
                     code: UNKNOWN_TOPIC_OR_PARTITION,
                     ..
                 })) => TopicFacts::Missing,
@@ -517,7 +518,7 @@ pub(crate) async fn read(source: &Source) -> Reading {
 async fn broker_configs(
     connection: &Connection,
     config: &ConnectionConfig,
-) -> Result<(Described, Option<i16>), ConsumerError> {
+) -> Result<(Described, Option<i16>), ClientError> {
     let snapshot = metadata::fetch(connection, Some(&[]), metadata::ANY_VERSION).await?;
     let here = snapshot
         .brokers
@@ -528,7 +529,7 @@ async fn broker_configs(
         None => {
             // The brokers are in ascending id order: the first has the lowest.
             let (id, address) = snapshot.brokers.iter().next().ok_or_else(|| {
-                ConsumerError::Protocol(ProtocolError::Malformed {
+                ClientError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: "the Metadata response lists no broker".to_owned(),
                 })

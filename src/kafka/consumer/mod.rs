@@ -35,7 +35,7 @@ use crate::consumer::{
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
-use crate::kafka::error::{ConnectionError, ProtocolError};
+use crate::kafka::error::{ClientError, ConnectionError, ProtocolError};
 use crate::kafka::net::backoff::{ConnectionCounts, Dialer};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
@@ -359,8 +359,8 @@ impl KafkaShareConsumer {
             return Err(error);
         }
         match self.membership.refused() {
-            Some(error @ ConsumerError::Connection(ConnectionError::Authentication { .. })) => {
-                Err(error)
+            Some(error @ ClientError::Connection(ConnectionError::Authentication { .. })) => {
+                Err(error.into())
             }
             _ => Ok(()),
         }
@@ -676,7 +676,7 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.refused()?;
         if let Some(e) = self.membership.take_error() {
-            return Err(e);
+            return Err(e.into());
         }
         let deadline = deadline_after(Instant::now(), timeout);
         self.last_acquired = None;
@@ -763,7 +763,7 @@ impl ShareConsumer for KafkaShareConsumer {
                 slots.poll_deadline = Some(deadline);
             }
             if let Some(e) = self.membership.take_error() {
-                return Err(e);
+                return Err(e.into());
             }
             self.engine.mailbox.wake.notify_one();
             match tokio::time::timeout_at(deadline, self.news.changed()).await {

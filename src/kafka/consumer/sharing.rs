@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Message, StrBytes};
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::Connection;
 
 /// Members per partition (topic id, partition index), as the group was last described.
@@ -150,7 +150,7 @@ pub(crate) async fn describe(
         Ok(version) => version,
         Err(e) => return Outcome::Refused(e.to_string()),
     };
-    let answer: Result<ShareGroupDescribeResponse, ConsumerError> = coordinator
+    let answer: Result<ShareGroupDescribeResponse, ClientError> = coordinator
         .request_with_timeout(
             ApiKey::ShareGroupDescribe,
             version,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
 use crate::kafka::cluster::metadata;
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::Connection;
 use crate::kafka::session::book::{NodeId, SessionPartition};
 use crate::record::TopicPartition;
@@ -102,7 +102,7 @@ impl Cluster {
 pub(crate) async fn fetch_metadata(
     conn: Connection,
     topics: Vec<String>,
-) -> Result<Cluster, ConsumerError> {
+) -> Result<Cluster, ClientError> {
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let snapshot = metadata::fetch(&conn, Some(&names), metadata::WITH_TOPIC_IDS).await?;
     let mut cluster = Cluster {

@@ -52,6 +52,7 @@ use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
 use crate::kafka::consumer::max_poll_records::MaxPollRecords;
 use crate::kafka::consumer::membership::MembershipView;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::net::bootstrap::Bootstrap;
@@ -190,18 +191,18 @@ impl EngineHandle {
 enum Event {
     Connected {
         node: NodeId,
-        result: Result<Connection, ConsumerError>,
+        result: Result<Connection, ClientError>,
     },
-    Metadata(Result<Cluster, ConsumerError>),
+    Metadata(Result<Cluster, ClientError>),
     Fetched {
         ticket: Ticket,
         node: NodeId,
-        result: Result<share_v2::ShareFetchResponse, ConsumerError>,
+        result: Result<share_v2::ShareFetchResponse, ClientError>,
     },
     Acknowledged {
         ticket: Ticket,
         node: NodeId,
-        result: Result<share_v2::ShareAcknowledgeResponse, ConsumerError>,
+        result: Result<share_v2::ShareAcknowledgeResponse, ClientError>,
     },
 }
 
@@ -252,12 +253,12 @@ struct Engine {
 }
 
 /// Errors no retry can fix: a poll reports them.
-fn is_fatal(error: &ConsumerError) -> bool {
+fn is_fatal(error: &ClientError) -> bool {
     matches!(
         error,
-        ConsumerError::Protocol(ProtocolError::Unsupported { .. })
-            | ConsumerError::Config { .. }
-            | ConsumerError::Connection(ConnectionError::Authentication { .. })
+        ClientError::Protocol(ProtocolError::Unsupported { .. })
+            | ClientError::Config { .. }
+            | ClientError::Connection(ConnectionError::Authentication { .. })
     )
 }
 
@@ -784,7 +785,7 @@ impl Engine {
         ticket: Ticket,
         node: NodeId,
         why: &str,
-        error: ConsumerError,
+        error: ClientError,
         now: Instant,
     ) {
         tracing::debug!(node, error = %error, "request failed; reconnecting");
@@ -866,7 +867,7 @@ impl Engine {
                 let message = Some(format!("subscribed topic `{topic}`"));
                 if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
                     tracing::warn!(topic, error = %error, "subscribed topic cannot be read");
-                    self.mailbox.lock().error.get_or_insert(error);
+                    self.mailbox.lock().error.get_or_insert(error.into());
                     self.mailbox.announce();
                 }
             }
@@ -876,14 +877,14 @@ impl Engine {
     /// Hands an error no retry fixes to the polls. An authentication failure is kept for
     /// every later poll and commit ([`Slots::refused`](mailbox::Slots::refused)); the
     /// others are reported by the next poll.
-    fn report_if_fatal(&mut self, error: ConsumerError) {
+    fn report_if_fatal(&mut self, error: ClientError) {
         if !is_fatal(&error) {
             return;
         }
         {
             let mut slots = self.mailbox.lock();
             match error {
-                ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
+                ClientError::Connection(ConnectionError::Authentication { broker, reason }) => {
                     if slots.refused.is_none() {
                         tracing::error!(
                             broker,
@@ -895,7 +896,7 @@ impl Engine {
                     }
                 }
                 error => {
-                    slots.error.get_or_insert(error);
+                    slots.error.get_or_insert(error.into());
                 }
             }
         }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::cluster::Cluster;
-use crate::consumer::ConsumerError;
 use crate::kafka::codec::share_v2;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::session::acks::{AckRange, GAP, REJECT, RELEASE};
 use crate::kafka::session::acquired::{AcquiredRange, DecodeBudget, extract};
@@ -52,7 +52,7 @@ pub(crate) struct Fetched {
     /// Some error came back (the engine backs off if no records came either).
     pub(crate) errors: bool,
     /// An error retrying cannot fix, for the next poll.
-    pub(crate) fatal: Option<ConsumerError>,
+    pub(crate) fatal: Option<ClientError>,
     /// The acquisition lock duration the broker reported.
     pub(crate) lock_timeout: Option<Duration>,
     /// The bytes of the record sets `records` came from (what they keep in memory).

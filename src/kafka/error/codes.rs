@@ -1,10 +1,10 @@
-//! Kafka error codes as [`ConsumerError`]s, and names of APIs for messages.
+//! Kafka error codes as [`BrokerError`]s (inside any client's error), and names of APIs for
+//! messages.
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::ApiKey;
 
-use crate::consumer::ConsumerError;
-use crate::kafka::error::BrokerError;
+use crate::kafka::error::{BrokerError, ClientError};
 
 /// The name used for an error code kafka-protocol does not know.
 pub(crate) const UNKNOWN_ERROR_NAME: &str = "UNKNOWN";
@@ -26,13 +26,14 @@ pub(crate) fn broker(api: &'static str, code: i16, message: Option<String>) -> O
     })
 }
 
-/// [`broker`] as the [`ConsumerError::Broker`] every client's errors carry.
+/// [`broker`] as the [`ClientError::Broker`] of the layers below the clients (each client
+/// maps it into its own error's `Broker` variant).
 pub(crate) fn broker_error(
     api: &'static str,
     code: i16,
     message: Option<String>,
-) -> Option<ConsumerError> {
-    broker(api, code, message).map(ConsumerError::Broker)
+) -> Option<ClientError> {
+    broker(api, code, message).map(ClientError::Broker)
 }
 
 /// Like [`broker_error`], for the usual `(error_code, error_message)` pair of a response,
@@ -41,7 +42,7 @@ pub(crate) fn check(
     api: &'static str,
     code: i16,
     message: Option<&kafka_protocol::protocol::StrBytes>,
-) -> Result<(), ConsumerError> {
+) -> Result<(), ClientError> {
     match broker_error(api, code, message.map(|m| m.as_str().to_owned())) {
         None => Ok(()),
         Some(error) => Err(error),
@@ -309,7 +310,7 @@ mod tests {
 
     #[test]
     fn known_code_has_kafka_name_and_flag() {
-        let Some(ConsumerError::Broker(BrokerError {
+        let Some(ClientError::Broker(BrokerError {
             api,
             code,
             name,
@@ -335,14 +336,12 @@ mod tests {
         ] {
             let error = broker_error("ShareFetch", code, None).expect("an error");
             assert!(error.is_retriable(), "{error}");
-            assert!(
-                matches!(error, ConsumerError::Broker(BrokerError { name: n, .. }) if n == name)
-            );
+            assert!(matches!(error, ClientError::Broker(BrokerError { name: n, .. }) if n == name));
         }
         let error = broker_error("Metadata", -1, None).expect("an error");
         assert!(matches!(
             error,
-            ConsumerError::Broker(BrokerError {
+            ClientError::Broker(BrokerError {
                 name: "UNKNOWN_SERVER_ERROR",
                 ..
             })
@@ -353,7 +352,7 @@ mod tests {
     #[test]
     fn unknown_code_is_named_unknown_and_not_retriable() {
         let error = broker_error("ShareFetch", 9999, Some(String::new())).expect("an error");
-        let ConsumerError::Broker(BrokerError {
+        let ClientError::Broker(BrokerError {
             code,
             name,
             message,

@@ -17,13 +17,19 @@
 //! The table of which variant each client gives for which cause is in
 //! [`ConsumerError`](crate::ConsumerError).
 //!
+//! Below the public clients, the connection and cluster layers and the clients' request
+//! code return [`ClientError`], which holds the three causes (and a deadline or a setting
+//! that cannot work); each public client maps it once into its own error.
+//!
 //! [`codes`] maps Kafka's error codes to [`BrokerError`]s. No I/O here.
 
 mod broker;
+mod client;
 pub(crate) mod codes;
 mod connection;
 mod protocol;
 
 pub use self::broker::BrokerError;
+pub(crate) use self::client::ClientError;
 pub use self::connection::ConnectionError;
 pub use self::protocol::ProtocolError;

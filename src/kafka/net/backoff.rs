@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ConnectionError;
 use crate::time::deadline_after;
 
@@ -89,10 +89,10 @@ pub(crate) enum Outcome {
 
 impl Outcome {
     /// The outcome of a connection attempt that returned `result`.
-    pub(crate) fn of<T>(result: &Result<T, ConsumerError>) -> Self {
+    pub(crate) fn of<T>(result: &Result<T, ClientError>) -> Self {
         match result {
             Ok(_) => Self::Connected,
-            Err(ConsumerError::Connection(ConnectionError::Authentication { .. })) => Self::Refused,
+            Err(ClientError::Connection(ConnectionError::Authentication { .. })) => Self::Refused,
             Err(_) => Self::Failed,
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// A lazily reopened connection to any bootstrap broker. Shared by the consumer and its
@@ -20,7 +20,7 @@ impl Bootstrap {
     pub(crate) async fn connect(
         servers: &str,
         config: ConnectionConfig,
-    ) -> Result<Self, ConsumerError> {
+    ) -> Result<Self, ClientError> {
         let connection = Connection::connect_any(servers, &config).await?;
         Ok(Self {
             servers: servers.to_owned(),
@@ -47,7 +47,7 @@ impl Bootstrap {
     }
 
     /// A live connection: the current one, or a new one if it was closed.
-    pub(crate) async fn get(&self) -> Result<Connection, ConsumerError> {
+    pub(crate) async fn get(&self) -> Result<Connection, ClientError> {
         let current = self
             .current
             .lock()

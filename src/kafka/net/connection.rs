@@ -9,7 +9,7 @@
 //!   of that succeeded. Failures of authentication, on either side, are
 //!   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication), which is not retriable; the client types map it to
 //!   their own `Authentication` variants (the table of causes and variants is on
-//!   [`ConsumerError::Connection`](crate::ConsumerError::Connection)). Attempts wait for the client's reconnect backoff
+//!   [`ClientError::Connection`](crate::ClientError::Connection)). Attempts wait for the client's reconnect backoff
 //!   after failures ([`backoff`](super::backoff)).
 //! - Frames are a 4-byte big-endian length followed by that many bytes.
 //! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
@@ -22,8 +22,8 @@
 //!   a response nobody waits for, or a response whose header or body cannot be decoded: the
 //!   byte stream may be out of step, or the broker misbehaving, so nothing more read from it
 //!   is trusted. The waiting requests fail with [`ProtocolError::Garbled`](crate::ProtocolError::Garbled); on EOF or an I/O
-//!   error, with [`ConsumerError::Connection`]. Both are retriable. Later requests fail at
-//!   once with [`ConsumerError::Connection`]: build a new connection.
+//!   error, with [`ClientError::Connection`]. Both are retriable. Later requests fail at
+//!   once with [`ClientError::Connection`]: build a new connection.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
 //!
 //! # Cancel safety
@@ -57,7 +57,7 @@ use tracing::{Instrument, debug, warn};
 
 use super::backoff::{Dialer, Outcome};
 use super::frame_pool::FramePool;
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::security::{SaslSettings, SecurityContext, sasl, tls};
@@ -202,18 +202,18 @@ pub(crate) struct Queued<Resp> {
     connection: Connection,
     key: ApiKey,
     version: i16,
-    response: oneshot::Receiver<Result<Bytes, ConsumerError>>,
+    response: oneshot::Receiver<Result<Bytes, ClientError>>,
     decoded: PhantomData<fn() -> Resp>,
 }
 
 impl<Resp: Decodable + HeaderVersion> Queued<Resp> {
     /// Waits for the response and decodes it; the errors of [`Connection::request`] but
-    /// [`ConsumerError::Timeout`] (no timeout applies).
+    /// [`ClientError::Timeout`] (no timeout applies).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the answer of a dropped request is discarded when it arrives.
-    pub(crate) async fn response(self) -> Result<Resp, ConsumerError> {
+    pub(crate) async fn response(self) -> Result<Resp, ClientError> {
         let connection = &self.connection;
         let frame = self
             .response
@@ -258,13 +258,13 @@ struct Waiter {
     /// The request's API, for logs.
     api: ApiKey,
     /// Where the raw response frame (header and body) goes.
-    reply: oneshot::Sender<Result<Bytes, ConsumerError>>,
+    reply: oneshot::Sender<Result<Bytes, ClientError>>,
 }
 
 /// Why a connection closed.
 #[derive(Clone, Debug)]
 enum CloseReason {
-    /// EOF or an I/O error: [`ConsumerError::Connection`].
+    /// EOF or an I/O error: [`ClientError::Connection`].
     Io {
         /// The I/O error kind.
         kind: io::ErrorKind,
@@ -276,7 +276,7 @@ enum CloseReason {
     /// A TLS alert or certificate failure: [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
     Authentication(String),
     /// The broker speaks another protocol than the client's `security.protocol` (it answered
-    /// with TLS records): [`ConsumerError::Config`] naming `security.protocol`.
+    /// with TLS records): [`ClientError::Config`] naming `security.protocol`.
     Misconfigured(String),
     /// The last handle was dropped.
     Dropped,
@@ -321,28 +321,28 @@ impl CloseReason {
     }
 
     /// The error a request of `api` waiting on a connection closed for this reason gets.
-    fn error(&self, broker: &str, api: ApiKey) -> ConsumerError {
+    fn error(&self, broker: &str, api: ApiKey) -> ClientError {
         match self {
             Self::Authentication(reason) => {
-                ConsumerError::Connection(ConnectionError::Authentication {
+                ClientError::Connection(ConnectionError::Authentication {
                     broker: broker.to_owned(),
                     reason: reason.clone(),
                 })
             }
-            Self::Misconfigured(reason) => ConsumerError::Config {
+            Self::Misconfigured(reason) => ClientError::Config {
                 key: "security.protocol".to_owned(),
                 reason: format!("broker {broker}: {reason}"),
             },
-            Self::Io { kind, message } => ConsumerError::Connection(ConnectionError::Io {
+            Self::Io { kind, message } => ClientError::Connection(ConnectionError::Io {
                 broker: broker.to_owned(),
                 source: io::Error::new(*kind, message.clone()),
             }),
-            Self::Garbled(reason) => ConsumerError::Protocol(ProtocolError::Garbled {
+            Self::Garbled(reason) => ClientError::Protocol(ProtocolError::Garbled {
                 broker: broker.to_owned(),
                 api: api_name(api),
                 source: reason.clone().into(),
             }),
-            Self::Dropped => ConsumerError::Connection(ConnectionError::Io {
+            Self::Dropped => ClientError::Connection(ConnectionError::Io {
                 broker: broker.to_owned(),
                 source: io::Error::new(io::ErrorKind::NotConnected, "the connection was dropped"),
             }),
@@ -357,7 +357,7 @@ impl Shared {
     }
 
     /// The error of a request on this connection once it is closed.
-    fn closed_error(&self) -> ConsumerError {
+    fn closed_error(&self) -> ClientError {
         // A request on a connection poisoned earlier fails with a Connection error, so that the
         // caller reconnects; only the requests waiting at the time see the Garbled error.
         let reason = match self.lock().closed.clone() {
@@ -371,7 +371,7 @@ impl Shared {
             }
             Some(CloseReason::Dropped) | None => "the connection was closed".to_owned(),
         };
-        ConsumerError::Connection(ConnectionError::Io {
+        ClientError::Connection(ConnectionError::Io {
             broker: self.broker.clone(),
             source: io::Error::new(io::ErrorKind::NotConnected, reason),
         })
@@ -381,7 +381,7 @@ impl Shared {
     fn register(
         &self,
         api: ApiKey,
-    ) -> Result<(i32, oneshot::Receiver<Result<Bytes, ConsumerError>>), ConsumerError> {
+    ) -> Result<(i32, oneshot::Receiver<Result<Bytes, ClientError>>), ClientError> {
         let mut state = self.lock();
         if state.closed.is_some() {
             drop(state);
@@ -449,9 +449,9 @@ impl Connection {
     /// exchange if the security settings ask for them, and learns its API versions.
     ///
     /// The TCP connect is bounded by [`ConnectionConfig::connect_timeout`] (a timeout is a
-    /// [`ConsumerError::Connection`] of kind `TimedOut`), and so, separately, are the TLS
+    /// [`ClientError::Connection`] of kind `TimedOut`), and so, separately, are the TLS
     /// handshake (likewise), the ApiVersions handshake (a timeout is a
-    /// [`ConsumerError::Timeout`]; v3 first, then v0 if the broker answers
+    /// [`ClientError::Timeout`]; v3 first, then v0 if the broker answers
     /// UNSUPPORTED_VERSION) and the SASL exchange (likewise). Refused credentials or
     /// certificates are [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
     ///
@@ -468,7 +468,7 @@ impl Connection {
     pub(crate) async fn connect(
         addr: &str,
         config: &ConnectionConfig,
-    ) -> Result<Self, ConsumerError> {
+    ) -> Result<Self, ClientError> {
         let attempt = config.dialer.turn(addr).await;
         let result = Self::dial(addr, config).await;
         attempt.finish(Outcome::of(&result));
@@ -476,9 +476,9 @@ impl Connection {
     }
 
     /// One connection attempt, as [`connect`](Self::connect) without the backoff.
-    async fn dial(addr: &str, config: &ConnectionConfig) -> Result<Self, ConsumerError> {
+    async fn dial(addr: &str, config: &ConnectionConfig) -> Result<Self, ClientError> {
         let connection_error = |source| {
-            ConsumerError::Connection(ConnectionError::Io {
+            ClientError::Connection(ConnectionError::Io {
                 broker: addr.to_owned(),
                 source,
             })
@@ -505,7 +505,7 @@ impl Connection {
                 (Box::new(read), Box::new(write))
             }
             Some(tls) => {
-                let name = tls::server_name(addr).map_err(|reason| ConsumerError::Config {
+                let name = tls::server_name(addr).map_err(|reason| ClientError::Config {
                     key: "bootstrap.servers".to_owned(),
                     reason,
                 })?;
@@ -551,11 +551,11 @@ impl Connection {
     /// With one address its error is returned as is. With several, an authentication failure
     /// or a security setting the broker does not match ends the search with that error (the
     /// other brokers share the settings); otherwise the error is a
-    /// [`ConsumerError::Connection`] for the whole list whose source names each failure.
+    /// [`ClientError::Connection`] for the whole list whose source names each failure.
     pub(crate) async fn connect_any(
         bootstrap: &str,
         config: &ConnectionConfig,
-    ) -> Result<Self, ConsumerError> {
+    ) -> Result<Self, ClientError> {
         let addrs: Vec<&str> = bootstrap
             .split(',')
             .map(str::trim)
@@ -565,7 +565,7 @@ impl Connection {
             return Self::connect(addr, config).await;
         }
         if addrs.is_empty() {
-            return Err(ConsumerError::Config {
+            return Err(ClientError::Config {
                 key: "bootstrap.servers".to_owned(),
                 reason: format!(
                     "no broker address in `{bootstrap}`: expected host:port[,host:port...]"
@@ -578,19 +578,19 @@ impl Connection {
             match Self::connect(addr, config).await {
                 Ok(connection) => return Ok(connection),
                 Err(
-                    error @ (ConsumerError::Connection(ConnectionError::Authentication { .. })
-                    | ConsumerError::Config { .. }),
+                    error @ (ClientError::Connection(ConnectionError::Authentication { .. })
+                    | ClientError::Config { .. }),
                 ) => return Err(error),
                 Err(error) => {
                     debug!(broker = addr, %error, "bootstrap broker failed");
-                    if let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error {
+                    if let ClientError::Connection(ConnectionError::Io { source, .. }) = &error {
                         kind.get_or_insert(source.kind());
                     }
                     failures.push(format!("{addr}: {}", describe(&error)));
                 }
             }
         }
-        Err(ConsumerError::Connection(ConnectionError::Io {
+        Err(ClientError::Connection(ConnectionError::Io {
             broker: bootstrap.to_owned(),
             source: io::Error::new(
                 kind.unwrap_or(io::ErrorKind::Other),
@@ -647,7 +647,7 @@ impl Connection {
     }
 
     /// Asks the broker for its API versions (v3, else v0) and keeps them.
-    async fn handshake(&self, timeout: Duration) -> Result<(), ConsumerError> {
+    async fn handshake(&self, timeout: Duration) -> Result<(), ClientError> {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str(CLIENT_SOFTWARE_NAME))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
@@ -700,10 +700,10 @@ impl Connection {
         &self,
         settings: &SaslSettings,
         timeout: Duration,
-    ) -> Result<Option<Duration>, ConsumerError> {
+    ) -> Result<Option<Duration>, ClientError> {
         match tokio::time::timeout(timeout, self.sasl_exchange(settings, timeout)).await {
             Ok(result) => result,
-            Err(_) => Err(ConsumerError::Timeout(timeout)),
+            Err(_) => Err(ClientError::Timeout(timeout)),
         }
     }
 
@@ -780,7 +780,7 @@ impl Connection {
                 debug!(broker = self.broker(), "re-authenticated");
                 self.schedule_reauth(lifetime);
             }
-            Err(ConsumerError::Connection(ConnectionError::Authentication { reason, .. })) => {
+            Err(ClientError::Connection(ConnectionError::Authentication { reason, .. })) => {
                 self.inner
                     .reauth
                     .dialer
@@ -801,14 +801,14 @@ impl Connection {
         &self,
         settings: &SaslSettings,
         timeout: Duration,
-    ) -> Result<Option<Duration>, ConsumerError> {
+    ) -> Result<Option<Duration>, ClientError> {
         let mechanism = settings.mechanism();
         let who = settings
             .username()
             .map(|user| format!(" as `{}`", user.escape_debug()))
             .unwrap_or_default();
         let refused = |reason: String| {
-            ConsumerError::Connection(ConnectionError::Authentication {
+            ClientError::Connection(ConnectionError::Authentication {
                 broker: self.broker().to_owned(),
                 reason: format!("SASL {mechanism}{who}: {reason}"),
             })
@@ -941,9 +941,9 @@ impl Connection {
     /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
     /// includes versions kafka-protocol cannot encode. Without a common version the error is
     /// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported), naming the API and both ranges.
-    pub(crate) fn negotiate(&self, key: ApiKey, ours: VersionRange) -> Result<i16, ConsumerError> {
+    pub(crate) fn negotiate(&self, key: ApiKey, ours: VersionRange) -> Result<i16, ClientError> {
         let unsupported = |theirs: &str| {
-            ConsumerError::Protocol(ProtocolError::Unsupported {
+            ClientError::Protocol(ProtocolError::Unsupported {
                 broker: self.broker().to_owned(),
                 api: api_name(key),
                 wanted: format!("v{}-v{} (the broker offers {theirs})", ours.min, ours.max),
@@ -966,7 +966,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         req: &Req,
-    ) -> impl Future<Output = Result<Resp, ConsumerError>> + Send + use<'c, Req, Resp>
+    ) -> impl Future<Output = Result<Resp, ClientError>> + Send + use<'c, Req, Resp>
     where
         Req: Encodable,
         Resp: Decodable + HeaderVersion,
@@ -977,10 +977,10 @@ impl Connection {
     /// Sends `req` as version `version` of `key` and decodes the response, within `timeout`.
     ///
     /// `req` is encoded when this is called, so the returned future does not borrow it.
-    /// Errors: [`ConsumerError::Timeout`] (the connection stays usable),
-    /// [`ConsumerError::Protocol`] when the request cannot be encoded (the connection stays
+    /// Errors: [`ClientError::Timeout`] (the connection stays usable),
+    /// [`ClientError::Protocol`] when the request cannot be encoded (the connection stays
     /// usable), [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) when its response, or the bytes read before it,
-    /// cannot be decoded (the connection is closed), [`ConsumerError::Connection`] when the
+    /// cannot be decoded (the connection is closed), [`ClientError::Connection`] when the
     /// connection is or becomes closed. Broker error codes inside the response are the
     /// caller's to check.
     pub(crate) fn request_with_timeout<'c, Req, Resp>(
@@ -989,7 +989,7 @@ impl Connection {
         version: i16,
         req: &Req,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Resp, ConsumerError>> + Send + use<'c, Req, Resp>
+    ) -> impl Future<Output = Result<Resp, ClientError>> + Send + use<'c, Req, Resp>
     where
         Req: Encodable,
         Resp: Decodable + HeaderVersion,
@@ -1021,20 +1021,20 @@ impl Connection {
     /// Closes the connection because a response of `key` could not be decoded, and returns
     /// the [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) for its request (the other waiting requests get theirs
     /// from the close).
-    fn garbled(&self, key: ApiKey, reason: String) -> ConsumerError {
+    fn garbled(&self, key: ApiKey, reason: String) -> ClientError {
         self.inner
             .shared
             .close(CloseReason::Garbled(reason.clone()));
-        ConsumerError::Protocol(ProtocolError::Garbled {
+        ClientError::Protocol(ProtocolError::Garbled {
             broker: self.broker().to_owned(),
             api: api_name(key),
             source: reason.into(),
         })
     }
 
-    /// A [`ConsumerError::Protocol`] about this broker.
-    fn protocol_error(&self, reason: String) -> ConsumerError {
-        ConsumerError::Protocol(ProtocolError::Malformed {
+    /// A [`ClientError::Protocol`] about this broker.
+    fn protocol_error(&self, reason: String) -> ClientError {
+        ClientError::Protocol(ProtocolError::Malformed {
             broker: self.broker().to_owned(),
             reason,
         })
@@ -1046,7 +1046,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         req: &Req,
-    ) -> Result<Bytes, ConsumerError> {
+    ) -> Result<Bytes, ClientError> {
         // Sized once: a Produce request of grown batches is a megabyte, which growing by
         // doubling would copy again and again.
         // (A hint only: capped, and encode still grows the buffer if it was wrong.)
@@ -1068,7 +1068,7 @@ impl Connection {
         version: i16,
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Bytes, ConsumerError> {
+    ) -> Result<Bytes, ClientError> {
         let span = tracing::debug_span!(
             "kafka_request",
             broker = %self.broker(),
@@ -1081,7 +1081,7 @@ impl Connection {
                 Ok(result) => result,
                 Err(_) => {
                     debug!(?timeout, "request timed out");
-                    Err(ConsumerError::Timeout(timeout))
+                    Err(ClientError::Timeout(timeout))
                 }
             }
         }
@@ -1095,7 +1095,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         body: Bytes,
-    ) -> Result<Bytes, ConsumerError> {
+    ) -> Result<Bytes, ClientError> {
         let response = self.enqueue(key, version, body).await?;
         let frame = response
             .await
@@ -1126,7 +1126,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         req: &Req,
-    ) -> impl Future<Output = Result<Queued<Resp>, ConsumerError>> + Send + use<'c, Req, Resp>
+    ) -> impl Future<Output = Result<Queued<Resp>, ClientError>> + Send + use<'c, Req, Resp>
     where
         Req: Encodable,
         Resp: Decodable + HeaderVersion,
@@ -1150,7 +1150,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         body: Bytes,
-    ) -> Result<oneshot::Receiver<Result<Bytes, ConsumerError>>, ConsumerError> {
+    ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let shared = &self.inner.shared;
         if self.is_closed() {
             return Err(shared.closed_error());
@@ -1196,7 +1196,7 @@ impl Connection {
         version: i16,
         correlation_id: i32,
         body_len: usize,
-    ) -> Result<Bytes, ConsumerError> {
+    ) -> Result<Bytes, ClientError> {
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
@@ -1228,7 +1228,7 @@ impl Connection {
         version: i16,
         header_version: i16,
         mut frame: Bytes,
-    ) -> Result<Bytes, ConsumerError> {
+    ) -> Result<Bytes, ClientError> {
         ResponseHeader::decode(&mut frame, header_version).map_err(|error| {
             self.garbled(
                 key,
@@ -1247,7 +1247,7 @@ impl Connection {
         key: ApiKey,
         version: i16,
         mut body: Bytes,
-    ) -> Result<Resp, ConsumerError> {
+    ) -> Result<Resp, ClientError> {
         let response = Resp::decode(&mut body, version).map_err(|error| {
             self.garbled(
                 key,
@@ -1270,13 +1270,13 @@ impl Connection {
 /// The error of a failed TLS handshake: an authentication failure when a certificate was
 /// refused (on either side), a connection error otherwise, with a hint when the broker
 /// hung up (a listener that is not TLS does).
-fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ConsumerError {
+fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ClientError {
     if let Some(reason) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
         .and_then(|e| tls::authentication_failure(e, client_cert))
     {
-        return ConsumerError::Connection(ConnectionError::Authentication {
+        return ClientError::Connection(ConnectionError::Authentication {
             broker: addr.to_owned(),
             reason: format!("TLS: {reason}"),
         });
@@ -1289,16 +1289,16 @@ fn tls_error(addr: &str, error: &io::Error, client_cert: bool) -> ConsumerError 
     } else {
         format!("the TLS handshake failed: {error}")
     };
-    ConsumerError::Connection(ConnectionError::Io {
+    ClientError::Connection(ConnectionError::Io {
         broker: addr.to_owned(),
         source: io::Error::new(error.kind(), message),
     })
 }
 
 /// A connect error with its I/O source, for the list of bootstrap failures.
-fn describe(error: &ConsumerError) -> String {
+fn describe(error: &ClientError) -> String {
     match error {
-        ConsumerError::Connection(ConnectionError::Io { source, .. }) => source.to_string(),
+        ClientError::Connection(ConnectionError::Io { source, .. }) => source.to_string(),
         other => other.to_string(),
     }
 }
@@ -1569,7 +1569,7 @@ mod tests {
     fn metadata(
         connection: &Connection,
         topic: &str,
-    ) -> impl Future<Output = Result<MetadataResponse, ConsumerError>> + Send + 'static {
+    ) -> impl Future<Output = Result<MetadataResponse, ClientError>> + Send + 'static {
         let request = MetadataRequest::default()
             .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
                 TopicName(StrBytes::from_string(topic.to_owned())),
@@ -1656,14 +1656,14 @@ mod tests {
             .await
             .expect_err("oversize frame");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("4096") && source.to_string().contains("1024")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("4096") && source.to_string().contains("1024")),
             "{error:?}"
         );
         assert!(error.is_retriable());
         assert!(connection.is_closed());
         let error = metadata(&connection, "t").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
+            matches!(error, ClientError::Connection(ConnectionError::Io { .. })),
             "{error:?}"
         );
     }
@@ -1684,7 +1684,7 @@ mod tests {
             .await
             .expect_err("negative frame");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("negative")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("negative")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1706,7 +1706,7 @@ mod tests {
         let connection = connect(&addr).await;
         let error = metadata(&connection, "t").await.expect_err("unknown id");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("no request is waiting")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("no request is waiting")),
             "{error:?}"
         );
         assert!(connection.is_closed());
@@ -1725,10 +1725,7 @@ mod tests {
         for result in [a, b] {
             let error = result.expect_err("EOF");
             assert!(
-                matches!(
-                    &error,
-                    ConsumerError::Connection(ConnectionError::Io { .. })
-                ),
+                matches!(&error, ClientError::Connection(ConnectionError::Io { .. })),
                 "{error:?}"
             );
             assert!(error.is_retriable());
@@ -1736,7 +1733,7 @@ mod tests {
         assert!(connection.is_closed());
         let error = metadata(&connection, "c").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
+            matches!(error, ClientError::Connection(ConnectionError::Io { .. })),
             "{error:?}"
         );
     }
@@ -1766,7 +1763,7 @@ mod tests {
             .await
             .expect_err("timeout");
         assert!(
-            matches!(error, ConsumerError::Timeout(t) if t == timeout),
+            matches!(error, ClientError::Timeout(t) if t == timeout),
             "{error:?}"
         );
         assert!(!connection.is_closed());
@@ -1871,14 +1868,14 @@ mod tests {
         let connection = connect(&addr).await;
         let error = metadata(&connection, "bad").await.expect_err("undecodable");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Garbled { api: "Metadata", source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response")),
             "{error:?}"
         );
         assert!(error.is_retriable());
         assert!(connection.is_closed());
         let error = metadata(&connection, "next").await.expect_err("closed");
         assert!(
-            matches!(error, ConsumerError::Connection(ConnectionError::Io { .. })),
+            matches!(error, ClientError::Connection(ConnectionError::Io { .. })),
             "a new connection is needed: {error:?}"
         );
         assert!(error.is_retriable());
@@ -1906,14 +1903,14 @@ mod tests {
         let waiting = tokio::spawn(metadata(&connection, "waiting"));
         let error = bad.await.expect("task").expect_err("undecodable header");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response header")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Garbled { source, .. }) if source.to_string().contains("cannot decode the Metadata v12 response header")),
             "{error:?}"
         );
         let error = waiting.await.expect("task").expect_err("poisoned");
         assert!(
             matches!(
                 &error,
-                ConsumerError::Protocol(ProtocolError::Garbled {
+                ClientError::Protocol(ProtocolError::Garbled {
                     api: "Metadata",
                     ..
                 })
@@ -1991,14 +1988,14 @@ mod tests {
             .negotiate(ApiKey::Metadata, VersionRange { min: 14, max: 15 })
             .expect_err("no common version");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Unsupported { api: "Metadata", wanted, .. }) if wanted == "v14-v15 (the broker offers v0-v13)"),
+            matches!(&error, ClientError::Protocol(ProtocolError::Unsupported { api: "Metadata", wanted, .. }) if wanted == "v14-v15 (the broker offers v0-v13)"),
             "{error:?}"
         );
         let error = connection
             .negotiate(ApiKey::ShareFetch, VersionRange { min: 1, max: 1 })
             .expect_err("missing");
         assert!(
-            matches!(&error, ConsumerError::Protocol(ProtocolError::Unsupported { api: "ShareFetch", wanted, .. }) if wanted.contains("none")),
+            matches!(&error, ClientError::Protocol(ProtocolError::Unsupported { api: "ShareFetch", wanted, .. }) if wanted.contains("none")),
             "{error:?}"
         );
     }
@@ -2025,12 +2022,12 @@ mod tests {
         let addr = closed_port().await;
         let error = connect_error(&addr).await;
         assert!(
-            matches!(&error, ConsumerError::Connection(ConnectionError::Io { broker, source }) if *broker == addr && source.kind() == io::ErrorKind::ConnectionRefused),
+            matches!(&error, ClientError::Connection(ConnectionError::Io { broker, source }) if *broker == addr && source.kind() == io::ErrorKind::ConnectionRefused),
             "{error:?}"
         );
     }
 
-    async fn connect_error(bootstrap: &str) -> ConsumerError {
+    async fn connect_error(bootstrap: &str) -> ClientError {
         Connection::connect_any(bootstrap, &ConnectionConfig::default())
             .await
             .expect_err("no broker")
@@ -2051,7 +2048,7 @@ mod tests {
 
         let other = closed_port().await;
         let error = connect_error(&format!("{closed},{other}")).await;
-        let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error else {
+        let ClientError::Connection(ConnectionError::Io { source, .. }) = &error else {
             panic!("{error:?}")
         };
         let message = source.to_string();
@@ -2061,7 +2058,7 @@ mod tests {
         );
         assert!(matches!(
             connect_error(" , ").await,
-            ConsumerError::Config { .. }
+            ClientError::Config { .. }
         ));
     }
 
@@ -2079,7 +2076,7 @@ mod tests {
         let error = Connection::connect(&addr, &config)
             .await
             .expect_err("timeout");
-        assert!(matches!(error, ConsumerError::Timeout(_)), "{error:?}");
+        assert!(matches!(error, ClientError::Timeout(_)), "{error:?}");
     }
 
     #[tokio::test]
@@ -2097,7 +2094,7 @@ mod tests {
             .await
             .expect_err("a TLS listener");
         assert!(
-            matches!(&error, ConsumerError::Config { key, reason } if key == "security.protocol" && reason.contains("expects TLS")),
+            matches!(&error, ClientError::Config { key, reason } if key == "security.protocol" && reason.contains("expects TLS")),
             "{error:?}"
         );
         assert!(!error.is_retriable());
@@ -2114,7 +2111,7 @@ mod tests {
         .await;
         let connection = connect(&addr).await;
         let error = metadata(&connection, "t").await.expect_err("EOF");
-        let ConsumerError::Connection(ConnectionError::Io { source, .. }) = &error else {
+        let ClientError::Connection(ConnectionError::Io { source, .. }) = &error else {
             panic!("{error:?}")
         };
         assert!(source.to_string().contains("may require SASL"), "{source}");
@@ -2140,7 +2137,7 @@ mod tests {
             .await
             .expect_err("no SaslHandshake");
         assert!(
-            matches!(&error, ConsumerError::Connection(ConnectionError::Authentication { reason, .. }) if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
+            matches!(&error, ClientError::Connection(ConnectionError::Authentication { reason, .. }) if reason.contains("SaslHandshake v1") && reason.contains("`alice`")),
             "{error:?}"
         );
         assert!(!format!("{error:?}").contains("hunter2"));

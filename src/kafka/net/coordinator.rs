@@ -5,7 +5,7 @@ use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorRe
 use kafka_protocol::protocol::{Message, StrBytes};
 
 use super::connection::Connection;
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ProtocolError;
 use crate::kafka::error::codes::broker_error;
 
@@ -25,7 +25,7 @@ pub(crate) async fn find_coordinator_address(
     via: &Connection,
     key_type: i8,
     key: &str,
-) -> Result<String, ConsumerError> {
+) -> Result<String, ClientError> {
     let version = via.negotiate(ApiKey::FindCoordinator, FindCoordinatorRequest::VERSIONS)?;
     let key = StrBytes::from_string(key.to_owned());
     let request = FindCoordinatorRequest::default().with_key_type(key_type);
@@ -40,7 +40,7 @@ pub(crate) async fn find_coordinator_address(
         .await?;
     let (code, message, host, port) = if version >= 4 {
         let Some(c) = response.coordinators.into_iter().next() else {
-            return Err(ConsumerError::Protocol(ProtocolError::Malformed {
+            return Err(ClientError::Protocol(ProtocolError::Malformed {
                 broker: via.broker().to_owned(),
                 reason: "FindCoordinator answered with no coordinator".to_owned(),
             }));

@@ -11,6 +11,7 @@ use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::cluster::metadata::{LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::cluster::pool::BrokerPool;
+use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// What Metadata said about one topic.
@@ -41,10 +42,10 @@ impl Cluster {
     pub(crate) async fn connect(
         bootstrap: &str,
         config: ConnectionConfig,
-    ) -> Result<Self, ConsumerError> {
+    ) -> Result<Self, ClientError> {
         let admin = KafkaAdmin::open(bootstrap, config.clone())
             .await
-            .map_err(Failure::into_consumer)?;
+            .map_err(Failure::into_client)?;
         Ok(Self {
             admin,
             brokers: BrokerPool::new(config),
@@ -71,12 +72,12 @@ impl Cluster {
 
     /// Opens a connection to broker `node`, after the reconnect backoff of the producer's
     /// connections to it if an earlier attempt failed.
-    pub(crate) async fn open(&self, node: i32) -> Result<Connection, ConsumerError> {
+    pub(crate) async fn open(&self, node: i32) -> Result<Connection, ClientError> {
         self.brokers.open(node).await
     }
 
     /// Opens a connection to `host:port` (a coordinator).
-    pub(crate) async fn open_address(&self, address: &str) -> Result<Connection, ConsumerError> {
+    pub(crate) async fn open_address(&self, address: &str) -> Result<Connection, ClientError> {
         let fresh = Connection::connect(address, self.brokers.config()).await?;
         let mut coordinators = self.coordinators();
         coordinators.retain(|_, c| !c.is_closed());
@@ -134,7 +135,7 @@ impl Cluster {
     pub(crate) async fn metadata(
         &self,
         topics: &[&str],
-    ) -> Result<Vec<(String, TopicMetadata)>, ConsumerError> {
+    ) -> Result<Vec<(String, TopicMetadata)>, ClientError> {
         let snapshot = self.admin.metadata(Some(topics)).await?;
         self.brokers.learn(&snapshot.brokers);
         let mut out = Vec::new();
@@ -164,7 +165,7 @@ impl Cluster {
                     0 | LEADER_NOT_AVAILABLE | UNKNOWN_TOPIC_OR_PARTITION => TopicMetadata::Unknown,
                     _ => match entry.error(topic) {
                         Some(error) if !error.is_retriable() => {
-                            TopicMetadata::Failed(Arc::new(error))
+                            TopicMetadata::Failed(Arc::new(error.into()))
                         }
                         _ => TopicMetadata::Unknown,
                     },

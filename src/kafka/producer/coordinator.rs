@@ -19,6 +19,7 @@ use super::accumulator::{ProducerIdentity, Tp};
 use super::cluster::Cluster;
 use super::txn::{Action, CoordinatorCall, TxnVersion, classify, code, coordinator_error};
 use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::connection::Connection;
@@ -55,7 +56,7 @@ pub(crate) struct Coordinator {
 }
 
 /// One attempt's result: the error code and message, and the answer.
-type Attempt<T> = Result<(i16, Option<String>, T), ConsumerError>;
+type Attempt<T> = Result<(i16, Option<String>, T), ClientError>;
 
 impl Coordinator {
     pub(crate) fn new(transactional_id: Option<String>) -> Self {
@@ -77,7 +78,7 @@ impl Coordinator {
     }
 
     /// A connection to the coordinator, looked up if needed.
-    async fn connection(&mut self, cluster: &Cluster) -> Result<Connection, ConsumerError> {
+    async fn connection(&mut self, cluster: &Cluster) -> Result<Connection, ClientError> {
         if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
@@ -129,14 +130,14 @@ impl Coordinator {
                     self.connection = None;
                     if matches!(
                         error,
-                        ConsumerError::Broker(BrokerError {
+                        ClientError::Broker(BrokerError {
                             retriable: false,
                             ..
                         })
                     ) || matches!(
                         error,
-                        ConsumerError::Connection(ConnectionError::Authentication { .. })
-                            | ConsumerError::Config { .. }
+                        ClientError::Connection(ConnectionError::Authentication { .. })
+                            | ClientError::Config { .. }
                     ) {
                         return Err(ProducerError::kafka(error));
                     }
@@ -153,13 +154,13 @@ impl Coordinator {
                     if call == CoordinatorCall::Commit {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),
-                            source: Arc::new(error),
+                            source: Arc::new(error.into()),
                         });
                     }
                     if matches!(
                         error,
-                        ConsumerError::Protocol(ProtocolError::Unsupported { .. })
-                            | ConsumerError::Protocol(ProtocolError::Malformed { .. })
+                        ClientError::Protocol(ProtocolError::Unsupported { .. })
+                            | ClientError::Protocol(ProtocolError::Malformed { .. })
                     ) {
                         return Err(ProducerError::kafka(error));
                     }
@@ -178,7 +179,7 @@ impl Coordinator {
                     if call == CoordinatorCall::Commit && error_code == UNKNOWN_SERVER_ERROR {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),
-                            source: Arc::new(error),
+                            source: Arc::new(error.into()),
                         });
                     }
                     let action = classify(call, error_code, error.is_retriable());
@@ -193,7 +194,7 @@ impl Coordinator {
                             last = Some(ProducerError::kafka(error));
                         }
                         Action::Fenced | Action::Abortable | Action::Fatal => {
-                            return Err(coordinator_error(&action, self.id(), error, call));
+                            return Err(coordinator_error(&action, self.id(), error.into(), call));
                         }
                     }
                 }

@@ -31,6 +31,7 @@ use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::cluster::metadata::Leader;
 use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::codec::client_list_offsets;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 use crate::kafka::net::connection::ConnectionConfig;
@@ -129,7 +130,7 @@ impl KafkaLogReader {
     ) -> Result<Self, ConsumerError> {
         let admin = KafkaAdmin::open(bootstrap, config.clone())
             .await
-            .map_err(crate::kafka::admin::Failure::into_consumer)?;
+            .map_err(crate::kafka::admin::Failure::into_client)?;
         Ok(Self {
             admin,
             brokers: BrokerPool::new(config),
@@ -190,7 +191,7 @@ impl KafkaLogReader {
         topic: &str,
         partition: i32,
         refresh: bool,
-    ) -> Result<Leader, ConsumerError> {
+    ) -> Result<Leader, ClientError> {
         let key = (topic.to_owned(), partition);
         if !refresh {
             if let Some(leader) = self.lock().leaders.get(&key) {
@@ -212,10 +213,10 @@ impl KafkaLogReader {
         topic: &str,
         partition: i32,
         attempt: F,
-    ) -> Result<T, ConsumerError>
+    ) -> Result<T, ClientError>
     where
         F: Fn(bool) -> Fut,
-        Fut: Future<Output = Result<(T, i32), (ConsumerError, Option<i32>)>>,
+        Fut: Future<Output = Result<(T, i32), (ClientError, Option<i32>)>>,
     {
         let mut backoff = FIRST_BACKOFF;
         let mut refresh = false;
@@ -225,7 +226,7 @@ impl KafkaLogReader {
                 Ok((value, _)) => return Ok(value),
                 Err((error, node)) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
                     debug!(topic, partition, %error, tries, "log read retrying");
-                    if let (Some(node), ConsumerError::Timeout(_)) = (node, &error) {
+                    if let (Some(node), ClientError::Timeout(_)) = (node, &error) {
                         self.brokers.forget(node);
                     }
                     tokio::time::sleep(backoff).await;
@@ -243,7 +244,7 @@ impl KafkaLogReader {
         &self,
         ask: &Ask<'_>,
         refresh: bool,
-    ) -> Result<(LogRead, i32), (ConsumerError, Option<i32>)> {
+    ) -> Result<(LogRead, i32), (ClientError, Option<i32>)> {
         let leader = self
             .leader(ask.topic, ask.partition, refresh)
             .await
@@ -278,7 +279,7 @@ impl KafkaLogReader {
             return Err(at(error));
         }
         let data = fetch::partition_of(response, &ask, version).ok_or_else(|| {
-            at(ConsumerError::Protocol(ProtocolError::Malformed {
+            at(ClientError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "the Fetch answer has no entry for partition {} of `{}`",
@@ -305,7 +306,7 @@ impl KafkaLogReader {
             Fetched::from(data),
         )
         .map_err(|error| {
-            at(ConsumerError::Protocol(ProtocolError::Malformed {
+            at(ClientError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "partition {} of `{}` from offset {}: {error}; the batch cannot be read, \
@@ -324,7 +325,7 @@ impl KafkaLogReader {
         partition: i32,
         isolation: IsolationLevel,
         refresh: bool,
-    ) -> Result<(i64, i32), (ConsumerError, Option<i32>)> {
+    ) -> Result<(i64, i32), (ClientError, Option<i32>)> {
         let leader = self
             .leader(topic, partition, refresh)
             .await
@@ -365,7 +366,7 @@ impl KafkaLogReader {
             .flat_map(|t| &t.partitions)
             .find(|p| p.partition_index == partition)
             .ok_or_else(|| {
-                at(ConsumerError::Protocol(ProtocolError::Malformed {
+                at(ClientError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: format!(
                         "the ListOffsets answer has no entry for partition {partition} of `{topic}`"
@@ -408,6 +409,7 @@ impl LogReader for KafkaLogReader {
             async move { self.fetch_once(&ask, refresh).await }
         })
         .await
+        .map_err(ConsumerError::from)
     }
 
     async fn end_offset(
@@ -420,6 +422,7 @@ impl LogReader for KafkaLogReader {
             self.end_offset_once(topic, partition, isolation, refresh)
         })
         .await
+        .map_err(ConsumerError::from)
     }
 }
 
@@ -428,12 +431,12 @@ impl LogReader for KafkaLogReader {
 const LATEST_TIMESTAMP: i64 = -1;
 
 /// Whether a call may succeed after a new leader lookup or a new connection.
-fn worth_retrying(error: &ConsumerError) -> bool {
+fn worth_retrying(error: &ClientError) -> bool {
     match error {
-        ConsumerError::Connection(ConnectionError::Io { .. })
-        | ConsumerError::Protocol(ProtocolError::Garbled { .. })
-        | ConsumerError::Timeout(_) => true,
-        ConsumerError::Broker(BrokerError { name, .. }) => REFRESH_ON.contains(name),
+        ClientError::Connection(ConnectionError::Io { .. })
+        | ClientError::Protocol(ProtocolError::Garbled { .. })
+        | ClientError::Timeout(_) => true,
+        ClientError::Broker(BrokerError { name, .. }) => REFRESH_ON.contains(name),
         _ => false,
     }
 }
@@ -451,8 +454,8 @@ mod tests {
         for code in [1, 29, -1, 2] {
             assert!(!worth_retrying(&broker(code)), "{code}");
         }
-        assert!(worth_retrying(&ConsumerError::Timeout(Duration::ZERO)));
-        assert!(!worth_retrying(&ConsumerError::Protocol(
+        assert!(worth_retrying(&ClientError::Timeout(Duration::ZERO)));
+        assert!(!worth_retrying(&ClientError::Protocol(
             ProtocolError::Malformed {
                 broker: "b".into(),
                 reason: "r".into()

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 
@@ -50,15 +50,15 @@ enum Refused {
 
 impl Refused {
     /// The refusal in `error`, if it is one.
-    fn of(error: &ConsumerError) -> Option<Self> {
+    fn of(error: &ClientError) -> Option<Self> {
         match error {
-            ConsumerError::Connection(ConnectionError::Authentication { broker, reason }) => {
+            ClientError::Connection(ConnectionError::Authentication { broker, reason }) => {
                 Some(Self::Authentication {
                     broker: broker.clone(),
                     reason: reason.clone(),
                 })
             }
-            ConsumerError::Config { key, reason } => Some(Self::Config {
+            ClientError::Config { key, reason } => Some(Self::Config {
                 key: key.clone(),
                 reason: reason.clone(),
             }),
@@ -66,12 +66,12 @@ impl Refused {
         }
     }
 
-    fn error(&self) -> ConsumerError {
+    fn error(&self) -> ClientError {
         match self.clone() {
             Self::Authentication { broker, reason } => {
-                ConsumerError::Connection(ConnectionError::Authentication { broker, reason })
+                ClientError::Connection(ConnectionError::Authentication { broker, reason })
             }
-            Self::Config { key, reason } => ConsumerError::Config { key, reason },
+            Self::Config { key, reason } => ClientError::Config { key, reason },
         }
     }
 }
@@ -188,11 +188,11 @@ impl Member {
     /// The coordinator could not be found or connected to. A broker error no retry fixes
     /// (GROUP_AUTHORIZATION_FAILED, for one) and refused settings stop the member, as in
     /// Java; anything else is tried again after the backoff.
-    pub(crate) fn lookup_failed(&mut self, error: &ConsumerError) -> Next {
+    pub(crate) fn lookup_failed(&mut self, error: &ClientError) -> Next {
         if self.stopped() {
             return Next::Stop;
         }
-        if let ConsumerError::Broker(BrokerError {
+        if let ClientError::Broker(BrokerError {
             code,
             message,
             retriable: false,
@@ -209,10 +209,10 @@ impl Member {
     /// be read). A cluster without share groups and refused settings stop the member;
     /// anything else is tried again after the backoff, on a coordinator looked up again,
     /// with the subscription if `beat` carried it.
-    pub(crate) fn beat_failed(&mut self, beat: &Beat, error: &ConsumerError) -> Taken {
+    pub(crate) fn beat_failed(&mut self, beat: &Beat, error: &ClientError) -> Taken {
         let next = if self.stopped() {
             Next::Stop
-        } else if let ConsumerError::Protocol(ProtocolError::Unsupported { .. }) = error {
+        } else if let ClientError::Protocol(ProtocolError::Unsupported { .. }) = error {
             tracing::error!(error = %error, "share groups unsupported");
             self.stop(UNSUPPORTED_VERSION, Some(error.to_string()))
         } else {
@@ -305,13 +305,13 @@ impl Member {
 
     /// The refusal that stopped the member (credentials or settings the group's brokers do
     /// not accept), if any: reported by every later poll and commit.
-    pub(crate) fn refused(&self) -> Option<ConsumerError> {
+    pub(crate) fn refused(&self) -> Option<ClientError> {
         self.refused.as_ref().map(Refused::error)
     }
 
     /// The error a poll reports: the refusal or fatal error that stopped the member (every
     /// time), else a transient one not reported yet (once).
-    pub(crate) fn error(&mut self) -> Option<ConsumerError> {
+    pub(crate) fn error(&mut self) -> Option<ClientError> {
         if let Some(refused) = &self.refused {
             return Some(refused.error());
         }
@@ -335,7 +335,7 @@ impl Member {
         self.assignment_version = self.assignment_version.wrapping_add(1);
     }
 
-    fn failed(&mut self, error: &ConsumerError) -> Next {
+    fn failed(&mut self, error: &ClientError) -> Next {
         if let Some(refused) = Refused::of(error) {
             tracing::error!(error = %error, "the group cannot be reached with these settings; the consumer stops");
             self.refused = Some(refused);
@@ -361,16 +361,16 @@ impl Member {
 
 /// The error of a heartbeat's `code`: UNSUPPORTED_VERSION as a cluster without share
 /// groups, any other as the broker's error.
-pub(super) fn heartbeat_error(code: i16, message: Option<String>) -> ConsumerError {
+pub(super) fn heartbeat_error(code: i16, message: Option<String>) -> ClientError {
     if code == UNSUPPORTED_VERSION {
-        return ConsumerError::Protocol(ProtocolError::Unsupported {
+        return ClientError::Protocol(ProtocolError::Unsupported {
             broker: "group coordinator".to_owned(),
             api: "ShareGroupHeartbeat",
             wanted: "(the cluster answered UNSUPPORTED_VERSION: share groups are disabled)"
                 .to_owned(),
         });
     }
-    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ConsumerError::Protocol(
+    broker_error("ShareGroupHeartbeat", code, message).unwrap_or(ClientError::Protocol(
         ProtocolError::Malformed {
             broker: "group coordinator".to_owned(),
             reason: "heartbeat failed without an error code".to_owned(),
@@ -384,15 +384,15 @@ mod tests {
 
     use super::*;
 
-    fn io() -> ConsumerError {
-        ConsumerError::Connection(ConnectionError::Io {
+    fn io() -> ClientError {
+        ClientError::Connection(ConnectionError::Io {
             broker: "k:9092".to_owned(),
             source: std::io::ErrorKind::ConnectionReset.into(),
         })
     }
 
-    fn refused() -> ConsumerError {
-        ConsumerError::Connection(ConnectionError::Authentication {
+    fn refused() -> ClientError {
+        ClientError::Connection(ConnectionError::Authentication {
             broker: "k:9093".to_owned(),
             reason: "SASL refused".to_owned(),
         })
@@ -490,7 +490,7 @@ mod tests {
         assert!(m.error().is_some(), "every poll reports it");
 
         let mut m = Member::default();
-        let denied = ConsumerError::Broker(BrokerError {
+        let denied = ClientError::Broker(BrokerError {
             api: "FindCoordinator",
             code: 30,
             name: "GROUP_AUTHORIZATION_FAILED",
@@ -505,7 +505,7 @@ mod tests {
 
         let mut m = Member::default();
         let beat = m.beat();
-        let unsupported = ConsumerError::Protocol(ProtocolError::Unsupported {
+        let unsupported = ClientError::Protocol(ProtocolError::Unsupported {
             broker: "k:9092".to_owned(),
             api: "ShareGroupHeartbeat",
             wanted: "v1".to_owned(),
@@ -513,7 +513,7 @@ mod tests {
         assert_eq!(m.beat_failed(&beat, &unsupported).next, Next::Stop);
         assert!(matches!(
             m.error(),
-            Some(ConsumerError::Protocol(ProtocolError::Unsupported { .. }))
+            Some(ClientError::Protocol(ProtocolError::Unsupported { .. }))
         ));
     }
 
@@ -592,8 +592,8 @@ mod tests {
         ]
     }
 
-    fn lookup_code(code: i16, retriable: bool) -> ConsumerError {
-        ConsumerError::Broker(BrokerError {
+    fn lookup_code(code: i16, retriable: bool) -> ClientError {
+        ClientError::Broker(BrokerError {
             api: "FindCoordinator",
             code,
             name: "SOME_CODE",
@@ -718,13 +718,13 @@ mod tests {
                             Outcome::Io => io(),
                             Outcome::Refused => refused(),
                             Outcome::Unsupported => {
-                                ConsumerError::Protocol(ProtocolError::Unsupported {
+                                ClientError::Protocol(ProtocolError::Unsupported {
                                     broker: "k:9092".to_owned(),
                                     api: "ShareGroupHeartbeat",
                                     wanted: "v1".to_owned(),
                                 })
                             }
-                            _ => ConsumerError::Protocol(ProtocolError::Garbled {
+                            _ => ClientError::Protocol(ProtocolError::Garbled {
                                 broker: "k:9092".to_owned(),
                                 api: "ShareGroupHeartbeat",
                                 source: "bad frame".into(),

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
@@ -169,18 +169,18 @@ impl Membership {
 
     /// The refusal that stopped the loop (credentials or settings the group's brokers do
     /// not accept), if any: reported by every later poll and commit.
-    pub(crate) fn refused(&self) -> Option<ConsumerError> {
+    pub(crate) fn refused(&self) -> Option<ClientError> {
         self.shared.lock().member.refused()
     }
 
     /// A fatal error of the loop, or a transient one not yet reported.
-    pub(crate) fn take_error(&self) -> Option<ConsumerError> {
+    pub(crate) fn take_error(&self) -> Option<ClientError> {
         self.shared.lock().member.error()
     }
 
     /// Stops the loop and sends the leave heartbeat (epoch -1), then closes the connections
     /// the membership opened (coordinator and bootstrap), whatever the outcome.
-    pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+    pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ClientError> {
         let result = self.send_leave(timeout).await;
         self.close_connections();
         // Out of the group: no assignment, and a later `subscribe` joins again at epoch 0.
@@ -198,7 +198,7 @@ impl Membership {
         self.bootstrap.close();
     }
 
-    async fn send_leave(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+    async fn send_leave(&mut self, timeout: Duration) -> Result<(), ClientError> {
         let Some(task) = self.task.take() else {
             return Ok(());
         };
@@ -275,7 +275,7 @@ pub(crate) async fn find_coordinator(
     group_id: &str,
     via: &Connection,
     config: &ConnectionConfig,
-) -> Result<Connection, ConsumerError> {
+) -> Result<Connection, ClientError> {
     let address = find_coordinator_address(via, GROUP, group_id).await?;
     Connection::connect(&address, config).await
 }
@@ -287,7 +287,7 @@ const FAILURES_BEFORE_WARNING: u32 = 5;
 
 /// Logs a failure of the membership loop: at debug level while it is routine, as a warning at
 /// the fifth in a row and every sixtieth after (about once a minute at the 1 s backoff).
-fn log_failure(failures: u32, doing: &str, error: &ConsumerError) {
+fn log_failure(failures: u32, doing: &str, error: &ClientError) {
     if failures == FAILURES_BEFORE_WARNING
         || (failures > FAILURES_BEFORE_WARNING && failures % 60 == 0)
     {
@@ -413,7 +413,7 @@ async fn pause(
     next: Next,
     failures: u32,
     doing: &str,
-    error: &ConsumerError,
+    error: &ClientError,
 ) -> bool {
     match next {
         Next::Stop => {

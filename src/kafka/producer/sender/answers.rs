@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::core::apply;
 use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::producer::State;
@@ -37,7 +38,7 @@ pub(crate) struct Sent {
 pub(crate) fn metadata(
     state: &mut State,
     topics: &[Arc<str>],
-    result: Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+    result: Result<Vec<(String, TopicMetadata)>, ClientError>,
     now: Instant,
 ) -> bool {
     let answers = match result {
@@ -116,7 +117,7 @@ pub(crate) fn metadata(
 pub(crate) fn produced(
     state: &mut State,
     sent: Sent,
-    result: Result<ProduceResponse, ConsumerError>,
+    result: Result<ProduceResponse, ClientError>,
     transactional_id: Option<&str>,
     now: Instant,
 ) {
@@ -131,7 +132,7 @@ pub(crate) fn produced(
             debug!(broker, %error, "produce request failed");
             let lost = matches!(
                 error,
-                ConsumerError::Connection(ConnectionError::Io { .. }) | ConsumerError::Timeout(_)
+                ClientError::Connection(ConnectionError::Io { .. }) | ClientError::Timeout(_)
             );
             let outcome = if lost || error.is_retriable() {
                 BatchOutcome::Retriable {
@@ -229,7 +230,7 @@ pub(crate) fn classify_partition(
         });
     };
     let retriable = source.is_retriable() || error_code == code::CONCURRENT_TRANSACTIONS;
-    let source = Arc::new(source);
+    let source = Arc::new(ConsumerError::from(source));
     let rejected = ProducerError::Rejected {
         topic: tp.0.to_string(),
         partition: tp.1,

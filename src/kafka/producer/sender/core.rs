@@ -17,7 +17,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::answers::{self, Sent};
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::producer::State;
 use crate::kafka::producer::accumulator::{Drained, Effects, ProducerIdentity, Tp};
 use crate::kafka::producer::cluster::TopicMetadata;
@@ -308,7 +308,7 @@ impl SenderCore {
         state: &mut State,
         node: i32,
         sent: Sent,
-        result: Result<kafka_protocol::messages::ProduceResponse, ConsumerError>,
+        result: Result<kafka_protocol::messages::ProduceResponse, ClientError>,
         now: Instant,
     ) {
         if let Some(n) = self.in_flight.get_mut(&node) {
@@ -328,7 +328,7 @@ impl SenderCore {
         &mut self,
         state: &mut State,
         topics: &[Arc<str>],
-        result: Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+        result: Result<Vec<(String, TopicMetadata)>, ClientError>,
         limits: &[(Arc<str>, usize)],
         now: Instant,
     ) {

@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::answers::Sent;
 use super::core::{Action, ProducePlan, SenderConfig, SenderCore};
-use crate::consumer::ConsumerError;
 use crate::kafka::codec::record_batch::{Compression, NewRecord};
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ConnectionError;
 use crate::kafka::producer::accumulator::{Accumulator, AccumulatorConfig, ProducerIdentity, Tp};
 use crate::kafka::producer::cluster::TopicMetadata;
@@ -319,7 +319,7 @@ impl Harness {
             txn: plan.txn,
         };
         let result = if how == 1 {
-            Err(ConsumerError::Connection(ConnectionError::Io {
+            Err(ClientError::Connection(ConnectionError::Io {
                 broker: format!("node {node}"),
                 source: std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut"),
             }))

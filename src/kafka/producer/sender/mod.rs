@@ -32,7 +32,7 @@ use super::Shared;
 use super::accumulator::{ProducerIdentity, Tp};
 use super::cluster::TopicMetadata;
 use super::txn::TxnVersion;
-use crate::consumer::ConsumerError;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::ConnectionError;
 use crate::kafka::net::connection::Connection;
 use crate::producer::ProducerError;
@@ -51,16 +51,16 @@ const PRODUCE_ANY: VersionRange = VersionRange { min: 3, max: 13 };
 
 /// An outcome of something the loop started, for the core.
 enum Work {
-    Connected(i32, Result<Connection, ConsumerError>),
+    Connected(i32, Result<Connection, ClientError>),
     Produced {
         node: i32,
         sent: Sent,
-        result: Result<ProduceResponse, ConsumerError>,
+        result: Result<ProduceResponse, ClientError>,
     },
     /// The topics asked for, the answer, and the `max.message.bytes` of those known.
     Metadata(
         Vec<Arc<str>>,
-        Result<Vec<(String, TopicMetadata)>, ConsumerError>,
+        Result<Vec<(String, TopicMetadata)>, ClientError>,
         Vec<(Arc<str>, usize)>,
     ),
     Bumped(Result<ProducerIdentity, ProducerError>),
@@ -236,7 +236,7 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
             .iter()
             .map(|(b, id)| (b.tp.clone(), b.batch_id, *id))
             .collect();
-        let error = ConsumerError::Connection(ConnectionError::Io {
+        let error = ClientError::Connection(ConnectionError::Io {
             broker: format!("node {node}"),
             source: std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
@@ -318,7 +318,7 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
         };
         let result = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(ConsumerError::Timeout(timeout)),
+            Err(_) => Err(ClientError::Timeout(timeout)),
         };
         Work::Produced {
             node,
