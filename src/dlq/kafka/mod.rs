@@ -163,10 +163,7 @@ impl KafkaDeadLetterQueue {
                 }
                 None => {}
             }
-            *last = Some(DeadLetterError::Kafka {
-                topic: topic.to_owned(),
-                source: not_ready(topic),
-            });
+            *last = Some(kafka(not_ready(topic)));
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
@@ -321,8 +318,8 @@ impl DeadLetterQueue for KafkaDeadLetterQueue {
 }
 
 /// The error while a created topic is not visible with leaders yet.
-fn not_ready(topic: &str) -> ConsumerError {
-    ConsumerError::Broker(BrokerError {
+fn not_ready(topic: &str) -> ClientError {
+    ClientError::Broker(BrokerError {
         api: api_name(ApiKey::Metadata),
         code: LEADER_NOT_AVAILABLE,
         name: "LEADER_NOT_AVAILABLE",

@@ -521,5 +521,14 @@ mod tests {
             Failure::from(connection_error()).into_client(),
             ClientError::Connection(ConnectionError::Io { .. })
         ));
+        // What the dead-letter queue reports: the consumer's timeout, as before.
+        let reported = ConsumerError::from(
+            Failure::NotSettled {
+                what: "topic".to_owned(),
+                waited,
+            }
+            .into_client(),
+        );
+        assert!(matches!(reported, ConsumerError::Timeout(t) if t == waited));
     }
 }

@@ -54,9 +54,9 @@ impl KafkaAdmin {
         .await
     }
 
-    /// [`Self::create_topic`] for crate code that reports
-    /// [`ClientError`](crate::ClientError)s (the dead-letter queue), before the failure
-    /// is named.
+    /// [`Self::create_topic`] for crate code built on the admin client (the dead-letter
+    /// queue), with the failure before it is named: [`Failure::into_client`] makes it a
+    /// [`ClientError`](crate::kafka::error::ClientError).
     pub(crate) async fn try_create_topic(
         &self,
         name: &str,

@@ -9,7 +9,7 @@
 //!   of that succeeded. Failures of authentication, on either side, are
 //!   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication), which is not retriable; the client types map it to
 //!   their own `Authentication` variants (the table of causes and variants is on
-//!   [`ClientError::Connection`](crate::ClientError::Connection)). Attempts wait for the client's reconnect backoff
+//!   [`ConsumerError::Connection`](crate::ConsumerError::Connection)). Attempts wait for the client's reconnect backoff
 //!   after failures ([`backoff`](super::backoff)).
 //! - Frames are a 4-byte big-endian length followed by that many bytes.
 //! - A **writer task** owns the socket's write half. Requests hand it whole frames over a
