@@ -8,6 +8,11 @@
 //! so one type serves v1 and v2: [`VERSIONS`] is `1..=2`, and v1 is byte-for-byte what
 //! kafka-protocol encodes (tested below).
 //!
+//! Each struct of the schema is declared once, as a list of its fields (kind, schema name,
+//! the version a later field exists `since`), and [`wire_struct!`] writes the struct and its
+//! encoder and decoder from that list, as Kafka's generator does from the JSON: no field is
+//! encoded in one place and decoded in another by hand.
+//!
 //! # Schema source
 //!
 //! Apache Kafka `clients/src/main/resources/common/message/{ShareFetchRequest,
@@ -525,194 +530,326 @@ trait Wire: Sized {
     fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError>;
 }
 
-/// `AcknowledgementBatch` of both requests: a range of offsets and their acknowledge types.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct AcknowledgementBatch {
-    /// First offset of the batch.
-    pub(crate) first_offset: i64,
-    /// Last offset of the batch, inclusive.
-    pub(crate) last_offset: i64,
-    /// One type for the whole range, or one per offset: 0 Gap, 1 Accept, 2 Release, 3 Reject,
-    /// 4 Renew (v2 with `is_renew_ack` only).
-    pub(crate) acknowledge_types: Vec<i8>,
+/// A field's part in a [`wire_struct!`]: its fewest bytes (`min`), its encoding (`put`) and
+/// its decoding (`get`), by the kind of schema field.
+macro_rules! wire_field {
+    (min i8, $ty:ty) => {
+        1
+    };
+    (min bool, $ty:ty) => {
+        1
+    };
+    (min i16, $ty:ty) => {
+        2
+    };
+    (min i32, $ty:ty) => {
+        4
+    };
+    (min i64, $ty:ty) => {
+        8
+    };
+    (min uuid, $ty:ty) => {
+        16
+    };
+    (min nested, $ty:ty) => {
+        <$ty as Wire>::MIN_SIZE
+    };
+    // Strings, bytes and arrays: a compact length of one byte at the least.
+    (min $kind:ident, $ty:ty) => {
+        1
+    };
+
+    (put i8, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_i8($s, *$v)
+    };
+    (put bool, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_bool($s, *$v)
+    };
+    (put i16, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_i16($s, *$v)
+    };
+    (put i32, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_i32($s, *$v)
+    };
+    (put i64, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_i64($s, *$v)
+    };
+    (put uuid, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_uuid($s, $v)
+    };
+    (put string, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_string($s, $name, $v)?
+    };
+    (put nullable_string, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_nullable_string($s, $name, $v.as_ref())?
+    };
+    (put nullable_bytes, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_nullable_bytes($s, $name, $v.as_ref())?
+    };
+    (put structs, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_structs($s, $name, $v, $version)?
+    };
+    (put nested, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        $v.write($s, $version)?
+    };
+    (put array_i8, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_array($s, $name, $v, |s, &x| {
+            put_i8(s, x);
+            Ok(())
+        })?
+    };
+    (put array_i32, $s:ident, $name:expr, $v:expr, $version:ident) => {
+        put_array($s, $name, $v, |s, &x| {
+            put_i32(s, x);
+            Ok(())
+        })?
+    };
+
+    (get i8, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_i8($buf, $name)?
+    };
+    (get bool, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_bool($buf, $name)?
+    };
+    (get i16, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_i16($buf, $name)?
+    };
+    (get i32, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_i32($buf, $name)?
+    };
+    (get i64, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_i64($buf, $name)?
+    };
+    (get uuid, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_uuid($buf, $name)?
+    };
+    (get string, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_string($buf, $name)?
+    };
+    (get nullable_string, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_nullable_string($buf, $name)?
+    };
+    (get nullable_bytes, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_nullable_bytes($buf, $name)?
+    };
+    (get structs, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_structs($buf, $name, $version)?
+    };
+    (get nested, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        <$ty as Wire>::read($buf, $version)?
+    };
+    (get array_i8, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_array($buf, $name, 1, |buf| get_i8(buf, $name))?
+    };
+    (get array_i32, $ty:ty, $buf:ident, $name:expr, $version:ident) => {
+        get_array($buf, $name, 4, |buf| get_i32(buf, $name))?
+    };
 }
 
-impl Wire for AcknowledgementBatch {
-    const MIN_SIZE: usize = 8 + 8 + 1 + 1;
+/// A field at the versions it exists at: every version, or `since` one (left out below it,
+/// and read as its default there); a `strict` field cannot carry a value other than its
+/// default below that version (the schema does not make it ignorable), and encoding fails
+/// with [`CodecError::FieldNotSupported`] instead of dropping it.
+macro_rules! wire_versioned {
+    (min $kind:ident, $ty:ty;) => { wire_field!(min $kind, $ty) };
+    (min $kind:ident, $ty:ty; $since:literal $($strict:ident)?) => { 0 };
 
-    fn write<S: Sink>(&self, s: &mut S, _version: i16) -> Result<(), CodecError> {
-        put_i64(s, self.first_offset);
-        put_i64(s, self.last_offset);
-        put_array(
-            s,
-            "AcknowledgementBatch.AcknowledgeTypes",
-            &self.acknowledge_types,
-            |s, &t| {
-                put_i8(s, t);
+    (put $kind:ident, $ty:ty, $s:ident, $name:expr, $v:expr, $version:ident;) => {
+        wire_field!(put $kind, $s, $name, $v, $version)
+    };
+    (put $kind:ident, $ty:ty, $s:ident, $name:expr, $v:expr, $version:ident; $since:literal) => {
+        if $version >= $since {
+            wire_field!(put $kind, $s, $name, $v, $version);
+        }
+    };
+    (
+        put $kind:ident, $ty:ty, $s:ident, $name:expr, $v:expr, $version:ident;
+        $since:literal strict
+    ) => {
+        if $version >= $since {
+            wire_field!(put $kind, $s, $name, $v, $version);
+        }
+    };
+
+    // Before anything is written: a strict field that cannot be written fails the encoding.
+    (refuse $ty:ty, $name:expr, $v:expr, $version:ident; $since:literal strict) => {
+        if $version < $since && *$v != <$ty>::default() {
+            return Err(CodecError::FieldNotSupported {
+                field: $name,
+                version: $version,
+            });
+        }
+    };
+    (refuse $ty:ty, $name:expr, $v:expr, $version:ident; $($since:literal)?) => {};
+
+    (get $kind:ident, $ty:ty, $buf:ident, $name:expr, $version:ident;) => {
+        wire_field!(get $kind, $ty, $buf, $name, $version)
+    };
+    (
+        get $kind:ident, $ty:ty, $buf:ident, $name:expr, $version:ident;
+        $since:literal $($strict:ident)?
+    ) => {
+        if $version >= $since {
+            wire_field!(get $kind, $ty, $buf, $name, $version)
+        } else {
+            <$ty>::default()
+        }
+    };
+}
+
+/// A struct of the schema: the struct, and its [`Wire`] codec written from one list of fields,
+/// each with its kind, its name in the schema (errors name it as `Prefix.Field`, as the
+/// schema's JSON does) and, for a field added later, the version it exists `since`. A
+/// top-level `message` also checks the version against [`VERSIONS`] first. `MIN_SIZE` is the
+/// sum of the fewest bytes of the fields of every version and the tagged field section's one.
+macro_rules! wire_struct {
+    (
+        $(#[$meta:meta])*
+        $what:ident $name:ident in $prefix:literal {
+            $(
+                $(#[$field_meta:meta])*
+                $field:ident: $ty:ty = $kind:ident $wire:literal
+                    $(since $since:literal $($strict:ident)?)?,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub(crate) struct $name {
+            $(
+                $(#[$field_meta])*
+                pub(crate) $field: $ty,
+            )*
+        }
+
+        impl Wire for $name {
+            const MIN_SIZE: usize = 1 $(+ wire_versioned!(min $kind, $ty; $($since $($strict)?)?))*;
+
+            #[allow(unused_variables)]
+            fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
+                wire_struct!(@check $what, $prefix, version);
+                $(
+                    wire_versioned!(
+                        refuse $ty, concat!($prefix, ".", $wire), &self.$field, version;
+                        $($since $($strict)?)?
+                    );
+                )*
+                $(
+                    wire_versioned!(
+                        put $kind, $ty, s, concat!($prefix, ".", $wire), &self.$field, version;
+                        $($since $($strict)?)?
+                    );
+                )*
+                put_no_tagged_fields(s);
                 Ok(())
-            },
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
+            }
 
-    fn read<B: ByteBuf>(buf: &mut B, _version: i16) -> Result<Self, CodecError> {
-        let first_offset = get_i64(buf, "AcknowledgementBatch.FirstOffset")?;
-        let last_offset = get_i64(buf, "AcknowledgementBatch.LastOffset")?;
-        let field = "AcknowledgementBatch.AcknowledgeTypes";
-        let acknowledge_types = get_array(buf, field, 1, |buf| get_i8(buf, field))?;
-        skip_tagged_fields(buf, "AcknowledgementBatch tagged fields")?;
-        Ok(Self {
-            first_offset,
-            last_offset,
-            acknowledge_types,
-        })
+            #[allow(unused_variables)]
+            fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
+                wire_struct!(@check $what, $prefix, version);
+                $(
+                    let $field = wire_versioned!(
+                        get $kind, $ty, buf, concat!($prefix, ".", $wire), version;
+                        $($since $($strict)?)?
+                    );
+                )*
+                skip_tagged_fields(buf, concat!($prefix, " tagged fields"))?;
+                Ok(Self { $($field),* })
+            }
+        }
+    };
+    (@check message, $prefix:literal, $version:ident) => {
+        check_version($prefix, $version)?
+    };
+    (@check struct, $prefix:literal, $version:ident) => {};
+}
+
+wire_struct! {
+    /// `AcknowledgementBatch` of both requests: a range of offsets and their acknowledge types.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct AcknowledgementBatch in "AcknowledgementBatch" {
+        /// First offset of the batch.
+        first_offset: i64 = i64 "FirstOffset",
+        /// Last offset of the batch, inclusive.
+        last_offset: i64 = i64 "LastOffset",
+        /// One type for the whole range, or one per offset: 0 Gap, 1 Accept, 2 Release, 3 Reject,
+        /// 4 Renew (v2 with `is_renew_ack` only).
+        acknowledge_types: Vec<i8> = array_i8 "AcknowledgeTypes",
     }
 }
 
-/// `FetchPartition` of ShareFetchRequest (v1+: no `PartitionMaxBytes`), which has the same
-/// wire shape as ShareAcknowledgeRequest's `AcknowledgePartition`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FetchPartition {
-    /// The partition index.
-    pub(crate) partition_index: i32,
-    /// The acknowledgements for this partition, ascending and non-overlapping.
-    pub(crate) acknowledgement_batches: Vec<AcknowledgementBatch>,
+wire_struct! {
+    /// `FetchPartition` of ShareFetchRequest (v1+: no `PartitionMaxBytes`), which has the same
+    /// wire shape as ShareAcknowledgeRequest's `AcknowledgePartition`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct FetchPartition in "Partitions[]" {
+        /// The partition index.
+        partition_index: i32 = i32 "PartitionIndex",
+        /// The acknowledgements for this partition, ascending and non-overlapping.
+        acknowledgement_batches: Vec<AcknowledgementBatch> = structs "AcknowledgementBatches",
+    }
 }
 
 /// `AcknowledgePartition` of ShareAcknowledgeRequest: the same wire shape as [`FetchPartition`].
 pub(crate) type AcknowledgePartition = FetchPartition;
 
-impl Wire for FetchPartition {
-    const MIN_SIZE: usize = 4 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_i32(s, self.partition_index);
-        put_structs(
-            s,
-            "Partitions[].AcknowledgementBatches",
-            &self.acknowledgement_batches,
-            version,
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
+wire_struct! {
+    /// `FetchTopic` of ShareFetchRequest, which has the same wire shape as
+    /// ShareAcknowledgeRequest's `AcknowledgeTopic`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct FetchTopic in "Topics[]" {
+        /// The topic id.
+        topic_id: Uuid = uuid "TopicId",
+        /// The partitions to fetch (or acknowledge).
+        partitions: Vec<FetchPartition> = structs "Partitions",
     }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let partition_index = get_i32(buf, "Partitions[].PartitionIndex")?;
-        let acknowledgement_batches =
-            get_structs(buf, "Partitions[].AcknowledgementBatches", version)?;
-        skip_tagged_fields(buf, "Partitions[] tagged fields")?;
-        Ok(Self {
-            partition_index,
-            acknowledgement_batches,
-        })
-    }
-}
-
-/// `FetchTopic` of ShareFetchRequest, which has the same wire shape as ShareAcknowledgeRequest's
-/// `AcknowledgeTopic`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FetchTopic {
-    /// The topic id.
-    pub(crate) topic_id: Uuid,
-    /// The partitions to fetch (or acknowledge).
-    pub(crate) partitions: Vec<FetchPartition>,
 }
 
 /// `AcknowledgeTopic` of ShareAcknowledgeRequest: the same wire shape as [`FetchTopic`].
 pub(crate) type AcknowledgeTopic = FetchTopic;
 
-impl Wire for FetchTopic {
-    const MIN_SIZE: usize = 16 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_uuid(s, &self.topic_id);
-        put_structs(s, "Topics[].Partitions", &self.partitions, version)?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let topic_id = get_uuid(buf, "Topics[].TopicId")?;
-        let partitions = get_structs(buf, "Topics[].Partitions", version)?;
-        skip_tagged_fields(buf, "Topics[] tagged fields")?;
-        Ok(Self {
-            topic_id,
-            partitions,
-        })
+wire_struct! {
+    /// `ForgottenTopic` of ShareFetchRequest: partitions to remove from the share session.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct ForgottenTopic in "ForgottenTopicsData[]" {
+        /// The topic id.
+        topic_id: Uuid = uuid "TopicId",
+        /// The partition indexes to forget.
+        partitions: Vec<i32> = array_i32 "Partitions",
     }
 }
 
-/// `ForgottenTopic` of ShareFetchRequest: partitions to remove from the share session.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ForgottenTopic {
-    /// The topic id.
-    pub(crate) topic_id: Uuid,
-    /// The partition indexes to forget.
-    pub(crate) partitions: Vec<i32>,
-}
-
-impl Wire for ForgottenTopic {
-    const MIN_SIZE: usize = 16 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, _version: i16) -> Result<(), CodecError> {
-        put_uuid(s, &self.topic_id);
-        put_array(
-            s,
-            "ForgottenTopicsData[].Partitions",
-            &self.partitions,
-            |s, &p| {
-                put_i32(s, p);
-                Ok(())
-            },
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
+wire_struct! {
+    /// ShareFetchRequest v1/v2: fetch records of a share session, and acknowledge earlier ones.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    message ShareFetchRequest in "ShareFetchRequest" {
+        /// The share group id (the broker refuses null).
+        group_id: Option<StrBytes> = nullable_string "GroupId",
+        /// The member id from ShareGroupHeartbeat.
+        member_id: Option<StrBytes> = nullable_string "MemberId",
+        /// 0 opens a share session, -1 closes it, otherwise the next epoch.
+        share_session_epoch: i32 = i32 "ShareSessionEpoch",
+        /// Longest time the broker may wait for `min_bytes`.
+        max_wait_ms: i32 = i32 "MaxWaitMs",
+        /// Bytes to accumulate before answering.
+        min_bytes: i32 = i32 "MinBytes",
+        /// Most bytes to return (default `0x7fffffff`).
+        max_bytes: i32 = i32 "MaxBytes",
+        /// Most records to acquire (exceeded for batch alignment unless `record_limit`).
+        max_records: i32 = i32 "MaxRecords",
+        /// Optimal number of records in batches of acquired records and acknowledgements.
+        batch_size: i32 = i32 "BatchSize",
+        /// v2, ignorable (dropped at v1): [`SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED`] or
+        /// [`SHARE_ACQUIRE_MODE_RECORD_LIMIT`].
+        share_acquire_mode: i8 = i8 "ShareAcquireMode" since 2,
+        /// v2, not ignorable (v1 refuses `true`): the acknowledgements contain Renew (4). The
+        /// broker then fetches nothing and wants `max_wait_ms`, `min_bytes`, `max_bytes` and
+        /// `max_records` all 0.
+        is_renew_ack: bool = bool "IsRenewAck" since 2 strict,
+        /// Partitions to add to the session, with acknowledgements.
+        topics: Vec<FetchTopic> = structs "Topics",
+        /// Partitions to remove from the session.
+        forgotten_topics_data: Vec<ForgottenTopic> = structs "ForgottenTopicsData",
     }
-
-    fn read<B: ByteBuf>(buf: &mut B, _version: i16) -> Result<Self, CodecError> {
-        let topic_id = get_uuid(buf, "ForgottenTopicsData[].TopicId")?;
-        let field = "ForgottenTopicsData[].Partitions";
-        let partitions = get_array(buf, field, 4, |buf| get_i32(buf, field))?;
-        skip_tagged_fields(buf, "ForgottenTopicsData[] tagged fields")?;
-        Ok(Self {
-            topic_id,
-            partitions,
-        })
-    }
-}
-
-/// ShareFetchRequest v1/v2: fetch records of a share session, and acknowledge earlier ones.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ShareFetchRequest {
-    /// The share group id (the broker refuses null).
-    pub(crate) group_id: Option<StrBytes>,
-    /// The member id from ShareGroupHeartbeat.
-    pub(crate) member_id: Option<StrBytes>,
-    /// 0 opens a share session, -1 closes it, otherwise the next epoch.
-    pub(crate) share_session_epoch: i32,
-    /// Longest time the broker may wait for `min_bytes`.
-    pub(crate) max_wait_ms: i32,
-    /// Bytes to accumulate before answering.
-    pub(crate) min_bytes: i32,
-    /// Most bytes to return (default `0x7fffffff`).
-    pub(crate) max_bytes: i32,
-    /// Most records to acquire (exceeded for batch alignment unless `record_limit`).
-    pub(crate) max_records: i32,
-    /// Optimal number of records in batches of acquired records and acknowledgements.
-    pub(crate) batch_size: i32,
-    /// v2, ignorable (dropped at v1): [`SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED`] or
-    /// [`SHARE_ACQUIRE_MODE_RECORD_LIMIT`].
-    pub(crate) share_acquire_mode: i8,
-    /// v2, not ignorable (v1 refuses `true`): the acknowledgements contain Renew (4). The broker
-    /// then fetches nothing and wants `max_wait_ms`, `min_bytes`, `max_bytes` and `max_records`
-    /// all 0.
-    pub(crate) is_renew_ack: bool,
-    /// Partitions to add to the session, with acknowledgements.
-    pub(crate) topics: Vec<FetchTopic>,
-    /// Partitions to remove from the session.
-    pub(crate) forgotten_topics_data: Vec<ForgottenTopic>,
 }
 
 impl Default for ShareFetchRequest {
@@ -735,205 +872,69 @@ impl Default for ShareFetchRequest {
     }
 }
 
-impl Wire for ShareFetchRequest {
-    const MIN_SIZE: usize = 1 + 1 + 6 * 4 + 1 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        check_version("ShareFetchRequest", version)?;
-        if version < 2 && self.is_renew_ack {
-            return Err(CodecError::FieldNotSupported {
-                field: "ShareFetchRequest.IsRenewAck",
-                version,
-            });
-        }
-        put_nullable_string(s, "ShareFetchRequest.GroupId", self.group_id.as_ref())?;
-        put_nullable_string(s, "ShareFetchRequest.MemberId", self.member_id.as_ref())?;
-        put_i32(s, self.share_session_epoch);
-        put_i32(s, self.max_wait_ms);
-        put_i32(s, self.min_bytes);
-        put_i32(s, self.max_bytes);
-        put_i32(s, self.max_records);
-        put_i32(s, self.batch_size);
-        if version >= 2 {
-            put_i8(s, self.share_acquire_mode);
-            put_bool(s, self.is_renew_ack);
-        }
-        put_structs(s, "ShareFetchRequest.Topics", &self.topics, version)?;
-        put_structs(
-            s,
-            "ShareFetchRequest.ForgottenTopicsData",
-            &self.forgotten_topics_data,
-            version,
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        check_version("ShareFetchRequest", version)?;
-        let group_id = get_nullable_string(buf, "ShareFetchRequest.GroupId")?;
-        let member_id = get_nullable_string(buf, "ShareFetchRequest.MemberId")?;
-        let share_session_epoch = get_i32(buf, "ShareFetchRequest.ShareSessionEpoch")?;
-        let max_wait_ms = get_i32(buf, "ShareFetchRequest.MaxWaitMs")?;
-        let min_bytes = get_i32(buf, "ShareFetchRequest.MinBytes")?;
-        let max_bytes = get_i32(buf, "ShareFetchRequest.MaxBytes")?;
-        let max_records = get_i32(buf, "ShareFetchRequest.MaxRecords")?;
-        let batch_size = get_i32(buf, "ShareFetchRequest.BatchSize")?;
-        let (share_acquire_mode, is_renew_ack) = if version >= 2 {
-            (
-                get_i8(buf, "ShareFetchRequest.ShareAcquireMode")?,
-                get_bool(buf, "ShareFetchRequest.IsRenewAck")?,
-            )
-        } else {
-            (SHARE_ACQUIRE_MODE_BATCH_OPTIMIZED, false)
-        };
-        let topics = get_structs(buf, "ShareFetchRequest.Topics", version)?;
-        let forgotten_topics_data =
-            get_structs(buf, "ShareFetchRequest.ForgottenTopicsData", version)?;
-        skip_tagged_fields(buf, "ShareFetchRequest tagged fields")?;
-        Ok(Self {
-            group_id,
-            member_id,
-            share_session_epoch,
-            max_wait_ms,
-            min_bytes,
-            max_bytes,
-            max_records,
-            batch_size,
-            share_acquire_mode,
-            is_renew_ack,
-            topics,
-            forgotten_topics_data,
-        })
+wire_struct! {
+    /// `CurrentLeader` (`LeaderIdAndEpoch`) of both responses.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    struct LeaderIdAndEpoch in "CurrentLeader" {
+        /// The current leader, or -1 if unknown.
+        leader_id: i32 = i32 "LeaderId",
+        /// The latest known leader epoch.
+        leader_epoch: i32 = i32 "LeaderEpoch",
     }
 }
 
-/// `CurrentLeader` (`LeaderIdAndEpoch`) of both responses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LeaderIdAndEpoch {
-    /// The current leader, or -1 if unknown.
-    pub(crate) leader_id: i32,
-    /// The latest known leader epoch.
-    pub(crate) leader_epoch: i32,
-}
-
-impl Wire for LeaderIdAndEpoch {
-    const MIN_SIZE: usize = 4 + 4 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, _version: i16) -> Result<(), CodecError> {
-        put_i32(s, self.leader_id);
-        put_i32(s, self.leader_epoch);
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, _version: i16) -> Result<Self, CodecError> {
-        let leader_id = get_i32(buf, "CurrentLeader.LeaderId")?;
-        let leader_epoch = get_i32(buf, "CurrentLeader.LeaderEpoch")?;
-        skip_tagged_fields(buf, "CurrentLeader tagged fields")?;
-        Ok(Self {
-            leader_id,
-            leader_epoch,
-        })
+wire_struct! {
+    /// `NodeEndpoint` of both responses: leaders named by NOT_LEADER_OR_FOLLOWER partitions.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct NodeEndpoint in "NodeEndpoints[]" {
+        /// The broker id.
+        node_id: i32 = i32 "NodeId",
+        /// The broker's host name.
+        host: StrBytes = string "Host",
+        /// The broker's port.
+        port: i32 = i32 "Port",
+        /// The broker's rack, if it has one.
+        rack: Option<StrBytes> = nullable_string "Rack",
     }
 }
 
-/// `NodeEndpoint` of both responses: leaders named by NOT_LEADER_OR_FOLLOWER partitions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct NodeEndpoint {
-    /// The broker id.
-    pub(crate) node_id: i32,
-    /// The broker's host name.
-    pub(crate) host: StrBytes,
-    /// The broker's port.
-    pub(crate) port: i32,
-    /// The broker's rack, if it has one.
-    pub(crate) rack: Option<StrBytes>,
-}
-
-impl Wire for NodeEndpoint {
-    const MIN_SIZE: usize = 4 + 1 + 4 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, _version: i16) -> Result<(), CodecError> {
-        put_i32(s, self.node_id);
-        put_string(s, "NodeEndpoints[].Host", &self.host)?;
-        put_i32(s, self.port);
-        put_nullable_string(s, "NodeEndpoints[].Rack", self.rack.as_ref())?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, _version: i16) -> Result<Self, CodecError> {
-        let node_id = get_i32(buf, "NodeEndpoints[].NodeId")?;
-        let host = get_string(buf, "NodeEndpoints[].Host")?;
-        let port = get_i32(buf, "NodeEndpoints[].Port")?;
-        let rack = get_nullable_string(buf, "NodeEndpoints[].Rack")?;
-        skip_tagged_fields(buf, "NodeEndpoints[] tagged fields")?;
-        Ok(Self {
-            node_id,
-            host,
-            port,
-            rack,
-        })
+wire_struct! {
+    /// `AcquiredRecords` of ShareFetchResponse: a range of offsets acquired for this member.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    struct AcquiredRecords in "AcquiredRecords[]" {
+        /// First acquired offset.
+        first_offset: i64 = i64 "FirstOffset",
+        /// Last acquired offset, inclusive.
+        last_offset: i64 = i64 "LastOffset",
+        /// How often these records have been delivered, this time included.
+        delivery_count: i16 = i16 "DeliveryCount",
     }
 }
 
-/// `AcquiredRecords` of ShareFetchResponse: a range of offsets acquired for this member.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct AcquiredRecords {
-    /// First acquired offset.
-    pub(crate) first_offset: i64,
-    /// Last acquired offset, inclusive.
-    pub(crate) last_offset: i64,
-    /// How often these records have been delivered, this time included.
-    pub(crate) delivery_count: i16,
-}
-
-impl Wire for AcquiredRecords {
-    const MIN_SIZE: usize = 8 + 8 + 2 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, _version: i16) -> Result<(), CodecError> {
-        put_i64(s, self.first_offset);
-        put_i64(s, self.last_offset);
-        put_i16(s, self.delivery_count);
-        put_no_tagged_fields(s);
-        Ok(())
+wire_struct! {
+    /// `PartitionData` of ShareFetchResponse.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct ShareFetchPartitionData in "Partitions[]" {
+        /// The partition index.
+        partition_index: i32 = i32 "PartitionIndex",
+        /// The fetch error code, 0 for none.
+        error_code: i16 = i16 "ErrorCode",
+        /// The fetch error message.
+        error_message: Option<StrBytes> = nullable_string "ErrorMessage",
+        /// The error code of the piggybacked acknowledgements, 0 for none.
+        acknowledge_error_code: i16 = i16 "AcknowledgeErrorCode",
+        /// The error message of the piggybacked acknowledgements.
+        acknowledge_error_message: Option<StrBytes> =
+            nullable_string "AcknowledgeErrorMessage",
+        /// The current leader of the partition.
+        current_leader: LeaderIdAndEpoch = nested "CurrentLeader",
+        /// The raw record batches, not decoded. The schema makes them nullable in v0 only and
+        /// brokers send empty rather than null; a null is still accepted (`None`) and written
+        /// back as null, as kafka-protocol does.
+        records: Option<Bytes> = nullable_bytes "Records",
+        /// The offset ranges acquired for this member; records outside them must be skipped.
+        acquired_records: Vec<AcquiredRecords> = structs "AcquiredRecords",
     }
-
-    fn read<B: ByteBuf>(buf: &mut B, _version: i16) -> Result<Self, CodecError> {
-        let first_offset = get_i64(buf, "AcquiredRecords[].FirstOffset")?;
-        let last_offset = get_i64(buf, "AcquiredRecords[].LastOffset")?;
-        let delivery_count = get_i16(buf, "AcquiredRecords[].DeliveryCount")?;
-        skip_tagged_fields(buf, "AcquiredRecords[] tagged fields")?;
-        Ok(Self {
-            first_offset,
-            last_offset,
-            delivery_count,
-        })
-    }
-}
-
-/// `PartitionData` of ShareFetchResponse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ShareFetchPartitionData {
-    /// The partition index.
-    pub(crate) partition_index: i32,
-    /// The fetch error code, 0 for none.
-    pub(crate) error_code: i16,
-    /// The fetch error message.
-    pub(crate) error_message: Option<StrBytes>,
-    /// The error code of the piggybacked acknowledgements, 0 for none.
-    pub(crate) acknowledge_error_code: i16,
-    /// The error message of the piggybacked acknowledgements.
-    pub(crate) acknowledge_error_message: Option<StrBytes>,
-    /// The current leader of the partition.
-    pub(crate) current_leader: LeaderIdAndEpoch,
-    /// The raw record batches, not decoded. The schema makes them nullable in v0 only and
-    /// brokers send empty rather than null; a null is still accepted (`None`) and written back
-    /// as null, as kafka-protocol does.
-    pub(crate) records: Option<Bytes>,
-    /// The offset ranges acquired for this member; records outside them must be skipped.
-    pub(crate) acquired_records: Vec<AcquiredRecords>,
 }
 
 impl Default for ShareFetchPartitionData {
@@ -952,160 +953,51 @@ impl Default for ShareFetchPartitionData {
     }
 }
 
-impl Wire for ShareFetchPartitionData {
-    const MIN_SIZE: usize = 4 + 2 + 1 + 2 + 1 + LeaderIdAndEpoch::MIN_SIZE + 1 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_i32(s, self.partition_index);
-        put_i16(s, self.error_code);
-        put_nullable_string(s, "Partitions[].ErrorMessage", self.error_message.as_ref())?;
-        put_i16(s, self.acknowledge_error_code);
-        put_nullable_string(
-            s,
-            "Partitions[].AcknowledgeErrorMessage",
-            self.acknowledge_error_message.as_ref(),
-        )?;
-        self.current_leader.write(s, version)?;
-        put_nullable_bytes(s, "Partitions[].Records", self.records.as_ref())?;
-        put_structs(
-            s,
-            "Partitions[].AcquiredRecords",
-            &self.acquired_records,
-            version,
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let partition_index = get_i32(buf, "Partitions[].PartitionIndex")?;
-        let error_code = get_i16(buf, "Partitions[].ErrorCode")?;
-        let error_message = get_nullable_string(buf, "Partitions[].ErrorMessage")?;
-        let acknowledge_error_code = get_i16(buf, "Partitions[].AcknowledgeErrorCode")?;
-        let acknowledge_error_message =
-            get_nullable_string(buf, "Partitions[].AcknowledgeErrorMessage")?;
-        let current_leader = LeaderIdAndEpoch::read(buf, version)?;
-        let records = get_nullable_bytes(buf, "Partitions[].Records")?;
-        let acquired_records = get_structs(buf, "Partitions[].AcquiredRecords", version)?;
-        skip_tagged_fields(buf, "Partitions[] tagged fields")?;
-        Ok(Self {
-            partition_index,
-            error_code,
-            error_message,
-            acknowledge_error_code,
-            acknowledge_error_message,
-            current_leader,
-            records,
-            acquired_records,
-        })
+wire_struct! {
+    /// `ShareFetchableTopicResponse` of ShareFetchResponse.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct ShareFetchTopicResponse in "Responses[]" {
+        /// The topic id.
+        topic_id: Uuid = uuid "TopicId",
+        /// The partitions of the topic.
+        partitions: Vec<ShareFetchPartitionData> = structs "Partitions",
     }
 }
 
-/// `ShareFetchableTopicResponse` of ShareFetchResponse.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ShareFetchTopicResponse {
-    /// The topic id.
-    pub(crate) topic_id: Uuid,
-    /// The partitions of the topic.
-    pub(crate) partitions: Vec<ShareFetchPartitionData>,
-}
-
-impl Wire for ShareFetchTopicResponse {
-    const MIN_SIZE: usize = 16 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_uuid(s, &self.topic_id);
-        put_structs(s, "Responses[].Partitions", &self.partitions, version)?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let topic_id = get_uuid(buf, "Responses[].TopicId")?;
-        let partitions = get_structs(buf, "Responses[].Partitions", version)?;
-        skip_tagged_fields(buf, "Responses[] tagged fields")?;
-        Ok(Self {
-            topic_id,
-            partitions,
-        })
+wire_struct! {
+    /// ShareFetchResponse v1/v2 (the same on the wire).
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    message ShareFetchResponse in "ShareFetchResponse" {
+        /// Time the request was throttled for, in ms.
+        throttle_time_ms: i32 = i32 "ThrottleTimeMs",
+        /// The top-level error code, 0 for none.
+        error_code: i16 = i16 "ErrorCode",
+        /// The top-level error message.
+        error_message: Option<StrBytes> = nullable_string "ErrorMessage",
+        /// How long the acquired records stay locked, in ms.
+        acquisition_lock_timeout_ms: i32 = i32 "AcquisitionLockTimeoutMs",
+        /// The topics.
+        responses: Vec<ShareFetchTopicResponse> = structs "Responses",
+        /// Endpoints of new leaders.
+        node_endpoints: Vec<NodeEndpoint> = structs "NodeEndpoints",
     }
 }
 
-/// ShareFetchResponse v1/v2 (the same on the wire).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ShareFetchResponse {
-    /// Time the request was throttled for, in ms.
-    pub(crate) throttle_time_ms: i32,
-    /// The top-level error code, 0 for none.
-    pub(crate) error_code: i16,
-    /// The top-level error message.
-    pub(crate) error_message: Option<StrBytes>,
-    /// How long the acquired records stay locked, in ms.
-    pub(crate) acquisition_lock_timeout_ms: i32,
-    /// The topics.
-    pub(crate) responses: Vec<ShareFetchTopicResponse>,
-    /// Endpoints of new leaders.
-    pub(crate) node_endpoints: Vec<NodeEndpoint>,
-}
-
-impl Wire for ShareFetchResponse {
-    const MIN_SIZE: usize = 4 + 2 + 1 + 4 + 1 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        check_version("ShareFetchResponse", version)?;
-        put_i32(s, self.throttle_time_ms);
-        put_i16(s, self.error_code);
-        put_nullable_string(
-            s,
-            "ShareFetchResponse.ErrorMessage",
-            self.error_message.as_ref(),
-        )?;
-        put_i32(s, self.acquisition_lock_timeout_ms);
-        put_structs(s, "ShareFetchResponse.Responses", &self.responses, version)?;
-        put_structs(
-            s,
-            "ShareFetchResponse.NodeEndpoints",
-            &self.node_endpoints,
-            version,
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
+wire_struct! {
+    /// ShareAcknowledgeRequest v1/v2: acknowledge records without fetching.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    message ShareAcknowledgeRequest in "ShareAcknowledgeRequest" {
+        /// The share group id.
+        group_id: Option<StrBytes> = nullable_string "GroupId",
+        /// The member id from ShareGroupHeartbeat.
+        member_id: Option<StrBytes> = nullable_string "MemberId",
+        /// The next session epoch, or -1 to close the session (0 is refused).
+        share_session_epoch: i32 = i32 "ShareSessionEpoch",
+        /// v2, not ignorable (v1 refuses `true`): the acknowledgements contain Renew (4).
+        is_renew_ack: bool = bool "IsRenewAck" since 2 strict,
+        /// The acknowledgements.
+        topics: Vec<AcknowledgeTopic> = structs "Topics",
     }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        check_version("ShareFetchResponse", version)?;
-        let throttle_time_ms = get_i32(buf, "ShareFetchResponse.ThrottleTimeMs")?;
-        let error_code = get_i16(buf, "ShareFetchResponse.ErrorCode")?;
-        let error_message = get_nullable_string(buf, "ShareFetchResponse.ErrorMessage")?;
-        let acquisition_lock_timeout_ms =
-            get_i32(buf, "ShareFetchResponse.AcquisitionLockTimeoutMs")?;
-        let responses = get_structs(buf, "ShareFetchResponse.Responses", version)?;
-        let node_endpoints = get_structs(buf, "ShareFetchResponse.NodeEndpoints", version)?;
-        skip_tagged_fields(buf, "ShareFetchResponse tagged fields")?;
-        Ok(Self {
-            throttle_time_ms,
-            error_code,
-            error_message,
-            acquisition_lock_timeout_ms,
-            responses,
-            node_endpoints,
-        })
-    }
-}
-
-/// ShareAcknowledgeRequest v1/v2: acknowledge records without fetching.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ShareAcknowledgeRequest {
-    /// The share group id.
-    pub(crate) group_id: Option<StrBytes>,
-    /// The member id from ShareGroupHeartbeat.
-    pub(crate) member_id: Option<StrBytes>,
-    /// The next session epoch, or -1 to close the session (0 is refused).
-    pub(crate) share_session_epoch: i32,
-    /// v2, not ignorable (v1 refuses `true`): the acknowledgements contain Renew (4).
-    pub(crate) is_renew_ack: bool,
-    /// The acknowledgements.
-    pub(crate) topics: Vec<AcknowledgeTopic>,
 }
 
 impl Default for ShareAcknowledgeRequest {
@@ -1121,194 +1013,48 @@ impl Default for ShareAcknowledgeRequest {
     }
 }
 
-impl Wire for ShareAcknowledgeRequest {
-    const MIN_SIZE: usize = 1 + 1 + 4 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        check_version("ShareAcknowledgeRequest", version)?;
-        if version < 2 && self.is_renew_ack {
-            return Err(CodecError::FieldNotSupported {
-                field: "ShareAcknowledgeRequest.IsRenewAck",
-                version,
-            });
-        }
-        put_nullable_string(s, "ShareAcknowledgeRequest.GroupId", self.group_id.as_ref())?;
-        put_nullable_string(
-            s,
-            "ShareAcknowledgeRequest.MemberId",
-            self.member_id.as_ref(),
-        )?;
-        put_i32(s, self.share_session_epoch);
-        if version >= 2 {
-            put_bool(s, self.is_renew_ack);
-        }
-        put_structs(s, "ShareAcknowledgeRequest.Topics", &self.topics, version)?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        check_version("ShareAcknowledgeRequest", version)?;
-        let group_id = get_nullable_string(buf, "ShareAcknowledgeRequest.GroupId")?;
-        let member_id = get_nullable_string(buf, "ShareAcknowledgeRequest.MemberId")?;
-        let share_session_epoch = get_i32(buf, "ShareAcknowledgeRequest.ShareSessionEpoch")?;
-        let is_renew_ack = if version >= 2 {
-            get_bool(buf, "ShareAcknowledgeRequest.IsRenewAck")?
-        } else {
-            false
-        };
-        let topics = get_structs(buf, "ShareAcknowledgeRequest.Topics", version)?;
-        skip_tagged_fields(buf, "ShareAcknowledgeRequest tagged fields")?;
-        Ok(Self {
-            group_id,
-            member_id,
-            share_session_epoch,
-            is_renew_ack,
-            topics,
-        })
+wire_struct! {
+    /// `PartitionData` of ShareAcknowledgeResponse.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct ShareAcknowledgePartitionData in "Partitions[]" {
+        /// The partition index.
+        partition_index: i32 = i32 "PartitionIndex",
+        /// The error code, 0 for none.
+        error_code: i16 = i16 "ErrorCode",
+        /// The error message.
+        error_message: Option<StrBytes> = nullable_string "ErrorMessage",
+        /// The current leader of the partition.
+        current_leader: LeaderIdAndEpoch = nested "CurrentLeader",
     }
 }
 
-/// `PartitionData` of ShareAcknowledgeResponse.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ShareAcknowledgePartitionData {
-    /// The partition index.
-    pub(crate) partition_index: i32,
-    /// The error code, 0 for none.
-    pub(crate) error_code: i16,
-    /// The error message.
-    pub(crate) error_message: Option<StrBytes>,
-    /// The current leader of the partition.
-    pub(crate) current_leader: LeaderIdAndEpoch,
-}
-
-impl Wire for ShareAcknowledgePartitionData {
-    const MIN_SIZE: usize = 4 + 2 + 1 + LeaderIdAndEpoch::MIN_SIZE + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_i32(s, self.partition_index);
-        put_i16(s, self.error_code);
-        put_nullable_string(s, "Partitions[].ErrorMessage", self.error_message.as_ref())?;
-        self.current_leader.write(s, version)?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let partition_index = get_i32(buf, "Partitions[].PartitionIndex")?;
-        let error_code = get_i16(buf, "Partitions[].ErrorCode")?;
-        let error_message = get_nullable_string(buf, "Partitions[].ErrorMessage")?;
-        let current_leader = LeaderIdAndEpoch::read(buf, version)?;
-        skip_tagged_fields(buf, "Partitions[] tagged fields")?;
-        Ok(Self {
-            partition_index,
-            error_code,
-            error_message,
-            current_leader,
-        })
+wire_struct! {
+    /// `ShareAcknowledgeTopicResponse` of ShareAcknowledgeResponse.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct ShareAcknowledgeTopicResponse in "Responses[]" {
+        /// The topic id.
+        topic_id: Uuid = uuid "TopicId",
+        /// The partitions of the topic.
+        partitions: Vec<ShareAcknowledgePartitionData> = structs "Partitions",
     }
 }
 
-/// `ShareAcknowledgeTopicResponse` of ShareAcknowledgeResponse.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ShareAcknowledgeTopicResponse {
-    /// The topic id.
-    pub(crate) topic_id: Uuid,
-    /// The partitions of the topic.
-    pub(crate) partitions: Vec<ShareAcknowledgePartitionData>,
-}
-
-impl Wire for ShareAcknowledgeTopicResponse {
-    const MIN_SIZE: usize = 16 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        put_uuid(s, &self.topic_id);
-        put_structs(s, "Responses[].Partitions", &self.partitions, version)?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        let topic_id = get_uuid(buf, "Responses[].TopicId")?;
-        let partitions = get_structs(buf, "Responses[].Partitions", version)?;
-        skip_tagged_fields(buf, "Responses[] tagged fields")?;
-        Ok(Self {
-            topic_id,
-            partitions,
-        })
-    }
-}
-
-/// ShareAcknowledgeResponse v1/v2.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ShareAcknowledgeResponse {
-    /// Time the request was throttled for, in ms.
-    pub(crate) throttle_time_ms: i32,
-    /// The top-level error code, 0 for none.
-    pub(crate) error_code: i16,
-    /// The top-level error message.
-    pub(crate) error_message: Option<StrBytes>,
-    /// v2 (ignorable, 0 at v1): how long the (renewed) acquired records stay locked, in ms.
-    pub(crate) acquisition_lock_timeout_ms: i32,
-    /// The topics.
-    pub(crate) responses: Vec<ShareAcknowledgeTopicResponse>,
-    /// Endpoints of new leaders.
-    pub(crate) node_endpoints: Vec<NodeEndpoint>,
-}
-
-impl Wire for ShareAcknowledgeResponse {
-    const MIN_SIZE: usize = 4 + 2 + 1 + 1 + 1 + 1;
-
-    fn write<S: Sink>(&self, s: &mut S, version: i16) -> Result<(), CodecError> {
-        check_version("ShareAcknowledgeResponse", version)?;
-        put_i32(s, self.throttle_time_ms);
-        put_i16(s, self.error_code);
-        put_nullable_string(
-            s,
-            "ShareAcknowledgeResponse.ErrorMessage",
-            self.error_message.as_ref(),
-        )?;
-        // Ignorable: left out below v2.
-        if version >= 2 {
-            put_i32(s, self.acquisition_lock_timeout_ms);
-        }
-        put_structs(
-            s,
-            "ShareAcknowledgeResponse.Responses",
-            &self.responses,
-            version,
-        )?;
-        put_structs(
-            s,
-            "ShareAcknowledgeResponse.NodeEndpoints",
-            &self.node_endpoints,
-            version,
-        )?;
-        put_no_tagged_fields(s);
-        Ok(())
-    }
-
-    fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError> {
-        check_version("ShareAcknowledgeResponse", version)?;
-        let throttle_time_ms = get_i32(buf, "ShareAcknowledgeResponse.ThrottleTimeMs")?;
-        let error_code = get_i16(buf, "ShareAcknowledgeResponse.ErrorCode")?;
-        let error_message = get_nullable_string(buf, "ShareAcknowledgeResponse.ErrorMessage")?;
-        let acquisition_lock_timeout_ms = if version >= 2 {
-            get_i32(buf, "ShareAcknowledgeResponse.AcquisitionLockTimeoutMs")?
-        } else {
-            0
-        };
-        let responses = get_structs(buf, "ShareAcknowledgeResponse.Responses", version)?;
-        let node_endpoints = get_structs(buf, "ShareAcknowledgeResponse.NodeEndpoints", version)?;
-        skip_tagged_fields(buf, "ShareAcknowledgeResponse tagged fields")?;
-        Ok(Self {
-            throttle_time_ms,
-            error_code,
-            error_message,
-            acquisition_lock_timeout_ms,
-            responses,
-            node_endpoints,
-        })
+wire_struct! {
+    /// ShareAcknowledgeResponse v1/v2.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    message ShareAcknowledgeResponse in "ShareAcknowledgeResponse" {
+        /// Time the request was throttled for, in ms.
+        throttle_time_ms: i32 = i32 "ThrottleTimeMs",
+        /// The top-level error code, 0 for none.
+        error_code: i16 = i16 "ErrorCode",
+        /// The top-level error message.
+        error_message: Option<StrBytes> = nullable_string "ErrorMessage",
+        /// v2 (ignorable, 0 at v1): how long the (renewed) acquired records stay locked, in ms.
+        acquisition_lock_timeout_ms: i32 = i32 "AcquisitionLockTimeoutMs" since 2,
+        /// The topics.
+        responses: Vec<ShareAcknowledgeTopicResponse> = structs "Responses",
+        /// Endpoints of new leaders.
+        node_endpoints: Vec<NodeEndpoint> = structs "NodeEndpoints",
     }
 }
 
@@ -1752,6 +1498,33 @@ mod tests {
 
     // --- v1: byte-for-byte what kafka-protocol 0.18 does -------------------------------------
 
+    /// The fewest bytes of each struct, as the schema gives them (fixed fields, one byte for
+    /// each compact length and each tagged field section): what bounds array counts on decode.
+    #[test]
+    fn the_fewest_bytes_of_each_struct_are_the_schemas() {
+        assert_eq!(AcknowledgementBatch::MIN_SIZE, 8 + 8 + 1 + 1);
+        assert_eq!(FetchPartition::MIN_SIZE, 4 + 1 + 1);
+        assert_eq!(FetchTopic::MIN_SIZE, 16 + 1 + 1);
+        assert_eq!(ForgottenTopic::MIN_SIZE, 16 + 1 + 1);
+        assert_eq!(LeaderIdAndEpoch::MIN_SIZE, 4 + 4 + 1);
+        assert_eq!(NodeEndpoint::MIN_SIZE, 4 + 1 + 4 + 1 + 1);
+        assert_eq!(AcquiredRecords::MIN_SIZE, 8 + 8 + 2 + 1);
+        assert_eq!(
+            ShareFetchPartitionData::MIN_SIZE,
+            4 + 2 + 1 + 2 + 1 + (4 + 4 + 1) + 1 + 1 + 1
+        );
+        assert_eq!(ShareFetchTopicResponse::MIN_SIZE, 16 + 1 + 1);
+        assert_eq!(
+            ShareAcknowledgePartitionData::MIN_SIZE,
+            4 + 2 + 1 + (4 + 4 + 1) + 1
+        );
+        assert_eq!(ShareAcknowledgeTopicResponse::MIN_SIZE, 16 + 1 + 1);
+        // The top-level messages, without the fields of v2 only.
+        assert_eq!(ShareFetchRequest::MIN_SIZE, 1 + 1 + 6 * 4 + 1 + 1 + 1);
+        assert_eq!(ShareFetchResponse::MIN_SIZE, 4 + 2 + 1 + 4 + 1 + 1 + 1);
+        assert_eq!(ShareAcknowledgeRequest::MIN_SIZE, 1 + 1 + 4 + 1 + 1);
+        assert_eq!(ShareAcknowledgeResponse::MIN_SIZE, 4 + 2 + 1 + 1 + 1 + 1);
+    }
     #[test]
     fn v1_share_fetch_request_encodes_like_kafka_protocol() {
         let request = fetch_request();
