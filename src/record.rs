@@ -390,7 +390,7 @@ pub(crate) struct RecordParts {
 ///
 /// The byte-array converter yields [`Value::Bytes`], the string converter [`Value::String`],
 /// the JSON converter any variant. Integers of every width are [`Value::Int`] and floats of
-/// both widths [`Value::Float`]; a [`Schema`](crate::Schema), when the converter gives one,
+/// both widths [`Value::Float`]; a [`Schema`], when the converter gives one,
 /// tells the declared width.
 ///
 /// `Value` is `PartialEq` but not `Eq`, because of [`Value::Float`].

@@ -433,7 +433,7 @@ impl ConnectorConfig {
 
     /// `offset.flush.interval.ms`: how often acknowledgements are committed; `None` (unset)
     /// is the driver's default, once a second. Either way the driver also commits every
-    /// [`DEFAULT_COMMIT_RECORDS`](crate::DEFAULT_COMMIT_RECORDS) records.
+    /// [`DEFAULT_COMMIT_RECORDS`] records.
     pub fn commit_interval(&self) -> Option<Duration> {
         self.commit_interval
     }
@@ -554,7 +554,7 @@ impl ConnectorConfig {
 
     /// A driver config with everything this config decides: the topics, the task config,
     /// the commit interval (`offset.flush.interval.ms`, the driver's once a second when unset;
-    /// also every [`DEFAULT_COMMIT_RECORDS`](crate::DEFAULT_COMMIT_RECORDS) records) and
+    /// also every [`DEFAULT_COMMIT_RECORDS`] records) and
     /// timeout, `ack.policy`, `put.retriable.policy`, `max.delivery.attempts`,
     /// `redelivery.backoff.ms` and `redelivery.backoff.max.ms`,
     /// `share.dead.letter.queue.required`, the `errors.*` settings (the dead-letter circuit
@@ -564,7 +564,7 @@ impl ConnectorConfig {
     /// The converters and transforms are plugin objects, built from
     /// [`key_converter`](Self::key_converter), [`value_converter`](Self::value_converter),
     /// [`header_converter`](Self::header_converter) and [`chain_stages`](Self::chain_stages)
-    /// with a [`Plugins`](crate::Plugins) registry and set with
+    /// with a [`Plugins`] registry and set with
     /// [`DriverConfig::converters`] and [`DriverConfig::transforms`].
     pub fn driver_config(&self) -> DriverConfig {
         let config = DriverConfig::new(self.topics.iter().cloned())

@@ -197,7 +197,7 @@ impl DeadLetterRecord {
     /// order: `__connect.errors.topic`, `.partition`, `.offset` (the original coordinates),
     /// `.connector.name`, `.task.id`, `.stage`, `.class.name`, `.exception.class.name`,
     /// `.exception.message` and `.exception.stacktrace`. The names are in
-    /// [`headers`](super::headers).
+    /// [`headers`].
     ///
     /// The error is written as the chain of Java exceptions Connect would have written for it
     /// (see [`ErrorContext`] for the first one's class):

@@ -11,7 +11,7 @@
 //! | fatal error | REJECT the batch (written to the dead-letter queue and ACCEPTed instead when a queue is set; RELEASEd when the dead-letter circuit breaker trips), commit, return the error; the driver stops | return the error; the driver stops and `close` releases the batch |
 //!
 //! A consumer error no retry fixes, such as credentials a broker refuses (also mid-run), stops
-//! the driver too: see [`ShareSinkTask::iteration`](ShareSinkTask::iteration#authentication-failures).
+//! the driver too: see [`ShareSinkTask::iteration`], its "Authentication failures" section.
 //!
 //! # Where a process can die
 //!

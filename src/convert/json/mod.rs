@@ -59,10 +59,10 @@ const NOT_AN_ENVELOPE: &str = "JsonConverter with schemas.enable requires \"sche
 ///   gives a schemaless payload. Schemas (and payloads they describe) nested deeper than 127
 ///   levels are refused.
 /// - `schemas.enable=false`: any JSON, converted without schema: objects become
-///   [`Value::Map`](crate::Value::Map) with string keys in document order, integers
-///   [`Value::Int`](crate::Value::Int) (beyond the i64 range, a rounded
-///   [`Value::Float`](crate::Value::Float), where Connect keeps the low 64 bits), other numbers
-///   `Float`, null or no content [`Value::Null`](crate::Value::Null).
+///   [`Value::Map`] with string keys in document order, integers
+///   [`Value::Int`] (beyond the i64 range, a rounded
+///   [`Value::Float`], where Connect keeps the low 64 bits), other numbers
+///   `Float`, null or no content [`Value::Null`].
 ///
 /// Logical types keep their physical value (Decimal stays base64-decoded bytes, Date and
 /// Time int32, Timestamp int64); their schema's name and parameters say how to read them.

@@ -90,7 +90,7 @@ pub(crate) struct Leader {
 ///
 /// # Errors
 ///
-/// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported) when the broker offers no version in `versions`; the
+/// [`ProtocolError::Unsupported`] when the broker offers no version in `versions`; the
 /// errors of the request (a timeout, a lost connection, an undecodable answer); a top-level
 /// error code of the answer (v13) as a [`ClientError::Broker`]. Errors of topics and
 /// partitions are in the snapshot.

@@ -9,7 +9,7 @@
 //! kafka-protocol encodes (tested below).
 //!
 //! Each struct of the schema is declared once, as a list of its fields (kind, schema name,
-//! the version a later field exists `since`), and [`wire_struct!`] writes the struct and its
+//! the version a later field exists `since`), and `wire_struct!` writes the struct and its
 //! encoder and decoder from that list, as Kafka's generator does from the JSON: no field is
 //! encoded in one place and decoded in another by hand.
 //!
@@ -530,7 +530,7 @@ trait Wire: Sized {
     fn read<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self, CodecError>;
 }
 
-/// A field's part in a [`wire_struct!`]: its fewest bytes (`min`), its encoding (`put`) and
+/// A field's part in a `wire_struct!`: its fewest bytes (`min`), its encoding (`put`) and
 /// its decoding (`get`), by the kind of schema field.
 macro_rules! wire_field {
     (min i8, $ty:ty) => {

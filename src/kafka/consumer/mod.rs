@@ -107,7 +107,7 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// and a share session per partition leader. By default the records acquired per fetch are
 /// sized to the application's measured pace and the acquisition lock, the next acquisition
 /// is fetched while the application processes a batch, and a poll returns at most
-/// `max.poll.records` records (see [`AcquisitionSizing`](crate::AcquisitionSizing)).
+/// `max.poll.records` records (see [`AcquisitionSizing`]).
 /// Acknowledgements ride on the next ShareFetch or go in a ShareAcknowledge on commit (or
 /// when no fetch carried them within a tenth of the lock); `close` sends the final ones with session epoch -1,
 /// which releases everything else this member holds, then leaves the group.
@@ -120,7 +120,7 @@ fn release_ranges(records: &[ConsumerRecord]) -> Vec<(TopicPartition, Vec<AckRan
 /// the consumer stops, as Java's share consumer throws its `AuthenticationException`:
 ///
 /// - every later [`poll`](ShareConsumer::poll) and
-///   [`commit_sync`](ShareConsumer::commit_sync) returns [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)
+///   [`commit_sync`](ShareConsumer::commit_sync) returns [`ConnectionError::Authentication`]
 ///   at once (not retriable), a waiting one included. Records already fetched are not handed
 ///   out: they could not be acknowledged. They, and records handed out whose
 ///   acknowledgements were not sent, are delivered again when their locks expire (or at once
@@ -831,7 +831,7 @@ impl ShareConsumer for KafkaShareConsumer {
     /// are reported by the next commit.
     ///
     /// Once a broker refused this consumer's credentials it returns
-    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) at once, also while it waits for the answers.
+    /// [`ConnectionError::Authentication`] at once, also while it waits for the answers.
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.ensure_open()?;
         let implicit = self.implicit();

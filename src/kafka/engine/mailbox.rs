@@ -35,7 +35,7 @@ pub(crate) struct Slots {
     /// An error the next poll reports (one retrying cannot fix).
     pub(crate) error: Option<ConsumerError>,
     /// A broker refused this consumer's credentials or certificate (`broker`, `reason` of
-    /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)): every later poll and commit reports it, before
+    /// [`ConnectionError::Authentication`]): every later poll and commit reports it, before
     /// handing out any record, and the engine acquires nothing more.
     pub(crate) refused: Option<(String, String)>,
     /// A poll asked for records and none were handed over since: the engine fetches (one

@@ -7,7 +7,7 @@
 //!   the SASL exchange (`SASL_PLAINTEXT`, `SASL_SSL`: SaslHandshake v1 and SaslAuthenticate
 //!   requests through the ordinary request path). A connection is handed out only once all
 //!   of that succeeded. Failures of authentication, on either side, are
-//!   [`ConnectionError::Authentication`](crate::ConnectionError::Authentication), which is not retriable; the client types map it to
+//!   [`ConnectionError::Authentication`], which is not retriable; the client types map it to
 //!   their own `Authentication` variants (the table of causes and variants is on
 //!   [`ConsumerError::Connection`](crate::ConsumerError::Connection)). Attempts wait for the client's reconnect backoff
 //!   after failures ([`backoff`](super::backoff)).
@@ -21,7 +21,7 @@
 //!   broker sends a frame that is negative or larger than [`ConnectionConfig::max_frame_bytes`],
 //!   a response nobody waits for, or a response whose header or body cannot be decoded: the
 //!   byte stream may be out of step, or the broker misbehaving, so nothing more read from it
-//!   is trusted. The waiting requests fail with [`ProtocolError::Garbled`](crate::ProtocolError::Garbled); on EOF or an I/O
+//!   is trusted. The waiting requests fail with [`ProtocolError::Garbled`]; on EOF or an I/O
 //!   error, with [`ClientError::Connection`]. Both are retriable. Later requests fail at
 //!   once with [`ClientError::Connection`]: build a new connection.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
@@ -271,9 +271,9 @@ enum CloseReason {
         /// What happened.
         message: String,
     },
-    /// The broker sent bytes that cannot be decoded: [`ProtocolError::Garbled`](crate::ProtocolError::Garbled).
+    /// The broker sent bytes that cannot be decoded: [`ProtocolError::Garbled`].
     Garbled(String),
-    /// A TLS alert or certificate failure: [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
+    /// A TLS alert or certificate failure: [`ConnectionError::Authentication`].
     Authentication(String),
     /// The broker speaks another protocol than the client's `security.protocol` (it answered
     /// with TLS records): [`ClientError::Config`] naming `security.protocol`.
@@ -453,7 +453,7 @@ impl Connection {
     /// handshake (likewise), the ApiVersions handshake (a timeout is a
     /// [`ClientError::Timeout`]; v3 first, then v0 if the broker answers
     /// UNSUPPORTED_VERSION) and the SASL exchange (likewise). Refused credentials or
-    /// certificates are [`ConnectionError::Authentication`](crate::ConnectionError::Authentication).
+    /// certificates are [`ConnectionError::Authentication`].
     ///
     /// After a failed attempt to `addr` by any connection of the same client (the
     /// [`ConnectionConfig::dialer`] they share), it first waits the reconnect backoff
@@ -940,7 +940,7 @@ impl Connection {
     ///
     /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
     /// includes versions kafka-protocol cannot encode. Without a common version the error is
-    /// [`ProtocolError::Unsupported`](crate::ProtocolError::Unsupported), naming the API and both ranges.
+    /// [`ProtocolError::Unsupported`], naming the API and both ranges.
     pub(crate) fn negotiate(&self, key: ApiKey, ours: VersionRange) -> Result<i16, ClientError> {
         let unsupported = |theirs: &str| {
             ClientError::Protocol(ProtocolError::Unsupported {
@@ -979,7 +979,7 @@ impl Connection {
     /// `req` is encoded when this is called, so the returned future does not borrow it.
     /// Errors: [`ClientError::Timeout`] (the connection stays usable),
     /// [`ClientError::Protocol`] when the request cannot be encoded (the connection stays
-    /// usable), [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) when its response, or the bytes read before it,
+    /// usable), [`ProtocolError::Garbled`] when its response, or the bytes read before it,
     /// cannot be decoded (the connection is closed), [`ClientError::Connection`] when the
     /// connection is or becomes closed. Broker error codes inside the response are the
     /// caller's to check.
@@ -1019,7 +1019,7 @@ impl Connection {
     }
 
     /// Closes the connection because a response of `key` could not be decoded, and returns
-    /// the [`ProtocolError::Garbled`](crate::ProtocolError::Garbled) for its request (the other waiting requests get theirs
+    /// the [`ProtocolError::Garbled`] for its request (the other waiting requests get theirs
     /// from the close).
     fn garbled(&self, key: ApiKey, reason: String) -> ClientError {
         self.inner
