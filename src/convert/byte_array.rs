@@ -2,10 +2,10 @@
 
 use bytes::Bytes;
 
-use super::converter::{Converter, HeaderConverter, SchemaAndValue};
+use super::converter::SchemaAndValue;
 use super::error::ConvertError;
 use super::schema::optional_bytes;
-use crate::record::{Headers, Value};
+use crate::record::Value;
 
 /// Passes keys, values and header values through as [`Value::Bytes`] (null stays
 /// [`Value::Null`]), with Connect's optional bytes schema; never fails and never copies.
@@ -29,37 +29,17 @@ impl ByteArrayConverter {
     /// Connect's class name.
     pub const CLASS_NAME: &'static str = "org.apache.kafka.connect.converters.ByteArrayConverter";
 
-    fn convert(data: Option<&Bytes>) -> SchemaAndValue {
-        SchemaAndValue::new(Some(optional_bytes()), Value::from(data.cloned()))
-    }
-}
-
-impl Converter for ByteArrayConverter {
-    fn to_sink_data(
+    /// The bytes as they are, for a key, a value or a header alike.
+    fn convert(
         &self,
-        _topic: &str,
-        _headers: &Headers,
         data: Option<&Bytes>,
+        _header: Option<&str>,
     ) -> Result<SchemaAndValue, ConvertError> {
-        Ok(Self::convert(data))
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
+        Ok(SchemaAndValue::new(
+            Some(optional_bytes()),
+            Value::from(data.cloned()),
+        ))
     }
 }
 
-impl HeaderConverter for ByteArrayConverter {
-    fn to_sink_header(
-        &self,
-        _topic: &str,
-        _key: &str,
-        value: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        Ok(Self::convert(value))
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
-    }
-}
+value_and_header_converter!(ByteArrayConverter);

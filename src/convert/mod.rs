@@ -8,6 +8,43 @@
 //!
 //! [`Value`]: crate::Value
 
+/// [`Converter`] and [`HeaderConverter`] for a converter that reads a record's key or value
+/// and a header's value alike: its `convert(&self, data, header key)` (the key `None` for a
+/// key or value) and its `CLASS_NAME`, as Connect's converters that are both.
+macro_rules! value_and_header_converter {
+    ($converter:ty) => {
+        impl $crate::convert::Converter for $converter {
+            fn to_sink_data(
+                &self,
+                _topic: &str,
+                _headers: &$crate::record::Headers,
+                data: Option<&bytes::Bytes>,
+            ) -> Result<$crate::convert::SchemaAndValue, $crate::convert::ConvertError> {
+                self.convert(data, None)
+            }
+
+            fn class_name(&self) -> &str {
+                Self::CLASS_NAME
+            }
+        }
+
+        impl $crate::convert::HeaderConverter for $converter {
+            fn to_sink_header(
+                &self,
+                _topic: &str,
+                key: &str,
+                value: Option<&bytes::Bytes>,
+            ) -> Result<$crate::convert::SchemaAndValue, $crate::convert::ConvertError> {
+                self.convert(value, Some(key))
+            }
+
+            fn class_name(&self) -> &str {
+                Self::CLASS_NAME
+            }
+        }
+    };
+}
+
 mod byte_array;
 mod converter;
 mod converters;

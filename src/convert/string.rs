@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::converter::{Converter, ConverterType, HeaderConverter, SchemaAndValue, subject};
+use super::converter::{ConverterType, SchemaAndValue, subject};
 use super::error::{ConvertError, SerializationCause};
 use super::schema::optional_string;
 use crate::plugins::PluginError;
-use crate::record::{Headers, Value};
+use crate::record::Value;
 
 /// Decodes keys, values and header values as UTF-8 text into [`Value::String`] (null stays
 /// [`Value::Null`]), with Connect's optional string schema. Connect's
@@ -181,40 +181,14 @@ pub(crate) fn converter_type(
         .transpose()
 }
 
-impl Converter for StringConverter {
-    fn to_sink_data(
-        &self,
-        _topic: &str,
-        _headers: &Headers,
-        data: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        self.convert(data, None)
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
-    }
-}
-
-impl HeaderConverter for StringConverter {
-    fn to_sink_header(
-        &self,
-        _topic: &str,
-        key: &str,
-        value: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        self.convert(value, Some(key))
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
-    }
-}
+value_and_header_converter!(StringConverter);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::{Converter, HeaderConverter};
     use crate::plugins::configs::configs;
+    use crate::record::Headers;
 
     #[test]
     fn utf8_encodings_are_accepted_others_rejected() {

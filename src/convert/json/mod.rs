@@ -13,11 +13,11 @@ use bytes::Bytes;
 
 use self::path::Path;
 use self::tree::Json;
-use super::converter::{Converter, ConverterType, HeaderConverter, SchemaAndValue, subject};
+use super::converter::{ConverterType, SchemaAndValue, subject};
 use super::error::{ConvertError, SerializationCause};
 use super::string::converter_type;
 use crate::plugins::{PluginError, configs};
-use crate::record::{Headers, Value};
+use crate::record::Value;
 
 /// Connect's message when the JSON cannot be read.
 const SERIALIZATION_FAILED: &str =
@@ -283,39 +283,13 @@ fn split_envelope(json: Json) -> Option<(Json, Json)> {
     Some((schema, payload))
 }
 
-impl Converter for JsonConverter {
-    fn to_sink_data(
-        &self,
-        _topic: &str,
-        _headers: &Headers,
-        data: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        self.convert(data, None)
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
-    }
-}
-
-impl HeaderConverter for JsonConverter {
-    fn to_sink_header(
-        &self,
-        _topic: &str,
-        key: &str,
-        value: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        self.convert(value, Some(key))
-    }
-
-    fn class_name(&self) -> &str {
-        Self::CLASS_NAME
-    }
-}
+value_and_header_converter!(JsonConverter);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::{Converter, HeaderConverter};
+    use crate::record::Headers;
 
     #[test]
     fn envelopes_are_checked_as_connect_checks_them() {
