@@ -649,7 +649,9 @@ macro_rules! wire_field {
 /// A field at the versions it exists at: every version, or `since` one (left out below it,
 /// and read as its default there); a `strict` field cannot carry a value other than its
 /// default below that version (the schema does not make it ignorable), and encoding fails
-/// with [`CodecError::FieldNotSupported`] instead of dropping it.
+/// with [`CodecError::FieldNotSupported`] instead of dropping it. "Default" is the Rust
+/// type's (`false`, 0): right for every later field of these schemas; a later field whose
+/// schema default is not zero would need its own.
 macro_rules! wire_versioned {
     (min $kind:ident, $ty:ty;) => { wire_field!(min $kind, $ty) };
     (min $kind:ident, $ty:ty; $since:literal $($strict:ident)?) => { 0 };
