@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_protocol::messages::{ApiKey, ShareAcknowledgeRequest, ShareFetchRequest};
 use kafka_protocol::protocol::Message;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use self::config::KafkaShareConsumerConfig;
@@ -32,6 +32,7 @@ use crate::consumer::{
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
     GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
+use crate::kafka::engine::channel::PartitionCounts;
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
@@ -50,20 +51,6 @@ use std::collections::BTreeMap;
 const MIN_DELIVERY_COUNT_LIMIT: u16 = 2;
 
 /// Acknowledgements of the application, as ranges per partition.
-/// The partitions of `records`, each once.
-fn in_app_partitions(records: &[ConsumerRecord]) -> Vec<TopicPartition> {
-    let mut out: Vec<TopicPartition> = Vec::new();
-    for r in records {
-        if !out
-            .iter()
-            .any(|tp| tp.partition() == r.partition() && tp.topic() == r.topic())
-        {
-            out.push(TopicPartition::new(r.topic_name().clone(), r.partition()));
-        }
-    }
-    out
-}
-
 fn to_ranges(acks: Vec<PartitionAcks>) -> Vec<(TopicPartition, Vec<AckRange>)> {
     acks.into_iter()
         .map(|PartitionAcks { partition, runs }| {
@@ -181,7 +168,6 @@ pub struct KafkaShareConsumer {
     group_configs: GroupConfigWatch,
     /// Where the group's lag is read, on connections of its own.
     lag_source: Arc<crate::lag::KafkaLagSource>,
-    news: watch::Receiver<u64>,
     subscription: Vec<String>,
     batch: InFlightBatch,
     /// Outcomes a poll received (while waiting for a RENEW), for the next commit.
@@ -317,14 +303,12 @@ impl KafkaShareConsumer {
             bootstrap,
             membership.view(),
         );
-        let news = engine.mailbox.subscribe();
         Ok(Self {
             config,
             membership,
             engine,
             group_configs,
             lag_source,
-            news,
             subscription: Vec::new(),
             batch: InFlightBatch::default(),
             unreported: CommitResults::new(),
@@ -354,8 +338,9 @@ impl KafkaShareConsumer {
 
     /// The authentication error this consumer reports from now on, if a broker refused its
     /// credentials (on a connection of the fetches or of the group membership).
-    fn refused(&self) -> Result<(), ConsumerError> {
-        if let Some(error) = self.engine.mailbox.lock().refusal() {
+    fn refused(&mut self) -> Result<(), ConsumerError> {
+        self.engine.inbox.drain();
+        if let Some(error) = self.engine.inbox.refusal() {
             return Err(error);
         }
         match self.membership.refused() {
@@ -388,7 +373,7 @@ impl KafkaShareConsumer {
     /// # let _ = example;
     /// ```
     pub fn request_counts(&self) -> RequestCounts {
-        self.engine.mailbox.requests.snapshot()
+        self.engine.requests.snapshot()
     }
 
     /// Acquisition sized to the sink: the setting, except with a strict `max.poll.records`.
@@ -411,18 +396,15 @@ impl KafkaShareConsumer {
     }
 
     /// The application is done with what the last poll handed out (its acknowledgements are
-    /// with the engine): notes how long that took, for the sizing rule.
-    fn app_done(&mut self, now: Instant) {
+    /// with the engine): notes how long that took, and tells the engine, for the sizing rule.
+    fn app_done(&mut self, now: Instant) -> Result<(), ConsumerError> {
         if let Some((at, n)) = self.handed_out.take() {
             self.pace.observe(n, now.saturating_duration_since(at));
         }
-        let per_record = self.pace.per_record();
-        let record_locks = self.group_configs.max_record_locks();
-        let mut slots = self.engine.mailbox.lock();
-        slots.in_app = 0;
-        slots.in_app_partitions.clear();
-        slots.per_record = per_record;
-        slots.record_locks = record_locks;
+        self.engine.send(Command::AppDone {
+            per_record: self.pace.per_record(),
+            record_locks: self.group_configs.max_record_locks(),
+        })
     }
 
     /// Releases buffered records that waited unpolled for half their lock (or drops those
@@ -430,8 +412,8 @@ impl KafkaShareConsumer {
     /// late to be processed within its lock. Without an `.await`.
     fn release_stale(&mut self, now: Instant) -> Result<(), ConsumerError> {
         let (expired, stale) = {
-            let mut slots = self.engine.mailbox.lock();
-            let Some(lock) = slots.lock_timeout.filter(|l| !l.is_zero()) else {
+            let inbox = &mut self.engine.inbox;
+            let Some(lock) = inbox.lock_timeout().filter(|l| !l.is_zero()) else {
                 return Ok(());
             };
             let Some(half) = now.checked_sub(Sizing::stale_after(lock)) else {
@@ -439,7 +421,7 @@ impl KafkaShareConsumer {
             };
             let expired = now
                 .checked_sub(lock)
-                .map(|cutoff| slots.records.take_acquired_by(cutoff, |_| false))
+                .map(|cutoff| inbox.records.take_acquired_by(cutoff, |_| false))
                 .unwrap_or_default();
             // A record on its last allowed delivery is not released: the group would archive
             // it unseen. It stays, first in line, for the next poll (the driver renews its
@@ -448,11 +430,14 @@ impl KafkaShareConsumer {
                 .group_configs
                 .delivery_count_limit()
                 .unwrap_or(MIN_DELIVERY_COUNT_LIMIT);
-            let stale = slots
+            let stale = inbox
                 .records
                 .take_acquired_by(half, |r| r.delivery_count() >= limit);
             (expired, stale)
         };
+        if expired.is_empty() && stale.is_empty() {
+            return Ok(());
+        }
         if !expired.is_empty() {
             tracing::warn!(
                 records = expired.len(),
@@ -461,16 +446,20 @@ impl KafkaShareConsumer {
                  poll more often than the acquisition lock)"
             );
         }
-        if stale.is_empty() {
-            return Ok(());
+        if !stale.is_empty() {
+            tracing::warn!(
+                records = stale.len(),
+                "records fetched ahead waited unpolled for half their acquisition lock: \
+                 released to be delivered again rather than handed out this late"
+            );
+            // The release goes first: the engine sees them unsettled before it sees them
+            // leave the buffer.
+            self.engine
+                .send(Command::Acknowledge(release_ranges(&stale)))?;
         }
-        tracing::warn!(
-            records = stale.len(),
-            "records fetched ahead waited unpolled for half their acquisition lock: released \
-             to be delivered again rather than handed out this late"
-        );
-        self.engine
-            .send(Command::Acknowledge(release_ranges(&stale)))
+        let mut gone = PartitionCounts::of(&expired);
+        gone.extend(&PartitionCounts::of(&stale));
+        self.engine.send(Command::Dropped(gone))
     }
 
     fn ensure_open(&self) -> Result<(), ConsumerError> {
@@ -525,11 +514,13 @@ impl KafkaShareConsumer {
     /// Outcomes the engine set aside for the callback, and those `commit_async` futures
     /// received: the first are given to the callback and returned (for the commit that
     /// reports them), the second only given to the callback (their future reported them).
+    /// Without a callback, outcomes set aside for one that was since removed are returned.
     fn take_settled(&mut self) -> CommitResults {
+        self.engine.inbox.drain();
+        let settled = self.engine.inbox.take_settled();
         if !self.callback.is_set() {
-            return CommitResults::new();
+            return settled;
         }
-        let settled = std::mem::take(&mut self.engine.mailbox.lock().settled);
         let resolved = std::mem::take(
             &mut *self
                 .async_outcomes
@@ -701,7 +692,8 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.batch.clear_unheld();
         let now = Instant::now();
-        self.app_done(now);
+        self.app_done(now)?;
+        self.engine.inbox.drain();
         self.release_stale(now)?;
 
         if let Some(answer) = self.renew_answer.as_mut() {
@@ -726,53 +718,56 @@ impl ShareConsumer for KafkaShareConsumer {
             return Ok(self.present(again));
         }
 
+        // Whether the engine was told this poll waits (it is told once).
+        let mut waiting = false;
         loop {
-            self.news.borrow_and_update();
-            {
-                let mut slots = self.engine.mailbox.lock();
-                if let Some(e) = slots.refusal() {
-                    // Records acquired over connections that can no longer acknowledge them
-                    // are not handed out: they come back when their locks expire.
-                    slots.poll_deadline = None;
-                    return Err(e);
+            let limit = self.poll_limit();
+            let inbox = &mut self.engine.inbox;
+            inbox.drain();
+            if let Some(e) = inbox.refusal() {
+                // Records acquired over connections that can no longer acknowledge them are
+                // not handed out: they come back when their locks expire.
+                if waiting {
+                    self.engine.send(Command::GaveUp)?;
                 }
-                if !slots.records.is_empty() {
-                    // With a strict max.poll.records (a broker before 4.2 acquired whole
-                    // batches) or a sized acquisition, the rest waits, acquired, for the
-                    // next polls.
-                    let acquired = slots.records.oldest();
-                    let records = slots.records.take(self.poll_limit());
-                    slots.poll_deadline = None;
-                    slots.in_app = records.len();
-                    slots.in_app_partitions = in_app_partitions(&records);
-                    drop(slots);
-                    if self.config.acquisition_sizing == AcquisitionSizing::Sized {
-                        // The level went down: the engine may fetch ahead now.
-                        self.engine.mailbox.wake.notify_one();
-                    }
-                    self.last_acquired = acquired;
-                    return Ok(self.present(records));
+                return Err(e);
+            }
+            if !inbox.records.is_empty() {
+                // With a strict max.poll.records (a broker before 4.2 acquired whole
+                // batches) or a sized acquisition, the rest waits, acquired, for the next
+                // polls.
+                let acquired = inbox.records.oldest();
+                let records = inbox.records.take(limit);
+                self.engine
+                    .send(Command::HandedOut(PartitionCounts::of(&records)))?;
+                self.last_acquired = acquired;
+                return Ok(self.present(records));
+            }
+            if let Some(e) = inbox.take_error() {
+                if waiting {
+                    self.engine.send(Command::GaveUp)?;
                 }
-                if let Some(e) = slots.error.take() {
-                    return Err(e);
-                }
-                if slots.stopped {
-                    return Err(ConsumerError::Closed);
-                }
-                slots.wanted = true;
-                slots.poll_deadline = Some(deadline);
+                return Err(e);
+            }
+            if inbox.stopped() {
+                return Err(ConsumerError::Closed);
             }
             if let Some(e) = self.membership.take_error() {
+                if waiting {
+                    self.engine.send(Command::GaveUp)?;
+                }
                 return Err(e.into());
             }
-            self.engine.mailbox.wake.notify_one();
-            match tokio::time::timeout_at(deadline, self.news.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(ConsumerError::Closed),
-                Err(_) => {
-                    self.engine.mailbox.lock().poll_deadline = None;
-                    return Ok(Vec::new());
-                }
+            if !waiting {
+                self.engine.send(Command::Want { deadline })?;
+                waiting = true;
+            }
+            if tokio::time::timeout_at(deadline, self.engine.inbox.next())
+                .await
+                .is_err()
+            {
+                self.engine.send(Command::GaveUp)?;
+                return Ok(Vec::new());
             }
         }
     }
@@ -840,15 +835,13 @@ impl ShareConsumer for KafkaShareConsumer {
         let (reply, mut answer) = oneshot::channel();
         self.engine.send(Command::Commit(reply))?;
         let deadline = deadline_after(Instant::now(), timeout);
-        let mut news = self.engine.mailbox.subscribe();
-        let mut watching = true;
         let outcome = loop {
+            let watching = !self.engine.inbox.stopped();
             tokio::select! {
                 result = &mut answer => break Ok(result),
-                changed = news.changed(), if watching => {
+                () = self.engine.inbox.next(), if watching => {
                     // A refusal met while the acknowledgements are on their way: dropped,
                     // the answer's outcomes wait for the next commit.
-                    watching = changed.is_ok();
                     self.refused()?;
                 }
                 () = tokio::time::sleep_until(deadline) => break Err(()),
@@ -965,17 +958,18 @@ impl ShareConsumer for KafkaShareConsumer {
         self.ensure_open()?;
         let collect = callback.is_some();
         if !collect {
-            // What was set aside for the old callback goes to the next commit instead.
-            let settled = std::mem::take(&mut self.engine.mailbox.lock().settled);
+            // What was set aside for the old callback goes to the next commit instead (and so
+            // does what the engine sets aside before it is told).
+            self.engine.inbox.drain();
+            let settled = self.engine.inbox.take_settled();
             self.unreported.merge(settled);
         }
         self.callback.set(callback);
-        self.engine.mailbox.lock().collect = collect;
-        Ok(())
+        self.engine.send(Command::Collect(collect))
     }
 
     fn acquisition_lock_timeout(&self) -> Option<Duration> {
-        self.engine.mailbox.lock().lock_timeout
+        self.engine.inbox.lock_timeout()
     }
 
     /// When the oldest record of the last poll was acquired, when it waited in the buffer

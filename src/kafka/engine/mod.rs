@@ -1,9 +1,9 @@
 //! The fetch engine: a tokio task that drives the [`SessionBook`] against the connections.
 //!
-//! The consumer talks to it through commands on an unbounded channel (sent without an
-//! `.await`, so a caller's future can be dropped at any point without losing what it handed
-//! over) and through the [`Mailbox`], where the engine leaves the records it fetched. The
-//! engine owns everything a request needs to outlive the call that caused it: the share
+//! The consumer and the engine share no state: the consumer sends [`Command`]s, the engine
+//! sends [`Update`](channel::Update)s (the records it fetched among them), each over an
+//! unbounded queue sent to without an `.await`, so a caller's future can be dropped at any
+//! point without losing what it handed over (see [`channel`]). The engine owns everything a request needs to outlive the call that caused it: the share
 //! sessions and their epochs, the acknowledgements pending and in flight, the connections to
 //! the partition leaders, and the cluster metadata. A `poll` is then only a wait, bounded by
 //! its deadline, for what the engine fetched.
@@ -12,7 +12,7 @@
 //!
 //! Acquisition locks start ticking when the broker answers. With the sized acquisition (the
 //! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
-//! mailbox, those the application is processing, and those asked for in flight) within a
+//! consumer's buffer, those the application is processing, and those asked for in flight) within a
 //! budget the application can process in a third of the lock (and that fits in
 //! `acquisition_max_bytes`, and in this member's fair share of the group's record locks on
 //! the partitions it shares with other members), and fetches ahead (without
@@ -20,15 +20,18 @@
 //! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
 //! taken (0 by default: no fetch runs ahead of the application). An answer that arrives after
-//! its poll gave up waits in the mailbox for the next poll; its records are not lost and not
+//! its poll gave up waits in the consumer's buffer for the next poll; its records are not lost and not
 //! released (unless they wait there for half their lock).
 //!
 //! Acknowledgements ride on the next fetch to their leader; they go in a ShareAcknowledge of
 //! their own when a commit asks for them, at close, for a RENEW, or when no fetch has carried
 //! them within [`Sizing::ack_linger`].
 
+pub(crate) mod buffer;
+pub(crate) mod channel;
 pub(crate) mod cluster;
-pub(crate) mod mailbox;
+mod demand;
+pub(crate) mod inbox;
 pub(crate) mod requests;
 mod responses;
 pub(crate) mod sizing;
@@ -42,10 +45,15 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use kafka_protocol::messages::ApiKey;
 use tokio::sync::{mpsc, oneshot};
+
+pub(crate) use self::channel::Command;
 use tokio::time::Instant;
 
+use self::channel::{PartitionCounts, Update};
 use self::cluster::{Cluster, fetch_metadata};
-use self::mailbox::Mailbox;
+use self::demand::Demand;
+use self::inbox::Inbox;
+use self::requests::RequestCounters;
 use self::sizing::{RecordBytes, Sizing, fair_share, fetch_bytes};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::codec::share_v2;
@@ -57,7 +65,6 @@ use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{ConnectionError, ProtocolError};
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
-use crate::kafka::session::acks::AckRange;
 use crate::kafka::session::book::{
     FetchSettings, NodeId, PlanInput, Planned, SessionBook, SessionPartition, Ticket,
 };
@@ -107,32 +114,15 @@ pub(crate) struct EngineConfig {
 /// `group.share.record.lock.duration.ms`.
 const DEFAULT_LOCK: Duration = Duration::from_secs(30);
 
-/// What the consumer asks of its engine.
-#[derive(Debug)]
-pub(crate) enum Command {
-    /// The topics to find leaders for.
-    Subscribe(Vec<String>),
-    /// Acknowledgements to send with the next request to each partition's leader.
-    Acknowledge(Vec<(TopicPartition, Vec<AckRange>)>),
-    /// Leave the subscription: close every share session with the final epoch (sending the
-    /// pending acknowledgements, releasing the rest), drop what was fetched, then answer
-    /// with the outcomes gathered since the last commit and stay idle until a `Subscribe`.
-    Unsubscribe(oneshot::Sender<CommitResults>),
-    /// Send every pending acknowledgement now; answer with the outcomes gathered since the
-    /// last commit once those queued before this command are settled. If the receiver is
-    /// gone by then, the outcomes wait for the next commit.
-    Commit(oneshot::Sender<CommitResults>),
-    /// Finish what is in flight, send what is pending with epoch -1 (which releases
-    /// everything else), answer with the outcomes, and stop.
-    Close(oneshot::Sender<CommitResults>),
-}
-
 /// The consumer's side of a running engine. Dropping it stops the engine (after a close
 /// already asked for has finished), which closes its connections.
 #[derive(Debug)]
 pub(crate) struct EngineHandle {
     commands: mpsc::UnboundedSender<Command>,
-    pub(crate) mailbox: Arc<Mailbox>,
+    /// What the engine sent, taken in.
+    pub(crate) inbox: Inbox,
+    /// The requests the engine sent.
+    pub(crate) requests: Arc<RequestCounters>,
 }
 
 impl EngineHandle {
@@ -143,7 +133,8 @@ impl EngineHandle {
         membership: MembershipView,
     ) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
-        let mailbox = Arc::new(Mailbox::new());
+        let (updates, inbox) = mpsc::unbounded_channel();
+        let requests = Arc::new(RequestCounters::default());
         let connection_config = bootstrap.config().clone();
         let engine = Engine {
             book: SessionBook::new(&config.group_id, &config.member_id),
@@ -151,7 +142,11 @@ impl EngineHandle {
             connection_config,
             bootstrap,
             membership,
-            mailbox: Arc::clone(&mailbox),
+            updates,
+            requests: Arc::clone(&requests),
+            demand: Demand::default(),
+            lock_timeout: None,
+            refused: false,
             commands: receiver,
             cluster: Cluster::default(),
             subscription: Vec::new(),
@@ -176,7 +171,11 @@ impl EngineHandle {
             work: FuturesUnordered::new(),
         };
         tokio::spawn(engine.run());
-        Self { commands, mailbox }
+        Self {
+            commands,
+            inbox: Inbox::new(inbox),
+            requests,
+        }
     }
 
     /// Hands a command to the engine; never waits. Fails when the engine has stopped.
@@ -211,7 +210,15 @@ struct Engine {
     connection_config: ConnectionConfig,
     bootstrap: Arc<Bootstrap>,
     membership: MembershipView,
-    mailbox: Arc<Mailbox>,
+    /// To the consumer; dropped when the engine stops, which tells it so.
+    updates: mpsc::UnboundedSender<Update>,
+    requests: Arc<RequestCounters>,
+    /// What the consumer holds and wants, as its commands told.
+    demand: Demand,
+    /// The acquisition lock duration the brokers reported last.
+    lock_timeout: Option<Duration>,
+    /// A broker refused this consumer's credentials: nothing more is acquired.
+    refused: bool,
     commands: mpsc::UnboundedReceiver<Command>,
     book: SessionBook,
     cluster: Cluster,
@@ -286,20 +293,30 @@ impl Engine {
                     None => consumer_gone = true,
                 },
                 Some(event) = self.work.next(), if !self.work.is_empty() => self.handle(event),
-                () = self.mailbox.wake.notified() => self.polled = true,
-                () = self.membership.changed(seen) => self.mailbox.announce(),
+                () = self.membership.changed(seen) => self.tell(Update::MembershipChanged),
                 () = sleep_until_opt(timer) => {}
             }
         }
-        let mut slots = self.mailbox.lock();
-        slots.stopped = true;
-        drop(slots);
-        self.mailbox.announce();
+        // Dropping `self` closes the updates' queue: the consumer learns the engine stopped
+        // after everything sent before.
+    }
+
+    /// Sends the consumer an update; one that is gone (dropped without a close) needs none.
+    fn tell(&self, update: Update) {
+        let _ = self.updates.send(update);
+    }
+
+    /// Notes the lock duration a broker reported, and tells the consumer when it changed.
+    fn note_lock_timeout(&mut self, lock: Duration) {
+        if self.lock_timeout != Some(lock) {
+            self.lock_timeout = Some(lock);
+            self.tell(Update::LockTimeout(lock));
+        }
     }
 
     /// The next moment something becomes due; times already past are done with.
     fn next_timer(&self, now: Instant) -> Option<Instant> {
-        let poll_deadline = self.mailbox.lock().poll_deadline;
+        let poll_deadline = self.demand.poll_deadline();
         let acks_due = self.acks_due_at();
         [
             self.fetch_retry_at,
@@ -338,6 +355,22 @@ impl Engine {
                 self.subscription.clear();
                 self.leaving = Some(reply);
             }
+            Command::Want { deadline } => {
+                self.polled = true;
+                self.demand.want(deadline);
+            }
+            Command::GaveUp => self.demand.gave_up(),
+            Command::HandedOut(counts) => {
+                // The level went down: a sized acquisition may fetch ahead now.
+                self.polled = true;
+                self.demand.handed_out(&counts);
+            }
+            Command::Dropped(counts) => self.demand.dropped(&counts),
+            Command::AppDone {
+                per_record,
+                record_locks,
+            } => self.demand.app_done(per_record, record_locks),
+            Command::Collect(collect) => self.demand.set_collect(collect),
         }
     }
 
@@ -442,62 +475,33 @@ impl Engine {
     /// again, and the acknowledgements of the old copies, sent to it, would be accepted for
     /// the new ones: a commit would report success and the new copies would come again.
     fn hold_back_moved(&mut self, targets: &mut HashMap<NodeId, BTreeSet<SessionPartition>>) {
-        // Only a partition acquired from another node than the one it would be fetched from
-        // now needs to know what is held: in the steady state none is, and neither the
-        // mailbox nor the command queue is touched.
-        let origins = &self.origins;
-        let moved: Vec<&TopicPartition> = targets
-            .iter()
-            .flat_map(|(&node, partitions)| {
-                partitions.iter().filter_map(move |p| match origins.get(p) {
-                    Some((from, tp)) if *from != node => Some(tp),
-                    _ => None,
-                })
-            })
-            .collect();
-        let held: Vec<TopicPartition> = if moved.is_empty() {
-            Vec::new()
-        } else {
-            let held = {
-                let slots = self.mailbox.lock();
-                moved
-                    .into_iter()
-                    .filter(|tp| slots.records.holds(tp) || slots.in_app_partitions.contains(tp))
-                    .cloned()
-                    .collect()
-            };
-            // The consumer hands acknowledgements over before it says the application is
-            // done with their records: take those sent since the drain at the start of the
-            // step, so none is missed between it and the look at the mailbox.
-            while let Ok(command) = self.commands.try_recv() {
-                self.apply(command);
-            }
-            held
-        };
+        // The consumer's commands come in order (acknowledgements before the news that the
+        // application is done with their records), so what the demand says is held and what
+        // the book says is unsettled are one consistent view.
         let book = &self.book;
+        let demand = &self.demand;
         hold_back_moved(
             targets,
             &mut self.origins,
             |p, node| book.fetching_elsewhere(p, node),
-            |tp| held.contains(tp) || book.unsettled(tp),
+            |tp| demand.holds(tp) || book.unsettled(tp),
         );
     }
 
     /// With an acknowledgement commit callback, outcomes no commit waits for (those of
-    /// acknowledgements that rode on fetches) go to the mailbox for the consumer's next call.
+    /// acknowledgements that rode on fetches) go to the consumer for its next call.
     fn hand_over_outcomes(&mut self) {
-        if !self.book.has_results() || !self.mailbox.lock().collect {
+        if !self.book.has_results() || !self.demand.collect() {
             return;
         }
         let results = self.book.take_results();
-        self.mailbox.lock().settled.merge(results);
-        self.mailbox.announce();
+        self.tell(Update::Settled(results));
     }
 
     /// When acknowledgements waiting for a request to ride on are due to go alone.
     fn acks_due_at(&self) -> Option<Instant> {
         let since = self.acks_since?;
-        let lock = self.mailbox.lock().lock_timeout.unwrap_or(DEFAULT_LOCK);
+        let lock = self.lock_timeout.unwrap_or(DEFAULT_LOCK);
         Some(deadline_after(since, Sizing::ack_linger(lock)))
     }
 
@@ -512,15 +516,15 @@ impl Engine {
         if self.subscription.is_empty() || self.fetch_retry_at.is_some_and(|at| now < at) {
             return None;
         }
-        let slots = self.mailbox.lock();
-        if slots.refused.is_some() {
+        if self.refused {
             // Records acquired now could be neither handed out nor acknowledged.
             return None;
         }
-        let buffered = slots.records.len();
-        let wanted = slots.wanted && buffered == 0;
-        let poll_wait = slots
-            .poll_deadline
+        let demand = &self.demand;
+        let buffered = demand.buffered();
+        let wanted = demand.wanted();
+        let poll_wait = demand
+            .poll_deadline()
             .filter(|d| *d > now && wanted)
             .map(|d| d.saturating_duration_since(now));
         let mut max_bytes = self.config.fetch_max_bytes;
@@ -538,7 +542,7 @@ impl Engine {
                 }
                 // This member's fair share of the record locks of the partitions it fetches,
                 // split with the other members each is assigned to.
-                let locks = slots.record_locks.unwrap_or(sizing.max_record_locks);
+                let locks = demand.record_locks().unwrap_or(sizing.max_record_locks);
                 let sharers = self.membership.sharers();
                 let share = fair_share(
                     locks,
@@ -547,10 +551,11 @@ impl Engine {
                         .flatten()
                         .map(|p| sharers.get(p).copied().unwrap_or(1)),
                 );
-                let lock = slots.lock_timeout.unwrap_or(DEFAULT_LOCK);
-                let budget = sizing.budget(lock, slots.per_record, share, self.record_bytes.get());
+                let lock = self.lock_timeout.unwrap_or(DEFAULT_LOCK);
+                let budget =
+                    sizing.budget(lock, demand.per_record(), share, self.record_bytes.get());
                 let level = buffered
-                    .saturating_add(slots.in_app)
+                    .saturating_add(demand.in_app())
                     .saturating_add(self.asked.values().sum());
                 let records = sizing.acquire(budget, level, buffered, wanted)?;
                 // Each leader fetched from gets its share; together they stay in the room.
@@ -564,7 +569,6 @@ impl Engine {
                 i32::try_from(each).unwrap_or(i32::MAX)
             }
         };
-        drop(slots);
         // While a poll waits, the broker may hold the fetch only until the poll's deadline;
         // an answer after it waits for the next poll.
         let wait = poll_wait.map_or(self.config.fetch_max_wait, |left| {
@@ -646,7 +650,7 @@ impl Engine {
         let timeout = self.config.request_timeout.saturating_add(wait);
         match request {
             Planned::Fetch { request, .. } => {
-                self.mailbox.requests.fetch_sent(&request.topics);
+                self.requests.fetch_sent(&request.topics);
                 if self.book.is_acquiring(ticket) {
                     let asked = usize::try_from(request.max_records).unwrap_or(0);
                     self.asked.insert(ticket, asked);
@@ -672,7 +676,7 @@ impl Engine {
                 }));
             }
             Planned::Acknowledge { request, .. } => {
-                self.mailbox.requests.acknowledge_sent(&request.topics);
+                self.requests.acknowledge_sent(&request.topics);
                 let timeout = self.config.request_timeout;
                 self.work.push(Box::pin(async move {
                     let result = match conn.negotiate(ApiKey::ShareAcknowledge, share_v2::VERSIONS)
@@ -760,7 +764,7 @@ impl Engine {
                     if let Some(lock) =
                         responses::lock_timeout(response.acquisition_lock_timeout_ms)
                     {
-                        self.mailbox.lock().lock_timeout = Some(lock);
+                        self.note_lock_timeout(lock);
                     }
                     let (answer, stale) = responses::acknowledge_answer(&self.cluster, response);
                     self.cluster.stale |= stale;
@@ -827,19 +831,20 @@ impl Engine {
         if let Some(e) = fetched.fatal {
             self.report_if_fatal(e);
         }
-        let mut slots = self.mailbox.lock();
         if let Some(lock) = fetched.lock_timeout {
-            slots.lock_timeout = Some(lock);
+            self.note_lock_timeout(lock);
         }
-        if self.config.sizing.is_some() && fetched.records.is_empty() && !slots.wanted {
+        if self.config.sizing.is_some() && fetched.records.is_empty() && !self.demand.wants_any() {
             // Nothing there ahead of the application: wait for the next poll.
             self.polled = false;
         }
         if !fetched.records.is_empty() {
-            slots.wanted = false;
-            slots.records.push(now, fetched.records, fetched.breaks);
-            drop(slots);
-            self.mailbox.announce();
+            self.demand.sent(&PartitionCounts::of(&fetched.records));
+            self.tell(Update::Records {
+                at: now,
+                records: fetched.records,
+                breaks: fetched.breaks,
+            });
         }
     }
 
@@ -867,40 +872,34 @@ impl Engine {
                 let message = Some(format!("subscribed topic `{topic}`"));
                 if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
                     tracing::warn!(topic, error = %error, "subscribed topic cannot be read");
-                    self.mailbox.lock().error.get_or_insert(error.into());
-                    self.mailbox.announce();
+                    self.tell(Update::Error(error.into()));
                 }
             }
         }
     }
 
     /// Hands an error no retry fixes to the polls. An authentication failure is kept for
-    /// every later poll and commit ([`Slots::refused`](mailbox::Slots::refused)); the
-    /// others are reported by the next poll.
+    /// every later poll and commit ([`Update::Refused`]); the others are reported by the
+    /// next poll.
     fn report_if_fatal(&mut self, error: ClientError) {
         if !is_fatal(&error) {
             return;
         }
-        {
-            let mut slots = self.mailbox.lock();
-            match error {
-                ClientError::Connection(ConnectionError::Authentication { broker, reason }) => {
-                    if slots.refused.is_none() {
-                        tracing::error!(
-                            broker,
-                            reason,
-                            "a broker refused the consumer's authentication; every poll and \
-                             commit reports it from now on, and nothing more is acquired"
-                        );
-                        slots.refused = Some((broker, reason));
-                    }
-                }
-                error => {
-                    slots.error.get_or_insert(error.into());
+        match error {
+            ClientError::Connection(ConnectionError::Authentication { broker, reason }) => {
+                if !self.refused {
+                    tracing::error!(
+                        broker,
+                        reason,
+                        "a broker refused the consumer's authentication; every poll and \
+                         commit reports it from now on, and nothing more is acquired"
+                    );
+                    self.refused = true;
+                    self.tell(Update::Refused { broker, reason });
                 }
             }
+            error => self.tell(Update::Error(error.into())),
         }
-        self.mailbox.announce();
     }
 
     fn answer_commits(&mut self) {
@@ -924,13 +923,8 @@ impl Engine {
     fn finish_leave(&mut self) {
         self.close_sent = false;
         self.book.reset_sessions();
-        {
-            let mut slots = self.mailbox.lock();
-            slots.records.clear();
-            slots.in_app = 0;
-            slots.in_app_partitions.clear();
-            slots.wanted = false;
-        }
+        self.demand.cleared();
+        self.tell(Update::Cleared);
         let results = self.book.take_results();
         if let Some(reply) = self.leaving.take()
             && let Err(results) = reply.send(results)

@@ -1,71 +1,11 @@
-//! What the consumer and its engine share: records fetched and not yet handed out, the error
-//! a poll is to report, whether a poll waits, and the last lock duration.
+//! Records fetched and not yet handed out, kept by the consumer: a poll takes them in one
+//! step without an `.await`, so a cancelled poll leaves them for the next one.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::requests::RequestCounters;
-use crate::consumer::{CommitResults, ConsumerError};
-use crate::kafka::error::ConnectionError;
-use crate::record::{ConsumerRecord, TopicPartition};
-
-/// State behind the mailbox's lock.
-#[derive(Debug, Default)]
-pub(crate) struct Slots {
-    /// Records the engine fetched that no poll has taken yet, with when they were acquired.
-    /// A poll takes them in one step without an `.await`, so a cancelled poll leaves them
-    /// for the next one.
-    pub(crate) records: Buffer,
-    /// Records the last poll handed out whose acknowledgements the engine does not have
-    /// yet: with `records`, what this member holds acquired (the sizing rule's level).
-    pub(crate) in_app: usize,
-    /// The partitions of the records counted in `in_app`: while the application may still
-    /// acknowledge them, their records are not acquired from another leader.
-    pub(crate) in_app_partitions: Vec<TopicPartition>,
-    /// The application's measured time per record (see
-    /// [`SinkPace`](super::sizing::SinkPace)), set by the consumer.
-    pub(crate) per_record: Option<Duration>,
-    /// The group's in-flight limit per partition as read from its configs, set by the
-    /// consumer; `None` until read (the sizing rule then takes the consumer's setting).
-    pub(crate) record_locks: Option<usize>,
-    /// An error the next poll reports (one retrying cannot fix).
-    pub(crate) error: Option<ConsumerError>,
-    /// A broker refused this consumer's credentials or certificate (`broker`, `reason` of
-    /// [`ConnectionError::Authentication`]): every later poll and commit reports it, before
-    /// handing out any record, and the engine acquires nothing more.
-    pub(crate) refused: Option<(String, String)>,
-    /// A poll asked for records and none were handed over since: the engine fetches (one
-    /// answer at a time) until some arrive, even after that poll gave up.
-    pub(crate) wanted: bool,
-    /// The waiting poll's deadline, which bounds how long a fetch may wait on the broker.
-    pub(crate) poll_deadline: Option<Instant>,
-    /// The acquisition lock duration of the last answer.
-    pub(crate) lock_timeout: Option<Duration>,
-    /// The engine stopped (closed, or its consumer went away).
-    pub(crate) stopped: bool,
-    /// The consumer has an acknowledgement commit callback: the engine moves outcomes that
-    /// no commit is waiting for (acknowledgements that rode on fetches) to `settled`.
-    pub(crate) collect: bool,
-    /// Outcomes moved here for the callback, taken by the consumer's next call.
-    pub(crate) settled: CommitResults,
-}
-
-impl Slots {
-    /// The authentication error every poll and commit reports once a broker refused this
-    /// consumer's credentials.
-    pub(crate) fn refusal(&self) -> Option<ConsumerError> {
-        self.refused.as_ref().map(|(broker, reason)| {
-            ConsumerError::Connection(ConnectionError::Authentication {
-                broker: broker.clone(),
-                reason: reason.clone(),
-            })
-        })
-    }
-}
+use crate::record::ConsumerRecord;
 
 /// One ShareFetch answer's records, in order, with the moment they were acquired.
 #[derive(Debug)]
@@ -136,22 +76,13 @@ impl Buffer {
     }
 
     /// How many records wait.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// True when a record of `partition` waits.
-    pub(crate) fn holds(&self, partition: &TopicPartition) -> bool {
-        self.chunks.iter().any(|c| {
-            c.records
-                .as_slice()
-                .iter()
-                .any(|r| r.partition() == partition.partition() && r.topic() == partition.topic())
-        })
     }
 
     /// Drops everything.
@@ -232,46 +163,10 @@ impl Buffer {
     }
 }
 
-/// Shared by a [`KafkaShareConsumer`](crate::KafkaShareConsumer) and its engine task.
-#[derive(Debug)]
-pub(crate) struct Mailbox {
-    slots: Mutex<Slots>,
-    /// Bumped by the engine whenever a poll might find something new.
-    news: watch::Sender<u64>,
-    /// Wakes the engine (a poll started waiting).
-    pub(crate) wake: Notify,
-    /// The requests the engine sent.
-    pub(crate) requests: RequestCounters,
-}
-
-impl Mailbox {
-    pub(crate) fn new() -> Self {
-        Self {
-            slots: Mutex::new(Slots::default()),
-            news: watch::Sender::new(0),
-            wake: Notify::new(),
-            requests: RequestCounters::default(),
-        }
-    }
-
-    /// The slots, locked. Never held across an `.await`.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Slots> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Tells waiting polls to look again.
-    pub(crate) fn announce(&self) {
-        self.news.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A receiver of announcements.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.news.subscribe()
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn records(offsets: std::ops::Range<i64>) -> Vec<ConsumerRecord> {
