@@ -224,6 +224,23 @@ impl PartitionState {
         effects.failed = Some(error);
     }
 
+    /// The broker refused the batch of sequence `gap`, so it wrote none after it under this
+    /// epoch (it writes a producer's batches of a partition in sequence order): batches past
+    /// it whose answer was lost are known not written, and do not hold up the epoch bump that
+    /// renumbers them. Without this, a lost answer before a refusal left the bump waiting for
+    /// a retry that the pending bump itself kept from being sent, until the delivery timeout.
+    fn refused_at(&mut self, gap: i32) {
+        self.gap_at = Some(self.gap_at.map_or(gap, |g| g.min(gap)));
+        for batch in &mut self.unacked {
+            if let (BatchState::Retry { unknown, .. }, Some(sequence)) =
+                (&mut batch.state, batch.sequence)
+                && sequence > gap
+            {
+                *unknown = false;
+            }
+        }
+    }
+
     /// Whether a closed batch could not be sent at the next drain anyway: a batch waits
     /// ahead of the open one, a retry waits, or the partition's window is full.
     fn backed_up(&self, config: &AccumulatorConfig, bump_pending: bool) -> bool {
@@ -696,9 +713,7 @@ impl Accumulator {
                     }
                 } else if let Some(batch) = state.unacked.remove(position) {
                     // At the head: the broker's sequence and ours differ. Give the batch up.
-                    state.gap_at = Some(state.gap_at.map_or(batch.sequence.unwrap_or(0), |g| {
-                        g.min(batch.sequence.unwrap_or(0))
-                    }));
+                    state.refused_at(batch.sequence.unwrap_or(0));
                     batch.fail(&error, &mut done);
                     effects.gap = true;
                     effects.failed = Some(error);
@@ -756,7 +771,7 @@ impl Accumulator {
             BatchOutcome::Failed(error) => {
                 if let Some(batch) = state.unacked.remove(position) {
                     if let Some(sequence) = batch.sequence {
-                        state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                        state.refused_at(sequence);
                         // Later batches of the partition in flight will be refused.
                         effects.gap =
                             state.unacked.iter().any(|b| b.sequence.is_some()) || config.idempotent;

@@ -616,3 +616,44 @@ fn one_turn_opens_no_more_requests_than_the_connection_has_room_for() {
     assert_eq!(harness.produces.len(), MAX_IN_FLIGHT);
     harness.settle().unwrap();
 }
+
+/// The case the property test found next: an answer lost (batch 3, sequence 3) while the
+/// batch before it was refused as too large and split; then a part of the split, a single
+/// record, was refused too. The epoch bump that must renumber the partition waited for
+/// batch 3's unknown write to resolve, which the pending bump itself kept from being sent:
+/// every record waited for its delivery timeout. Batch 3 sat past a sequence the broker
+/// refused, so it cannot have been written.
+#[test]
+fn a_refusal_resolves_the_lost_answers_after_it() {
+    let mut harness = Harness::new(false);
+    let send = |partition, len| Op::Send {
+        topic: 0,
+        partition,
+        len,
+    };
+    let produced = |how| Op::Produced { node: 2, how };
+    let ops = [
+        send(None, 33),
+        send(None, 65),
+        Op::Turn,
+        Op::Metadata { leaders: true },
+        Op::Turn,
+        send(Some(1), 1),
+        Op::Connected { node: 2, ok: true },
+        Op::Turn,
+        produced(0),
+        send(Some(1), 118),
+        Op::Turn,
+        Op::Turn,
+        // Too large: split. Then the answer of the batch behind it is lost.
+        produced(3),
+        produced(1),
+        Op::Turn,
+        // The first part of the split is one record, too large: refused.
+        produced(3),
+    ];
+    for op in ops {
+        harness.apply(op).unwrap();
+    }
+    harness.settle().unwrap();
+}
