@@ -394,6 +394,20 @@ impl InFlightBatch {
             .collect()
     }
 
+    /// The held records that are not settled, counted per partition: still with the
+    /// application after [`clear_unheld`](Self::clear_unheld).
+    pub(crate) fn held_counts(&self) -> Vec<(TopicPartition, usize)> {
+        let mut counts: Vec<(TopicPartition, usize)> = Vec::new();
+        for e in self.entries.iter().filter(|e| e.held && !e.settled()) {
+            let tp = &self.partitions[e.partition as usize];
+            match counts.iter_mut().find(|(t, _)| t == tp) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((tp.clone(), 1)),
+            }
+        }
+        counts
+    }
+
     /// Forgets the batch except the held records that are not settled.
     pub(crate) fn clear_unheld(&mut self) {
         self.entries.retain(|e| e.held && !e.settled());
@@ -436,6 +450,49 @@ fn partition_index_or_insert(
 fn same_topic(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
+
+/// Writes, inside an `impl ShareConsumer for …`, the three methods by which the application
+/// acknowledges the last poll's records, for a consumer that keeps them in an
+/// [`InFlightBatch`] at `self.batch` and has `ensure_open()`, `implicit()` and
+/// `check_acknowledgement(ack)` (an open consumer in explicit mode, and for RENEW a group
+/// that takes it). Every consumer of this crate with its own batch checks them the same way.
+macro_rules! acknowledgements_to_batch {
+    () => {
+        #[inline]
+        fn acknowledge_offset(
+            &mut self,
+            topic: &str,
+            partition: i32,
+            offset: i64,
+            ack: $crate::consumer::AcknowledgeType,
+        ) -> Result<(), $crate::consumer::ConsumerError> {
+            self.check_acknowledgement(ack)?;
+            self.batch.acknowledge(topic, partition, offset, ack)
+        }
+
+        fn acknowledge_remaining(
+            &mut self,
+            ack: $crate::consumer::AcknowledgeType,
+        ) -> Result<Option<usize>, $crate::consumer::ConsumerError> {
+            self.check_acknowledgement(ack)?;
+            Ok(Some(self.batch.acknowledge_remaining(ack)))
+        }
+
+        fn hold_offset(
+            &mut self,
+            topic: &str,
+            partition: i32,
+            offset: i64,
+        ) -> Result<(), $crate::consumer::ConsumerError> {
+            self.ensure_open()?;
+            if self.implicit() {
+                return Err($crate::consumer::ConsumerError::ImplicitAcknowledgement);
+            }
+            self.batch.hold(topic, partition, offset)
+        }
+    };
+}
+pub(crate) use acknowledgements_to_batch;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::partition::MemberKey;
 use super::{ConsumerOptions, OnDrop, Shared};
-use crate::consumer::in_flight::InFlightBatch;
+use crate::consumer::in_flight::{InFlightBatch, acknowledgements_to_batch};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -274,38 +274,7 @@ impl ShareConsumer for EmbeddedShareConsumer {
         }
     }
 
-    #[inline]
-    fn acknowledge_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        ack: AcknowledgeType,
-    ) -> Result<(), ConsumerError> {
-        self.check_acknowledgement(ack)?;
-        self.batch.acknowledge(topic, partition, offset, ack)
-    }
-
-    fn acknowledge_remaining(
-        &mut self,
-        ack: AcknowledgeType,
-    ) -> Result<Option<usize>, ConsumerError> {
-        self.check_acknowledgement(ack)?;
-        Ok(Some(self.batch.acknowledge_remaining(ack)))
-    }
-
-    fn hold_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        self.batch.hold(topic, partition, offset)
-    }
+    acknowledgements_to_batch!();
 
     fn supports_renew(&self) -> bool {
         self.options.renew

@@ -26,7 +26,7 @@ use self::config::KafkaShareConsumerConfig;
 use self::config::{AcquisitionSizing, ShareAcquireMode};
 use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
-use crate::consumer::in_flight::{InFlightBatch, PartitionAcks};
+use crate::consumer::in_flight::{InFlightBatch, PartitionAcks, acknowledgements_to_batch};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -402,6 +402,7 @@ impl KafkaShareConsumer {
             self.pace.observe(n, now.saturating_duration_since(at));
         }
         self.engine.send(Command::AppDone {
+            kept: PartitionCounts::from(self.batch.held_counts()),
             per_record: self.pace.per_record(),
             record_locks: self.group_configs.max_record_locks(),
         })
@@ -715,6 +716,8 @@ impl ShareConsumer for KafkaShareConsumer {
         self.unreported.merge(settled);
         let again = self.renewed_again();
         if !again.is_empty() {
+            self.engine
+                .send(Command::PresentedAgain(PartitionCounts::of(&again)))?;
             return Ok(self.present(again));
         }
 
@@ -738,12 +741,16 @@ impl ShareConsumer for KafkaShareConsumer {
                 // polls.
                 let acquired = inbox.records.oldest();
                 let records = inbox.records.take(limit);
-                self.engine
-                    .send(Command::HandedOut(PartitionCounts::of(&records)))?;
+                // Out of the buffer, they are the application's: a failed send means the
+                // engine stopped, and their acknowledgements report that.
+                let _ = self
+                    .engine
+                    .send(Command::HandedOut(PartitionCounts::of(&records)));
                 self.last_acquired = acquired;
                 return Ok(self.present(records));
             }
             if let Some(e) = inbox.take_error() {
+                self.engine.send(Command::ErrorTaken)?;
                 if waiting {
                     self.engine.send(Command::GaveUp)?;
                 }
@@ -772,37 +779,7 @@ impl ShareConsumer for KafkaShareConsumer {
         }
     }
 
-    fn acknowledge_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        ack: AcknowledgeType,
-    ) -> Result<(), ConsumerError> {
-        self.check_acknowledgement(ack)?;
-        self.batch.acknowledge(topic, partition, offset, ack)
-    }
-
-    fn acknowledge_remaining(
-        &mut self,
-        ack: AcknowledgeType,
-    ) -> Result<Option<usize>, ConsumerError> {
-        self.check_acknowledgement(ack)?;
-        Ok(Some(self.batch.acknowledge_remaining(ack)))
-    }
-
-    fn hold_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        self.batch.hold(topic, partition, offset)
-    }
+    acknowledgements_to_batch!();
 
     fn supports_renew(&self) -> bool {
         self.renew_supported

@@ -47,18 +47,27 @@ pub(crate) enum Command {
     /// A poll took these records from the buffer and handed them to the application, which
     /// holds them until the next [`Command::AppDone`]. Ends the poll's wait.
     HandedOut(PartitionCounts),
+    /// A poll presented these renewed records to the application again: held by it until
+    /// the next [`Command::AppDone`]. Ends the poll's wait.
+    PresentedAgain(PartitionCounts),
     /// These records left the buffer without reaching the application: released (their
     /// acknowledgements came first), or their locks ran out.
     Dropped(PartitionCounts),
     /// The application is done with what the last poll handed out (its acknowledgements
-    /// came first), with what the sizing rule needs to know.
+    /// came first) except the records it `kept` (held without a final acknowledgement),
+    /// with what the sizing rule needs to know.
     AppDone {
+        /// Records the application holds on past this poll.
+        kept: PartitionCounts,
         /// The application's measured time per record
         /// ([`SinkPace`](super::sizing::SinkPace)).
         per_record: Option<Duration>,
         /// The group's in-flight limit per partition as read from its configs.
         record_locks: Option<usize>,
     },
+    /// A poll took the error of [`Update::Error`]: the engine may send the next one. (At
+    /// most one waits, as a poll reports one.)
+    ErrorTaken,
     /// Whether the consumer has an acknowledgement commit callback: with one, outcomes that
     /// no commit waits for (acknowledgements that rode on fetches) are sent as
     /// [`Update::Settled`].
@@ -78,7 +87,8 @@ pub(crate) enum Update {
     },
     /// The acquisition lock duration the brokers reported last.
     LockTimeout(Duration),
-    /// An error the next poll reports (one retrying cannot fix).
+    /// An error the next poll reports (one retrying cannot fix). None is sent after it
+    /// before a [`Command::ErrorTaken`].
     Error(ConsumerError),
     /// A broker refused this consumer's credentials or certificate: every later poll and
     /// commit reports it, and the engine acquires nothing more.
@@ -96,6 +106,12 @@ pub(crate) enum Update {
 /// appearance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PartitionCounts(Vec<(TopicPartition, usize)>);
+
+impl From<Vec<(TopicPartition, usize)>> for PartitionCounts {
+    fn from(counts: Vec<(TopicPartition, usize)>) -> Self {
+        Self(counts)
+    }
+}
 
 impl PartitionCounts {
     /// Counts `records` (an answer's records come partition by partition, so this mostly

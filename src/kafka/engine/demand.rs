@@ -49,24 +49,41 @@ impl Demand {
         }
     }
 
-    /// Records left the buffer (`Command::HandedOut`, `Command::Dropped`).
+    /// Records left the buffer (`Command::HandedOut`, `Command::Dropped`). Counts of records
+    /// this view no longer has (sent before a clear) change nothing.
     fn left(&mut self, counts: &PartitionCounts) {
         for (tp, n) in counts.iter() {
             if let Some(held) = self.buffered.get_mut(tp) {
-                *held = held.saturating_sub(n);
+                let gone = n.min(*held);
+                *held -= gone;
+                self.buffered_total = self.buffered_total.saturating_sub(gone);
                 if *held == 0 {
                     self.buffered.remove(tp);
                 }
             }
         }
-        self.buffered_total = self.buffered_total.saturating_sub(counts.total());
+    }
+
+    /// Records are with the application.
+    fn add_to_app(&mut self, counts: &PartitionCounts) {
+        self.in_app = self.in_app.saturating_add(counts.total());
+        for tp in counts.partitions() {
+            if !self.in_app_partitions.contains(tp) {
+                self.in_app_partitions.push(tp.clone());
+            }
+        }
     }
 
     /// `Command::HandedOut`: the poll took `counts` to the application and waits no more.
     pub(crate) fn handed_out(&mut self, counts: &PartitionCounts) {
         self.left(counts);
-        self.in_app = counts.total();
-        self.in_app_partitions = counts.partitions().cloned().collect();
+        self.presented_again(counts);
+    }
+
+    /// `Command::PresentedAgain`: the poll presented records the application had before and
+    /// waits no more.
+    pub(crate) fn presented_again(&mut self, counts: &PartitionCounts) {
+        self.add_to_app(counts);
         self.wanted = false;
         self.poll_deadline = None;
     }
@@ -76,10 +93,16 @@ impl Demand {
         self.left(counts);
     }
 
-    /// `Command::AppDone`.
-    pub(crate) fn app_done(&mut self, per_record: Option<Duration>, record_locks: Option<usize>) {
+    /// `Command::AppDone`: the application holds only what it `kept`.
+    pub(crate) fn app_done(
+        &mut self,
+        kept: &PartitionCounts,
+        per_record: Option<Duration>,
+        record_locks: Option<usize>,
+    ) {
         self.in_app = 0;
         self.in_app_partitions.clear();
+        self.add_to_app(kept);
         self.per_record = per_record;
         self.record_locks = record_locks;
     }
@@ -100,13 +123,20 @@ impl Demand {
         self.collect = collect;
     }
 
-    /// The sessions closed after an unsubscribe: nothing sent before is held any more.
-    pub(crate) fn cleared(&mut self) {
-        self.buffered.clear();
-        self.buffered_total = 0;
+    /// `Command::Unsubscribe`: the application's records go back with the sessions, and no
+    /// poll waits (a later one says so again).
+    pub(crate) fn unsubscribed(&mut self) {
         self.in_app = 0;
         self.in_app_partitions.clear();
         self.wanted = false;
+        self.poll_deadline = None;
+    }
+
+    /// The sessions closed after an unsubscribe: the records sent before are no longer in
+    /// the buffer.
+    pub(crate) fn cleared(&mut self) {
+        self.buffered.clear();
+        self.buffered_total = 0;
     }
 
     /// Records waiting in the consumer's buffer.
@@ -189,7 +219,7 @@ mod tests {
         assert_eq!(demand.poll_deadline(), None);
         assert!(demand.holds(&a0), "with the application");
 
-        demand.app_done(Some(Duration::from_millis(1)), Some(200));
+        demand.app_done(&counts(&[]), Some(Duration::from_millis(1)), Some(200));
         assert!(!demand.holds(&a0));
         assert!(demand.holds(&a1), "still buffered");
         assert_eq!(demand.per_record(), Some(Duration::from_millis(1)));
@@ -199,18 +229,44 @@ mod tests {
         assert!(!demand.holds(&a1));
         assert_eq!(demand.buffered(), 0);
 
-        // A poll that gave up still wants records; a clear forgets that too.
+        // Records the application keeps (held) and renewed ones presented again stay with
+        // it, and count towards what this member holds.
+        demand.sent(&counts(&[("a", 0, 3)]));
+        demand.handed_out(&counts(&[("a", 0, 3)]));
+        demand.app_done(&counts(&[("a", 0, 3)]), None, None);
+        assert_eq!(demand.in_app(), 1);
+        assert!(demand.holds(&a0));
+        demand.presented_again(&counts(&[("a", 1, 1), ("a", 1, 2)]));
+        assert_eq!(demand.in_app(), 3);
+        assert!(demand.holds(&a0) && demand.holds(&a1));
+        demand.app_done(&counts(&[]), None, None);
+        assert!(!demand.holds(&a0) && !demand.holds(&a1));
+
+        // A poll that gave up still wants records; an unsubscribe forgets that, and what the
+        // application had.
         demand.want(deadline);
         demand.gave_up();
         assert!(demand.wanted());
         assert_eq!(demand.poll_deadline(), None);
-        demand.sent(&counts(&[("a", 0, 2)]));
+        demand.handed_out(&counts(&[]));
+        demand.want(deadline);
+        demand.unsubscribed();
+        assert!(!demand.wanted());
+        assert_eq!(demand.poll_deadline(), None);
+
+        // A clear drops the buffered records; a poll that waits after the unsubscribe keeps
+        // waiting through it.
+        demand.sent(&counts(&[("a", 0, 4), ("a", 0, 5)]));
+        demand.want(deadline);
         demand.cleared();
         assert_eq!(demand.buffered(), 0);
-        assert!(!demand.wanted() && !demand.holds(&a0));
+        assert!(demand.wanted() && !demand.holds(&a0));
 
-        // Counts that went astray (taken after a clear) never go below zero.
-        demand.dropped(&counts(&[("a", 0, 2)]));
-        assert_eq!(demand.buffered(), 0);
+        // Counts of records taken before the clear, arriving after it and after new records,
+        // take nothing from the new ones.
+        demand.sent(&counts(&[("a", 1, 7)]));
+        demand.handed_out(&counts(&[("a", 0, 4), ("a", 0, 5)]));
+        assert_eq!(demand.buffered(), 1);
+        assert!(demand.holds(&a1));
     }
 }

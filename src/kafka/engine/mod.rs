@@ -147,6 +147,7 @@ impl EngineHandle {
             demand: Demand::default(),
             lock_timeout: None,
             refused: false,
+            error_sent: false,
             commands: receiver,
             cluster: Cluster::default(),
             subscription: Vec::new(),
@@ -219,6 +220,9 @@ struct Engine {
     lock_timeout: Option<Duration>,
     /// A broker refused this consumer's credentials: nothing more is acquired.
     refused: bool,
+    /// An error was sent that no poll has taken yet: later ones are dropped, as a poll
+    /// reports one.
+    error_sent: bool,
     commands: mpsc::UnboundedReceiver<Command>,
     book: SessionBook,
     cluster: Cluster,
@@ -306,6 +310,14 @@ impl Engine {
         let _ = self.updates.send(update);
     }
 
+    /// Sends the next poll an error, unless one waits for a poll already.
+    fn tell_error(&mut self, error: ConsumerError) {
+        if !self.error_sent {
+            self.error_sent = true;
+            self.tell(Update::Error(error));
+        }
+    }
+
     /// Notes the lock duration a broker reported, and tells the consumer when it changed.
     fn note_lock_timeout(&mut self, lock: Duration) {
         if self.lock_timeout != Some(lock) {
@@ -354,6 +366,7 @@ impl Engine {
             Command::Unsubscribe(reply) => {
                 self.subscription.clear();
                 self.leaving = Some(reply);
+                self.demand.unsubscribed();
             }
             Command::Want { deadline } => {
                 self.polled = true;
@@ -365,11 +378,14 @@ impl Engine {
                 self.polled = true;
                 self.demand.handed_out(&counts);
             }
+            Command::PresentedAgain(counts) => self.demand.presented_again(&counts),
             Command::Dropped(counts) => self.demand.dropped(&counts),
             Command::AppDone {
+                kept,
                 per_record,
                 record_locks,
-            } => self.demand.app_done(per_record, record_locks),
+            } => self.demand.app_done(&kept, per_record, record_locks),
+            Command::ErrorTaken => self.error_sent = false,
             Command::Collect(collect) => self.demand.set_collect(collect),
         }
     }
@@ -872,7 +888,7 @@ impl Engine {
                 let message = Some(format!("subscribed topic `{topic}`"));
                 if let Some(error) = broker_error(api_name(ApiKey::Metadata), code, message) {
                     tracing::warn!(topic, error = %error, "subscribed topic cannot be read");
-                    self.tell(Update::Error(error.into()));
+                    self.tell_error(error.into());
                 }
             }
         }
@@ -898,7 +914,7 @@ impl Engine {
                     self.tell(Update::Refused { broker, reason });
                 }
             }
-            error => self.tell(Update::Error(error.into())),
+            error => self.tell_error(error.into()),
         }
     }
 
