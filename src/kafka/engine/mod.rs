@@ -1,7 +1,7 @@
 //! The fetch engine: a tokio task that drives the [`SessionBook`] against the connections.
 //!
 //! The consumer and the engine share no state: the consumer sends [`Command`]s, the engine
-//! sends [`Update`](channel::Update)s (the records it fetched among them), each over an
+//! sends [`Update`]s (the records it fetched among them), each over an
 //! unbounded queue sent to without an `.await`, so a caller's future can be dropped at any
 //! point without losing what it handed over (see [`channel`]). The engine owns everything a request needs to outlive the call that caused it: the share
 //! sessions and their epochs, the acknowledgements pending and in flight, the connections to
