@@ -59,6 +59,9 @@ pub(crate) struct ExactlyOnce {
     /// The producer must (re)initialize before the next transaction: at start, and after a
     /// commit whose outcome is unknown.
     needs_init: bool,
+    /// The ACCEPTs after the last commit (ledger mode), sent at once so that the group
+    /// persists them while the next transaction is sent; the next renewal takes their outcome.
+    accepts: Option<crate::consumer::PendingCommit>,
 }
 
 /// A record that went into the transaction, and how it is settled after the commit.
@@ -245,6 +248,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             ledger: None,
             transactional_id,
             needs_init: true,
+            accepts: None,
         }));
         self
     }
@@ -664,6 +668,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         // such, not as accepted.
                         _ if i >= processed.len() => {}
                         _ => report.accepted += 1,
+                    }
+                }
+                if mode == ExactlyOnceMode::Ledger {
+                    // Sent now, not with the next poll: the group persists them (a share-state
+                    // write) while the next transaction is sent, instead of inside its
+                    // renewal. Their outcome is taken before that renewal.
+                    match self.consumer.commit_async() {
+                        Ok(pending) => eos.accepts = Some(pending),
+                        Err(e) => {
+                            tracing::debug!(error = %ErrorChain(&e), "the ACCEPTs go with the next poll");
+                        }
                     }
                 }
                 report.rejected += rejected;
@@ -1147,7 +1162,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if mode == ExactlyOnceMode::Ledger {
             // The claims are durable: now make sure every record is still ours.
             let renewing = Instant::now();
-            let renewed = self.renew_finished(finished).await;
+            let renewed = self.renew_finished(eos.accepts.take(), finished).await;
             self.metrics.transaction_renew_time += renewing.elapsed();
             if let Err(reason) = renewed {
                 let error = ProducerError::Abortable {
@@ -1215,7 +1230,33 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Ledger mode: RENEW every finished record and wait for the answer. `Err` names what
     /// was lost.
-    async fn renew_finished(&mut self, finished: &[Finished]) -> std::result::Result<(), String> {
+    async fn renew_finished(
+        &mut self,
+        accepts: Option<crate::consumer::PendingCommit>,
+        finished: &[Finished],
+    ) -> std::result::Result<(), String> {
+        // The last commit's ACCEPTs, sent right after it: harmless if they failed (the
+        // records come back and are found claimed), as the earlier ones below.
+        if let Some(accepts) = accepts {
+            let answered = tokio::time::timeout(self.config.commit_timeout, accepts)
+                .await
+                .unwrap_or(Err(crate::consumer::ConsumerError::Timeout(
+                    self.config.commit_timeout,
+                )));
+            match answered {
+                Ok(results) => {
+                    for (tp, error) in results.failures() {
+                        tracing::debug!(partition = %tp, %error, "an ACCEPT after a commit failed (the record comes back and is checked)");
+                    }
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the ACCEPTs of the last commit were not answered: {}",
+                        ErrorChain(&e)
+                    ));
+                }
+            }
+        }
         // Acknowledgements sent earlier (the last round's ACCEPTs and RELEASEs, which go out
         // with the poll; this round's ACCEPTs of records found claimed) report their outcome
         // at the next commit. Take them first: a failure among them (a lock lost after a
