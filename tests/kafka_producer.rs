@@ -291,6 +291,11 @@ async fn committed_transactions_are_visible_and_aborted_ones_are_not() {
         producer.send(ProducerRecord::new(topic.as_str()).value("x")),
         Err(ProducerError::TransactionState { .. })
     ));
+    let reader = KafkaLogReader::builder(&bootstrap)
+        .client_id("producer-txn-check")
+        .connect()
+        .await
+        .expect("reader");
     for round in 0..3 {
         producer.begin_transaction().expect("begin");
         assert!(producer.begin_transaction().is_err(), "begin while open");
@@ -308,6 +313,22 @@ async fn committed_transactions_are_visible_and_aborted_ones_are_not() {
             }
         }
         producer.commit_transaction().await.expect("commit");
+        // The commit returns once the markers are written: nothing of the transaction is
+        // still open for a read_committed reader (its last stable offset is the end).
+        for p in 0..2 {
+            let stable = reader
+                .end_offset(&topic, p, IsolationLevel::ReadCommitted)
+                .await
+                .expect("last stable offset");
+            let end = reader
+                .end_offset(&topic, p, IsolationLevel::ReadUncommitted)
+                .await
+                .expect("high watermark");
+            assert_eq!(
+                stable, end,
+                "round {round}, partition {p}: committed and visible"
+            );
+        }
         producer.begin_transaction().expect("begin");
         let delivered = producer
             .send(

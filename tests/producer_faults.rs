@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fake_broker::{FakeBroker, Reply};
+use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, EndTxnRequest, InitProducerIdResponse, MetadataResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    ApiKey, BrokerId, DescribeTransactionsResponse, EndTxnRequest, InitProducerIdResponse,
+    MetadataResponse, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_share_sink::ConsumerError;
@@ -423,4 +424,56 @@ async fn a_leader_missing_from_the_broker_list_is_asked_for_at_the_metadata_back
         (3..=30).contains(&asked),
         "Metadata was asked {asked} times in 3 s"
     );
+}
+
+/// A DescribeTransactions answer with one transaction in `state`, or with `code`.
+fn described(request: &fake_broker::Request, state: &str, code: i16) -> Reply {
+    let transaction = TransactionState::default()
+        .with_error_code(code)
+        .with_transactional_id(TransactionalId(StrBytes::from_string("faults".to_owned())))
+        .with_transaction_state(StrBytes::from_string(state.to_owned()));
+    Reply::message(
+        &DescribeTransactionsResponse::default().with_transaction_states(vec![transaction]),
+        request.version(),
+    )
+}
+
+/// Under transactions v2 EndTxn answers before the coordinator has written the markers; the
+/// commit returns only once it has (DescribeTransactions says the state moved past
+/// PrepareCommit), so that the next transaction's first Produce does not meet the last one
+/// unfinished. A refusal of DescribeTransactions ends the wait for good; the commits go on.
+#[tokio::test]
+async fn a_v2_commit_returns_once_the_coordinator_has_completed_the_transaction() {
+    let broker = broker(Some(2)).await;
+    broker.advertise(ApiKey::DescribeTransactions, 0, 0);
+    for state in ["PrepareCommit", "PrepareCommit", "CompleteCommit"] {
+        broker.once(ApiKey::DescribeTransactions, move |r| {
+            described(r, state, 0)
+        });
+    }
+    let producer = transactional(&broker).await;
+    producer.begin_transaction().expect("begin");
+    let sent = producer.send(record(0, "a")).expect("queued");
+    producer.commit_transaction().await.expect("commit");
+    sent.await.expect("written");
+    assert_eq!(
+        broker.count(ApiKey::DescribeTransactions),
+        3,
+        "asked until the transaction was complete"
+    );
+
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this commit and the later ones do not wait.
+    broker.once(ApiKey::DescribeTransactions, |r| described(r, "", 53));
+    for value in ["b", "c"] {
+        producer.begin_transaction().expect("begin");
+        let sent = producer.send(record(1, value)).expect("queued");
+        producer.commit_transaction().await.expect("commit");
+        sent.await.expect("written");
+    }
+    assert_eq!(
+        broker.count(ApiKey::DescribeTransactions),
+        4,
+        "not asked again"
+    );
+    assert_eq!(committed_flags(&broker), vec![true, true, true]);
 }

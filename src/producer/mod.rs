@@ -93,6 +93,11 @@ pub trait Producer: Send + Sync + fmt::Debug {
 
     /// Writes every record sent in the transaction, then commits it.
     ///
+    /// [`KafkaProducer`] under transactions v2 returns once
+    /// the coordinator has also written the transaction's markers (when the cluster lets it
+    /// ask, with DescribeTransactions, for at most 100 ms): a `read_committed` reader then
+    /// sees the records, and the next transaction does not meet this one unfinished.
+    ///
     /// # Errors
     ///
     /// A send of the transaction failed, or the coordinator refused the commit: the

@@ -386,6 +386,16 @@ impl KafkaProducer {
                 self.shared.retry(),
             )
             .await?;
+        if version == TxnVersion::V2 {
+            // The next transaction's first Produce would otherwise meet the coordinator still
+            // writing this one's markers, and wait the broker's retry backoff.
+            self.shared
+                .coordinator
+                .lock()
+                .await
+                .await_complete(&self.shared.cluster)
+                .await;
+        }
         // An abort under v1: batches given up leave sequence gaps; a new epoch starts them
         // at 0 again.
         self.after_end(version, next, !commit && version == TxnVersion::V1)
