@@ -461,6 +461,11 @@ async fn a_v2_commit_returns_once_the_coordinator_has_completed_the_transaction(
         3,
         "asked until the transaction was complete"
     );
+    let ended = broker.requests_of(ApiKey::EndTxn)[0].at;
+    assert!(
+        broker.requests_of(ApiKey::DescribeTransactions)[0].at >= ended,
+        "asked after the EndTxn"
+    );
 
     // TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this commit and the later ones do not wait.
     broker.once(ApiKey::DescribeTransactions, |r| described(r, "", 53));

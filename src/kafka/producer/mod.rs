@@ -338,7 +338,7 @@ impl KafkaProducer {
         Ok(())
     }
 
-    async fn commit(&self) -> Result<(), ProducerError> {
+    async fn commit(&self) -> Result<bool, ProducerError> {
         self.flush_all().await;
         let (version, sent_any, producer) = {
             let state = self.shared.lock();
@@ -363,15 +363,18 @@ impl KafkaProducer {
     /// Ends the transaction with EndTxn (commit or abort), unless nothing was written: then
     /// there is nothing to end (transactions v1 must not end an empty transaction; v2 needs
     /// no epoch bump for it).
+    ///
+    /// `Ok(true)`: an EndTxn of transactions v2 was answered, whose markers the coordinator
+    /// may still be writing (see [`await_markers`](Self::await_markers)).
     async fn end_transaction(
         &self,
         commit: bool,
         version: TxnVersion,
         sent_any: bool,
         producer: accumulator::ProducerIdentity,
-    ) -> Result<(), ProducerError> {
+    ) -> Result<bool, ProducerError> {
         if !sent_any {
-            return Ok(());
+            return Ok(false);
         }
         let next = self
             .shared
@@ -386,23 +389,28 @@ impl KafkaProducer {
                 self.shared.retry(),
             )
             .await?;
-        if version == TxnVersion::V2 {
-            // The next transaction's first Produce would otherwise meet the coordinator still
-            // writing this one's markers, and wait the broker's retry backoff.
-            self.shared
-                .coordinator
-                .lock()
-                .await
-                .await_complete(&self.shared.cluster)
-                .await;
-        }
         // An abort under v1: batches given up leave sequence gaps; a new epoch starts them
         // at 0 again.
         self.after_end(version, next, !commit && version == TxnVersion::V1)
-            .await
+            .await?;
+        Ok(version == TxnVersion::V2)
     }
 
-    async fn abort(&self) -> Result<(), ProducerError> {
+    /// After a transaction ended under transactions v2 (its outcome already recorded): waits
+    /// until the coordinator has written its markers, else the next transaction's first
+    /// Produce meets it unfinished and waits the broker's retry backoff (see
+    /// [`Coordinator::await_complete`](coordinator::Coordinator::await_complete)). Dropped,
+    /// only the wait is lost.
+    async fn await_markers(&self) {
+        self.shared
+            .coordinator
+            .lock()
+            .await
+            .await_complete(&self.shared.cluster)
+            .await;
+    }
+
+    async fn abort(&self) -> Result<bool, ProducerError> {
         let aborted = ProducerError::Abortable {
             reason: "the transaction was aborted".to_owned(),
             source: None,
@@ -442,6 +450,14 @@ impl KafkaProducer {
         };
         self.end_transaction(false, version, sent_any, producer)
             .await
+    }
+}
+
+/// An ended transaction's outcome, and whether its markers may still be being written.
+fn split_ended(ended: Result<bool, ProducerError>) -> (Result<(), ProducerError>, bool) {
+    match ended {
+        Ok(markers) => (Ok(()), markers),
+        Err(error) => (Err(error), false),
     }
 }
 
@@ -613,9 +629,12 @@ impl Producer for KafkaProducer {
             };
             txn.start_commit()?;
         }
-        let outcome = self.commit().await;
+        let (outcome, markers) = split_ended(self.commit().await);
         if let Some(txn) = self.shared.lock().txn.as_mut() {
             txn.finish(&outcome);
+        }
+        if markers {
+            self.await_markers().await;
         }
         outcome
     }
@@ -628,7 +647,7 @@ impl Producer for KafkaProducer {
             };
             txn.start_abort()?;
         }
-        let outcome = self.abort().await;
+        let (outcome, markers) = split_ended(self.abort().await);
         if let Some(txn) = self.shared.lock().txn.as_mut() {
             match &outcome {
                 Ok(()) => txn.finish(&outcome),
@@ -639,6 +658,9 @@ impl Producer for KafkaProducer {
                 }
                 Err(error) => txn.phase = Phase::Abortable(error.clone()),
             }
+        }
+        if markers {
+            self.await_markers().await;
         }
         outcome
     }
