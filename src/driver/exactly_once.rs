@@ -670,10 +670,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         _ => report.accepted += 1,
                     }
                 }
-                if mode == ExactlyOnceMode::Ledger {
+                if mode == ExactlyOnceMode::Ledger && !finished.is_empty() {
                     // Sent now, not with the next poll: the group persists them (a share-state
                     // write) while the next transaction is sent, instead of inside its
-                    // renewal. Their outcome is taken before that renewal.
+                    // renewal. Their outcome is taken before that renewal (or at the next
+                    // commit of acknowledgements, or at close).
+                    if let Some(earlier) = eos.accepts.take() {
+                        self.settle_accepts(earlier).await;
+                    }
                     match self.consumer.commit_async() {
                         Ok(pending) => eos.accepts = Some(pending),
                         Err(e) => {
@@ -1182,6 +1186,31 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         outcome
     }
 
+    /// Takes the outcome of the ACCEPTs sent after a commit (within the commit timeout) and
+    /// counts their failures as any commit's: a record whose ACCEPT failed comes back and is
+    /// found claimed. Never fails the caller: a late answer leaves its outcome to the next
+    /// commit.
+    pub(super) async fn settle_accepts(&mut self, accepts: crate::consumer::PendingCommit) {
+        let timeout = self.config.commit_timeout;
+        match tokio::time::timeout(timeout, accepts).await {
+            Ok(Ok(results)) => super::count_failures(&results, &mut self.metrics),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %ErrorChain(&e), "the ACCEPTs after a commit were not answered; their records come back and are found claimed");
+            }
+            Err(_) => {
+                tracing::debug!(
+                    ?timeout,
+                    "the ACCEPTs after a commit are not answered yet: the next commit reports them"
+                );
+            }
+        }
+    }
+
+    /// The ACCEPTs after the last commit, if still unsettled (outside a round).
+    pub(super) fn take_accepts(&mut self) -> Option<crate::consumer::PendingCommit> {
+        self.exactly_once.as_mut().and_then(|e| e.accepts.take())
+    }
+
     /// KIP-1289: acknowledges the finished records locally, takes them out of the consumer
     /// and stages them into the transaction.
     async fn stage(
@@ -1235,27 +1264,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         accepts: Option<crate::consumer::PendingCommit>,
         finished: &[Finished],
     ) -> std::result::Result<(), String> {
-        // The last commit's ACCEPTs, sent right after it: harmless if they failed (the
-        // records come back and are found claimed), as the earlier ones below.
+        // The last commit's ACCEPTs, sent right after it: their outcome first, so that a
+        // failure among them is not taken for a failed renewal below.
         if let Some(accepts) = accepts {
-            let answered = tokio::time::timeout(self.config.commit_timeout, accepts)
-                .await
-                .unwrap_or(Err(crate::consumer::ConsumerError::Timeout(
-                    self.config.commit_timeout,
-                )));
-            match answered {
-                Ok(results) => {
-                    for (tp, error) in results.failures() {
-                        tracing::debug!(partition = %tp, %error, "an ACCEPT after a commit failed (the record comes back and is checked)");
-                    }
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "the ACCEPTs of the last commit were not answered: {}",
-                        ErrorChain(&e)
-                    ));
-                }
-            }
+            self.settle_accepts(accepts).await;
         }
         // Acknowledgements sent earlier (the last round's ACCEPTs and RELEASEs, which go out
         // with the poll; this round's ACCEPTs of records found claimed) report their outcome

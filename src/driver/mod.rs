@@ -1242,6 +1242,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     async fn commit_acknowledgements(&mut self) -> Result<()> {
+        #[cfg(feature = "exactly-once")]
+        if let Some(accepts) = self.take_accepts() {
+            self.settle_accepts(accepts).await;
+        }
         let results = self
             .consumer
             .commit_sync(self.config.commit_timeout)
