@@ -915,6 +915,73 @@ async fn the_accepts_after_a_commit_are_sent_at_once_not_with_the_next_poll() {
     );
 }
 
+/// A producer whose commits go through and then take longer than the acquisition lock (a
+/// stalled process): the ACCEPTs sent after them find the locks gone.
+#[derive(Debug)]
+struct SlowCommit<P>(P);
+
+#[async_trait::async_trait]
+impl<P: Producer> Producer for SlowCommit<P> {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        self.0.send(record)
+    }
+    async fn flush(&self) -> Result<(), ProducerError> {
+        self.0.flush().await
+    }
+    fn transactional_id(&self) -> Option<&str> {
+        self.0.transactional_id()
+    }
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        self.0.init_transactions().await
+    }
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        self.0.begin_transaction()
+    }
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        self.0.commit_transaction().await?;
+        tokio::time::sleep(LOCK + Duration::from_secs(1)).await;
+        Ok(())
+    }
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        self.0.abort_transaction().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_accept_after_a_commit_is_counted_and_does_not_abort_the_next_transaction() {
+    let broker = broker(2);
+    broker.set_capabilities(kafka_4_4());
+    let eos = eos(0, 1);
+    let producer = SlowCommit(transactional(&broker, &eos));
+    let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
+    let mut d = driver_with(
+        &broker,
+        CopyOffsets::default(),
+        broker.share_consumer(GROUP),
+        Arc::new(producer),
+        eos,
+        config,
+    );
+    d.initialize().await.expect("initialize");
+    assert_eq!(d.iteration_exactly_once().await.unwrap().accepted, 2);
+    // The locks ran out during the commit: the ACCEPTs failed, the records are the group's
+    // again. The next round finds them claimed and accepts them without new outputs.
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    let m = d.metrics();
+    assert_eq!(m.transactions_aborted, 0, "{m:?}");
+    assert_eq!(m.records_already_claimed, 2, "{report:?} {m:?}");
+    // The failed ACCEPTs' outcome is not lost: the close takes it, and counts it.
+    d.close().await.expect("close");
+    let m = d.metrics();
+    assert!(
+        m.commit_partition_failures >= 1 && m.lock_losses >= 1,
+        "the failed ACCEPTs are counted: {m:?}"
+    );
+    assert_eq!(state(&broker, 0).0, RecordState::Acknowledged);
+    assert_eq!(state(&broker, 1).0, RecordState::Acknowledged);
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-1"]);
+}
+
 // ---- One dead-letter home per record, and the dead-letter circuit breaker -------------------
 
 async fn with_a_broker_queue_the_dead_letter_is_accepted(mode: ExactlyOnceMode) {
