@@ -9,7 +9,8 @@
 //!      ─▶ convert, transform ─▶ put_transactional
 //!      ─▶ begin ─▶ send outputs + dead letters + one claim per source partition ─▶ flush
 //!      ─▶ RENEW every finished record (abort if any renewal fails: the lock was lost)
-//!      ─▶ commit ─▶ ACCEPT (REJECT the dead-lettered ones)
+//!      ─▶ commit ─▶ ACCEPT (REJECT the dead-lettered ones), sent at once; their outcome is
+//!         taken before the next renewal
 //! ```
 //!
 //! With KIP-1289 (atomic acknowledgements), the RENEW, the claims and the ACCEPT after the
@@ -1269,8 +1270,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if let Some(accepts) = accepts {
             self.settle_accepts(accepts).await;
         }
-        // Acknowledgements sent earlier (the last round's ACCEPTs and RELEASEs, which go out
-        // with the poll; this round's ACCEPTs of records found claimed) report their outcome
+        // Acknowledgements sent earlier (the last round's RELEASEs, which go out with the
+        // poll; this round's ACCEPTs of records found claimed) report their outcome
         // at the next commit. Take them first: a failure among them (a lock lost after a
         // commit, a release of a record whose lock ran out) is harmless, and must not be
         // taken for a failed renewal of this batch's partition.
