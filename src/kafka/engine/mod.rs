@@ -1,27 +1,28 @@
 //! The fetch engine: a tokio task that drives the [`SessionBook`] against the connections.
 //!
 //! The consumer and the engine share no state: the consumer sends [`Command`]s, the engine
-//! sends [`Update`]s (the records it fetched among them), each over an
-//! unbounded queue sent to without an `.await`, so a caller's future can be dropped at any
-//! point without losing what it handed over (see [`channel`]). The engine owns everything a request needs to outlive the call that caused it: the share
-//! sessions and their epochs, the acknowledgements pending and in flight, the connections to
-//! the partition leaders, and the cluster metadata. A `poll` is then only a wait, bounded by
-//! its deadline, for what the engine fetched.
+//! sends [`Update`]s (the records it fetched among them), each over an unbounded queue sent
+//! to without an `.await`, so a caller's future can be dropped at any point without losing
+//! what it handed over (see [`channel`]). The engine owns everything a request needs to
+//! outlive the call that caused it: the share sessions and their epochs, the
+//! acknowledgements pending and in flight, the connections to the partition leaders, and the
+//! cluster metadata. A `poll` is then only a wait, bounded by its deadline, for what the
+//! engine fetched.
 //!
 //! # Prefetch
 //!
 //! Acquisition locks start ticking when the broker answers. With the sized acquisition (the
 //! default, [`sizing`]), the engine keeps what this member holds (records waiting in the
-//! consumer's buffer, those the application is processing, and those asked for in flight) within a
-//! budget the application can process in a third of the lock (and that fits in
+//! consumer's buffer, those the application is processing, and those asked for in flight)
+//! within a budget the application can process in a third of the lock (and that fits in
 //! `acquisition_max_bytes`, and in this member's fair share of the group's record locks on
 //! the partitions it shares with other members), and fetches ahead (without
 //! waiting on the broker) once that level is down to half the budget. With the fixed
 //! acquisition it fetches only while a poll waits for records, or while fewer than
 //! [`prefetch_records`](crate::KafkaShareConsumerConfig::prefetch_records) records wait to be
 //! taken (0 by default: no fetch runs ahead of the application). An answer that arrives after
-//! its poll gave up waits in the consumer's buffer for the next poll; its records are not lost and not
-//! released (unless they wait there for half their lock).
+//! its poll gave up waits in the consumer's buffer for the next poll; its records are not
+//! lost and not released (unless they wait there for half their lock).
 //!
 //! Acknowledgements ride on the next fetch to their leader; they go in a ShareAcknowledge of
 //! their own when a commit asks for them, at close, for a RENEW, or when no fetch has carried
