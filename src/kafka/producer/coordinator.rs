@@ -64,7 +64,8 @@ pub(crate) struct Retry {
 pub(crate) struct Coordinator {
     transactional_id: Option<String>,
     connection: Option<Connection>,
-    /// DescribeTransactions was refused or is not served: [`await_complete`] no longer asks.
+    /// DescribeTransactions was refused or is not served: [`await_complete`] no longer asks
+    /// (until a connection to the coordinator is made again).
     ///
     /// [`await_complete`]: Self::await_complete
     describe_refused: bool,
@@ -197,6 +198,8 @@ impl Coordinator {
             "transaction coordinator found"
         );
         self.connection = Some(fresh.clone());
+        // Another broker (the coordinator moved), perhaps other permissions: ask again.
+        self.describe_refused = false;
         Ok(fresh)
     }
 
