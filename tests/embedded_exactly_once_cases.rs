@@ -866,24 +866,33 @@ async fn atomic_mode_an_aborted_transaction_takes_its_dead_letter_with_it() {
 
 // ---- Earlier acknowledgements are not the renewal ------------------------------------------
 
-#[tokio::test(start_paused = true)]
-async fn the_accepts_after_a_commit_are_sent_at_once_not_with_the_next_poll() {
+/// Two records, one driver in ledger mode through `producer` (built around the group's
+/// transactional producer) that commits acknowledgements of its own only hourly, after its
+/// first transaction (which took both records).
+async fn after_one_transaction(
+    producer: impl FnOnce(EmbeddedProducer) -> Arc<dyn Producer>,
+) -> (EmbeddedBroker, Driver) {
     let broker = broker(2);
     broker.set_capabilities(kafka_4_4());
     let eos = eos(0, 1);
-    let producer = transactional(&broker, &eos);
-    // No commit of acknowledgements of the driver's own for an hour.
+    let producer = producer(transactional(&broker, &eos));
     let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
     let mut d = driver_with(
         &broker,
         CopyOffsets::default(),
         broker.share_consumer(GROUP),
-        Arc::new(producer),
+        producer,
         eos,
         config,
     );
     d.initialize().await.expect("initialize");
     assert_eq!(d.iteration_exactly_once().await.unwrap().accepted, 2);
+    (broker, d)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_accepts_after_a_commit_are_sent_at_once_not_with_the_next_poll() {
+    let (broker, mut d) = after_one_transaction(|p| Arc::new(p)).await;
     // Sent with the commit: the group has them before the next poll (which, with the
     // share-state write they cost on a real broker, no longer sits in the next renewal).
     assert_eq!(state(&broker, 0), (RecordState::Acknowledged, 1));
@@ -949,21 +958,7 @@ impl<P: Producer> Producer for SlowCommit<P> {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_accept_after_a_commit_is_counted_and_does_not_abort_the_next_transaction() {
-    let broker = broker(2);
-    broker.set_capabilities(kafka_4_4());
-    let eos = eos(0, 1);
-    let producer = SlowCommit(transactional(&broker, &eos));
-    let config = config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)));
-    let mut d = driver_with(
-        &broker,
-        CopyOffsets::default(),
-        broker.share_consumer(GROUP),
-        Arc::new(producer),
-        eos,
-        config,
-    );
-    d.initialize().await.expect("initialize");
-    assert_eq!(d.iteration_exactly_once().await.unwrap().accepted, 2);
+    let (broker, mut d) = after_one_transaction(|p| Arc::new(SlowCommit(p))).await;
     // The locks ran out during the commit: the ACCEPTs failed, the records are the group's
     // again. The next round finds them claimed and accepts them without new outputs.
     let report = d.iteration_exactly_once().await.expect("iteration");
