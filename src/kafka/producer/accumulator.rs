@@ -177,6 +177,10 @@ pub(crate) enum BatchOutcome {
     TooLarge(ProducerError),
     /// Not written, and never will be (rejected).
     Failed(ProducerError),
+    /// Given up without knowing whether it was written (an answer that could not be read,
+    /// or one without the partition): failed like [`BatchOutcome::Failed`], but it says
+    /// nothing of the batches after it.
+    GivenUp(ProducerError),
 }
 
 /// What an answer means beyond the batch itself.
@@ -666,6 +670,11 @@ impl Accumulator {
             }
             other => other,
         };
+        // A broker's refusal says that nothing after the batch was written either.
+        let (outcome, refused) = match outcome {
+            BatchOutcome::GivenUp(error) => (BatchOutcome::Failed(error), false),
+            other => (other, true),
+        };
         let after_gap = |batch: &Batch, gap_at: Option<i32>| matches!((batch.sequence, gap_at), (Some(s), Some(g)) if s > g);
         match outcome {
             BatchOutcome::Written {
@@ -768,10 +777,14 @@ impl Accumulator {
                     }
                 }
             }
-            BatchOutcome::Failed(error) => {
+            BatchOutcome::Failed(error) | BatchOutcome::GivenUp(error) => {
                 if let Some(batch) = state.unacked.remove(position) {
                     if let Some(sequence) = batch.sequence {
-                        state.refused_at(sequence);
+                        if refused {
+                            state.refused_at(sequence);
+                        } else {
+                            state.gap_at = Some(state.gap_at.map_or(sequence, |g| g.min(sequence)));
+                        }
                         // Later batches of the partition in flight will be refused.
                         effects.gap =
                             state.unacked.iter().any(|b| b.sequence.is_some()) || config.idempotent;
@@ -1616,6 +1629,25 @@ mod tests {
         assert_eq!(retry[0].bytes, sent[0].bytes);
         acc.complete(&tp(), retry[0].batch_id, BatchOutcome::Duplicate, later);
         assert!(acc.ready_to_bump());
+    }
+
+    #[test]
+    fn a_refusal_resolves_the_lost_answers_after_it_an_unreadable_answer_does_not() {
+        let now = Instant::now();
+        for (outcome, resolved) in [
+            (BatchOutcome::Failed(error()), true),
+            (BatchOutcome::GivenUp(error()), false),
+        ] {
+            let (mut acc, _futures) = pipelining(config(true, false), 2, now);
+            let sent = drain_all(&mut acc, now);
+            // The second answer was lost; then the first batch is given up.
+            acc.complete(&tp(), sent[1].batch_id, retriable(true), now);
+            let (_, effects) = acc.complete(&tp(), sent[0].batch_id, outcome, now);
+            assert!(effects.gap && acc.bump_pending());
+            // Refused: the broker wrote nothing after it, so the bump may renumber the lost
+            // batch. Unreadable: the first batch may have been written, and the second too.
+            assert_eq!(acc.ready_to_bump(), resolved);
+        }
     }
 
     #[test]

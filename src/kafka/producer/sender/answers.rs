@@ -140,7 +140,8 @@ pub(crate) fn produced(
                     unknown: true,
                 }
             } else {
-                BatchOutcome::Failed(ProducerError::kafka(error))
+                // An answer that could not be read: the write may have happened.
+                BatchOutcome::GivenUp(ProducerError::kafka(error))
             };
             for (tp, id, _) in batches {
                 state.metadata_wanted.insert(Arc::clone(&tp.0));
@@ -160,7 +161,7 @@ pub(crate) fn produced(
                     .flat_map(|t| &t.partition_responses)
                     .find(|p| p.index == tp.1);
                 let outcome = match entry {
-                    None => BatchOutcome::Failed(ProducerError::Kafka {
+                    None => BatchOutcome::GivenUp(ProducerError::Kafka {
                         source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
                             broker: broker.to_owned(),
                             reason: format!(
