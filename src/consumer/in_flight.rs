@@ -394,18 +394,13 @@ impl InFlightBatch {
             .collect()
     }
 
-    /// The held records that are not settled, counted per partition: still with the
-    /// application after [`clear_unheld`](Self::clear_unheld).
-    pub(crate) fn held_counts(&self) -> Vec<(TopicPartition, usize)> {
-        let mut counts: Vec<(TopicPartition, usize)> = Vec::new();
-        for e in self.entries.iter().filter(|e| e.held && !e.settled()) {
-            let tp = &self.partitions[e.partition as usize];
-            match counts.iter_mut().find(|(t, _)| t == tp) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((tp.clone(), 1)),
-            }
-        }
-        counts
+    /// The partition of each held record that is not settled (one item per record): still
+    /// with the application after [`clear_unheld`](Self::clear_unheld).
+    pub(crate) fn held_partitions(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.entries
+            .iter()
+            .filter(|e| e.held && !e.settled())
+            .map(|e| &self.partitions[e.partition as usize])
     }
 
     /// Forgets the batch except the held records that are not settled.

@@ -402,7 +402,7 @@ impl KafkaShareConsumer {
             self.pace.observe(n, now.saturating_duration_since(at));
         }
         self.engine.send(Command::AppDone {
-            kept: PartitionCounts::from(self.batch.held_counts()),
+            kept: self.batch.held_partitions().collect(),
             per_record: self.pace.per_record(),
             record_locks: self.group_configs.max_record_locks(),
         })

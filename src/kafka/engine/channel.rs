@@ -107,9 +107,14 @@ pub(crate) enum Update {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PartitionCounts(Vec<(TopicPartition, usize)>);
 
-impl From<Vec<(TopicPartition, usize)>> for PartitionCounts {
-    fn from(counts: Vec<(TopicPartition, usize)>) -> Self {
-        Self(counts)
+/// One count per partition given, once for each time it is given.
+impl<'a> FromIterator<&'a TopicPartition> for PartitionCounts {
+    fn from_iter<I: IntoIterator<Item = &'a TopicPartition>>(partitions: I) -> Self {
+        let mut counts = Self::default();
+        for tp in partitions {
+            counts.add(tp, 1);
+        }
+        counts
     }
 }
 
@@ -135,13 +140,18 @@ impl PartitionCounts {
         Self(counts)
     }
 
+    /// Counts `n` more records of `tp`.
+    fn add(&mut self, tp: &TopicPartition, n: usize) {
+        match self.0.iter_mut().rev().find(|(t, _)| t == tp) {
+            Some((_, m)) => *m += n,
+            None => self.0.push((tp.clone(), n)),
+        }
+    }
+
     /// Adds `other`'s counts.
     pub(crate) fn extend(&mut self, other: &Self) {
         for (tp, n) in other.iter() {
-            match self.0.iter_mut().find(|(t, _)| t == tp) {
-                Some((_, m)) => *m += n,
-                None => self.0.push((tp.clone(), n)),
-            }
+            self.add(tp, n);
         }
     }
 
@@ -194,5 +204,13 @@ mod tests {
         );
         assert_eq!(counts.total(), 5);
         assert!(PartitionCounts::of(&[]).is_empty());
+        // Counted from partitions and added up, the same.
+        let partitions: Vec<TopicPartition> = records
+            .iter()
+            .map(ConsumerRecord::topic_partition)
+            .collect();
+        let mut again: PartitionCounts = partitions[..3].iter().collect();
+        again.extend(&partitions[3..].iter().collect());
+        assert_eq!(again, counts);
     }
 }
