@@ -282,6 +282,14 @@ enum CloseReason {
     Dropped,
 }
 
+/// A TLS failure over a certificate, or an alert, behind an I/O error of an open connection.
+fn tls_refusal(error: &io::Error, hints: &Hints) -> Option<String> {
+    error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .and_then(|e| tls::authentication_failure(e, hints.client_cert))
+}
+
 impl CloseReason {
     /// The reason for an I/O error while `doing` something.
     fn io(doing: &str, error: &io::Error) -> Self {
@@ -296,15 +304,20 @@ impl CloseReason {
         }
     }
 
+    /// The reason for an error while writing: a TLS failure with a certificate or an alert is
+    /// an authentication failure, as when reading.
+    fn write_error(doing: &str, error: &io::Error, hints: &Hints) -> Self {
+        match tls_refusal(error, hints) {
+            Some(reason) => Self::Authentication(reason),
+            None => Self::io(doing, error),
+        }
+    }
+
     /// The reason for an error while reading: a TLS failure with a certificate or an alert
     /// is an authentication failure; EOF right after the ApiVersions answer on a connection
     /// without SASL hints at a SASL listener.
     fn read_error(doing: &str, error: &io::Error, hints: &Hints, frames_read: u64) -> Self {
-        if let Some(reason) = error
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<rustls::Error>())
-            .and_then(|e| tls::authentication_failure(e, hints.client_cert))
-        {
+        if let Some(reason) = tls_refusal(error, hints) {
             return Self::Authentication(reason);
         }
         if error.kind() == io::ErrorKind::UnexpectedEof && frames_read == 1 && !hints.sasl {
@@ -626,7 +639,7 @@ impl Connection {
             },
             hints,
         ));
-        let writer = tokio::spawn(write_loop(Arc::clone(&shared), write, queue));
+        let writer = tokio::spawn(write_loop(Arc::clone(&shared), write, queue, hints));
         Self {
             inner: Arc::new(Inner {
                 shared,
@@ -1411,14 +1424,25 @@ async fn read_frames(
 }
 
 /// The writer task: writes queued frames until the connection closes or every handle is gone.
-async fn write_loop(shared: Arc<Shared>, write: Writer, mut queue: mpsc::Receiver<Frame>) {
+async fn write_loop(
+    shared: Arc<Shared>,
+    write: Writer,
+    mut queue: mpsc::Receiver<Frame>,
+    hints: Hints,
+) {
     let mut closed = shared.closed.subscribe();
     let result = tokio::select! {
         result = write_frames(write, &mut queue) => result,
         _ = closed.wait_for(|closed| *closed) => return,
     };
     if let Err(error) = result {
-        shared.close(CloseReason::io("writing a request", &error));
+        // A TLS 1.3 broker refuses a client certificate after the handshake: its alert can
+        // meet the first write as well as the first read, and means the same.
+        shared.close(CloseReason::write_error(
+            "writing a request",
+            &error,
+            &hints,
+        ));
     }
 }
 
