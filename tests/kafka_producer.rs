@@ -291,11 +291,6 @@ async fn committed_transactions_are_visible_and_aborted_ones_are_not() {
         producer.send(ProducerRecord::new(topic.as_str()).value("x")),
         Err(ProducerError::TransactionState { .. })
     ));
-    let reader = KafkaLogReader::builder(&bootstrap)
-        .client_id("producer-txn-check")
-        .connect()
-        .await
-        .expect("reader");
     for round in 0..3 {
         producer.begin_transaction().expect("begin");
         assert!(producer.begin_transaction().is_err(), "begin while open");
@@ -312,27 +307,7 @@ async fn committed_transactions_are_visible_and_aborted_ones_are_not() {
                 );
             }
         }
-        let committing = std::time::Instant::now();
         producer.commit_transaction().await.expect("commit");
-        let took = committing.elapsed();
-        // The commit returns once the markers are written (or after waiting 100 ms for them,
-        // on a machine too busy to write them sooner): nothing of the transaction is still
-        // open for a read_committed reader (its last stable offset is the end).
-        for p in 0..2 {
-            let stable = reader
-                .end_offset(&topic, p, IsolationLevel::ReadCommitted)
-                .await
-                .expect("last stable offset");
-            let end = reader
-                .end_offset(&topic, p, IsolationLevel::ReadUncommitted)
-                .await
-                .expect("high watermark");
-            assert!(
-                stable == end || took >= Duration::from_millis(100),
-                "round {round}, partition {p}: the commit returned after {took:?} with the \
-                 transaction still open (last stable offset {stable}, end {end})"
-            );
-        }
         producer.begin_transaction().expect("begin");
         let delivered = producer
             .send(

@@ -438,12 +438,13 @@ fn described(request: &fake_broker::Request, state: &str, code: i16) -> Reply {
     )
 }
 
-/// Under transactions v2 EndTxn answers before the coordinator has written the markers; the
-/// commit returns only once it has (DescribeTransactions says the state moved past
-/// PrepareCommit), so that the next transaction's first Produce does not meet the last one
-/// unfinished. A refusal of DescribeTransactions ends the wait for good; the commits go on.
+/// Under transactions v2 EndTxn answers before the coordinator has written the markers. The
+/// commit returns then; the next transaction's first Produce waits until DescribeTransactions
+/// says the state moved past PrepareCommit, so that it does not meet the last transaction
+/// unfinished (and wait the broker's retry backoff). A refusal of DescribeTransactions ends
+/// the waiting for good; the transactions go on.
 #[tokio::test]
-async fn a_v2_commit_returns_once_the_coordinator_has_completed_the_transaction() {
+async fn a_v2_transaction_sends_once_the_coordinator_has_completed_the_last_one() {
     let broker = broker(Some(2)).await;
     broker.advertise(ApiKey::DescribeTransactions, 0, 0);
     for state in ["PrepareCommit", "PrepareCommit", "CompleteCommit"] {
@@ -451,34 +452,75 @@ async fn a_v2_commit_returns_once_the_coordinator_has_completed_the_transaction(
             described(r, state, 0)
         });
     }
-    let producer = transactional(&broker).await;
-    producer.begin_transaction().expect("begin");
-    let sent = producer.send(record(0, "a")).expect("queued");
-    producer.commit_transaction().await.expect("commit");
-    sent.await.expect("written");
-    assert_eq!(
-        broker.count(ApiKey::DescribeTransactions),
-        3,
-        "asked until the transaction was complete"
-    );
-    let ended = broker.requests_of(ApiKey::EndTxn)[0].at;
-    assert!(
-        broker.requests_of(ApiKey::DescribeTransactions)[0].at >= ended,
-        "asked after the EndTxn"
-    );
-
-    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this commit and the later ones do not wait.
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED after the second commit: no more asking.
     broker.once(ApiKey::DescribeTransactions, |r| described(r, "", 53));
-    for value in ["b", "c"] {
+    let producer = transactional(&broker).await;
+    for (i, value) in ["a", "b", "c"].into_iter().enumerate() {
         producer.begin_transaction().expect("begin");
         let sent = producer.send(record(1, value)).expect("queued");
-        producer.commit_transaction().await.expect("commit");
+        producer.flush().await.expect("flush");
         sent.await.expect("written");
+        if i == 1 {
+            let described = broker.requests_of(ApiKey::DescribeTransactions);
+            assert_eq!(
+                described.len(),
+                3,
+                "asked until the transaction was complete"
+            );
+            assert!(
+                described[0].at >= broker.requests_of(ApiKey::EndTxn)[0].at,
+                "asked after the EndTxn"
+            );
+            assert!(
+                broker.requests_of(ApiKey::Produce)[1].at >= described[2].at,
+                "the next transaction's Produce went before the last one was complete"
+            );
+        }
+        producer.commit_transaction().await.expect("commit");
     }
+    // The third transaction's Produce went after the refusal, without asking again.
+    let described = broker
+        .wait_for(ApiKey::DescribeTransactions, 4, Duration::from_secs(10))
+        .await;
+    assert!(broker.requests_of(ApiKey::Produce)[2].at >= described[3].at);
     assert_eq!(
         broker.count(ApiKey::DescribeTransactions),
         4,
         "not asked again"
     );
     assert_eq!(committed_flags(&broker), vec![true, true, true]);
+}
+
+/// A coordinator slow to answer DescribeTransactions holds the next transaction's Produce
+/// only until the wait's bound (100 ms after the EndTxn's answer), not until it answers.
+#[tokio::test]
+async fn a_slow_describe_holds_the_next_produce_only_until_the_bound() {
+    let broker = broker(Some(2)).await;
+    broker.advertise(ApiKey::DescribeTransactions, 0, 0);
+    broker.on(ApiKey::DescribeTransactions, |r| {
+        Reply::Delay(
+            Duration::from_secs(30),
+            Box::new(described(r, "PrepareCommit", 0)),
+        )
+    });
+    let producer = transactional(&broker).await;
+    producer.begin_transaction().expect("begin");
+    drop(producer.send(record(0, "a")).expect("queued"));
+    producer.commit_transaction().await.expect("commit");
+    let ended = broker.requests_of(ApiKey::EndTxn)[0].at;
+    producer.begin_transaction().expect("begin");
+    let sent = producer.send(record(0, "b")).expect("queued");
+    producer.flush().await.expect("flush");
+    sent.await.expect("written");
+    let produced = broker.requests_of(ApiKey::Produce)[1].at;
+    assert!(
+        produced >= ended + Duration::from_millis(100),
+        "the Produce went {:?} after the EndTxn, before the wait's bound",
+        produced - ended
+    );
+    assert!(
+        broker.requests_of(ApiKey::Produce)[1].at
+            < broker.requests_of(ApiKey::DescribeTransactions)[0].at + Duration::from_secs(30),
+        "the Produce waited for the slow answer"
+    );
 }

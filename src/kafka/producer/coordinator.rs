@@ -42,10 +42,11 @@ const UNKNOWN_SERVER_ERROR: i16 = -1;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 /// DescribeTransactions versions this client reads.
 const DESCRIBE_TRANSACTIONS: VersionRange = VersionRange { min: 0, max: 0 };
-/// The longest [`Coordinator::await_complete`] waits: past it, the broker's own retry of a
-/// produce that meets the unfinished transaction (`add.partitions.to.txn.retry.backoff.max.ms`,
-/// 100 ms by default) is no slower.
-const AWAIT_COMPLETE_MAX: Duration = Duration::from_millis(100);
+/// The longest the next transaction's Produce requests wait for the last one's markers
+/// ([`Coordinator::await_complete`]): past it, the broker's own retry of a produce that
+/// meets the unfinished transaction (`add.partitions.to.txn.retry.backoff.max.ms`, 100 ms by
+/// default) is no slower.
+pub(crate) const AWAIT_COMPLETE_MAX: Duration = Duration::from_millis(100);
 /// How often [`Coordinator::await_complete`] asks.
 const AWAIT_COMPLETE_POLL: Duration = Duration::from_millis(1);
 
@@ -85,24 +86,24 @@ impl Coordinator {
 
     /// After an EndTxn under transactions v2: waits until the coordinator has written the
     /// transaction's markers (its state is no longer `PrepareCommit` or `PrepareAbort`), at
-    /// most [`AWAIT_COMPLETE_MAX`]. Best effort: any error ends the wait.
+    /// most until `deadline`. Best effort: any error ends the wait.
     ///
     /// Why: EndTxn v5 answers once the commit is decided, before the markers are written.
     /// The next transaction's first Produce then meets a coordinator still completing the
     /// last one: the partition leader's verification is refused with CONCURRENT_TRANSACTIONS
     /// and retried by the broker after `add.partitions.to.txn.retry.backoff.ms` (20 ms by
     /// default), far longer than the markers take. Measured on the mirror row, a third of
-    /// the transactions paid those 20 ms; the wait here cost about 4 ms per transaction on
-    /// the same machine. It also means a `read_committed` reader can see the transaction's
-    /// records once the commit returns.
-    pub(crate) async fn await_complete(&mut self, cluster: &Cluster) {
+    /// the transactions paid those 20 ms; the markers took about 4 ms on the same machine.
+    /// The sender holds the next transaction's Produce requests until this returns
+    /// ([`MarkersPending`](super::txn::MarkersPending)), so the wait overlaps with whatever
+    /// the application does between the transactions.
+    pub(crate) async fn await_complete(&mut self, cluster: &Cluster, deadline: Instant) {
         if self.describe_refused {
             return;
         }
         let Some(id) = self.transactional_id.clone() else {
             return;
         };
-        let deadline = crate::time::deadline_after(Instant::now(), AWAIT_COMPLETE_MAX);
         loop {
             let Ok(asked) = tokio::time::timeout_at(deadline, self.describe(cluster, &id)).await
             else {

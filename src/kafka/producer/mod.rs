@@ -365,7 +365,7 @@ impl KafkaProducer {
     /// no epoch bump for it).
     ///
     /// `Ok(true)`: an EndTxn of transactions v2 was answered, whose markers the coordinator
-    /// may still be writing (see [`await_markers`](Self::await_markers)).
+    /// may still be writing (see [`hold_for_markers`](Self::hold_for_markers)).
     async fn end_transaction(
         &self,
         commit: bool,
@@ -396,18 +396,18 @@ impl KafkaProducer {
         Ok(version == TxnVersion::V2)
     }
 
-    /// After a transaction ended under transactions v2 (its outcome already recorded): waits
-    /// until the coordinator has written its markers, else the next transaction's first
-    /// Produce meets it unfinished and waits the broker's retry backoff (see
-    /// [`Coordinator::await_complete`](coordinator::Coordinator::await_complete)). Dropped,
-    /// only the wait is lost.
-    async fn await_markers(&self) {
-        self.shared
-            .coordinator
-            .lock()
-            .await
-            .await_complete(&self.shared.cluster)
-            .await;
+    /// After a transaction ended under transactions v2 (its outcome already recorded): the
+    /// next transaction's Produce requests wait until the coordinator has written its
+    /// markers, at most [`AWAIT_COMPLETE_MAX`](coordinator::AWAIT_COMPLETE_MAX); the sender
+    /// asks the coordinator meanwhile (see
+    /// [`Coordinator::await_complete`](coordinator::Coordinator::await_complete)). The call
+    /// that ended the transaction does not wait.
+    fn hold_for_markers(&self) {
+        let deadline = crate::time::deadline_after(Instant::now(), coordinator::AWAIT_COMPLETE_MAX);
+        if let Some(txn) = self.shared.lock().txn.as_mut() {
+            txn.markers_pending(deadline);
+        }
+        self.shared.wake.notify_one();
     }
 
     async fn abort(&self) -> Result<bool, ProducerError> {
@@ -634,7 +634,7 @@ impl Producer for KafkaProducer {
             txn.finish(&outcome);
         }
         if markers {
-            self.await_markers().await;
+            self.hold_for_markers();
         }
         outcome
     }
@@ -660,7 +660,7 @@ impl Producer for KafkaProducer {
             }
         }
         if markers {
-            self.await_markers().await;
+            self.hold_for_markers();
         }
         outcome
     }

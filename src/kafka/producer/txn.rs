@@ -126,6 +126,25 @@ pub(crate) struct TxnState {
     pub(crate) added: HashSet<Tp>,
     /// A batch of the open transaction was handed to a broker.
     pub(crate) sent_any: bool,
+    /// Transactions v2: the last ended transaction's markers may still be being written.
+    pub(crate) markers: Option<MarkersPending>,
+    /// The number of the last transaction ended with markers pending.
+    ended: u64,
+}
+
+/// After an EndTxn of transactions v2 (answered once the outcome is decided, before the
+/// coordinator has written the markers): the next transaction's Produce requests wait until
+/// the markers are written or `deadline` has passed. A Produce sent before would meet the
+/// unfinished transaction in the leader's verification and wait the broker's own retry
+/// backoff (`add.partitions.to.txn.retry.backoff.ms`, 20 ms by default), far longer than
+/// the markers take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MarkersPending {
+    /// Which ended transaction this is (so that a late answer about an older one does not
+    /// lift the wait for a newer one).
+    pub(crate) ended: u64,
+    /// When the Produce requests go regardless.
+    pub(crate) deadline: tokio::time::Instant,
 }
 
 fn state_error(operation: &'static str, reason: impl Into<String>) -> ProducerError {
@@ -142,6 +161,25 @@ impl TxnState {
             version: TxnVersion::V2,
             added: HashSet::new(),
             sent_any: false,
+            markers: None,
+            ended: 0,
+        }
+    }
+
+    /// An EndTxn of transactions v2 was answered: hold the next Produce requests until its
+    /// markers are written, at most until `deadline`.
+    pub(crate) fn markers_pending(&mut self, deadline: tokio::time::Instant) {
+        self.ended = self.ended.wrapping_add(1);
+        self.markers = Some(MarkersPending {
+            ended: self.ended,
+            deadline,
+        });
+    }
+
+    /// The markers of ended transaction `ended` are written (or no longer waited for).
+    pub(crate) fn markers_written(&mut self, ended: u64) {
+        if self.markers.is_some_and(|m| m.ended == ended) {
+            self.markers = None;
         }
     }
 

@@ -81,6 +81,10 @@ pub(crate) enum Action {
     AddPartitions(ProducerIdentity, Vec<Tp>),
     /// Open a connection to this broker; answer with [`SenderCore::on_connected`].
     Connect(i32),
+    /// Transactions v2: ask the coordinator until the markers of ended transaction `ended`
+    /// are written, at most until `deadline`; answer with [`SenderCore::on_markers`]. No
+    /// Produce request goes meanwhile.
+    AwaitMarkers { ended: u64, deadline: Instant },
     /// Send this request, after every earlier request to the same broker is queued (the
     /// order of a turn's actions is the order of the sequences); answer with
     /// [`SenderCore::on_produced`].
@@ -116,6 +120,8 @@ pub(crate) struct SenderCore {
     /// No epoch bump before this (after a failed one).
     bump_at: Instant,
     adding: bool,
+    /// An [`Action::AwaitMarkers`] is outstanding.
+    markers_busy: bool,
 }
 
 impl SenderCore {
@@ -131,6 +137,7 @@ impl SenderCore {
             bump_busy: false,
             bump_at: now,
             adding: false,
+            markers_busy: false,
         }
     }
 
@@ -159,6 +166,15 @@ impl SenderCore {
                 .push(Action::Bump(state.accumulator.producer()));
         }
         self.add_partitions(state, &mut turn);
+        if let Some(deadline) = self.hold_for_markers(state, now, &mut turn) {
+            // Nothing is drained: the batches wait, and their linger or deadline (or an
+            // answer) wakes the loop, or else the end of the wait.
+            turn.wake_at = Some(
+                self.wake_at(state, now)
+                    .map_or(deadline, |at| at.min(deadline)),
+            );
+            return turn;
+        }
         let txn = state.txn.as_ref().map(|t| t.version);
         let flushing = state.flushing > 0
             || state
@@ -248,6 +264,41 @@ impl SenderCore {
         }
         turn.wake_at = self.wake_at(state, now);
         turn
+    }
+
+    /// Transactions v2: while the last transaction's markers may still be being written
+    /// (until its [`MarkersPending`](crate::kafka::producer::txn::MarkersPending)
+    /// deadline), asks the coordinator once at a time and returns the deadline: no Produce
+    /// request goes before it.
+    fn hold_for_markers(
+        &mut self,
+        state: &mut State,
+        now: Instant,
+        turn: &mut Turn,
+    ) -> Option<Instant> {
+        let txn = state.txn.as_mut()?;
+        let pending = txn.markers?;
+        if now >= pending.deadline {
+            txn.markers_written(pending.ended);
+            return None;
+        }
+        if !self.markers_busy {
+            self.markers_busy = true;
+            turn.actions.push(Action::AwaitMarkers {
+                ended: pending.ended,
+                deadline: pending.deadline,
+            });
+        }
+        Some(pending.deadline)
+    }
+
+    /// The wait for the markers of ended transaction `ended` is over (written, or no longer
+    /// asked about): the next turn sends.
+    pub(crate) fn on_markers(&mut self, state: &mut State, ended: u64) {
+        self.markers_busy = false;
+        if let Some(txn) = state.txn.as_mut() {
+            txn.markers_written(ended);
+        }
     }
 
     /// Transactions v1: partitions join the transaction before their first batch.

@@ -63,7 +63,15 @@ enum Op {
     Bumped(bool),
     Added(bool),
     Flush(bool),
+    /// A transaction ended with its markers still to be written (the producer holds the
+    /// next transaction's Produce requests for at most `MARKERS_WAIT`).
+    Ended,
+    /// The outstanding wait for the markers ended.
+    MarkersDone,
 }
+
+/// How long Produce requests wait for an ended transaction's markers at most.
+const MARKERS_WAIT: Duration = Duration::from_millis(100);
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -78,6 +86,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::Bumped),
         1 => any::<bool>().prop_map(Op::Added),
         1 => any::<bool>().prop_map(Op::Flush),
+        1 => Just(Op::Ended),
+        1 => Just(Op::MarkersDone),
     ]
 }
 
@@ -101,6 +111,8 @@ struct Harness {
     /// Per partition and producer epoch, the end of the sequences sent so far.
     sequence_end: HashMap<(Tp, i16), i64>,
     add: Option<Vec<Tp>>,
+    /// The outstanding wait for an ended transaction's markers.
+    markers: Option<u64>,
     futures: Vec<DeliveryFuture>,
     next_offset: i64,
 }
@@ -160,6 +172,7 @@ impl Harness {
             bump_not_before: None,
             sequence_end: HashMap::new(),
             add: None,
+            markers: None,
             futures: Vec::new(),
             next_offset: 0,
         }
@@ -241,12 +254,22 @@ impl Harness {
                     );
                     self.add = Some(partitions);
                 }
+                Action::AwaitMarkers { ended, deadline } => {
+                    prop_assert!(self.markers.is_none(), "two waits for the markers at once");
+                    prop_assert!(self.now < deadline, "a wait that is over already");
+                    self.markers = Some(ended);
+                }
                 Action::Connect(node) => {
                     prop_assert!(self.connecting.insert(node), "two connects to {node}");
                     prop_assert!(!self.connected.contains(&node));
                 }
                 Action::Produce(plan) => {
                     prop_assert!(self.bump.is_none(), "Produce while a bump is outstanding");
+                    let held = self.state.txn.as_ref().and_then(|t| t.markers);
+                    prop_assert!(
+                        held.is_none_or(|m| self.now >= m.deadline),
+                        "Produce while the last transaction's markers may be unwritten"
+                    );
                     prop_assert!(
                         self.connected.contains(&plan.node),
                         "Produce to an unconnected broker"
@@ -294,6 +317,7 @@ impl Harness {
             && self.metadata.is_none()
             && self.bump.is_none()
             && self.add.is_none()
+            && self.markers.is_none()
             && self.connecting.is_empty()
     }
 
@@ -430,6 +454,16 @@ impl Harness {
                 }
             }
             Op::Flush(on) => self.state.flushing = usize::from(on),
+            Op::Ended => {
+                if let Some(txn) = self.state.txn.as_mut() {
+                    txn.markers_pending(self.now + MARKERS_WAIT);
+                }
+            }
+            Op::MarkersDone => {
+                if let Some(ended) = self.markers.take() {
+                    self.core.on_markers(&mut self.state, ended);
+                }
+            }
         }
         Ok(())
     }
@@ -476,6 +510,10 @@ impl Harness {
             }
             if let Some(partitions) = self.add.take() {
                 self.core.on_added(&mut self.state, partitions, Ok(()));
+                answered = true;
+            }
+            if let Some(ended) = self.markers.take() {
+                self.core.on_markers(&mut self.state, ended);
                 answered = true;
             }
             if !answered {

@@ -65,6 +65,8 @@ enum Work {
     ),
     Bumped(Result<ProducerIdentity, ProducerError>),
     Added(Vec<Tp>, Result<(), ProducerError>),
+    /// The wait for an ended transaction's markers is over.
+    Markers(u64),
 }
 
 /// Runs until the producer is dropped (which aborts it).
@@ -122,6 +124,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         false
                     }
                     Work::Added(partitions, result) => core.on_added(&mut state, partitions, result),
+                    Work::Markers(ended) => {
+                        core.on_markers(&mut state, ended);
+                        false
+                    }
                 };
                 drop(state);
                 if progressed {
@@ -184,6 +190,16 @@ fn start(
                 .add_partitions(&shared2.cluster, producer, &new, shared2.retry())
                 .await;
             Work::Added(new, result)
+        }
+        .boxed(),
+        Action::AwaitMarkers { ended, deadline } => async move {
+            shared2
+                .coordinator
+                .lock()
+                .await
+                .await_complete(&shared2.cluster, deadline)
+                .await;
+            Work::Markers(ended)
         }
         .boxed(),
         Action::Connect(node) => {
