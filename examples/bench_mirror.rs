@@ -215,9 +215,21 @@ async fn count(args: &Args) -> BoxResult<()> {
         .await?;
     let mut total = 0u64;
     for partition in 0..partitions {
-        let end = reader
-            .end_offset(topic, partition, IsolationLevel::ReadCommitted)
-            .await?;
+        // The last commit returned once decided; its markers may still be being written:
+        // count once no transaction is open on the partition (at most 30 s).
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        let end = loop {
+            let stable = reader
+                .end_offset(topic, partition, IsolationLevel::ReadCommitted)
+                .await?;
+            let high = reader
+                .end_offset(topic, partition, IsolationLevel::ReadUncommitted)
+                .await?;
+            if stable == high || std::time::Instant::now() >= give_up {
+                break stable;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         let mut next = 0;
         while next < end {
             let read = reader

@@ -93,17 +93,35 @@ fn producer_config(bootstrap: &str) -> KafkaProducerConfig {
         .delivery_timeout(Duration::from_secs(60))
 }
 
-/// The values of `topic`/`partition` as `isolation` sees them, from the start.
+/// The values of `topic`/`partition` as `isolation` sees them, from the start, once no
+/// transaction is open there any more: a commit (or abort) returns once it is decided and
+/// the coordinator writes its markers after, so the last stable offset is waited for until
+/// it reaches the end.
 async fn values(
     reader: &KafkaLogReader,
     topic: &str,
     partition: i32,
     isolation: IsolationLevel,
 ) -> Vec<String> {
-    let end = reader
-        .end_offset(topic, partition, isolation)
-        .await
-        .expect("end offset");
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let end = loop {
+        let end = reader
+            .end_offset(topic, partition, isolation)
+            .await
+            .expect("end offset");
+        let high = reader
+            .end_offset(topic, partition, IsolationLevel::ReadUncommitted)
+            .await
+            .expect("high watermark");
+        if end == high {
+            break end;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "partition {partition}: the last stable offset stayed at {end} below the end {high}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     reader
         .read_until(topic, partition, 0, end, isolation, Duration::from_secs(30))
         .await

@@ -93,10 +93,12 @@ pub trait Producer: Send + Sync + fmt::Debug {
 
     /// Writes every record sent in the transaction, then commits it.
     ///
-    /// [`KafkaProducer`] under transactions v2 returns once
-    /// the coordinator has also written the transaction's markers (when the cluster lets it
-    /// ask, with DescribeTransactions, for at most 100 ms): a `read_committed` reader then
-    /// sees the records, and the next transaction does not meet this one unfinished.
+    /// [`KafkaProducer`] under transactions v2 returns once the coordinator has decided the
+    /// commit, as Java's producer does; the coordinator writes the transaction's markers
+    /// after that, so a `read_committed` reader may see the records a few milliseconds
+    /// later. The next transaction's sends wait for those markers (when the cluster lets
+    /// the producer ask, with DescribeTransactions, for at most 100 ms) so that they do not
+    /// meet this transaction unfinished.
     ///
     /// # Errors
     ///

@@ -112,7 +112,7 @@ impl Coordinator {
             let state = match asked {
                 Ok(state) => state,
                 Err(DescribeFailed::Refused(reason)) => {
-                    debug!(%reason, "DescribeTransactions refused: commits no longer wait for the markers");
+                    debug!(%reason, "DescribeTransactions refused: the next transactions' sends no longer wait for the markers");
                     self.describe_refused = true;
                     return;
                 }

@@ -365,7 +365,7 @@ impl KafkaProducer {
     /// no epoch bump for it).
     ///
     /// `Ok(true)`: an EndTxn of transactions v2 was answered, whose markers the coordinator
-    /// may still be writing (see [`hold_for_markers`](Self::hold_for_markers)).
+    /// may still be writing (see [`markers_deadline`](Self::markers_deadline)).
     async fn end_transaction(
         &self,
         commit: bool,
@@ -396,18 +396,15 @@ impl KafkaProducer {
         Ok(version == TxnVersion::V2)
     }
 
-    /// After a transaction ended under transactions v2 (its outcome already recorded): the
-    /// next transaction's Produce requests wait until the coordinator has written its
-    /// markers, at most [`AWAIT_COMPLETE_MAX`](coordinator::AWAIT_COMPLETE_MAX); the sender
-    /// asks the coordinator meanwhile (see
+    /// When the next transaction's Produce requests stop waiting for the markers of one that
+    /// ended under transactions v2 now (its outcome already recorded): they wait until the
+    /// coordinator has written them, at most
+    /// [`AWAIT_COMPLETE_MAX`](coordinator::AWAIT_COMPLETE_MAX); the sender asks the
+    /// coordinator meanwhile (see
     /// [`Coordinator::await_complete`](coordinator::Coordinator::await_complete)). The call
     /// that ended the transaction does not wait.
-    fn hold_for_markers(&self) {
-        let deadline = crate::time::deadline_after(Instant::now(), coordinator::AWAIT_COMPLETE_MAX);
-        if let Some(txn) = self.shared.lock().txn.as_mut() {
-            txn.markers_pending(deadline);
-        }
-        self.shared.wake.notify_one();
+    fn markers_deadline() -> Instant {
+        crate::time::deadline_after(Instant::now(), coordinator::AWAIT_COMPLETE_MAX)
     }
 
     async fn abort(&self) -> Result<bool, ProducerError> {
@@ -632,9 +629,13 @@ impl Producer for KafkaProducer {
         let (outcome, markers) = split_ended(self.commit().await);
         if let Some(txn) = self.shared.lock().txn.as_mut() {
             txn.finish(&outcome);
+            // In the same lock: no send of a next transaction can slip in before the hold.
+            if markers {
+                txn.markers_pending(Self::markers_deadline());
+            }
         }
         if markers {
-            self.hold_for_markers();
+            self.shared.wake.notify_one();
         }
         outcome
     }
@@ -658,9 +659,12 @@ impl Producer for KafkaProducer {
                 }
                 Err(error) => txn.phase = Phase::Abortable(error.clone()),
             }
+            if markers {
+                txn.markers_pending(Self::markers_deadline());
+            }
         }
         if markers {
-            self.hold_for_markers();
+            self.shared.wake.notify_one();
         }
         outcome
     }

@@ -193,12 +193,14 @@ fn start(
         }
         .boxed(),
         Action::AwaitMarkers { ended, deadline } => async move {
-            shared2
-                .coordinator
-                .lock()
-                .await
-                .await_complete(&shared2.cluster, deadline)
-                .await;
+            // The coordinator may be busy (an InitProducerId): the wait ends at its deadline
+            // whatever holds it.
+            if let Ok(mut coordinator) =
+                tokio::time::timeout_at(deadline, shared2.coordinator.lock()).await
+                && Instant::now() < deadline
+            {
+                coordinator.await_complete(&shared2.cluster, deadline).await;
+            }
             Work::Markers(ended)
         }
         .boxed(),
