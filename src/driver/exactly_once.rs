@@ -1049,17 +1049,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         producer
             .begin_transaction()
             .map_err(|e| self.producer_failed(eos, e))?;
-        // Ledger mode: the claims go first, so that their batch rides in the first Produce
-        // request and the renewal, which must wait for them, overlaps the outputs' tail.
-        let mut claims = 0;
         if let Some(ledger) = &eos.ledger {
             let ids: Vec<RecordId> = finished.iter().map(|f| f.id.clone()).collect();
-            let mut written = ledger
+            let claims = ledger
                 .claims(&ids, &eos.transactional_id)
                 .map_err(|e| Aborted::Fatal(e.into()))?;
-            claims = written.len();
-            written.append(&mut sends);
-            sends = written;
+            sends.extend(claims);
         }
         let sending = Instant::now();
         let mut deliveries: Vec<DeliveryFuture> = Vec::with_capacity(sends.len());
@@ -1094,13 +1089,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         let flush = failure.is_none();
-        // Ledger mode: the renewal starts once the claims are acknowledged (durable), while
-        // the outputs may still be on their way; the commit waits for both. A renewal is
-        // only tried when every send was taken.
-        let renew = mode == ExactlyOnceMode::Ledger && failure.is_none();
-        let accepts = if renew { eos.accepts.take() } else { None };
-        let outputs = deliveries.split_off(claims.min(deliveries.len()));
-        let claimed = deliveries;
         let outcomes = async {
             let flushed = if flush {
                 producer.flush().await.err()
@@ -1108,51 +1096,25 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 None
             };
             let mut failed = Vec::new();
-            for delivery in outputs {
+            for delivery in deliveries {
                 if let Err(e) = delivery.await {
                     failed.push(e);
                 }
             }
             (flushed, failed)
         };
-        let renewal = async {
-            // The last commit's ACCEPTs, sent right after it: their outcome first, so that a
-            // failure among them is not taken for a failed renewal below.
-            if let Some(accepts) = accepts {
-                self.settle_accepts(accepts).await;
-            }
-            let mut failed = Vec::new();
-            for delivery in claimed {
-                if let Err(e) = delivery.await {
-                    failed.push(e);
-                }
-            }
-            // Not renewed after a failed claim: the transaction aborts anyway.
-            if !renew || !failed.is_empty() {
-                return (failed, None);
-            }
-            let renewing = Instant::now();
-            let renewed = self.renew_finished(finished).await;
-            (failed, Some((renewed, renewing.elapsed())))
-        };
         // A target deleted meanwhile would keep the sends retrying until the delivery
         // timeout, and the next transaction again: watch for it while they are slow.
         let waited = tokio::select! {
             biased;
-            outcomes = async { tokio::join!(outcomes, renewal) } => Ok(outcomes),
+            outcomes = outcomes => Ok(outcomes),
             gone = watch_targets(&*eos.cluster, &targets) => Err(gone),
         };
-        let mut renewed = None;
         let failed = match waited {
-            Ok(((flushed, mut failed), (claims_failed, renewal))) => {
+            Ok((flushed, failed)) => {
                 if let Some(e) = flushed {
                     failure = Some(e);
                 }
-                if let Some((result, took)) = renewal {
-                    self.metrics.transaction_renew_time += took;
-                    renewed = Some(result);
-                }
-                failed.extend(claims_failed);
                 failed
             }
             Err(topic) => {
@@ -1203,9 +1165,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             });
         }
         if mode == ExactlyOnceMode::Ledger {
-            // Every output and claim is durable, and the renewal after the claims said
-            // whether every record is still ours.
-            let renewed = renewed.unwrap_or_else(|| Err("the locks were not renewed".to_owned()));
+            // The claims are durable: now make sure every record is still ours.
+            let renewing = Instant::now();
+            let renewed = self.renew_finished(eos.accepts.take(), finished).await;
+            self.metrics.transaction_renew_time += renewing.elapsed();
             if let Err(reason) = renewed {
                 let error = ProducerError::Abortable {
                     reason,
@@ -1297,7 +1260,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Ledger mode: RENEW every finished record and wait for the answer. `Err` names what
     /// was lost.
-    async fn renew_finished(&mut self, finished: &[Finished]) -> std::result::Result<(), String> {
+    async fn renew_finished(
+        &mut self,
+        accepts: Option<crate::consumer::PendingCommit>,
+        finished: &[Finished],
+    ) -> std::result::Result<(), String> {
+        // The last commit's ACCEPTs, sent right after it: their outcome first, so that a
+        // failure among them is not taken for a failed renewal below.
+        if let Some(accepts) = accepts {
+            self.settle_accepts(accepts).await;
+        }
         // Acknowledgements sent earlier (the last round's RELEASEs, which go out with the
         // poll; this round's ACCEPTs of records found claimed) report their outcome
         // at the next commit. Take them first: a failure among them (a lock lost after a
@@ -1640,179 +1612,4 @@ async fn prune(
     }
     ledger.pruned_now();
     tracing::debug!(ranges = ledger.indexed_ranges(), "ledger index pruned");
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use async_trait::async_trait;
-
-    use super::*;
-    use crate::embedded::{AutoOffsetReset, EmbeddedBroker, EmbeddedProducer, GroupConfig};
-    use crate::embedded::{EmbeddedShareConsumer, ProduceRecord};
-    use crate::exactly_once::{ClusterCapabilities, ExactlyOnceConfig, TransactionalOutput};
-    use crate::{CommitPolicy, DriverConfig, SinkTask, TaskConfig, TaskError};
-
-    const GROUP: &str = "mirror";
-    const LOCK: Duration = Duration::from_secs(30);
-    const CLAIMS_TAKE: Duration = Duration::from_millis(100);
-
-    /// Copies each input to `out`.
-    struct Copy;
-
-    #[async_trait]
-    impl SinkTask for Copy {
-        async fn start(&mut self, _: &TaskConfig) -> std::result::Result<(), TaskError> {
-            Ok(())
-        }
-        async fn put(&mut self, _: &[SinkRecord]) -> std::result::Result<(), TaskError> {
-            Err(TaskError::fatal("exactly-once only"))
-        }
-        async fn put_transactional(
-            &mut self,
-            records: &[SinkRecord],
-            output: &mut TransactionalOutput,
-        ) -> std::result::Result<(), TaskError> {
-            for record in records {
-                output.send(ProducerRecord::new("out").value(format!("out-{}", record.offset())));
-            }
-            Ok(())
-        }
-    }
-
-    /// An embedded producer whose brokers take [`CLAIMS_TAKE`] to acknowledge the ledger's
-    /// claims, and acknowledge the outputs only once the lock of input offset 0 was renewed
-    /// (or after ten seconds): what it saw, in order, goes to `seen`.
-    #[derive(Debug)]
-    struct Gated {
-        inner: EmbeddedProducer,
-        broker: EmbeddedBroker,
-        seen: Arc<Mutex<Vec<&'static str>>>,
-    }
-
-    #[async_trait]
-    impl Producer for Gated {
-        fn send(
-            &self,
-            record: ProducerRecord,
-        ) -> std::result::Result<DeliveryFuture, ProducerError> {
-            let ledger = record.topic.ends_with(".eos-ledger");
-            let written = self.inner.send(record)?;
-            let (done, delivery) = DeliveryFuture::channel();
-            let seen = Arc::clone(&self.seen);
-            if ledger {
-                tokio::spawn(async move {
-                    tokio::time::sleep(CLAIMS_TAKE).await;
-                    seen.lock().unwrap().push("claims acknowledged");
-                    let _ = done.send(written.await);
-                });
-            } else {
-                let broker = self.broker.clone();
-                let acquired = broker.lock_deadline(GROUP, "in", 0, 0);
-                tokio::spawn(async move {
-                    let give_up = Instant::now() + Duration::from_secs(10);
-                    let mut what = "outputs acknowledged without a renewal";
-                    while Instant::now() < give_up {
-                        if broker.lock_deadline(GROUP, "in", 0, 0) > acquired {
-                            what = "outputs acknowledged after the renewal";
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    seen.lock().unwrap().push(what);
-                    let _ = done.send(written.await);
-                });
-            }
-            Ok(delivery)
-        }
-        async fn flush(&self) -> std::result::Result<(), ProducerError> {
-            self.inner.flush().await
-        }
-        fn transactional_id(&self) -> Option<&str> {
-            self.inner.transactional_id()
-        }
-        async fn init_transactions(&self) -> std::result::Result<(), ProducerError> {
-            self.inner.init_transactions().await
-        }
-        fn begin_transaction(&self) -> std::result::Result<(), ProducerError> {
-            self.inner.begin_transaction()
-        }
-        async fn commit_transaction(&self) -> std::result::Result<(), ProducerError> {
-            self.seen.lock().unwrap().push("commit");
-            self.inner.commit_transaction().await
-        }
-        async fn abort_transaction(&self) -> std::result::Result<(), ProducerError> {
-            self.inner.abort_transaction().await
-        }
-    }
-
-    /// The ledger's order is claims durable, then RENEW, then EndTxn (the renewal proves the
-    /// records were still ours after the claims were written); the outputs need not be
-    /// acknowledged before the renewal, only before the commit.
-    #[tokio::test(start_paused = true)]
-    async fn the_renewal_follows_the_claims_and_overlaps_the_outputs() {
-        let broker = EmbeddedBroker::new();
-        broker.create_topic("in", 1).unwrap();
-        broker.create_topic("out", 1).unwrap();
-        broker
-            .set_group_config(
-                GROUP,
-                GroupConfig::new()
-                    .auto_offset_reset(AutoOffsetReset::Earliest)
-                    .record_lock_duration(LOCK),
-            )
-            .unwrap();
-        broker.set_capabilities(
-            ClusterCapabilities::none()
-                .with_share_version(2)
-                .with_transaction_version(2)
-                .with_renew(true, true),
-        );
-        for i in 0..3 {
-            broker
-                .produce("in", ProduceRecord::new().value(format!("v{i}")))
-                .unwrap();
-        }
-        let eos = ExactlyOnceConfig::new(GROUP, 0, 1);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let producer = Gated {
-            inner: broker
-                .transactional_producer(&eos.transactional_id())
-                .unwrap(),
-            broker: broker.clone(),
-            seen: Arc::clone(&seen),
-        };
-        let config = DriverConfig::new(["in"])
-            .poll_timeout(Duration::from_millis(10))
-            .commit_policy(CommitPolicy::every_iteration());
-        let consumer: EmbeddedShareConsumer = broker.share_consumer(GROUP);
-        let mut driver = ShareSinkTask::new(Box::new(Copy), consumer, config).with_exactly_once(
-            Arc::new(producer),
-            Arc::new(broker.clone()),
-            eos,
-        );
-        driver.initialize().await.unwrap();
-        assert_eq!(driver.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
-        let report = driver.iteration_exactly_once().await.unwrap();
-        assert_eq!(report.accepted, 3, "{report:?}");
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen[0], "claims acknowledged", "{seen:?}");
-        assert_eq!(
-            seen[1..]
-                .iter()
-                .filter(|s| s.starts_with("outputs"))
-                .count(),
-            3,
-            "{seen:?}"
-        );
-        assert!(
-            seen[1..4]
-                .iter()
-                .all(|s| *s == "outputs acknowledged after the renewal"),
-            "the renewal did not overlap the outputs: {seen:?}"
-        );
-        assert_eq!(seen[4..], ["commit"], "{seen:?}");
-        assert_eq!(driver.metrics().records_renewed, 3);
-    }
 }

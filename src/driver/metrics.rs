@@ -96,12 +96,9 @@ pub struct DriverMetrics {
     /// Exactly-once iteration: time spent checking redelivered records against the ledger.
     pub ledger_check_time: Duration,
     /// Exactly-once iteration: time from the transaction's first send until every record
-    /// of it was acknowledged by the brokers (outputs, dead letters, claims, staging) and, in
-    /// ledger mode, the renewal that runs beside the outputs was answered.
+    /// of it was acknowledged by the brokers (outputs, dead letters, claims, staging).
     pub transaction_send_time: Duration,
-    /// Exactly-once ledger mode: time spent renewing the batch's locks before the commit,
-    /// from the claims' acknowledgement on. The renewal overlaps the outputs' sends, so this
-    /// and [`transaction_send_time`](Self::transaction_send_time) may cover the same time.
+    /// Exactly-once ledger mode: time spent renewing the batch's locks before the commit.
     pub transaction_renew_time: Duration,
     /// Exactly-once iteration: time spent committing (or aborting) transactions.
     pub transaction_commit_time: Duration,

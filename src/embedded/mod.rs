@@ -1283,21 +1283,6 @@ impl EmbeddedBroker {
         Some(view)
     }
 
-    /// When the lock on `offset` runs out, while a member holds it (for the crate's tests).
-    #[cfg(test)]
-    pub(crate) fn lock_deadline(
-        &self,
-        group_id: &str,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Option<Instant> {
-        let state = self.shared.lock();
-        let group = state.groups.get(group_id)?;
-        let share = group.partitions.get(&(Arc::from(topic), partition))?;
-        share.slot(offset)?.deadline
-    }
-
     /// The share-partition start and end offsets of a partition the group has read: every
     /// offset below the start is acknowledged or archived; none from the end on was ever
     /// acquired.
