@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use kafka_share_sink::KafkaAdmin;
 use kafka_share_sink::producer::{
-    IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, LogReader, Producer,
-    ProducerError, ProducerRecord,
+    IsolationLevel, KafkaLogReader, KafkaProducer, KafkaProducerConfig, Producer, ProducerError,
+    ProducerRecord,
 };
 use tokio::time::Instant;
 
@@ -103,25 +103,7 @@ async fn values(
     partition: i32,
     isolation: IsolationLevel,
 ) -> Vec<String> {
-    let give_up = Instant::now() + Duration::from_secs(60);
-    let end = loop {
-        let end = reader
-            .end_offset(topic, partition, isolation)
-            .await
-            .expect("end offset");
-        let high = reader
-            .end_offset(topic, partition, IsolationLevel::ReadUncommitted)
-            .await
-            .expect("high watermark");
-        if end == high {
-            break end;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "partition {partition}: the last stable offset stayed at {end} below the end {high}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let end = support::stable_end(reader, topic, partition, Duration::from_secs(60)).await;
     reader
         .read_until(topic, partition, 0, end, isolation, Duration::from_secs(30))
         .await

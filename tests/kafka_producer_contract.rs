@@ -139,25 +139,7 @@ async fn a_write_the_broker_refuses_makes_the_transaction_abortable() {
     let reader = kafka.reader().await;
     // The commit returns once it is decided; the coordinator writes its markers after.
     // Wait until the last stable offset reaches the end (the commit marker's offset + 1).
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let end = loop {
-        let stable = reader
-            .end_offset(&topic, 0, IsolationLevel::ReadCommitted)
-            .await
-            .expect("lso");
-        let high = reader
-            .end_offset(&topic, 0, IsolationLevel::ReadUncommitted)
-            .await
-            .expect("high watermark");
-        if stable == high {
-            break stable;
-        }
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the last stable offset stayed at {stable} below the end {high}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let end = support::stable_end(&*reader, &topic, 0, std::time::Duration::from_secs(30)).await;
     let read = reader
         .read(
             &topic,

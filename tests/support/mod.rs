@@ -198,3 +198,39 @@ pub(crate) fn acls(bootstrap: &str, args: &[&str]) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The end of `topic`/`partition` once no transaction is open there: a commit (or abort)
+/// returns once it is decided and the coordinator writes its markers after, so the last
+/// stable offset is asked for until it reaches the high watermark, at most `wait`.
+///
+/// # Panics
+///
+/// When the last stable offset is still below the end after `wait`, or an offset cannot be
+/// read.
+pub(crate) async fn stable_end(
+    reader: &dyn kafka_share_sink::producer::LogReader,
+    topic: &str,
+    partition: i32,
+    wait: std::time::Duration,
+) -> i64 {
+    use kafka_share_sink::producer::IsolationLevel;
+    let give_up = tokio::time::Instant::now() + wait;
+    loop {
+        let stable = reader
+            .end_offset(topic, partition, IsolationLevel::ReadCommitted)
+            .await
+            .expect("last stable offset");
+        let high = reader
+            .end_offset(topic, partition, IsolationLevel::ReadUncommitted)
+            .await
+            .expect("high watermark");
+        if stable == high {
+            return stable;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "`{topic}` partition {partition}: the last stable offset stayed at {stable} below the end {high}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
