@@ -75,9 +75,9 @@ pub use crate::kafka::security::{
     TlsSettings, TokenProvider, UnsecuredJwsTokenProvider,
 };
 pub use crate::kafka::{
-    AcquisitionSizing, BrokerError, ConnectionCounts, ConnectionError, KafkaShareConsumer,
-    KafkaShareConsumerConfig, ParseShareAcquireModeError, ProtocolError, RequestCounts,
-    ShareAcquireMode,
+    AcquisitionSizing, BrokerError, ClientError, ConnectionCounts, ConnectionError,
+    KafkaShareConsumer, KafkaShareConsumerConfig, ParseShareAcquireModeError, ProtocolError,
+    RequestCounts, ShareAcquireMode,
 };
 pub use crate::lag::{LagReader, ShareGroupLag};
 pub use crate::plugins::{ChainStageSpec, PluginError, PluginKind, Plugins};

@@ -26,8 +26,8 @@ use kafka_share_sink::producer::{
     DeliveryFuture, KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
 };
 use kafka_share_sink::{
-    AdminError, ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
-    ShareConsumer,
+    AdminError, ClientError, ConsumerError, KafkaAdmin, KafkaShareConsumer,
+    KafkaShareConsumerConfig, ShareConsumer,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -62,14 +62,35 @@ fn huge_array(zeros: usize, flexible: bool) -> Bytes {
 /// connection was closed), with the decoder's reason as its source.
 #[track_caller]
 fn assert_undecodable(error: &ConsumerError, api: &str) {
-    assert!(
-        matches!(error, ConsumerError::Protocol(ProtocolError::Garbled { api: a, source, .. })
-            if *a == api && source.to_string().contains(&format!("cannot decode the {api} "))),
-        "{error:?}"
-    );
+    let ConsumerError::Protocol(garbled) = error else {
+        panic!("a Protocol error expected: {error:?}");
+    };
+    assert_garbled(garbled, api);
     assert!(
         error.is_retriable(),
         "the next call connects again: {error:?}"
+    );
+}
+
+/// [`assert_undecodable`] for the cause the admin client carries.
+#[track_caller]
+fn assert_client_undecodable(error: &ClientError, api: &str) {
+    let ClientError::Protocol(garbled) = error else {
+        panic!("a Protocol error expected: {error:?}");
+    };
+    assert_garbled(garbled, api);
+    assert!(
+        error.is_retriable(),
+        "the next call connects again: {error:?}"
+    );
+}
+
+#[track_caller]
+fn assert_garbled(error: &ProtocolError, api: &str) {
+    assert!(
+        matches!(error, ProtocolError::Garbled { api: a, source, .. }
+            if *a == api && source.to_string().contains(&format!("cannot decode the {api} "))),
+        "{error:?}"
     );
 }
 
@@ -85,7 +106,7 @@ fn assert_admin_undecodable(error: &AdminError, call: &str, api: &str) {
         other => panic!("a Connection error expected: {other:?}"),
     };
     assert_eq!(error.call(), call, "{error}");
-    assert_undecodable(source, api);
+    assert_client_undecodable(source, api);
     assert!(error.is_retriable());
 }
 

@@ -21,13 +21,13 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, ShareGroupDescribeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_share_sink::BrokerError;
 use kafka_share_sink::ConnectionError;
 use kafka_share_sink::{
-    AcknowledgeType, AdminError, ConsumerError, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
+    AcknowledgeType, AdminError, ConsumerRecord, KafkaAdmin, KafkaShareConsumer,
     KafkaShareConsumerConfig, OffsetSpec, ResetTo, ShareConsumer, ShareGroupPartitionOffsets,
     ShareGroupState,
 };
+use kafka_share_sink::{BrokerError, ClientError};
 use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
@@ -211,7 +211,7 @@ async fn connect_to_a_closed_port_is_a_connection_error() {
     drop(listener);
     let error = KafkaAdmin::connect(&addr).await.expect_err("closed port");
     assert!(
-        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Connection(ConnectionError::Io { broker, .. }), .. } if *broker == addr),
+        matches!(&error, AdminError::Connect { call: "connect", source: ClientError::Connection(ConnectionError::Io { broker, .. }), .. } if *broker == addr),
         "{error:?}"
     );
     assert!(error.is_retriable());
@@ -275,7 +275,7 @@ async fn a_broker_that_never_completes_the_handshake_fails_the_connect_in_time()
         .expect_err("no handshake");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(
-        matches!(&error, AdminError::Connect { call: "connect", source: ConsumerError::Timeout(t), .. } if *t == timeout),
+        matches!(&error, AdminError::Connect { call: "connect", source: ClientError::Timeout(t), .. } if *t == timeout),
         "{error:?}"
     );
     assert!(error.is_retriable());

@@ -18,12 +18,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_share_sink::dlq::headers;
 use kafka_share_sink::{
-    AcknowledgeType, ConsumerError, ConsumerRecord, DeadLetterError, DeadLetterQueue,
-    DeadLetterRecord, ErrorContext, Headers, KafkaAdmin, KafkaDeadLetterQueue,
-    KafkaDeadLetterQueueConfig, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, Stage,
-    TimestampType,
+    AcknowledgeType, ConsumerRecord, DeadLetterError, DeadLetterQueue, DeadLetterRecord,
+    ErrorContext, Headers, KafkaAdmin, KafkaDeadLetterQueue, KafkaDeadLetterQueueConfig,
+    KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer, Stage, TimestampType,
 };
-use kafka_share_sink::{BrokerError, ConnectionError};
+use kafka_share_sink::{BrokerError, ClientError, ConnectionError};
 use rskafka::client::ClientBuilder;
 use rskafka::record::RecordAndOffset;
 
@@ -395,7 +394,7 @@ async fn replication_factors_the_cluster_cannot_place_are_refused_with_advice() 
     assert!(
         matches!(
             source,
-            ConsumerError::Broker(BrokerError {
+            ClientError::Broker(BrokerError {
                 name: "INVALID_REPLICATION_FACTOR",
                 ..
             })
@@ -442,7 +441,7 @@ async fn refused_records_fail_at_once_and_a_deleted_topic_within_the_timeout() {
             &error,
             DeadLetterError::Rejected {
                 partition: 0,
-                source: ConsumerError::Broker(BrokerError {
+                source: ClientError::Broker(BrokerError {
                     name: "MESSAGE_TOO_LARGE",
                     ..
                 }),
@@ -495,7 +494,7 @@ async fn an_unreachable_bootstrap_is_a_typed_error_within_the_timeout() {
     assert!(
         matches!(
             &error,
-            DeadLetterError::Kafka { topic, source: ConsumerError::Connection(ConnectionError::Io { broker, .. }) }
+            DeadLetterError::Kafka { topic, source: ClientError::Connection(ConnectionError::Io { broker, .. }) }
                 if topic == "dlq" && *broker == addr
         ),
         "{error:?}"
@@ -531,7 +530,7 @@ async fn a_broker_that_never_answers_times_out() {
             &error,
             DeadLetterError::Timeout { .. }
                 | DeadLetterError::Kafka {
-                    source: ConsumerError::Timeout(_),
+                    source: ClientError::Timeout(_),
                     ..
                 }
         ),

@@ -23,7 +23,7 @@ use kafka_share_sink::{
     Properties, SaslSettings, Security, ShareConsumer, TlsSettings, TokenProvider,
     UnsecuredJwsTokenProvider,
 };
-use kafka_share_sink::{BrokerError, ConnectionError};
+use kafka_share_sink::{BrokerError, ClientError, ConnectionError};
 use rskafka::client::partition::Compression;
 use rskafka::record::Record;
 
@@ -291,10 +291,26 @@ async fn refused(addr: &str, security: Security) -> ConsumerError {
 /// Asserts an authentication failure whose reason contains each of `parts`.
 #[track_caller]
 fn assert_authentication(error: &ConsumerError, parts: &[&str]) {
-    let ConsumerError::Connection(ConnectionError::Authentication { reason, .. }) = error else {
+    let ConsumerError::Connection(refused) = error else {
         panic!("not an authentication error: {error:?}");
     };
     assert!(!error.is_retriable());
+    assert_refused(refused, parts);
+}
+
+/// [`assert_authentication`] for the cause the producer and the admin client carry.
+fn assert_client_authentication(error: &ClientError, parts: &[&str]) {
+    let ClientError::Connection(refused) = error else {
+        panic!("not an authentication error: {error:?}");
+    };
+    assert!(!error.is_retriable() && error.is_authentication());
+    assert_refused(refused, parts);
+}
+
+fn assert_refused(error: &ConnectionError, parts: &[&str]) {
+    let ConnectionError::Authentication { reason, .. } = error else {
+        panic!("not an authentication error: {error:?}");
+    };
     for part in parts {
         assert!(reason.contains(part), "`{part}` not in: {reason}");
     }
@@ -396,7 +412,7 @@ async fn wrong_passwords_and_unknown_users_are_refused_with_the_brokers_words() 
     let AdminError::Authentication { source, .. } = &error else {
         panic!("{error:?}")
     };
-    assert_authentication(source, &["Invalid username or password"]);
+    assert_client_authentication(source, &["Invalid username or password"]);
 }
 
 #[tokio::test]
@@ -823,7 +839,7 @@ async fn a_rogue_client_certificate_is_an_authentication_failure_for_every_clien
     let AdminError::Authentication { source, .. } = &admin else {
         panic!("admin: {admin:?}")
     };
-    assert_authentication(source, &expect);
+    assert_client_authentication(source, &expect);
 
     let producer = tokio::time::timeout(
         REFUSED_WITHIN,
@@ -840,7 +856,7 @@ async fn a_rogue_client_certificate_is_an_authentication_failure_for_every_clien
     let ProducerError::Authentication { source } = &producer else {
         panic!("producer: {producer:?}")
     };
-    assert_authentication(source, &expect);
+    assert_client_authentication(source, &expect);
 
     let reader = tokio::time::timeout(
         REFUSED_WITHIN,

@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     MetadataResponse, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_share_sink::ConsumerError;
+use kafka_share_sink::ClientError;
 use kafka_share_sink::ProtocolError;
 use kafka_share_sink::producer::{
     KafkaProducer, KafkaProducerConfig, Producer, ProducerError, ProducerRecord,
@@ -277,7 +277,7 @@ async fn produce_answers_that_never_decode_end_in_a_typed_timeout() {
         panic!("a delivery timeout: {error:?}");
     };
     assert!(
-        matches!(&**last, ProducerError::Kafka { source } if matches!(**source, ConsumerError::Protocol(ProtocolError::Garbled { .. }))),
+        matches!(&**last, ProducerError::Kafka { source } if matches!(**source, ClientError::Protocol(ProtocolError::Garbled { .. }))),
         "the last error says the answer could not be decoded: {last:?}"
     );
     assert!(broker.count(ApiKey::Produce) >= 2, "retried meanwhile");
@@ -298,7 +298,7 @@ async fn a_produce_answer_without_the_partition_fails_the_batch() {
         panic!("a Kafka error: {error:?}");
     };
     assert!(
-        matches!(&**source, ConsumerError::Protocol(ProtocolError::Malformed { reason, .. }) if reason.contains("partition 1")),
+        matches!(&**source, ClientError::Protocol(ProtocolError::Malformed { reason, .. }) if reason.contains("partition 1")),
         "{source:?}"
     );
     // The producer goes on (after renewing its epoch).

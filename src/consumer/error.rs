@@ -77,8 +77,9 @@ pub enum ConsumerError {
     /// Each public client reports a cause the same way, whichever connection meets it
     /// (bootstrap, coordinator, leader) and whenever (when connecting, or when an open
     /// connection authenticates again under KIP-368). The layer's error is the variant of
-    /// the consumer and the log reader; the producer's and the admin client's variants carry
-    /// it (as their [`source`](std::error::Error::source), or as `AdminError::Broker`'s
+    /// the consumer and the log reader; the producer's, the admin client's and the
+    /// dead-letter queue's variants carry it inside a [`ClientError`](crate::ClientError)
+    /// (as their [`source`](std::error::Error::source), or as `AdminError::Broker`'s
     /// `error`):
     ///
     /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer), [`KafkaLogReader`](crate::producer::KafkaLogReader) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) |
@@ -142,12 +143,6 @@ impl ConsumerError {
             Self::Broker(error) => Some(error),
             _ => None,
         }
-    }
-
-    /// A copy of a broker's error code answer ([`ConsumerError::Broker`]); `None` for the
-    /// other variants, whose sources cannot be copied.
-    pub(crate) fn duplicate_broker_error(&self) -> Option<ConsumerError> {
-        self.broker_error().cloned().map(Self::Broker)
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::consumer::ConsumerError;
 use crate::embedded::EmbeddedError;
+use crate::kafka::error::ClientError;
 use crate::producer::ProducerError;
 
 /// Why a [`DeadLetterQueue`](super::DeadLetterQueue) could not be set up or could not write
@@ -45,7 +45,7 @@ pub enum DeadLetterError {
         hint: String,
         /// What the cluster answered.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// Talking to the cluster failed: no connection, a malformed answer, an error of a
     /// Metadata call, or a broker too old for the requests needed.
@@ -55,7 +55,7 @@ pub enum DeadLetterError {
         topic: String,
         /// The client error.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// The partition leader refused the records.
     #[error("the broker refused the dead-letter records for partition {partition} of `{topic}`")]
@@ -66,7 +66,7 @@ pub enum DeadLetterError {
         partition: i32,
         /// The broker's error, e.g. `MESSAGE_TOO_LARGE` or `TOPIC_AUTHORIZATION_FAILED`.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// Connecting, or confirming every record of a `send`, took longer than the delivery
     /// timeout.
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn retriable_follows_the_cause() {
         let broker = |name, retriable| {
-            ConsumerError::Broker(BrokerError {
+            ClientError::Broker(BrokerError {
                 api: "Produce",
                 code: 0,
                 name,

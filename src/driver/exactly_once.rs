@@ -1219,11 +1219,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         producer: &dyn Producer,
         finished: &[Finished],
     ) -> std::result::Result<(), ProducerError> {
-        let to_producer = |e: crate::consumer::ConsumerError| ProducerError::Abortable {
-            reason: "the consumer could not hand its acknowledgements over".to_owned(),
-            source: Some(Arc::new(ProducerError::Kafka {
-                source: Arc::new(e),
-            })),
+        let to_producer = |e: ConsumerError| ProducerError::Abortable {
+            reason: format!("the consumer could not hand its acknowledgements over: {e}"),
+            source: None,
         };
         for f in finished {
             self.consumer

@@ -10,8 +10,7 @@ use tokio::time::Instant;
 use super::log::{StoredRecord, TxnOutcome};
 use super::txn::{ProducerIdEpoch, Stale};
 use super::{EmbeddedBroker, State, now_millis};
-use crate::consumer::ConsumerError;
-use crate::kafka::error::BrokerError;
+use crate::kafka::error::{BrokerError, ClientError};
 use crate::kafka::producer::partitioner::partition_for_key;
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord, RecordMetadata};
 
@@ -258,13 +257,8 @@ pub struct EmbeddedProducer {
     inner: Mutex<Inner>,
 }
 
-fn broker_error(
-    api: &'static str,
-    code: i16,
-    name: &'static str,
-    message: String,
-) -> ConsumerError {
-    ConsumerError::Broker(BrokerError {
+fn broker_error(api: &'static str, code: i16, name: &'static str, message: String) -> ClientError {
+    ClientError::Broker(BrokerError {
         api,
         code,
         name,
@@ -277,12 +271,13 @@ fn broker_error(
 #[cfg(feature = "exactly-once")]
 fn concurrent_transactions(transactional_id: &str) -> ProducerError {
     ProducerError::Kafka {
-        source: Arc::new(ConsumerError::Broker(BrokerError {
+        source: Arc::new(ClientError::Broker(BrokerError {
             api: "AddPartitionsToTxn",
             code: 51,
             name: "CONCURRENT_TRANSACTIONS",
             message: Some(format!(
-                "the markers of the previous transaction of `{transactional_id}` are still                  being written: call begin_transaction again"
+                "the markers of the previous transaction of `{transactional_id}` are still \
+                 being written: call begin_transaction again"
             )),
             retriable: true,
         })),

@@ -2,7 +2,7 @@
 
 use crate::BoxError;
 use crate::consumer::ConsumerError;
-use crate::kafka::error::BrokerError;
+use crate::kafka::error::{BrokerError, ClientError};
 use crate::producer::ProducerError;
 
 /// Why the exactly-once path could not be set up or used.
@@ -217,19 +217,19 @@ impl OutputFailure {
                 "org.apache.kafka.common.errors.RecordTooLargeException"
             }
             ProducerError::Rejected { source, .. } => match **source {
-                ConsumerError::Broker(BrokerError { code: 10, .. }) => {
+                ClientError::Broker(BrokerError { code: 10, .. }) => {
                     "org.apache.kafka.common.errors.RecordTooLargeException"
                 }
-                ConsumerError::Broker(BrokerError { code: 18, .. }) => {
+                ClientError::Broker(BrokerError { code: 18, .. }) => {
                     "org.apache.kafka.common.errors.RecordBatchTooLargeException"
                 }
-                ConsumerError::Broker(BrokerError { code: 87, .. }) => {
+                ClientError::Broker(BrokerError { code: 87, .. }) => {
                     "org.apache.kafka.common.errors.InvalidRecordException"
                 }
-                ConsumerError::Broker(BrokerError { code: 2, .. }) => {
+                ClientError::Broker(BrokerError { code: 2, .. }) => {
                     "org.apache.kafka.common.errors.CorruptRecordException"
                 }
-                ConsumerError::Broker(BrokerError { code: 32, .. }) => {
+                ClientError::Broker(BrokerError { code: 32, .. }) => {
                     "org.apache.kafka.common.errors.InvalidTimestampException"
                 }
                 _ => "org.apache.kafka.common.KafkaException",
@@ -239,8 +239,8 @@ impl OutputFailure {
     }
 }
 
-fn refuses_record(source: &ConsumerError) -> bool {
-    matches!(source, ConsumerError::Broker(BrokerError { code, .. }) if RECORD_REFUSALS.contains(code))
+fn refuses_record(source: &ClientError) -> bool {
+    matches!(source, ClientError::Broker(BrokerError { code, .. }) if RECORD_REFUSALS.contains(code))
 }
 
 /// UNKNOWN_TOPIC_OR_PARTITION and UNKNOWN_TOPIC_ID, or a topic missing from the metadata.
@@ -250,15 +250,15 @@ fn unknown_target(error: &ProducerError) -> bool {
         ProducerError::Rejected { source, .. } => {
             matches!(
                 **source,
-                ConsumerError::Broker(BrokerError { code: 3 | 100, .. })
+                ClientError::Broker(BrokerError { code: 3 | 100, .. })
             )
         }
         _ => false,
     }
 }
 
-fn is_producer_state(source: &ConsumerError) -> bool {
-    matches!(source, ConsumerError::Broker(BrokerError { code, .. }) if PRODUCER_STATE.contains(code))
+fn is_producer_state(source: &ClientError) -> bool {
+    matches!(source, ClientError::Broker(BrokerError { code, .. }) if PRODUCER_STATE.contains(code))
 }
 
 /// An output record the broker or the producer refused for what it holds: the cause written
@@ -318,8 +318,8 @@ mod tests {
 
     use super::*;
 
-    fn broker(code: i16, name: &'static str, retriable: bool) -> Arc<ConsumerError> {
-        Arc::new(ConsumerError::Broker(BrokerError {
+    fn broker(code: i16, name: &'static str, retriable: bool) -> Arc<ClientError> {
+        Arc::new(ClientError::Broker(BrokerError {
             api: "Produce",
             code,
             name,

@@ -38,5 +38,5 @@ pub use self::consumer::config::{
     AcquisitionSizing, KafkaShareConsumerConfig, ParseShareAcquireModeError, ShareAcquireMode,
 };
 pub use self::engine::requests::RequestCounts;
-pub use self::error::{BrokerError, ConnectionError, ProtocolError};
+pub use self::error::{BrokerError, ClientError, ConnectionError, ProtocolError};
 pub use self::net::backoff::ConnectionCounts;

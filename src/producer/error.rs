@@ -3,8 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::consumer::ConsumerError;
-use crate::kafka::error::BrokerError;
+use crate::kafka::error::{BrokerError, ClientError};
 
 /// Why a [`Producer`](super::Producer) call failed.
 ///
@@ -55,7 +54,7 @@ pub enum ProducerError {
         transactional_id: String,
         /// What the broker answered.
         #[source]
-        source: Arc<ConsumerError>,
+        source: Arc<ClientError>,
     },
     /// The open transaction cannot be committed (e.g. TRANSACTION_ABORTABLE, a failed send,
     /// the coordinator aborted it after `transaction.timeout.ms`): abort it, then go on.
@@ -78,7 +77,7 @@ pub enum ProducerError {
         transactional_id: String,
         /// What was seen instead of the answer.
         #[source]
-        source: Arc<ConsumerError>,
+        source: Arc<ClientError>,
     },
     /// The cluster could not be used: no connection, a malformed answer, a broker too old,
     /// or an error of a coordinator or Metadata call.
@@ -86,13 +85,13 @@ pub enum ProducerError {
     Kafka {
         /// The client error.
         #[source]
-        source: Arc<ConsumerError>,
+        source: Arc<ClientError>,
     },
     /// The broker refused this producer's credentials or client certificate, or this
     /// producer refused the broker's certificate: TLS or SASL failed. The same cause is
     /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication) for the share consumer and the log reader and
     /// [`AdminError::Authentication`](crate::AdminError::Authentication) for the admin
-    /// client (the table is on [`ConsumerError::Connection`]). Not retriable: fix the
+    /// client (the table is on [`ConsumerError::Connection`](crate::ConsumerError::Connection)). Not retriable: fix the
     /// security settings (`security.protocol`, `ssl.*`, `sasl.*`) named in the cause. An
     /// open transaction must be aborted.
     #[error(
@@ -101,9 +100,10 @@ pub enum ProducerError {
     )]
     Authentication {
         /// What was refused, naming the broker, never a secret
-        /// ([`ConnectionError::Authentication`](crate::ConnectionError::Authentication)).
+        /// ([`ClientError::Connection`] holding
+        /// [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)).
         #[source]
-        source: Arc<ConsumerError>,
+        source: Arc<ClientError>,
     },
     /// The partition leader refused the records of a batch (e.g. MESSAGE_TOO_LARGE,
     /// TOPIC_AUTHORIZATION_FAILED, INVALID_RECORD).
@@ -115,7 +115,7 @@ pub enum ProducerError {
         partition: i32,
         /// The broker's error.
         #[source]
-        source: Arc<ConsumerError>,
+        source: Arc<ClientError>,
     },
     /// A record larger than the producer may send (`max.request.size`, `batch.size`
     /// limits), refused before it is queued.
@@ -181,12 +181,12 @@ impl ProducerError {
 
     /// The error of a failed client call: [`ProducerError::Authentication`] when the
     /// connection's authentication was refused, [`ProducerError::Kafka`] otherwise.
-    pub(crate) fn kafka(source: impl Into<ConsumerError>) -> Self {
+    pub(crate) fn kafka(source: impl Into<ClientError>) -> Self {
         Self::from_client(Arc::new(source.into()))
     }
 
     /// [`kafka`](Self::kafka) for a shared client error.
-    pub(crate) fn from_client(source: Arc<ConsumerError>) -> Self {
+    pub(crate) fn from_client(source: Arc<ClientError>) -> Self {
         if source.is_authentication() {
             Self::Authentication { source }
         } else {
@@ -194,11 +194,11 @@ impl ProducerError {
         }
     }
 
-    /// The client error behind this one, by layer
-    /// ([`ConsumerError::Connection`], [`ConsumerError::Broker`], [`ConsumerError::Protocol`]
-    /// and the others), following a timeout's last error and an abort's cause; `None` for
-    /// the producer's own errors (settings, transaction states, a record too large).
-    pub fn client_error(&self) -> Option<&ConsumerError> {
+    /// The client error behind this one, by layer ([`ClientError::Connection`],
+    /// [`ClientError::Broker`], [`ClientError::Protocol`] and the others), following a
+    /// timeout's last error and an abort's cause; `None` for the producer's own errors
+    /// (settings, transaction states, a record too large).
+    pub fn client_error(&self) -> Option<&ClientError> {
         match self {
             Self::Fenced { source, .. }
             | Self::CommitOutcomeUnknown { source, .. }
@@ -219,14 +219,14 @@ impl ProducerError {
     /// The broker's error code answer behind this error, if there is one: the same
     /// [`BrokerError`] the share consumer and the admin client report for the code.
     pub fn broker_error(&self) -> Option<&BrokerError> {
-        self.client_error().and_then(ConsumerError::broker_error)
+        self.client_error().and_then(ClientError::broker_error)
     }
 
     /// True when TLS or SASL refused a connection: [`ProducerError::Authentication`], or an
     /// abort or a timeout it caused.
     pub fn is_authentication(&self) -> bool {
         self.client_error()
-            .is_some_and(ConsumerError::is_authentication)
+            .is_some_and(ClientError::is_authentication)
     }
 
     /// True when trying the same call again later may succeed unchanged.
@@ -244,8 +244,8 @@ mod tests {
     use super::*;
     use crate::kafka::error::ConnectionError;
 
-    fn denied() -> ConsumerError {
-        ConsumerError::Broker(BrokerError {
+    fn denied() -> ClientError {
+        ClientError::Broker(BrokerError {
             api: "Produce",
             code: 29,
             name: "TOPIC_AUTHORIZATION_FAILED",
@@ -276,7 +276,7 @@ mod tests {
         }
         assert!(ProducerError::Closed.broker_error().is_none());
         let refused =
-            ProducerError::kafka(ConsumerError::Connection(ConnectionError::Authentication {
+            ProducerError::kafka(ClientError::Connection(ConnectionError::Authentication {
                 broker: "k:9093".to_owned(),
                 reason: "SASL refused".to_owned(),
             }));
@@ -284,7 +284,7 @@ mod tests {
         assert!(
             refused
                 .client_error()
-                .is_some_and(ConsumerError::is_authentication)
+                .is_some_and(ClientError::is_authentication)
         );
         assert!(refused.broker_error().is_none());
         // A transactional send refused for authentication surfaces as an abort.

@@ -14,7 +14,6 @@ use tracing::{debug, warn};
 use self::cluster::{Cluster, LEADER_NOT_AVAILABLE, Layout};
 pub use self::config::KafkaDeadLetterQueueConfig;
 use super::{DeadLetterError, DeadLetterQueue, DeadLetterRecord};
-use crate::consumer::ConsumerError;
 use kafka_protocol::messages::ApiKey;
 
 use crate::kafka::error::codes::api_name;
@@ -125,7 +124,7 @@ impl KafkaDeadLetterQueue {
         let topic = config.topic();
         let kafka = |source: ClientError| DeadLetterError::Kafka {
             topic: topic.to_owned(),
-            source: source.into(),
+            source,
         };
         let timeout = config.delivery_timeout_value();
         let security = SecurityContext::build(config.security_value()).map_err(|e| {
@@ -157,7 +156,7 @@ impl KafkaDeadLetterQueue {
                     cluster
                         .create_topic(topic, 1, rf)
                         .await
-                        .map_err(|source| create_topic_error(topic, rf, source.into()))?;
+                        .map_err(|source| create_topic_error(topic, rf, source))?;
                     created = true;
                     continue;
                 }
@@ -334,10 +333,10 @@ fn not_ready(topic: &str) -> ClientError {
 fn create_topic_error(
     topic: &str,
     replication_factor: i16,
-    source: ConsumerError,
+    source: ClientError,
 ) -> DeadLetterError {
     let name = match &source {
-        ConsumerError::Broker(BrokerError { name, .. }) => *name,
+        ClientError::Broker(BrokerError { name, .. }) => *name,
         _ => "",
     };
     let hint = match name {

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::consumer::ConsumerError;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
 
@@ -36,7 +35,7 @@ pub enum AdminError {
         bootstrap: String,
         /// Why each attempt failed.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// The broker refused this client's credentials or certificate (or this client refused
     /// the broker's): TLS or SASL failed. Not retriable: fix the security settings.
@@ -49,7 +48,7 @@ pub enum AdminError {
         call: &'static str,
         /// What was refused, naming the broker, never a secret.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// A request got no answer within the request timeout.
     ///
@@ -157,7 +156,7 @@ pub enum AdminError {
         call: &'static str,
         /// The connection error.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
     /// The broker sent an answer that cannot be decoded or lacks what was asked for.
     #[error(
@@ -169,7 +168,7 @@ pub enum AdminError {
         call: &'static str,
         /// What was wrong with the answer.
         #[source]
-        source: ConsumerError,
+        source: ClientError,
     },
 }
 
@@ -293,14 +292,11 @@ impl Failure {
             }
             | Self::Client(
                 source @ ClientError::Connection(ConnectionError::Authentication { .. }),
-            ) => AdminError::Authentication {
-                call,
-                source: source.into(),
-            },
+            ) => AdminError::Authentication { call, source },
             Self::Connect { bootstrap, source } => AdminError::Connect {
                 call,
                 bootstrap,
-                source: source.into(),
+                source,
             },
             Self::Timeout { api, timeout } => AdminError::Timeout { call, api, timeout },
             Self::NotSettled { what, waited } => AdminError::NotSettled { call, what, waited },
@@ -335,14 +331,10 @@ impl Failure {
                 ClientError::Config { reason, .. } => AdminError::InvalidArgument { call, reason },
                 // A garbled answer closed its connection, like a broken one.
                 source @ (ClientError::Connection(ConnectionError::Io { .. })
-                | ClientError::Protocol(ProtocolError::Garbled { .. })) => AdminError::Connection {
-                    call,
-                    source: source.into(),
-                },
-                source => AdminError::Protocol {
-                    call,
-                    source: source.into(),
-                },
+                | ClientError::Protocol(ProtocolError::Garbled { .. })) => {
+                    AdminError::Connection { call, source }
+                }
+                source => AdminError::Protocol { call, source },
             },
         }
     }
@@ -521,14 +513,5 @@ mod tests {
             Failure::from(connection_error()).into_client(),
             ClientError::Connection(ConnectionError::Io { .. })
         ));
-        // What the dead-letter queue reports: the consumer's timeout, as before.
-        let reported = ConsumerError::from(
-            Failure::NotSettled {
-                what: "topic".to_owned(),
-                waited,
-            }
-            .into_client(),
-        );
-        assert!(matches!(reported, ConsumerError::Timeout(t) if t == waited));
     }
 }

@@ -1,21 +1,39 @@
-//! [`ClientError`]: what the layers below the public clients return.
+//! [`ClientError`]: what the layers below the public clients return, and the cause the
+//! producer, the admin client and the dead-letter queue carry.
 
 use std::time::Duration;
 
 use super::{BrokerError, ConnectionError, ProtocolError};
 use crate::consumer::ConsumerError;
 
-/// What a request to the cluster can end in, below any public client: the error of the
-/// connection layer (`kafka::net`), the cluster layer (`kafka::cluster`) and the clients'
-/// own request code. It holds the three causes of [the module](super) and the two ways a
-/// request ends without one of them (a deadline, a setting that cannot work).
+/// Why a request to the Kafka cluster failed, by layer: the connection
+/// ([`ClientError::Connection`]), the broker's error code ([`ClientError::Broker`]), an
+/// answer that could not be used ([`ClientError::Protocol`]), no answer in time
+/// ([`ClientError::Timeout`]) or a setting that cannot work with this cluster
+/// ([`ClientError::Config`]).
 ///
-/// Each public client maps it once, where it leaves the crate's internals: the share
-/// consumer and the log reader into [`ConsumerError`] (`From`, variant for variant), the
-/// producer into `ProducerError::Kafka`, the admin client into `AdminError` (by cause, see
-/// `kafka::admin::error`).
+/// Every client of the crate meets these causes in the same code (the connection and
+/// cluster layers) and reports them once, in its own error:
+/// [`ConsumerError`] has a variant of the same name for each (the share consumer and the
+/// log reader); [`ProducerError`](crate::producer::ProducerError),
+/// [`AdminError`](crate::AdminError) and [`DeadLetterError`](crate::DeadLetterError) carry
+/// the `ClientError` as the [`source`](std::error::Error::source) of theirs
+/// ([`ProducerError::client_error`](crate::producer::ProducerError::client_error) returns
+/// it). Which variant each client gives for which cause is the table on
+/// [`ConsumerError::Connection`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kafka_share_sink::ClientError;
+///
+/// let error = ClientError::Timeout(Duration::from_secs(30));
+/// assert!(error.is_retriable());
+/// assert!(!error.is_authentication());
+/// assert!(error.broker_error().is_none());
+/// ```
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ClientError {
+#[non_exhaustive]
+pub enum ClientError {
     /// See [`ConsumerError::Connection`].
     #[error(transparent)]
     Connection(#[from] ConnectionError),
@@ -29,7 +47,7 @@ pub(crate) enum ClientError {
     #[error("the request did not finish within {0:?}")]
     Timeout(Duration),
     /// A setting that cannot work with this cluster (a TLS server name from a bad address,
-    /// a listener of another security protocol).
+    /// a listener of another security protocol). See [`ConsumerError::Config`].
     #[error("invalid client config `{key}`: {reason}")]
     Config {
         /// The config key.
@@ -40,8 +58,10 @@ pub(crate) enum ClientError {
 }
 
 impl ClientError {
-    /// As [`ConsumerError::is_retriable`].
-    pub(crate) fn is_retriable(&self) -> bool {
+    /// True when the same request may succeed later without any change by the caller: no
+    /// answer in time, a lost connection, a garbled answer, or a broker error code Kafka
+    /// classes as retriable (a coordinator or leader that moved, for one).
+    pub fn is_retriable(&self) -> bool {
         match self {
             Self::Timeout(_) => true,
             Self::Connection(error) => error.is_retriable(),
@@ -50,21 +70,24 @@ impl ClientError {
             Self::Config { .. } => false,
         }
     }
-}
 
-#[cfg(test)]
-impl ClientError {
-    /// True when TLS or SASL refused a connection.
-    pub(crate) fn is_authentication(&self) -> bool {
+    /// True when TLS or SASL refused a connection ([`ConnectionError::Authentication`]).
+    pub fn is_authentication(&self) -> bool {
         matches!(self, Self::Connection(error) if error.is_authentication())
     }
 
-    /// The broker's error code answer, if this is one.
-    pub(crate) fn broker_error(&self) -> Option<&BrokerError> {
+    /// The broker's error code answer ([`ClientError::Broker`]), if this is one.
+    pub fn broker_error(&self) -> Option<&BrokerError> {
         match self {
             Self::Broker(error) => Some(error),
             _ => None,
         }
+    }
+
+    /// A copy of a broker's error code answer ([`ClientError::Broker`]); `None` for the
+    /// other variants, whose sources cannot be copied.
+    pub(crate) fn duplicate_broker_error(&self) -> Option<ClientError> {
+        self.broker_error().cloned().map(Self::Broker)
     }
 }
 

@@ -10,16 +10,14 @@
 //! - [`ProtocolError`]: the protocol layer. An answer that could not be decoded, that makes
 //!   no sense, or a broker that lacks a needed API version.
 //!
-//! Each public client wraps them once: [`ConsumerError`](crate::ConsumerError) (the share
-//! consumer and the log reader) holds them as its `Connection`, `Broker` and `Protocol`
-//! variants, [`ProducerError`](crate::producer::ProducerError) and
-//! [`AdminError`](crate::AdminError) as the [`source`](std::error::Error::source) of theirs.
-//! The table of which variant each client gives for which cause is in
-//! [`ConsumerError`](crate::ConsumerError).
-//!
-//! Below the public clients, the connection and cluster layers and the clients' request
-//! code return [`ClientError`], which holds the three causes (and a deadline or a setting
-//! that cannot work); each public client maps it once into its own error.
+//! The connection and cluster layers and the clients' request code return [`ClientError`],
+//! which holds the three causes (and a deadline or a setting that cannot work). Each public
+//! client maps it once: [`ConsumerError`](crate::ConsumerError) (the share consumer and the
+//! log reader) has a variant of the same name for each, while
+//! [`ProducerError`](crate::producer::ProducerError), [`AdminError`](crate::AdminError) and
+//! [`DeadLetterError`](crate::DeadLetterError) carry the `ClientError` as the
+//! [`source`](std::error::Error::source) of theirs. The table of which variant each client
+//! gives for which cause is on [`ConsumerError::Connection`](crate::ConsumerError::Connection).
 //!
 //! [`codes`] maps Kafka's error codes to [`BrokerError`]s. No I/O here.
 
@@ -30,6 +28,6 @@ mod connection;
 mod protocol;
 
 pub use self::broker::BrokerError;
-pub(crate) use self::client::ClientError;
+pub use self::client::ClientError;
 pub use self::connection::ConnectionError;
 pub use self::protocol::ProtocolError;

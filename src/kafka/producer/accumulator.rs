@@ -1034,7 +1034,7 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
-    use crate::consumer::ConsumerError;
+    use crate::kafka::error::ClientError;
     use crate::producer::DeliveryFuture;
 
     const SECOND: Duration = Duration::from_secs(1);
@@ -1061,7 +1061,7 @@ mod tests {
 
     fn error() -> ProducerError {
         ProducerError::Kafka {
-            source: Arc::new(ConsumerError::Timeout(SECOND)),
+            source: Arc::new(ClientError::Timeout(SECOND)),
         }
     }
 

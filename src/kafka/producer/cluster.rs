@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use uuid::Uuid;
 
-use crate::consumer::ConsumerError;
 use crate::kafka::admin::{Failure, KafkaAdmin};
 use crate::kafka::cluster::metadata::{LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::cluster::pool::BrokerPool;
@@ -23,7 +22,7 @@ pub(crate) enum TopicMetadata {
     /// Not (yet) known to the cluster.
     Unknown,
     /// An error no wait fixes (e.g. authorization).
-    Failed(Arc<ConsumerError>),
+    Failed(Arc<ClientError>),
 }
 
 /// The admin client and the broker connections.
@@ -165,7 +164,7 @@ impl Cluster {
                     0 | LEADER_NOT_AVAILABLE | UNKNOWN_TOPIC_OR_PARTITION => TopicMetadata::Unknown,
                     _ => match entry.error(topic) {
                         Some(error) if !error.is_retriable() => {
-                            TopicMetadata::Failed(Arc::new(error.into()))
+                            TopicMetadata::Failed(Arc::new(error))
                         }
                         _ => TopicMetadata::Unknown,
                     },

@@ -19,7 +19,6 @@ use tracing::debug;
 use super::accumulator::{ProducerIdentity, Tp};
 use super::cluster::Cluster;
 use super::txn::{Action, CoordinatorCall, TxnVersion, classify, code, coordinator_error};
-use crate::consumer::ConsumerError;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
@@ -261,7 +260,7 @@ impl Coordinator {
                     if call == CoordinatorCall::Commit {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),
-                            source: Arc::new(error.into()),
+                            source: Arc::new(error),
                         });
                     }
                     if matches!(
@@ -277,7 +276,7 @@ impl Coordinator {
                 Ok((error_code, message, _)) => {
                     let Some(error) = broker_error(api, error_code, message) else {
                         return Err(ProducerError::Kafka {
-                            source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
+                            source: Arc::new(ClientError::Protocol(ProtocolError::Malformed {
                                 broker: "coordinator".to_owned(),
                                 reason: format!("{api} answered error code {error_code}"),
                             })),
@@ -286,7 +285,7 @@ impl Coordinator {
                     if call == CoordinatorCall::Commit && error_code == UNKNOWN_SERVER_ERROR {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),
-                            source: Arc::new(error.into()),
+                            source: Arc::new(error),
                         });
                     }
                     let action = classify(call, error_code, error.is_retriable());
@@ -301,7 +300,7 @@ impl Coordinator {
                             last = Some(ProducerError::kafka(error));
                         }
                         Action::Fenced | Action::Abortable | Action::Fatal => {
-                            return Err(coordinator_error(&action, self.id(), error.into(), call));
+                            return Err(coordinator_error(&action, self.id(), error, call));
                         }
                     }
                 }

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::consumer::ConsumerError;
 use crate::kafka::error::BrokerError;
+use crate::kafka::error::ClientError;
 use crate::producer::ProducerError;
 
 use super::accumulator::Tp;
@@ -323,7 +323,7 @@ impl TxnState {
 pub(crate) fn coordinator_error(
     action: &Action,
     transactional_id: &str,
-    source: ConsumerError,
+    source: ClientError,
     call: CoordinatorCall,
 ) -> ProducerError {
     match action {
@@ -333,7 +333,7 @@ pub(crate) fn coordinator_error(
         },
         Action::Abortable => {
             let reason = match (call, &source) {
-                (CoordinatorCall::Commit, ConsumerError::Broker(BrokerError { code, .. }))
+                (CoordinatorCall::Commit, ClientError::Broker(BrokerError { code, .. }))
                     if *code == code::INVALID_TXN_STATE =>
                 {
                     "the coordinator refused the commit: it has aborted the transaction itself \
@@ -355,8 +355,8 @@ pub(crate) fn coordinator_error(
 mod tests {
     use super::*;
 
-    fn broker(code: i16) -> ConsumerError {
-        ConsumerError::Broker(BrokerError {
+    fn broker(code: i16) -> ClientError {
+        ClientError::Broker(BrokerError {
             api: "EndTxn",
             code,
             name: "X",

@@ -10,7 +10,6 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::core::apply;
-use crate::consumer::ConsumerError;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
 use crate::kafka::error::{ConnectionError, ProtocolError};
@@ -162,7 +161,7 @@ pub(crate) fn produced(
                     .find(|p| p.index == tp.1);
                 let outcome = match entry {
                     None => BatchOutcome::GivenUp(ProducerError::Kafka {
-                        source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
+                        source: Arc::new(ClientError::Protocol(ProtocolError::Malformed {
                             broker: broker.to_owned(),
                             reason: format!(
                                 "the Produce response has no entry for partition {} of `{}`",
@@ -224,14 +223,14 @@ pub(crate) fn classify_partition(
     }
     let Some(source) = broker_error("Produce", error_code, message) else {
         return BatchOutcome::Failed(ProducerError::Kafka {
-            source: Arc::new(ConsumerError::Protocol(ProtocolError::Malformed {
+            source: Arc::new(ClientError::Protocol(ProtocolError::Malformed {
                 broker: String::new(),
                 reason: format!("Produce answered error code {error_code}"),
             })),
         });
     };
     let retriable = source.is_retriable() || error_code == code::CONCURRENT_TRANSACTIONS;
-    let source = Arc::new(ConsumerError::from(source));
+    let source = Arc::new(source);
     let rejected = ProducerError::Rejected {
         topic: tp.0.to_string(),
         partition: tp.1,
