@@ -23,6 +23,7 @@ use std::error::Error;
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig, Producer, ProducerRecord};
 
 type BoxResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -95,19 +96,33 @@ async fn main() -> BoxResult<()> {
     let mut pending = std::collections::VecDeque::new();
     let mut latency_sum = 0.0f64;
     let mut latency_max = 0.0f64;
-    // Futures resolve in send order per partition; keep a bounded window of them to read
-    // their latencies without holding a million futures.
+    // As Java's tool, whose `send` blocks while `buffer.memory` is full: `ready` waits for
+    // room before each send. The futures are read as they complete (Java's tool reads its
+    // callbacks), from the oldest, and never more than 100,000 are held.
     for _ in 0..args.records {
+        producer.ready().await?;
         let sent_at = Instant::now();
         let future =
             producer.send(ProducerRecord::new(args.topic.as_str()).value(value.clone()))?;
         pending.push_back((sent_at, future));
-        if pending.len() >= 100_000 {
-            let (at, future) = pending.pop_front().expect("not empty");
-            future.await?;
+        loop {
+            let full = pending.len() >= 100_000;
+            let Some((at, front)) = pending.front_mut() else {
+                break;
+            };
+            let outcome = if full {
+                Some(front.await)
+            } else {
+                // Outside tokio's cooperative budget, which this loop (never waiting while
+                // there is room) would spend, leaving every later check `Pending`.
+                tokio::task::unconstrained(&mut *front).now_or_never()
+            };
+            let Some(outcome) = outcome else { break };
+            outcome?;
             let ms = at.elapsed().as_secs_f64() * 1000.0;
             latency_sum += ms;
             latency_max = latency_max.max(ms);
+            pending.pop_front();
         }
     }
     while let Some((at, future)) = pending.pop_front() {

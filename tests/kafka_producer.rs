@@ -588,3 +588,89 @@ async fn burst_of_1000_reaches_a_64_kib_topic(bootstrap: &str, name: &str) {
         "each record once, in order"
     );
 }
+
+/// `buffer.memory` bounds the records waiting in the producer when the sender calls `ready`
+/// before each `send`, as Java's `send` blocks: after each `ready`, the records sent and not
+/// yet written hold less than `buffer.memory`, and every record is still written once, in
+/// order. A record larger than the whole buffer is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_keeps_the_records_waiting_within_buffer_memory() {
+    use futures::FutureExt;
+    let Some(bootstrap) = support::bootstrap("ready_buffer_memory") else {
+        return;
+    };
+    let topic = topic(&bootstrap, "producer-buffer", 1).await;
+    const VALUE: usize = 1_000;
+    const BUFFER: usize = 16 * 1_024;
+    let producer = KafkaProducer::connect(
+        KafkaProducerConfig::new(&bootstrap)
+            .linger(Duration::from_millis(20))
+            .buffer_memory(BUFFER)
+            .max_block(Duration::from_secs(30)),
+    )
+    .await
+    .expect("connect");
+    let too_large = producer.send(ProducerRecord::new(topic.as_str()).value(vec![b'x'; BUFFER]));
+    assert!(
+        matches!(
+            too_large,
+            Err(ProducerError::RecordTooLarge {
+                key: "buffer.memory",
+                max: BUFFER,
+                ..
+            })
+        ),
+        "{too_large:?}"
+    );
+    let mut pending: std::collections::VecDeque<kafka_share_sink::producer::DeliveryFuture> =
+        std::collections::VecDeque::new();
+    let mut offsets = Vec::new();
+    let mut most_waiting = 0;
+    for i in 0..1_000u32 {
+        producer.ready().await.expect("room within max.block.ms");
+        // Every future already complete is read; those left are the records still waiting.
+        let mut waiting = 0;
+        let mut still = std::collections::VecDeque::new();
+        for mut future in pending.drain(..) {
+            match tokio::task::unconstrained(&mut future).now_or_never() {
+                Some(outcome) => offsets.push(outcome.expect("delivered").offset),
+                None => {
+                    waiting += 1;
+                    still.push_back(future);
+                }
+            }
+        }
+        pending = still;
+        most_waiting = most_waiting.max(waiting);
+        let value = format!("{i:0>VALUE$}");
+        pending.push_back(
+            producer
+                .send(ProducerRecord::new(topic.as_str()).value(value))
+                .expect("queued"),
+        );
+    }
+    for future in pending {
+        offsets.push(future.await.expect("delivered").offset);
+    }
+    // Each record counts a little more than its value (its header and framing).
+    assert!(
+        most_waiting * VALUE < BUFFER,
+        "{most_waiting} records of {VALUE} bytes waited, buffer.memory {BUFFER}"
+    );
+    // And the buffer did fill: `ready` had records to wait for.
+    assert!(
+        most_waiting >= BUFFER / (VALUE + 100),
+        "at most {most_waiting} records waited: the buffer never filled"
+    );
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..1_000).collect::<Vec<i64>>());
+    let written = read_all(&bootstrap, &topic, 0).await;
+    assert_eq!(written.len(), 1_000);
+    assert!(
+        written
+            .iter()
+            .enumerate()
+            .all(|(i, r)| value(r) == format!("{i:0>VALUE$}")),
+        "in order, once each"
+    );
+}

@@ -524,3 +524,65 @@ async fn a_slow_describe_holds_the_next_produce_only_until_the_bound() {
         "the Produce waited for the slow answer"
     );
 }
+
+/// A cluster that takes records more slowly than they are sent: `ready` waits while the
+/// records not yet written hold `buffer.memory`, reports `BufferFull` (retriable, with the
+/// numbers) once `max.block.ms` has passed, and returns once the records are written.
+#[tokio::test]
+async fn ready_reports_a_full_buffer_after_max_block_and_returns_once_records_are_written() {
+    use kafka_share_sink::producer::DeliveryFuture;
+    let broker = broker(None).await;
+    broker.on(ApiKey::Produce, |_| {
+        Reply::late(Duration::from_millis(1_500))
+    });
+    let producer = KafkaProducer::connect(
+        config(&broker)
+            .buffer_memory(4_000)
+            .max_block(Duration::from_millis(200)),
+    )
+    .await
+    .expect("connect");
+    producer.ready().await.expect("an empty buffer has room");
+    let sent: Vec<DeliveryFuture> = (0..4)
+        .map(|i| {
+            producer
+                .send(record(0, &format!("{i:0>1000}")))
+                .expect("queued")
+        })
+        .collect();
+    let started = tokio::time::Instant::now();
+    let full = producer.ready().await.expect_err("the buffer is full");
+    let waited = started.elapsed();
+    assert!(
+        matches!(
+            full,
+            ProducerError::BufferFull {
+                buffered,
+                buffer_memory: 4_000,
+                waited,
+            } if buffered >= 4_000 && waited == Duration::from_millis(200)
+        ),
+        "{full:?}"
+    );
+    assert!(full.is_retriable());
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_millis(1_400),
+        "gave up after max.block.ms, before the answer: {waited:?}"
+    );
+    // Asked again until the late answer lands: room once the records are written.
+    let deadline = started + Duration::from_secs(20);
+    loop {
+        match producer.ready().await {
+            Ok(()) => break,
+            Err(ProducerError::BufferFull { .. }) if tokio::time::Instant::now() < deadline => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_000),
+        "not before the answer"
+    );
+    for future in sent {
+        future.await.expect("written");
+    }
+}

@@ -128,6 +128,22 @@ pub enum ProducerError {
         /// The setting that sets the limit.
         key: &'static str,
     },
+    /// [`Producer::ready`](super::Producer::ready) waited `max.block.ms` and the records
+    /// sent and not yet written still held `buffer.memory` bytes or more: the cluster takes
+    /// records more slowly than they are sent (or not at all). Retriable: wait for the
+    /// futures already returned, or call `ready` again.
+    #[error(
+        "the producer's buffer stayed full for {waited:?} (max.block.ms): {buffered} bytes of \
+         records wait to be written, buffer.memory is {buffer_memory}"
+    )]
+    BufferFull {
+        /// The bytes of the records sent and not yet written, as the producer estimates them.
+        buffered: usize,
+        /// `buffer.memory`.
+        buffer_memory: usize,
+        /// How long `ready` waited (`max.block.ms`).
+        waited: Duration,
+    },
     /// The topic does not exist, or has no such partition.
     #[error("topic `{topic}` has no partition {partition}")]
     UnknownPartition {
@@ -233,7 +249,7 @@ impl ProducerError {
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Kafka { source } | Self::Rejected { source, .. } => source.is_retriable(),
-            Self::Timeout { .. } => true,
+            Self::Timeout { .. } | Self::BufferFull { .. } => true,
             _ => false,
         }
     }

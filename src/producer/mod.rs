@@ -54,6 +54,44 @@ pub trait Producer: Send + Sync + fmt::Debug {
     /// producer outside a transaction. Errors of the write itself come through the future.
     fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError>;
 
+    /// Waits until the producer has room for more records: until the records sent and not
+    /// yet written (or failed) hold less than `buffer.memory` bytes, for at most
+    /// `max.block.ms`. Java's producer makes `send` itself block so; here `send` never waits,
+    /// and a loop that sends faster than the cluster takes records calls `ready` before each
+    /// `send` (or each batch of sends) to keep the producer's memory bounded.
+    ///
+    /// The default returns at once: a producer without such a bound (the embedded one).
+    ///
+    /// # Errors
+    ///
+    /// [`ProducerError::BufferFull`] when the buffer stayed full for `max.block.ms`; a
+    /// closed or fatally failed producer's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig, Producer, ProducerRecord};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kafka_share_sink::producer::ProducerError> {
+    /// let producer = KafkaProducer::connect(KafkaProducerConfig::new("127.0.0.1:9092")).await?;
+    /// for i in 0..1_000_000u32 {
+    ///     // Waits while the records not yet written hold `buffer.memory`.
+    ///     producer.ready().await?;
+    ///     // A real sender keeps the future to learn the record's outcome.
+    ///     drop(producer.send(ProducerRecord::new("events").value(i.to_string()))?);
+    /// }
+    /// producer.flush().await
+    /// # }
+    /// ```
+    async fn ready(&self) -> Result<(), ProducerError> {
+        Ok(())
+    }
+
     /// Waits until every record queued before the call is written or has failed (each
     /// future says which).
     ///

@@ -459,9 +459,14 @@ impl Accumulator {
         self.producer
     }
 
-    /// Notes a record id as incomplete (it may still wait for metadata).
-    pub(crate) fn track(&mut self, id: u64) {
-        self.incomplete.insert(id);
+    /// Notes a record id, of `size` bytes, as incomplete (it may still wait for metadata).
+    pub(crate) fn track(&mut self, id: u64, size: usize) {
+        self.incomplete.insert(id, size);
+    }
+
+    /// The bytes of the records not yet complete, as `buffer.memory` counts them.
+    pub(crate) fn buffered(&self) -> usize {
+        self.incomplete.bytes()
     }
 
     /// Marks record ids complete.
@@ -563,7 +568,7 @@ impl Accumulator {
                 open.bytes = open.bytes.saturating_add(size);
                 open.records.push(record);
                 open.senders.push((id, sender));
-                self.incomplete.insert(id);
+                self.incomplete.insert(id, size);
                 if open.bytes >= batch_size {
                     open.closed = true;
                     return true;
@@ -596,7 +601,7 @@ impl Accumulator {
             last_error: None,
             expired: false,
         });
-        self.incomplete.insert(id);
+        self.incomplete.insert(id, size);
         closed || full
     }
 

@@ -70,6 +70,11 @@ pub struct KafkaProducerConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) retry_backoff: Duration,
     pub(crate) retry_backoff_max: Duration,
+    /// `buffer.memory`: the bytes of records not yet written past which
+    /// [`ready`](crate::producer::Producer::ready) waits.
+    pub(crate) buffer_memory: usize,
+    /// `max.block.ms`: how long [`ready`](crate::producer::Producer::ready) waits at most.
+    pub(crate) max_block: Duration,
     pub(crate) security: Security,
 }
 
@@ -131,6 +136,8 @@ impl KafkaProducerConfig {
             request_timeout: Duration::from_secs(30),
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
+            buffer_memory: 32 * 1024 * 1024,
+            max_block: Duration::from_secs(60),
             security: Security::plaintext(),
         }
     }
@@ -169,7 +176,7 @@ impl KafkaProducerConfig {
     /// `delivery.timeout.ms`, `linger.ms`, `batch.size`, `max.request.size`,
     /// `compression.type` (`none`, `gzip`, `snappy`, `lz4`, `zstd`),
     /// `max.in.flight.requests.per.connection`, `request.timeout.ms`, `retry.backoff.ms`,
-    /// `retry.backoff.max.ms`. Security keys go through
+    /// `retry.backoff.max.ms`, `buffer.memory`, `max.block.ms`. Security keys go through
     /// [`from_properties`](Self::from_properties) or [`security`](Self::security).
     ///
     /// # Errors
@@ -232,10 +239,10 @@ impl KafkaProducerConfig {
             "request.timeout.ms" => self.request_timeout = parse_ms(key, value, 1)?,
             "retry.backoff.ms" => self.retry_backoff = parse_ms(key, value, 0)?,
             "retry.backoff.max.ms" => self.retry_backoff_max = parse_ms(key, value, 0)?,
+            "buffer.memory" => self.buffer_memory = parse_count(key, value, 1, usize::MAX)?,
+            "max.block.ms" => self.max_block = parse_ms(key, value, 0)?,
             // Java producer keys without an effect here, accepted so that Java configs load.
             "retries"
-            | "max.block.ms"
-            | "buffer.memory"
             | "partitioner.ignore.keys"
             | "metadata.max.age.ms"
             | "send.buffer.bytes"
@@ -288,6 +295,22 @@ impl KafkaProducerConfig {
     /// included.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = timeout;
+        self
+    }
+
+    /// `buffer.memory` (default 32 MiB, as Java's): the bytes of records sent and not yet
+    /// written (or failed) past which [`Producer::ready`](crate::producer::Producer::ready)
+    /// waits, and the largest record [`send`](crate::producer::Producer::send) takes.
+    pub fn buffer_memory(mut self, bytes: usize) -> Self {
+        self.buffer_memory = bytes;
+        self
+    }
+
+    /// `max.block.ms` (default 60 s, as Java's): how long
+    /// [`Producer::ready`](crate::producer::Producer::ready) waits at most for the buffer to
+    /// have room.
+    pub fn max_block(mut self, timeout: Duration) -> Self {
+        self.max_block = timeout;
         self
     }
 
@@ -431,6 +454,9 @@ impl KafkaProducerConfig {
         }
         if self.delivery_timeout.is_zero() {
             return Err(config_error("delivery.timeout.ms", "must be at least 1"));
+        }
+        if self.buffer_memory == 0 {
+            return Err(config_error("buffer.memory", "must be at least 1"));
         }
         Ok(())
     }

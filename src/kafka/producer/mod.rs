@@ -479,6 +479,14 @@ impl Producer for KafkaProducer {
                 key: "max.request.size",
             });
         }
+        // As Java's: a record the whole buffer could not hold is refused, not waited for.
+        if size > self.shared.config.buffer_memory {
+            return Err(ProducerError::RecordTooLarge {
+                size,
+                max: self.shared.config.buffer_memory,
+                key: "buffer.memory",
+            });
+        }
         let topic = record.topic;
         let (sender, future) = DeliveryFuture::channel();
         let mut wake = true;
@@ -529,7 +537,7 @@ impl Producer for KafkaProducer {
                     wake = closed || !joined_open;
                 }
                 None => {
-                    state.accumulator.track(id);
+                    state.accumulator.track(id, record_size(&new));
                     state.metadata_wanted.insert(Arc::clone(&topic));
                     state.waiting.entry(topic).or_default().push_back(Waiting {
                         id,
@@ -556,6 +564,41 @@ impl Producer for KafkaProducer {
         }
         self.flush_all().await;
         Ok(())
+    }
+
+    async fn ready(&self) -> Result<(), ProducerError> {
+        // A loop of `ready` and `send` that never has to wait still yields to the runtime
+        // now and then, as tokio's own resources make it (the sender task may share its
+        // thread).
+        tokio::task::coop::consume_budget().await;
+        let limit = self.shared.config.buffer_memory;
+        let waited = self.shared.config.max_block;
+        let deadline = deadline_after(Instant::now(), waited);
+        loop {
+            let notified = self.shared.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let buffered = {
+                let state = self.shared.lock();
+                if let Some(error) = &state.fatal {
+                    return Err(error.clone());
+                }
+                if state.closed {
+                    return Err(ProducerError::Closed);
+                }
+                state.accumulator.buffered()
+            };
+            if buffered < limit {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(ProducerError::BufferFull {
+                    buffered,
+                    buffer_memory: limit,
+                    waited,
+                });
+            }
+        }
     }
 
     fn transactional_id(&self) -> Option<&str> {

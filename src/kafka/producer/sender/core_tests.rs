@@ -204,7 +204,10 @@ impl Harness {
                 }
             }
             _ => {
-                state.accumulator.track(id);
+                state.accumulator.track(
+                    id,
+                    crate::kafka::producer::accumulator::record_size(&record),
+                );
                 state.metadata_wanted.insert(Arc::clone(&topic));
                 state.waiting.entry(topic).or_default().push_back(Waiting {
                     id,
