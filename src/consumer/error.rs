@@ -78,9 +78,9 @@ pub enum ConsumerError {
     /// (bootstrap, coordinator, leader) and whenever (when connecting, or when an open
     /// connection authenticates again under KIP-368). The layer's error is the variant of
     /// the consumer and the log reader; the producer's, the admin client's and the
-    /// dead-letter queue's variants carry it inside a [`ClientError`](crate::ClientError)
-    /// (as their [`source`](std::error::Error::source), or as `AdminError::Broker`'s
-    /// `error`):
+    /// dead-letter queue's variants carry it inside a [`ClientError`](crate::ClientError), as
+    /// their [`source`](std::error::Error::source) (`AdminError::Broker` holds the
+    /// [`BrokerError`] itself, as its `error`):
     ///
     /// | Cause | [`KafkaShareConsumer`](crate::KafkaShareConsumer), [`KafkaLogReader`](crate::producer::KafkaLogReader) | [`KafkaProducer`](crate::producer::KafkaProducer) | [`KafkaAdmin`](crate::KafkaAdmin) |
     /// |---|---|---|---|

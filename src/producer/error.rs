@@ -118,7 +118,7 @@ pub enum ProducerError {
         source: Arc<ClientError>,
     },
     /// A record larger than the producer may send (`max.request.size`, `batch.size`
-    /// limits), refused before it is queued.
+    /// limits) or than its whole buffer (`buffer.memory`), refused before it is queued.
     #[error("record of {size} bytes is larger than {max} bytes ({key})")]
     RecordTooLarge {
         /// The record's estimated size on the wire.

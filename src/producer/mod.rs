@@ -60,7 +60,9 @@ pub trait Producer: Send + Sync + fmt::Debug {
     /// and a loop that sends faster than the cluster takes records calls `ready` before each
     /// `send` (or each batch of sends) to keep the producer's memory bounded.
     ///
-    /// The default returns at once: a producer without such a bound (the embedded one).
+    /// The default returns at once: a producer without such a bound (the embedded one). A
+    /// producer that wraps another should forward `ready` to it, or the wrapped producer's
+    /// bound is lost.
     ///
     /// # Errors
     ///

@@ -174,6 +174,8 @@ impl KafkaDeadLetterQueue {
                 .delivery_timeout(timeout)
                 .request_timeout(REQUEST_TIMEOUT.min(timeout))
                 .max_request_size(MAX_REQUEST_SIZE)
+                // A record up to the request size is never refused for the buffer's size.
+                .buffer_memory(MAX_REQUEST_SIZE)
                 .security(config.security_value().clone()),
         )
         .await

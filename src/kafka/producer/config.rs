@@ -511,6 +511,8 @@ mod tests {
             ("linger.ms", "-1", "milliseconds"),
             ("enable.idempotence", "yes", "true"),
             ("batch.size", "x", "whole number"),
+            ("buffer.memory", "0", "whole number"),
+            ("max.block.ms", "-5", "milliseconds"),
             ("no.such.key", "1", "not a producer setting"),
         ] {
             let error = config.set(key, value).map(|_| ()).unwrap_err();
@@ -518,6 +520,24 @@ mod tests {
             assert_eq!(key_of(error), key);
             assert!(text.contains(hint), "{text}");
         }
+    }
+
+    #[test]
+    fn buffer_memory_and_max_block_are_read_with_javas_defaults() {
+        let mut config = KafkaProducerConfig::new("b:9092");
+        assert_eq!(config.buffer_memory, 33_554_432);
+        assert_eq!(config.max_block, Duration::from_secs(60));
+        config
+            .set("buffer.memory", "1048576")
+            .expect("buffer.memory");
+        config.set("max.block.ms", "0").expect("max.block.ms");
+        assert_eq!(config.buffer_memory, 1_048_576);
+        assert_eq!(config.max_block, Duration::ZERO);
+        config.validate().expect("valid");
+        assert_eq!(
+            key_of(config.clone().buffer_memory(0).validate().unwrap_err()),
+            "buffer.memory"
+        );
     }
 
     #[test]

@@ -583,6 +583,9 @@ impl Producer for KafkaProducer {
                 if let Some(error) = &state.fatal {
                     return Err(error.clone());
                 }
+                if let Some(error) = state.txn.as_ref().and_then(TxnState::fatal) {
+                    return Err(error);
+                }
                 if state.closed {
                     return Err(ProducerError::Closed);
                 }

@@ -9,15 +9,16 @@ use std::collections::VecDeque;
 /// `flush` asks whether every id below a mark is complete, and `ready` how many bytes the
 /// outstanding records hold. The ids from the oldest one still outstanding to the newest are
 /// kept as a window of sizes, so taking an id, completing one and asking cost O(1)
-/// (amortised), with no allocation per record as a tree set had: it spans no more ids than
-/// are in the producer's buffer.
+/// (amortised), with no allocation per record as a tree set had. It spans the ids from the
+/// oldest outstanding one to the newest, completed ones between them included: four bytes
+/// each.
 #[derive(Debug, Default)]
 pub(crate) struct Outstanding {
     /// The id of `sizes[0]`.
     base: u64,
-    /// Per id from `base`: its size while outstanding, `None` once complete. The front, when
-    /// there is one, is outstanding.
-    sizes: VecDeque<Option<u32>>,
+    /// Per id from `base`: its size while outstanding (at least 1), 0 once complete. The
+    /// front, when there is one, is outstanding.
+    sizes: VecDeque<u32>,
     /// The sum of the outstanding sizes.
     bytes: usize,
 }
@@ -27,7 +28,7 @@ impl Outstanding {
     /// outstanding does nothing (its size counts once); ids skipped over (taken by a `send`
     /// that then failed) count as complete.
     pub(crate) fn insert(&mut self, id: u64, size: usize) {
-        let size = u32::try_from(size).unwrap_or(u32::MAX);
+        let size = u32::try_from(size).unwrap_or(u32::MAX).max(1);
         if self.sizes.is_empty() {
             self.base = id;
         } else {
@@ -41,9 +42,9 @@ impl Outstanding {
             if offset < self.sizes.len() {
                 return;
             }
-            self.sizes.resize(offset, None);
+            self.sizes.resize(offset, 0);
         }
-        self.sizes.push_back(Some(size));
+        self.sizes.push_back(size);
         self.bytes = self.bytes.saturating_add(size as usize);
     }
 
@@ -55,10 +56,10 @@ impl Outstanding {
         else {
             return;
         };
-        if let Some(size) = self.sizes.get_mut(offset).and_then(Option::take) {
-            self.bytes = self.bytes.saturating_sub(size as usize);
+        if let Some(size) = self.sizes.get_mut(offset) {
+            self.bytes = self.bytes.saturating_sub(std::mem::take(size) as usize);
         }
-        while self.sizes.front() == Some(&None) {
+        while self.sizes.front() == Some(&0) {
             self.sizes.pop_front();
             self.base = self.base.saturating_add(1);
         }

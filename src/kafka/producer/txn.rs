@@ -184,7 +184,7 @@ impl TxnState {
     }
 
     /// The error for a call in a fatal state, if fatal.
-    fn fatal(&self) -> Option<ProducerError> {
+    pub(crate) fn fatal(&self) -> Option<ProducerError> {
         match &self.phase {
             Phase::Fatal(error) => Some(error.clone()),
             _ => None,
