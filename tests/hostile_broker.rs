@@ -282,6 +282,43 @@ async fn admin(broker: &FakeBroker) -> KafkaAdmin {
     KafkaAdmin::connect(&broker.addr()).await.expect("connect")
 }
 
+/// A request the broker never answers: the call ends at the request timeout, naming the
+/// request; its connection is left behind (a broker answers in order, so later requests would
+/// wait behind it), and the next call is answered on a new connection.
+#[tokio::test]
+async fn an_unanswered_admin_request_times_out_and_the_next_call_connects_again() {
+    let _turn = SERIAL.lock().await;
+    let broker = FakeBroker::start().await;
+    let admin = KafkaAdmin::builder(broker.addr())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect");
+    broker.once(ApiKey::CreateTopics, |_| Reply::Never);
+    let before = broker.connections();
+    let error = admin
+        .create_topic("orders", 1, 1)
+        .await
+        .expect_err("no answer");
+    assert!(
+        matches!(
+            error,
+            AdminError::Timeout {
+                call: "create_topic",
+                api: "CreateTopics",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_retriable());
+    admin
+        .create_topic("orders", 1, 1)
+        .await
+        .expect("answered on a new connection");
+    assert_eq!(broker.connections(), before + 1, "one new connection");
+}
+
 #[tokio::test]
 async fn create_topics_of_the_admin_client() {
     let _turn = SERIAL.lock().await;

@@ -126,7 +126,7 @@ impl KafkaAdmin {
             .await?
             .brokers;
         for address in brokers.into_values() {
-            let Ok(other) = Connection::connect(&address, &self.config).await else {
+            let Ok(other) = Connection::connect(&address, self.config()).await else {
                 debug!(broker = address, "unreachable; it serves nothing either");
                 continue;
             };

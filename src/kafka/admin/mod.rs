@@ -37,7 +37,6 @@ use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
 };
-use tokio::sync::Mutex;
 use tracing::debug;
 
 pub use self::builder::KafkaAdminBuilder;
@@ -53,6 +52,7 @@ use crate::kafka::cluster::metadata::ANY_VERSION;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::api_name;
 use crate::kafka::error::{BrokerError, ProtocolError};
+use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// An admin client for a Kafka cluster: create and delete topics, set and read share-group
@@ -87,12 +87,10 @@ use crate::kafka::net::connection::{Connection, ConnectionConfig};
 /// ```
 #[derive(Debug)]
 pub struct KafkaAdmin {
-    /// Where to reconnect: the bootstrap list, then the brokers learnt from Metadata.
-    addresses: String,
-    /// Settings of the connections.
-    config: ConnectionConfig,
-    /// The connection; `None` once it timed out, until the next call makes a new one.
-    connection: Mutex<Option<Connection>>,
+    /// The connection, reopened through the bootstrap list, then the brokers learnt from
+    /// Metadata; forgotten once a request on it timed out, until the next call makes a new
+    /// one.
+    bootstrap: Bootstrap,
     /// The `timeout_ms` of requests the broker may take long over (below the request timeout).
     broker_timeout_ms: i32,
     /// The controller id the Metadata of `connect` reported (in KRaft, a random live broker).
@@ -145,10 +143,8 @@ impl KafkaAdmin {
             "admin connected"
         );
         Ok(Self {
-            addresses,
             broker_timeout_ms: broker_timeout_ms(config.request_timeout),
-            config,
-            connection: Mutex::new(Some(connection)),
+            bootstrap: Bootstrap::adopt(addresses, config, connection),
             controller_id: metadata.controller_id,
         })
     }
@@ -181,7 +177,7 @@ impl KafkaAdmin {
                 ?timeout,
                 "admin request timed out; dropping its connection"
             );
-            *self.connection.lock().await = None;
+            self.bootstrap.forget();
         }
         result
     }
@@ -193,30 +189,25 @@ impl KafkaAdmin {
     }
 
     /// Closes the connection now, as a network failure would (requests waiting on it fail;
-    /// the next call connects again). Does nothing while a call is replacing it.
+    /// the next call connects again).
     pub(crate) fn disconnect(&self) {
-        if let Ok(current) = self.connection.try_lock()
-            && let Some(connection) = current.as_ref()
-        {
-            connection.close();
-        }
+        self.bootstrap.close();
     }
 
-    /// The connection, made again first if it closed or was dropped.
+    /// The settings of the admin client's connections.
+    fn config(&self) -> &ConnectionConfig {
+        self.bootstrap.config()
+    }
+
+    /// The connection, made again first if it closed or was forgotten.
     async fn connection(&self) -> Result<Connection, Failure> {
-        let mut current = self.connection.lock().await;
-        if let Some(connection) = current.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(connection.clone());
-        }
-        debug!("admin connection closed or dropped, connecting again");
-        let fresh = Connection::connect_any(&self.addresses, &self.config)
+        self.bootstrap
+            .get()
             .await
             .map_err(|source| Failure::Connect {
-                bootstrap: self.addresses.clone(),
+                bootstrap: self.bootstrap.servers().to_owned(),
                 source,
-            })?;
-        *current = Some(fresh.clone());
-        Ok(fresh)
+            })
     }
 }
 

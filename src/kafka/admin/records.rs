@@ -316,7 +316,7 @@ impl KafkaAdmin {
                     ),
                 }))
             })?;
-            let leader = Connection::connect(&address, &self.config)
+            let leader = Connection::connect(&address, self.config())
                 .await
                 .map_err(|source| Failure::Connect {
                     bootstrap: address,

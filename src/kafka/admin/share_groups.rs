@@ -188,7 +188,7 @@ impl KafkaAdmin {
         let deadline = deadline_after(tokio::time::Instant::now(), COORDINATOR_WAIT);
         loop {
             let via = self.connection().await?;
-            let result = match find_coordinator(group, &via, &self.config).await {
+            let result = match find_coordinator(group, &via, self.config()).await {
                 Ok(coordinator) => {
                     let result = parts(coordinator.clone()).await;
                     coordinator.close();

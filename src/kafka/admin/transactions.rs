@@ -68,10 +68,10 @@ impl KafkaAdmin {
     /// timeout; then its failure is the call's. Skipping it could miss the transactional ids
     /// its coordinator knows.
     async fn list_retrying(&self, address: &str, prefix: &str) -> Result<Vec<String>, Failure> {
-        let deadline = deadline_after(Instant::now(), self.config.request_timeout);
+        let deadline = deadline_after(Instant::now(), self.config().request_timeout);
         let mut backoff = LIST_BACKOFF;
         loop {
-            let result = match Connection::connect(address, &self.config).await {
+            let result = match Connection::connect(address, self.config()).await {
                 Ok(on) => {
                     let result = list_on(&on, prefix).await;
                     on.close();

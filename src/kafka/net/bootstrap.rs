@@ -1,13 +1,14 @@
-//! The connection for cluster-wide requests (Metadata, FindCoordinator), reopened through the
-//! bootstrap list whenever the broker has closed it (brokers close idle connections).
+//! The connection for cluster-wide requests (Metadata, FindCoordinator, the admin client's
+//! calls), reopened through the bootstrap list whenever the broker has closed it (brokers
+//! close idle connections).
 
 use std::sync::Mutex;
 
 use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// A lazily reopened connection to any bootstrap broker. Shared by the consumer and its
-/// heartbeat task.
+/// A lazily reopened connection to any bootstrap broker: the consumer's (shared with its
+/// heartbeat task) and the admin client's.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
     servers: String,
@@ -27,6 +28,32 @@ impl Bootstrap {
             config,
             current: Mutex::new(Some(connection)),
         })
+    }
+
+    /// Keeps `connection`, already made, and reopens through `servers` when it closes.
+    pub(crate) fn adopt(servers: String, config: ConnectionConfig, connection: Connection) -> Self {
+        Self {
+            servers,
+            config,
+            current: Mutex::new(Some(connection)),
+        }
+    }
+
+    /// The addresses a new connection is made to, comma-separated.
+    pub(crate) fn servers(&self) -> &str {
+        &self.servers
+    }
+
+    /// Forgets the current connection without closing it (requests under way on it go on);
+    /// a later [`get`](Self::get) opens a new one. For a connection whose request timed out:
+    /// the broker answers in order, so later requests would wait behind that answer.
+    pub(crate) fn forget(&self) {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(current);
     }
 
     /// The settings new connections use.
