@@ -48,12 +48,15 @@ impl Bootstrap {
     /// a later [`get`](Self::get) opens a new one. For a connection whose request timed out:
     /// the broker answers in order, so later requests would wait behind that answer.
     pub(crate) fn forget(&self) {
-        let current = self
-            .current
+        drop(self.take());
+    }
+
+    /// Takes the current connection out, if there is one.
+    fn take(&self) -> Option<Connection> {
+        self.current
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(current);
+            .take()
     }
 
     /// The settings new connections use.
@@ -63,12 +66,7 @@ impl Bootstrap {
 
     /// Closes the current connection; a later [`get`](Self::get) opens a new one.
     pub(crate) fn close(&self) {
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(connection) = current {
+        if let Some(connection) = self.take() {
             connection.close();
         }
     }
