@@ -238,3 +238,18 @@ impl Error {
 
 /// `Result` with the driver's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Displays an error with its whole `source` chain (`error: cause: cause …`), for logs.
+pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn StdError + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}

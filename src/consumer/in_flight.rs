@@ -2,7 +2,8 @@
 //! acknowledged, and which acknowledgements are still to be sent. Shared by every
 //! [`ShareConsumer`](super::ShareConsumer) implementation, free of I/O.
 
-use super::{AcknowledgeType, ConsumerError};
+use super::{AcknowledgeType, AcknowledgementMode, ConsumerError};
+use crate::kafka::error::ProtocolError;
 use crate::record::{ConsumerRecord, RecordId, TopicPartition};
 use crate::topic_name::TopicName;
 
@@ -446,6 +447,35 @@ fn same_topic(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
 
+/// `Err(Closed)` once the consumer is closed.
+pub(crate) fn ensure_open(closed: bool) -> Result<(), ConsumerError> {
+    if closed {
+        Err(ConsumerError::Closed)
+    } else {
+        Ok(())
+    }
+}
+
+/// What an acknowledgement by the application needs: an open consumer in explicit mode,
+/// and for RENEW a group that takes it (`renew_refused` says why not when it does not).
+pub(crate) fn check_acknowledgement(
+    closed: bool,
+    mode: AcknowledgementMode,
+    ack: AcknowledgeType,
+    renew_refused: impl FnOnce() -> Option<ProtocolError>,
+) -> Result<(), ConsumerError> {
+    ensure_open(closed)?;
+    if mode == AcknowledgementMode::Implicit {
+        return Err(ConsumerError::ImplicitAcknowledgement);
+    }
+    if ack == AcknowledgeType::Renew
+        && let Some(refused) = renew_refused()
+    {
+        return Err(ConsumerError::Protocol(refused));
+    }
+    Ok(())
+}
+
 /// Writes, inside an `impl ShareConsumer for …`, the three methods by which the application
 /// acknowledges the last poll's records, for a consumer that keeps them in an
 /// [`InFlightBatch`] at `self.batch` and has `ensure_open()`, `implicit()` and
@@ -492,6 +522,35 @@ pub(crate) use acknowledgements_to_batch;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_acknowledgement_needs_an_open_consumer_explicit_mode_and_renew_where_asked() {
+        use AcknowledgementMode::{Explicit, Implicit};
+        let refused = || {
+            Some(ProtocolError::Unsupported {
+                broker: "b".to_owned(),
+                api: "ShareAcknowledge",
+                wanted: "v2".to_owned(),
+            })
+        };
+        let untouched = || -> Option<ProtocolError> { panic!("only RENEW asks") };
+        assert!(matches!(
+            check_acknowledgement(true, Explicit, AcknowledgeType::Accept, untouched),
+            Err(ConsumerError::Closed)
+        ));
+        assert!(matches!(
+            check_acknowledgement(false, Implicit, AcknowledgeType::Accept, untouched),
+            Err(ConsumerError::ImplicitAcknowledgement)
+        ));
+        assert!(
+            check_acknowledgement(false, Explicit, AcknowledgeType::Release, untouched).is_ok()
+        );
+        assert!(matches!(
+            check_acknowledgement(false, Explicit, AcknowledgeType::Renew, refused),
+            Err(ConsumerError::Protocol(ProtocolError::Unsupported { .. }))
+        ));
+        assert!(check_acknowledgement(false, Explicit, AcknowledgeType::Renew, || None).is_ok());
+    }
 
     fn batch() -> InFlightBatch {
         let records = vec![

@@ -60,7 +60,7 @@ use crate::consumer::{
 };
 use crate::delivered::Delivered;
 use crate::dlq::{DeadLetterReason, DeadLetterRecord, ErrorContext};
-use crate::error::{Error, Result, TaskError, TaskStage};
+use crate::error::{Error, ErrorChain, Result, TaskError, TaskStage};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::task::{Durability, SinkTask, SinkTaskContext};
 use crate::time::deadline_after;
@@ -1535,21 +1535,6 @@ fn count_failures(results: &CommitResults, metrics: &mut DriverMetrics) {
             metrics.lock_losses += 1;
         }
         tracing::warn!(%partition, %error, "acknowledgements not committed; the records will be delivered again");
-    }
-}
-
-/// Displays an error with its whole `source` chain, for logs.
-struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            write!(f, ": {cause}")?;
-            source = cause.source();
-        }
-        Ok(())
     }
 }
 

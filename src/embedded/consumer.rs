@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::partition::MemberKey;
 use super::{ConsumerOptions, OnDrop, Shared};
-use crate::consumer::in_flight::{InFlightBatch, acknowledgements_to_batch};
+use crate::consumer::in_flight::{self, InFlightBatch, acknowledgements_to_batch};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -113,28 +113,25 @@ impl EmbeddedShareConsumer {
     }
 
     fn ensure_open(&self) -> Result<(), ConsumerError> {
-        if self.closed {
-            Err(ConsumerError::Closed)
-        } else {
-            Ok(())
-        }
+        in_flight::ensure_open(self.closed)
     }
 
-    /// What an acknowledgement by the application needs: an open consumer in explicit
-    /// mode, and for RENEW a group that takes it.
+    /// See [`in_flight::check_acknowledgement`].
     fn check_acknowledgement(&self, ack: AcknowledgeType) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.options.renew {
-            return Err(ConsumerError::Protocol(ProtocolError::Unsupported {
-                broker: "embedded broker".to_owned(),
-                api: "ShareAcknowledge",
-                wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)".to_owned(),
-            }));
-        }
-        Ok(())
+        let renew = self.options.renew;
+        in_flight::check_acknowledgement(
+            self.closed,
+            self.options.acknowledgement_mode,
+            ack,
+            || {
+                (!renew).then(|| ProtocolError::Unsupported {
+                    broker: "embedded broker".to_owned(),
+                    api: "ShareAcknowledge",
+                    wanted: "v2, which RENEW needs (turned off by ConsumerOptions::renew)"
+                        .to_owned(),
+                })
+            },
+        )
     }
 
     fn implicit(&self) -> bool {

@@ -63,7 +63,7 @@ use tokio::time::Instant;
 pub use self::config::SupervisorConfig;
 use crate::consumer::ShareConsumer;
 use crate::driver::{DriverConfig, DriverMetrics, ShareSinkTask};
-use crate::error::{BoxError, Error};
+use crate::error::{BoxError, Error, ErrorChain};
 use crate::lag::{LagReader, ShareGroupLag};
 use crate::task::SinkTask;
 use crate::telemetry::{ConsumerMetrics, MeteredConsumer, MetricLabels};
@@ -573,21 +573,6 @@ where
         s.consumer = c;
     });
     result.and(closed).map_err(BoxError::from)
-}
-
-/// An error with its causes, for the log.
-struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            write!(f, ": {cause}")?;
-            source = cause.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use self::config::KafkaShareConsumerConfig;
 use self::config::{AcquisitionSizing, ShareAcquireMode};
 use self::group_configs::{GroupConfigWatch, Source};
 use self::membership::Membership;
-use crate::consumer::in_flight::{InFlightBatch, PartitionAcks, acknowledgements_to_batch};
+use crate::consumer::in_flight::{self, InFlightBatch, PartitionAcks, acknowledgements_to_batch};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementCommitCallback, AcknowledgementMode, BrokerDeadLetterQueue,
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -464,28 +464,18 @@ impl KafkaShareConsumer {
     }
 
     fn ensure_open(&self) -> Result<(), ConsumerError> {
-        if self.closed {
-            Err(ConsumerError::Closed)
-        } else {
-            Ok(())
-        }
+        in_flight::ensure_open(self.closed)
     }
 
-    /// What an acknowledgement by the application needs: an open consumer in explicit
-    /// mode, and for RENEW a group that takes it.
+    /// See [`in_flight::check_acknowledgement`].
     fn check_acknowledgement(&self, ack: AcknowledgeType) -> Result<(), ConsumerError> {
-        self.ensure_open()?;
-        if self.implicit() {
-            return Err(ConsumerError::ImplicitAcknowledgement);
-        }
-        if ack == AcknowledgeType::Renew && !self.renew_supported {
-            return Err(ConsumerError::Protocol(ProtocolError::Unsupported {
+        in_flight::check_acknowledgement(self.closed, self.config.acknowledgement_mode, ack, || {
+            (!self.renew_supported).then(|| ProtocolError::Unsupported {
                 broker: format!("cluster at {}", self.config.bootstrap),
                 api: "ShareAcknowledge",
                 wanted: "v2, which RENEW needs (Kafka 4.2+)".to_owned(),
-            }));
-        }
-        Ok(())
+            })
+        })
     }
 
     fn implicit(&self) -> bool {
