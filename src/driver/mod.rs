@@ -1461,18 +1461,29 @@ impl ShareSinkTask<crate::kafka::KafkaShareConsumer> {
         plugins: &crate::Plugins,
         task: Box<dyn SinkTask>,
     ) -> Result<Self> {
-        let mut driver_config = config.build_driver_config(plugins)?;
-        if let Some(dlq) = config.dead_letter_queue_config()? {
-            let context_headers = config
-                .dead_letter_queue()
-                .is_some_and(|s| s.context_headers());
-            let queue = crate::dlq::KafkaDeadLetterQueue::connect(dlq).await?;
-            driver_config = driver_config.dead_letter_queue(Arc::new(queue), context_headers);
-        }
-        let consumer =
-            crate::kafka::KafkaShareConsumer::connect(config.kafka_consumer_config()?).await?;
+        let (consumer, driver_config) = connect_parts(config, plugins).await?;
         Ok(Self::new(task, consumer, driver_config))
     }
+}
+
+/// The native share consumer and the driver's config (with its dead-letter queue, when one
+/// is configured) that `config` describes, connected: what [`ShareSinkTask::connect`] and
+/// the supervisor's tasks are built from.
+pub(crate) async fn connect_parts(
+    config: &crate::ConnectorConfig,
+    plugins: &crate::Plugins,
+) -> Result<(crate::kafka::KafkaShareConsumer, DriverConfig)> {
+    let mut driver_config = config.build_driver_config(plugins)?;
+    if let Some(dlq) = config.dead_letter_queue_config()? {
+        let context_headers = config
+            .dead_letter_queue()
+            .is_some_and(|s| s.context_headers());
+        let queue = crate::dlq::KafkaDeadLetterQueue::connect(dlq).await?;
+        driver_config = driver_config.dead_letter_queue(Arc::new(queue), context_headers);
+    }
+    let consumer =
+        crate::kafka::KafkaShareConsumer::connect(config.kafka_consumer_config()?).await?;
+    Ok((consumer, driver_config))
 }
 
 /// Queues a RENEW for each of `ids` and restarts their lock clocks.

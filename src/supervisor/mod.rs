@@ -124,15 +124,7 @@ impl TaskParts<crate::KafkaShareConsumer> {
         let mut connector = connector.clone();
         connector.insert("task.id", task_id.to_string());
         let config = crate::ConnectorConfig::resolve(worker, &connector)?;
-        let mut driver_config = config.build_driver_config(plugins)?;
-        if let Some(dlq) = config.dead_letter_queue_config()? {
-            let context_headers = config
-                .dead_letter_queue()
-                .is_some_and(|s| s.context_headers());
-            let queue = crate::dlq::KafkaDeadLetterQueue::connect(dlq).await?;
-            driver_config = driver_config.dead_letter_queue(Arc::new(queue), context_headers);
-        }
-        let consumer = crate::KafkaShareConsumer::connect(config.kafka_consumer_config()?).await?;
+        let (consumer, driver_config) = crate::driver::connect_parts(&config, plugins).await?;
         Ok(Self::new(task, consumer, driver_config))
     }
 }
