@@ -284,7 +284,7 @@ async fn admin(broker: &FakeBroker) -> KafkaAdmin {
 
 /// A request the broker never answers: the call ends at the request timeout, naming the
 /// request; its connection is left behind (a broker answers in order, so later requests would
-/// wait behind it), and the next call is answered on a new connection.
+/// wait behind it), and the next calls, two at once, are answered on one new connection.
 #[tokio::test]
 async fn an_unanswered_admin_request_times_out_and_the_next_call_connects_again() {
     let _turn = SERIAL.lock().await;
@@ -312,11 +312,17 @@ async fn an_unanswered_admin_request_times_out_and_the_next_call_connects_again(
         "{error:?}"
     );
     assert!(error.is_retriable());
-    admin
-        .create_topic("orders", 1, 1)
-        .await
-        .expect("answered on a new connection");
-    assert_eq!(broker.connections(), before + 1, "one new connection");
+    let (orders, payments) = tokio::join!(
+        admin.create_topic("orders", 1, 1),
+        admin.create_topic("payments", 1, 1)
+    );
+    orders.expect("answered on a new connection");
+    payments.expect("answered on a new connection");
+    assert_eq!(
+        broker.connections(),
+        before + 1,
+        "one new connection for both calls"
+    );
 }
 
 #[tokio::test]

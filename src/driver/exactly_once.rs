@@ -43,6 +43,7 @@ use crate::exactly_once::{
     ModePreference, OutputFailure, OutputTarget, RefusedOutput, TransactionalOutput, choose_mode,
     transactional_id,
 };
+use crate::kafka::error::ClientError;
 use crate::producer::{DeliveryFuture, Producer, ProducerError, ProducerRecord};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord, TopicPartition};
 use crate::stage::Stage;
@@ -1219,9 +1220,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         producer: &dyn Producer,
         finished: &[Finished],
     ) -> std::result::Result<(), ProducerError> {
-        let to_producer = |e: ConsumerError| ProducerError::Abortable {
-            reason: format!("the consumer could not hand its acknowledgements over: {e}"),
-            source: None,
+        // The cluster's cause stays the abort's source; the consumer's own errors are told in
+        // the reason.
+        let to_producer = |e: ConsumerError| match ClientError::from_consumer(e) {
+            Ok(cause) => ProducerError::Abortable {
+                reason: "the consumer could not hand its acknowledgements over".to_owned(),
+                source: Some(Arc::new(ProducerError::kafka(cause))),
+            },
+            Err(own) => ProducerError::Abortable {
+                reason: format!("the consumer could not hand its acknowledgements over: {own}"),
+                source: None,
+            },
         };
         for f in finished {
             self.consumer

@@ -189,7 +189,7 @@ impl KafkaAdmin {
     }
 
     /// Closes the connection now, as a network failure would (requests waiting on it fail;
-    /// the next call connects again).
+    /// the next call connects again; a connect already under way keeps its new connection).
     pub(crate) fn disconnect(&self) {
         self.bootstrap.close();
     }

@@ -84,6 +84,20 @@ impl ClientError {
         }
     }
 
+    /// The cluster's cause inside a consumer's error (its variants of the same names), or
+    /// the consumer's error back when it is one of the consumer's own (closed, a record not
+    /// in the batch, ...).
+    pub(crate) fn from_consumer(error: ConsumerError) -> Result<Self, ConsumerError> {
+        match error {
+            ConsumerError::Connection(error) => Ok(Self::Connection(error)),
+            ConsumerError::Broker(error) => Ok(Self::Broker(error)),
+            ConsumerError::Protocol(error) => Ok(Self::Protocol(error)),
+            ConsumerError::Timeout(timeout) => Ok(Self::Timeout(timeout)),
+            ConsumerError::Config { key, reason } => Ok(Self::Config { key, reason }),
+            other => Err(other),
+        }
+    }
+
     /// A copy of a broker's error code answer ([`ClientError::Broker`]); `None` for the
     /// other variants, whose sources cannot be copied.
     pub(crate) fn duplicate_broker_error(&self) -> Option<ClientError> {
@@ -106,6 +120,24 @@ impl From<ClientError> for ConsumerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_consumer_error_gives_back_the_cause_or_itself() {
+        let broker = ConsumerError::Broker(BrokerError::from_code("Produce", 29, None).unwrap());
+        assert!(matches!(
+            ClientError::from_consumer(broker),
+            Ok(ClientError::Broker(BrokerError { code: 29, .. }))
+        ));
+        let timeout = ConsumerError::Timeout(Duration::from_secs(2));
+        assert!(matches!(
+            ClientError::from_consumer(timeout),
+            Ok(ClientError::Timeout(t)) if t == Duration::from_secs(2)
+        ));
+        assert!(matches!(
+            ClientError::from_consumer(ConsumerError::Closed),
+            Err(ConsumerError::Closed)
+        ));
+    }
 
     #[test]
     fn each_cause_becomes_the_consumer_variant_of_the_same_name() {

@@ -7,13 +7,17 @@ use std::sync::Mutex;
 use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// A lazily reopened connection to any bootstrap broker: the consumer's (shared with its
+/// A lazily reopened connection to any broker of a list (the bootstrap servers, and for the
+/// admin client the brokers its first Metadata named): the consumer's (shared with its
 /// heartbeat task) and the admin client's.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
     servers: String,
     config: ConnectionConfig,
     current: Mutex<Option<Connection>>,
+    /// Held while a new connection is made, so that callers who find the connection closed
+    /// at the same time make one between them, not one each.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 impl Bootstrap {
@@ -27,6 +31,7 @@ impl Bootstrap {
             servers: servers.to_owned(),
             config,
             current: Mutex::new(Some(connection)),
+            connecting: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -36,6 +41,7 @@ impl Bootstrap {
             servers,
             config,
             current: Mutex::new(Some(connection)),
+            connecting: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -44,9 +50,10 @@ impl Bootstrap {
         &self.servers
     }
 
-    /// Forgets the current connection without closing it (requests under way on it go on);
-    /// a later [`get`](Self::get) opens a new one. For a connection whose request timed out:
-    /// the broker answers in order, so later requests would wait behind that answer.
+    /// Forgets the current connection; a later [`get`](Self::get) opens a new one. For a
+    /// connection whose request timed out: the broker answers in order, so later requests
+    /// would wait behind that answer. The connection is not closed here: requests under way
+    /// on it keep it until they end, and it closes when the last of them lets it go.
     pub(crate) fn forget(&self) {
         drop(self.take());
     }
@@ -71,18 +78,31 @@ impl Bootstrap {
         }
     }
 
-    /// A live connection: the current one, or a new one if it was closed.
+    /// A live connection: the current one, or a new one if it was closed or forgotten
+    /// (one connect at a time: a caller that waited for another's uses its connection).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connect dropped half-way leaves the slot as it was.
     pub(crate) async fn get(&self) -> Result<Connection, ClientError> {
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(c) = current.filter(|c| !c.is_closed()) {
-            return Ok(c);
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(live) = self.live() {
+            return Ok(live);
         }
         let fresh = Connection::connect_any(&self.servers, &self.config).await?;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh.clone());
         Ok(fresh)
+    }
+
+    /// The current connection, if it is open.
+    fn live(&self) -> Option<Connection> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|c| !c.is_closed())
     }
 }
