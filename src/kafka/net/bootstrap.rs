@@ -27,12 +27,7 @@ impl Bootstrap {
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
         let connection = Connection::connect_any(servers, &config).await?;
-        Ok(Self {
-            servers: servers.to_owned(),
-            config,
-            current: Mutex::new(Some(connection)),
-            connecting: tokio::sync::Mutex::new(()),
-        })
+        Ok(Self::adopt(servers.to_owned(), config, connection))
     }
 
     /// Keeps `connection`, already made, and reopens through `servers` when it closes.
