@@ -39,6 +39,9 @@ const LEADER_MOVE_WAIT: Duration = Duration::from_secs(60);
 /// The pause before electing again while the preferred replica is not in sync.
 const ELECTION_RETRY: Duration = Duration::from_millis(100);
 
+/// How long an accepted election may take to show in the metadata before it is asked for again.
+const ELECTION_SETTLE: Duration = Duration::from_secs(5);
+
 impl KafkaAdmin {
     /// Moves the leadership of `partition` of `topic` to broker `to` while producers and
     /// consumers keep running, as `kafka-reassign-partitions.sh` followed by
@@ -46,7 +49,9 @@ impl KafkaAdmin {
     ///
     /// The replica list is reordered with `to` first (AlterPartitionReassignments); if `to` is
     /// not a replica yet it takes the place of the last one, and the partition's data is copied
-    /// to it first. Then the preferred replica is elected (ElectLeaders). Returns once the
+    /// to it first. Then the preferred replica is elected (ElectLeaders), again while the
+    /// metadata does not show `to` leading 5 s after an accepted election (the controller
+    /// accepts one that elects nobody new while `to` is not really in sync). Returns once the
     /// metadata of every live broker names `to` the leader (so the old leader refuses the
     /// partition's fetches and acknowledgements from then on); at once if `to` already leads.
     /// Gives up after 60 s.
@@ -113,13 +118,30 @@ impl KafkaAdmin {
             )
             .await?;
         }
-        self.elect_preferred(&connection, topic, partition, deadline)
-            .await?;
         let moved =
             |t: Option<&Topic>| partition_of(t, partition).is_some_and(|p| p.leader == Some(to));
         let what = || format!("broker {to} leading `{topic}` partition {partition}");
-        let left = deadline.saturating_duration_since(Instant::now());
-        metadata::wait_for(&connection, topic, left, what, moved).await?;
+        // An election the controller accepts need not make `to` the leader: the in-sync list
+        // the metadata showed may be stale (a broker killed and not yet fenced is still in it,
+        // and one restarted leaves it until it has caught up), and the controller may have
+        // written another change of the partition instead. Elect again until `to` leads.
+        loop {
+            self.elect_preferred(&connection, topic, partition, deadline)
+                .await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            match metadata::wait_for(&connection, topic, left.min(ELECTION_SETTLE), what, moved)
+                .await
+            {
+                Ok(()) => break,
+                Err(Failure::NotSettled { .. }) if left > ELECTION_SETTLE => {
+                    debug!(
+                        topic,
+                        partition, to, "elected, but another broker leads; electing again"
+                    );
+                }
+                Err(failure) => return Err(failure),
+            }
+        }
         // Every broker applies the change on its own: until the old leader has, it still takes
         // fetches and acknowledgements for the partition. Wait until each live broker knows.
         let brokers = metadata::request(&connection, Some(&[]), ANY_VERSION)
