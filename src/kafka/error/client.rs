@@ -87,6 +87,7 @@ impl ClientError {
     /// The cluster's cause inside a consumer's error (its variants of the same names), or
     /// the consumer's error back when it is one of the consumer's own (closed, a record not
     /// in the batch, ...).
+    #[cfg(feature = "exactly-once")]
     pub(crate) fn from_consumer(error: ConsumerError) -> Result<Self, ConsumerError> {
         match error {
             ConsumerError::Connection(error) => Ok(Self::Connection(error)),
@@ -122,6 +123,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "exactly-once")]
     fn a_consumer_error_gives_back_the_cause_or_itself() {
         let broker = ConsumerError::Broker(BrokerError::from_code("Produce", 29, None).unwrap());
         assert!(matches!(
