@@ -389,3 +389,34 @@ async fn end_offset_asks_list_offsets_for_the_latest_with_the_isolation_level() 
     assert_eq!((committed, uncommitted), (40, 42));
     assert_eq!(answered.load(Ordering::SeqCst), 2);
 }
+
+/// A Metadata request the broker never answers: the lookup times out and its connection is
+/// left behind (a broker answers in order, so the next lookup on it would wait behind the
+/// lost answer); the retry looks the leader up on a new connection and reads.
+#[tokio::test]
+async fn an_unanswered_metadata_request_leaves_its_connection_behind() {
+    let broker = FakeBroker::start().await;
+    broker.add_topic(TOPIC, 1);
+    broker.advertise(
+        ApiKey::Fetch,
+        FetchRequest::VERSIONS.min,
+        FetchRequest::VERSIONS.max,
+    );
+    let reader = KafkaLogReader::builder(broker.addr())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connects");
+    let records = batch(0, 1, -1, false);
+    broker.on(ApiKey::Fetch, move |r| {
+        fetch_answer(r, 0, records.clone(), &[], 1)
+    });
+    broker.once(ApiKey::Metadata, |_| Reply::Never);
+    let metadata_before = broker.count(ApiKey::Metadata);
+    let read = reader
+        .read(TOPIC, 0, 0, IsolationLevel::ReadUncommitted, WAIT)
+        .await
+        .expect("reads after looking the leader up on a new connection");
+    assert_eq!(offsets(&read), vec![0]);
+    assert_eq!(broker.count(ApiKey::Metadata) - metadata_before, 2);
+}

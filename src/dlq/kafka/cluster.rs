@@ -1,11 +1,16 @@
-//! The dead-letter queue's view of the cluster: the crate's [`KafkaAdmin`] for Metadata and
+//! The dead-letter queue's view of the cluster: the crate's [`ClusterLink`] for Metadata and
 //! CreateTopics, and the topic's layout. The records themselves go through the crate's
 //! producer.
 
 use tracing::debug;
 use uuid::Uuid;
 
-use crate::kafka::admin::{Failure, KafkaAdmin};
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::kafka::admin::create_topics;
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::kafka::error::BrokerError;
 use crate::kafka::error::ClientError;
@@ -29,10 +34,10 @@ impl Layout {
     }
 }
 
-/// The admin client of the queue.
+/// The queue's cluster-wide connection.
 #[derive(Debug)]
 pub(super) struct Cluster {
-    admin: KafkaAdmin,
+    link: ClusterLink,
 }
 
 impl Cluster {
@@ -42,15 +47,13 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let admin = KafkaAdmin::open(bootstrap, config)
-            .await
-            .map_err(Failure::into_client)?;
-        Ok(Self { admin })
+        let (link, _) = ClusterLink::open(bootstrap, config).await?;
+        Ok(Self { link })
     }
 
     /// The layout of `topic`, or `None` when the cluster does not know it.
     pub(super) async fn layout(&self, topic: &str) -> Result<Option<Layout>, ClientError> {
-        let snapshot = self.admin.metadata(Some(&[topic])).await?;
+        let snapshot = self.link.metadata(Some(&[topic])).await?;
         let Some(entry) = snapshot.topic(topic) else {
             return Ok(None);
         };
@@ -71,19 +74,26 @@ impl Cluster {
         }))
     }
 
-    /// Creates `topic` with `partitions` partitions; a topic that exists already is fine.
+    /// Creates `topic` with `partitions` partitions; a topic that exists already is fine. The
+    /// caller waits for its leaders ([`Self::layout`]).
     pub(super) async fn create_topic(
         &self,
         topic: &str,
         partitions: i32,
         replication_factor: i16,
     ) -> Result<(), ClientError> {
-        match self
-            .admin
-            .try_create_topic(topic, partitions, replication_factor)
-            .await
-            .map_err(Failure::into_client)
-        {
+        let creatable = CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor);
+        let timeout_ms = self.link.broker_timeout_ms();
+        let created = self
+            .link
+            .with(
+                |connection| async move { create_topics(&connection, creatable, timeout_ms).await },
+            )
+            .await;
+        match created {
             Ok(()) => {
                 debug!(
                     topic,

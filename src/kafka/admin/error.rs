@@ -338,27 +338,6 @@ impl Failure {
             },
         }
     }
-
-    /// The [`ClientError`] crate code that uses the admin client inside (the producer, the
-    /// log reader, the dead-letter queue) gets: a timeout or a change not visible in time is
-    /// [`ClientError::Timeout`].
-    pub(crate) fn into_client(self) -> ClientError {
-        match self {
-            Self::Connect { source, .. } | Self::Client(source) => source,
-            Self::Timeout { timeout, .. } => ClientError::Timeout(timeout),
-            Self::NotSettled { waited, .. } => ClientError::Timeout(waited),
-            Self::InvalidArgument(reason) => ClientError::Config {
-                key: "admin".to_owned(),
-                reason,
-            },
-            Self::GroupNotEmpty { group, message } | Self::GroupNotFound { group, message } => {
-                ClientError::Config {
-                    key: "group.id".to_owned(),
-                    reason: message.unwrap_or_else(|| format!("share group `{group}`")),
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -496,22 +475,5 @@ mod tests {
             "{error:?}"
         );
         assert!(!error.is_retriable());
-    }
-
-    #[test]
-    fn the_dead_letter_queue_sees_timeouts_as_before() {
-        let waited = Duration::from_secs(30);
-        assert!(matches!(
-            Failure::NotSettled {
-                what: "topic".to_owned(),
-                waited
-            }
-            .into_client(),
-            ClientError::Timeout(t) if t == waited
-        ));
-        assert!(matches!(
-            Failure::from(connection_error()).into_client(),
-            ClientError::Connection(ConnectionError::Io { .. })
-        ));
     }
 }

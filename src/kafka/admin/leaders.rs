@@ -168,7 +168,7 @@ impl KafkaAdmin {
     ) -> Result<(), Failure> {
         let key = ApiKey::AlterPartitionReassignments;
         let request = AlterPartitionReassignmentsRequest::default()
-            .with_timeout_ms(self.broker_timeout_ms)
+            .with_timeout_ms(self.broker_timeout_ms())
             .with_topics(vec![
                 ReassignableTopic::default()
                     .with_name(topic_name(topic))
@@ -212,7 +212,7 @@ impl KafkaAdmin {
         let version = negotiate(connection, key, ElectLeadersRequest::VERSIONS)?;
         let request = ElectLeadersRequest::default()
             .with_election_type(ELECTION_PREFERRED)
-            .with_timeout_ms(self.broker_timeout_ms)
+            .with_timeout_ms(self.broker_timeout_ms())
             .with_topic_partitions(Some(vec![
                 TopicPartitions::default()
                     .with_topic(topic_name(topic))

@@ -9,7 +9,6 @@ use tracing::debug;
 
 use super::{AdminError, Failure, KafkaAdmin, named};
 use crate::kafka::cluster::metadata::{self, ANY_VERSION, Partition, Snapshot, Topic};
-use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::Connection;
 
 /// The pause between two metadata checks while waiting.
@@ -76,18 +75,6 @@ impl KafkaAdmin {
             .iter()
             .map(|(index, p)| placement(*index, p))
             .collect())
-    }
-
-    /// The Metadata of `topics` (`None`: all topics), at the highest version both sides
-    /// support, for crate code that needs more than [`Self::topic_ids`] and reports
-    /// [`ClientError`]s (the producer, the log reader, the dead-letter queue).
-    pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Snapshot, ClientError> {
-        self.run(async {
-            let connection = self.connection().await?;
-            request(&connection, topics, ANY_VERSION).await
-        })
-        .await
-        .map_err(Failure::into_client)
     }
 }
 

@@ -31,7 +31,6 @@ mod topics;
 mod transactions;
 
 use std::future::Future;
-use std::time::Duration;
 
 use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{
@@ -47,12 +46,13 @@ pub use self::metadata::PartitionPlacement;
 pub use self::records::OffsetSpec;
 pub use self::share_groups::{ShareGroupDescription, ShareGroupMember, ShareGroupState};
 pub use self::share_offsets::{ResetTo, ShareGroupPartitionOffsets};
+pub(crate) use self::topic_configs::describe as describe_topic;
 pub use self::topic_configs::{TopicConfigs, TopicResource};
-use crate::kafka::cluster::metadata::ANY_VERSION;
+pub(crate) use self::topics::create_topics;
+use crate::kafka::cluster::link::{ClusterLink, OpenFailure};
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::api_name;
 use crate::kafka::error::{BrokerError, ProtocolError};
-use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// An admin client for a Kafka cluster: create and delete topics, set and read share-group
@@ -90,9 +90,7 @@ pub struct KafkaAdmin {
     /// The connection, reopened through the bootstrap list, then the brokers learnt from
     /// Metadata; forgotten once a request on it timed out, until the next call makes a new
     /// one.
-    bootstrap: Bootstrap,
-    /// The `timeout_ms` of requests the broker may take long over (below the request timeout).
-    broker_timeout_ms: i32,
+    link: ClusterLink,
     /// The controller id the Metadata of `connect` reported (in KRaft, a random live broker).
     controller_id: i32,
 }
@@ -124,27 +122,17 @@ impl KafkaAdmin {
 
     /// Connects with `config` and reads the cluster metadata.
     pub(crate) async fn open(bootstrap: &str, config: ConnectionConfig) -> Result<Self, Failure> {
-        let connection = Connection::connect_any(bootstrap, &config)
+        let (link, metadata) = ClusterLink::open(bootstrap, config)
             .await
-            .map_err(|source| Failure::Connect {
-                bootstrap: bootstrap.to_owned(),
-                source,
+            .map_err(|failure| match failure {
+                OpenFailure::Connect(source) => Failure::Connect {
+                    bootstrap: bootstrap.to_owned(),
+                    source,
+                },
+                OpenFailure::Metadata(error) => named(ApiKey::Metadata, error),
             })?;
-        let metadata = metadata::request(&connection, Some(&[]), ANY_VERSION).await?;
-        let mut addresses = bootstrap.to_owned();
-        for address in metadata.brokers.values() {
-            addresses.push(',');
-            addresses.push_str(address);
-        }
-        debug!(
-            broker = connection.broker(),
-            brokers = metadata.brokers.len(),
-            controller = metadata.controller_id,
-            "admin connected"
-        );
         Ok(Self {
-            broker_timeout_ms: broker_timeout_ms(config.request_timeout),
-            bootstrap: Bootstrap::adopt(addresses, config, connection),
+            link,
             controller_id: metadata.controller_id,
         })
     }
@@ -177,46 +165,31 @@ impl KafkaAdmin {
                 ?timeout,
                 "admin request timed out; dropping its connection"
             );
-            self.bootstrap.forget();
+            self.link.forget();
         }
         result
     }
 
-    /// A live connection to a broker of the cluster (the admin's own), for requests any
-    /// broker answers (FindCoordinator, a producer's InitProducerId).
-    pub(crate) async fn any_connection(&self) -> Result<Connection, ClientError> {
-        self.connection().await.map_err(Failure::into_client)
-    }
-
-    /// Closes the connection now, as a network failure would (requests waiting on it fail;
-    /// the next call connects again; a connect already under way keeps its new connection).
-    pub(crate) fn disconnect(&self) {
-        self.bootstrap.close();
-    }
-
     /// The settings of the admin client's connections.
     fn config(&self) -> &ConnectionConfig {
-        self.bootstrap.config()
+        self.link.config()
+    }
+
+    /// The `timeout_ms` of requests the broker may take long over (below the request timeout).
+    fn broker_timeout_ms(&self) -> i32 {
+        self.link.broker_timeout_ms()
     }
 
     /// The connection, made again first if it closed or was forgotten.
     async fn connection(&self) -> Result<Connection, Failure> {
-        self.bootstrap
-            .get()
+        self.link
+            .connection()
             .await
             .map_err(|source| Failure::Connect {
-                bootstrap: self.bootstrap.servers().to_owned(),
+                bootstrap: self.link.servers().to_owned(),
                 source,
             })
     }
-}
-
-/// The `timeout_ms` for requests the broker may take long over: five sixths of the request
-/// timeout (the default 30 s gives Kafka's usual 25 s), so that the broker's own
-/// REQUEST_TIMED_OUT arrives before our timeout; at most `i32::MAX` ms.
-fn broker_timeout_ms(request_timeout: Duration) -> i32 {
-    let below = request_timeout.saturating_sub(request_timeout / 6);
-    i32::try_from(below.as_millis()).unwrap_or(i32::MAX)
 }
 
 /// The highest version of `key` in `ours` the broker offers.
@@ -274,10 +247,15 @@ fn topic_name(name: &str) -> TopicName {
 
 /// The failure for a response that lacks the entry of what was asked about.
 fn missing(connection: &Connection, key: ApiKey, name: &str) -> Failure {
-    Failure::Client(ClientError::Protocol(ProtocolError::Malformed {
+    Failure::Client(missing_entry(connection, key, name))
+}
+
+/// [`missing`] as a [`ClientError`].
+fn missing_entry(connection: &Connection, key: ApiKey, name: &str) -> ClientError {
+    ClientError::Protocol(ProtocolError::Malformed {
         broker: connection.broker().to_owned(),
         reason: format!("the {} response has no entry for `{name}`", api_name(key)),
-    }))
+    })
 }
 
 /// Adds the topic name to a broker error without a message.
@@ -297,18 +275,5 @@ fn with_topic(error: ClientError, topic: &str) -> ClientError {
             retriable,
         }),
         other => other,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_broker_timeout_stays_below_the_request_timeout_and_saturates() {
-        assert_eq!(broker_timeout_ms(Duration::from_secs(30)), 25_000);
-        assert_eq!(broker_timeout_ms(Duration::from_millis(600)), 500);
-        assert_eq!(broker_timeout_ms(Duration::ZERO), 0);
-        assert_eq!(broker_timeout_ms(Duration::MAX), i32::MAX);
     }
 }

@@ -106,7 +106,7 @@ impl KafkaAdmin {
             let connection = self.connection().await?;
             let key = ApiKey::CreatePartitions;
             let request = CreatePartitionsRequest::default()
-                .with_timeout_ms(self.broker_timeout_ms)
+                .with_timeout_ms(self.broker_timeout_ms())
                 .with_topics(vec![
                     CreatePartitionsTopic::default()
                         .with_name(topic_name(topic))
@@ -203,7 +203,7 @@ impl KafkaAdmin {
                 }
                 let asked: Vec<i32> = partitions.iter().map(|p| p.partition_index).collect();
                 let request = DeleteRecordsRequest::default()
-                    .with_timeout_ms(self.broker_timeout_ms)
+                    .with_timeout_ms(self.broker_timeout_ms())
                     .with_topics(vec![
                         DeleteRecordsTopic::default()
                             .with_name(topic_name(topic))
@@ -243,7 +243,7 @@ impl KafkaAdmin {
             let version = negotiate(connection, key, ListOffsetsRequest::VERSIONS)?;
             let request = client_list_offsets()
                 .with_timeout_ms(if version >= 10 {
-                    self.broker_timeout_ms
+                    self.broker_timeout_ms()
                 } else {
                     0
                 })

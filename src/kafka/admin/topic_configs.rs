@@ -2,13 +2,15 @@
 //! (DescribeConfigs on resource type TOPIC), as `kafka-topics.sh --create --config` and
 //! `kafka-configs.sh --describe --entity-type topics` do.
 
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::{ApiKey, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::configs::ResourceConfigs;
-use super::{AdminError, Failure, KafkaAdmin, negotiate_and_send, topic_name};
+use super::{AdminError, KafkaAdmin, named, topic_name};
 use crate::kafka::consumer::group_configs::{self, RESOURCE_TOPIC};
+use crate::kafka::error::ClientError;
+use crate::kafka::net::connection::Connection;
 
 /// DescribeConfigs config source TOPIC_CONFIG: set on the topic itself.
 const SOURCE_TOPIC_CONFIG: i8 = 1;
@@ -92,14 +94,20 @@ impl KafkaAdmin {
     pub async fn topic_config(&self, topic: &str) -> Result<TopicConfigs, AdminError> {
         self.call("topic_config", async {
             let connection = self.connection().await?;
-            let request = group_configs::request(RESOURCE_TOPIC, topic, None);
-            let response: DescribeConfigsResponse =
-                negotiate_and_send(&connection, ApiKey::DescribeConfigs, &request).await?;
-            let described =
-                group_configs::parse(connection.broker(), response, RESOURCE_TOPIC, topic)
-                    .map_err(Failure::Client)?;
-            Ok(TopicConfigs::described(described, SOURCE_TOPIC_CONFIG))
+            describe(&connection, topic)
+                .await
+                .map_err(|error| named(ApiKey::DescribeConfigs, error))
         })
         .await
     }
+}
+
+/// DescribeConfigs of `topic` on `connection`: [`KafkaAdmin::topic_config`], and the
+/// producer's read of a topic's `max.message.bytes`.
+pub(crate) async fn describe(
+    connection: &Connection,
+    topic: &str,
+) -> Result<TopicConfigs, ClientError> {
+    let described = group_configs::describe(connection, RESOURCE_TOPIC, topic, None).await?;
+    Ok(TopicConfigs::described(described, SOURCE_TOPIC_CONFIG))
 }

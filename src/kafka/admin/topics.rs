@@ -13,10 +13,15 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Message, StrBytes};
 
-use super::{AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, send, topic_name};
+use super::{
+    AdminError, Failure, KafkaAdmin, metadata, missing, missing_entry, named, negotiate, send,
+    topic_name,
+};
 use crate::kafka::cluster::metadata::{UNKNOWN_TOPIC_OR_PARTITION, WITH_TOPIC_IDS};
 use crate::kafka::consumer::group_configs::DLQ_GROUP_ENABLE;
+use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, check};
+use crate::kafka::net::connection::Connection;
 
 /// The topic config of the timestamp a topic keeps.
 const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
@@ -47,27 +52,12 @@ impl KafkaAdmin {
         partitions: i32,
         replication_factor: i16,
     ) -> Result<(), AdminError> {
-        self.call(
-            "create_topic",
-            self.try_create_topic(name, partitions, replication_factor),
-        )
-        .await
-    }
-
-    /// [`Self::create_topic`] for crate code built on the admin client (the dead-letter
-    /// queue), with the failure before it is named: [`Failure::into_client`] makes it a
-    /// [`ClientError`](crate::kafka::error::ClientError).
-    pub(crate) async fn try_create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-    ) -> Result<(), Failure> {
         let topic = CreatableTopic::default()
             .with_name(topic_name(name))
             .with_num_partitions(partitions)
             .with_replication_factor(replication_factor);
-        self.run(self.create(name, topic, partitions)).await
+        self.call("create_topic", self.create(name, topic, partitions))
+            .await
     }
 
     /// Creates a topic for a share group's dead-letter queue of the broker's own (KIP-1191,
@@ -173,22 +163,9 @@ impl KafkaAdmin {
         partitions: i32,
     ) -> Result<(), Failure> {
         let connection = self.connection().await?;
-        let key = ApiKey::CreateTopics;
-        let version = negotiate(&connection, key, CreateTopicsRequest::VERSIONS)?;
-        let request = CreateTopicsRequest::default()
-            .with_topics(vec![topic])
-            .with_timeout_ms(self.broker_timeout_ms);
-        let response: CreateTopicsResponse = send(&connection, key, version, &request).await?;
-        let result = response
-            .topics
-            .iter()
-            .find(|t| t.name.0.as_str() == name)
-            .ok_or_else(|| missing(&connection, key, name))?;
-        check(
-            api_name(key),
-            result.error_code,
-            result.error_message.as_ref(),
-        )?;
+        create_topics(&connection, topic, self.broker_timeout_ms())
+            .await
+            .map_err(|error| named(ApiKey::CreateTopics, error))?;
         metadata::wait_for(
             &connection,
             name,
@@ -226,7 +203,7 @@ impl KafkaAdmin {
             } else {
                 DeleteTopicsRequest::default().with_topic_names(vec![topic_name(name)])
             }
-            .with_timeout_ms(self.broker_timeout_ms);
+            .with_timeout_ms(self.broker_timeout_ms());
             let response: DeleteTopicsResponse = send(&connection, key, version, &request).await?;
             let result = response
                 .responses
@@ -277,4 +254,31 @@ impl KafkaAdmin {
         })
         .await
     }
+}
+
+/// CreateTopics of `topic` on `connection`, the broker given `timeout_ms`, and its result
+/// checked: [`KafkaAdmin`]'s creates, and the dead-letter queue's, which waits for the leaders
+/// itself.
+pub(crate) async fn create_topics(
+    connection: &Connection,
+    topic: CreatableTopic,
+    timeout_ms: i32,
+) -> Result<(), ClientError> {
+    let key = ApiKey::CreateTopics;
+    let version = connection.negotiate(key, CreateTopicsRequest::VERSIONS)?;
+    let name = topic.name.0.to_string();
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(timeout_ms);
+    let response: CreateTopicsResponse = connection.request(key, version, &request).await?;
+    let result = response
+        .topics
+        .iter()
+        .find(|t| t.name.0.as_str() == name)
+        .ok_or_else(|| missing_entry(connection, key, &name))?;
+    check(
+        api_name(key),
+        result.error_code,
+        result.error_message.as_ref(),
+    )
 }

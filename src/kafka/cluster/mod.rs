@@ -3,11 +3,16 @@
 //! - [`metadata`]: the one Metadata request of the crate and its answer as a typed
 //!   [`Snapshot`](metadata::Snapshot): the brokers by id, the topics by name with the leader,
 //!   leader epoch and error of each partition, and the leader lookups the clients share.
+//! - [`link`]: [`ClusterLink`](link::ClusterLink), the connection for cluster-wide requests
+//!   (Metadata, FindCoordinator, InitProducerId, the admin calls) of the admin client, the
+//!   producer, the log reader and the dead-letter queue, made again when it closed and
+//!   forgotten when a request on it timed out.
 //! - [`pool`]: connections to the brokers by node id, made on demand from the addresses of
 //!   the last answer (the producer's and the log reader's leaders).
 //!
-//! The consumer's engine, the admin client (and through it the producer, the log reader and
-//! the dead-letter queue) and the group-config reader all ask Metadata here.
+//! The consumer's engine, the admin client, the producer, the log reader, the dead-letter
+//! queue and the group-config reader all ask Metadata here.
 
+pub(crate) mod link;
 pub(crate) mod metadata;
 pub(crate) mod pool;

@@ -233,12 +233,12 @@ pub(crate) fn parse_limit(raw: &str) -> Option<u16> {
     raw.trim().parse::<u16>().ok().filter(|limit| *limit >= 1)
 }
 
-/// A boolean config as Kafka renders it (`true`/`false`, any case).
-/// An in-flight limit as Kafka renders it: a positive integer.
+/// A record-lock limit as Kafka renders it: a positive integer.
 pub(crate) fn parse_locks(raw: &str) -> Option<usize> {
     raw.trim().parse().ok().filter(|locks| *locks > 0)
 }
 
+/// A boolean config as Kafka renders it (`true`/`false`, any case).
 pub(crate) fn parse_bool(raw: &str) -> Option<bool> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "true" => Some(true),

@@ -1,13 +1,14 @@
-//! The producer's view of the cluster: the admin client for Metadata (asked through
-//! [`crate::kafka::cluster::metadata`]) and the idempotent producer's InitProducerId, one
-//! connection per leader made on demand ([`BrokerPool`]), and the coordinators' connections.
+//! The producer's view of the cluster: the [`ClusterLink`] for Metadata, the topics' configs and
+//! the idempotent producer's InitProducerId, one connection per leader made on demand
+//! ([`BrokerPool`]), and the coordinators' connections.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use uuid::Uuid;
 
-use crate::kafka::admin::{Failure, KafkaAdmin};
+use crate::kafka::admin::describe_topic;
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::{LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::error::ClientError;
@@ -25,10 +26,10 @@ pub(crate) enum TopicMetadata {
     Failed(Arc<ClientError>),
 }
 
-/// The admin client and the broker connections.
+/// The cluster-wide connection and the broker connections.
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    admin: KafkaAdmin,
+    link: ClusterLink,
     /// The leaders' connections.
     brokers: BrokerPool,
     /// The latest connection opened to each coordinator address, for [`Cluster::disconnect`].
@@ -42,11 +43,9 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let admin = KafkaAdmin::open(bootstrap, config.clone())
-            .await
-            .map_err(Failure::into_client)?;
+        let (link, _) = ClusterLink::open(bootstrap, config.clone()).await?;
         Ok(Self {
-            admin,
+            link,
             brokers: BrokerPool::new(config),
             coordinators: Mutex::new(HashMap::new()),
             max_message_bytes: Mutex::new(HashMap::new()),
@@ -59,9 +58,10 @@ impl Cluster {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The admin client.
-    pub(crate) fn admin(&self) -> &KafkaAdmin {
-        &self.admin
+    /// A live connection to a broker of the cluster, for requests any broker answers
+    /// (FindCoordinator, InitProducerId without a transactional id).
+    pub(crate) async fn any_connection(&self) -> Result<Connection, ClientError> {
+        self.link.connection().await
     }
 
     /// A live connection to broker `node`, if one is open.
@@ -84,8 +84,8 @@ impl Cluster {
         Ok(fresh)
     }
 
-    /// Closes every connection now: to the brokers, the coordinators and the admin
-    /// client's. Requests waiting on them fail with a connection error; the next ones
+    /// Closes every connection now: to the brokers, the coordinators and the cluster-wide
+    /// one. Requests waiting on them fail with a connection error; the next ones
     /// connect again.
     pub(crate) fn disconnect(&self) {
         let mut closing = self.brokers.drain();
@@ -93,7 +93,7 @@ impl Cluster {
         for connection in closing {
             connection.close();
         }
-        self.admin.disconnect();
+        self.link.disconnect();
     }
 
     /// The largest batch `topic` takes (its `max.message.bytes`), read once with
@@ -110,7 +110,11 @@ impl Cluster {
         if let Some(known) = known {
             return known;
         }
-        let read = match self.admin.topic_config(topic).await {
+        let described = self
+            .link
+            .with(|connection| async move { describe_topic(&connection, topic).await })
+            .await;
+        let read = match described {
             Ok(configs) => configs
                 .get("max.message.bytes")
                 .and_then(|raw| raw.trim().parse::<usize>().ok()),
@@ -135,7 +139,7 @@ impl Cluster {
         &self,
         topics: &[&str],
     ) -> Result<Vec<(String, TopicMetadata)>, ClientError> {
-        let snapshot = self.admin.metadata(Some(topics)).await?;
+        let snapshot = self.link.metadata(Some(topics)).await?;
         self.brokers.learn(&snapshot.brokers);
         let mut out = Vec::new();
         for topic in topics {

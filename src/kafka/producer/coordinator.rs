@@ -186,7 +186,7 @@ impl Coordinator {
         if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let via = cluster.admin().any_connection().await?;
+        let via = cluster.any_connection().await?;
         let Some(id) = self.transactional_id.clone() else {
             self.connection = Some(via.clone());
             return Ok(via);

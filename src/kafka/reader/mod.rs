@@ -27,7 +27,7 @@ use uuid::Uuid;
 pub use self::builder::KafkaLogReaderBuilder;
 use self::fetch::{Ask, Fetched};
 use crate::consumer::ConsumerError;
-use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::Leader;
 use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::codec::client_list_offsets;
@@ -101,7 +101,7 @@ const REFRESH_ON: &[&str] = &[
 #[derive(Debug)]
 pub struct KafkaLogReader {
     /// Metadata, through a bootstrap connection it keeps alive.
-    admin: KafkaAdmin,
+    link: ClusterLink,
     /// The leaders' connections.
     brokers: BrokerPool,
     /// `max_bytes` and `partition_max_bytes` of every Fetch.
@@ -128,11 +128,11 @@ impl KafkaLogReader {
         config: ConnectionConfig,
         max_bytes: i32,
     ) -> Result<Self, ConsumerError> {
-        let admin = KafkaAdmin::open(bootstrap, config.clone())
+        let (link, _) = ClusterLink::open(bootstrap, config.clone())
             .await
-            .map_err(crate::kafka::admin::Failure::into_client)?;
+            .map_err(ClientError::from)?;
         Ok(Self {
-            admin,
+            link,
             brokers: BrokerPool::new(config),
             max_bytes,
             state: Mutex::new(State::default()),
@@ -198,7 +198,7 @@ impl KafkaLogReader {
                 return Ok(*leader);
             }
         }
-        let snapshot = self.admin.metadata(Some(&[topic])).await?;
+        let snapshot = self.link.metadata(Some(&[topic])).await?;
         self.brokers.learn(&snapshot.brokers);
         let leader = snapshot.leader(topic, partition)?;
         self.lock().leaders.insert(key, leader);

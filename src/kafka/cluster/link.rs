@@ -1,0 +1,164 @@
+//! [`ClusterLink`]: the connection for cluster-wide requests of the admin client, the producer,
+//! the log reader and the dead-letter queue, and their one way to ask Metadata.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::debug;
+
+use super::metadata::{self, ANY_VERSION, Snapshot};
+use crate::kafka::error::ClientError;
+use crate::kafka::net::bootstrap::Bootstrap;
+use crate::kafka::net::connection::{Connection, ConnectionConfig};
+
+/// A connection to any broker of the cluster, made through the bootstrap servers and the
+/// brokers the first Metadata named, made again when it closed, and forgotten once a request
+/// on it timed out (a broker answers in order: later requests would wait behind the lost
+/// answer), as Java's clients do.
+#[derive(Debug)]
+pub(crate) struct ClusterLink {
+    bootstrap: Bootstrap,
+}
+
+/// Why [`ClusterLink::open`] failed: the clients name the two steps differently.
+#[derive(Debug)]
+pub(crate) enum OpenFailure {
+    /// No bootstrap server could be reached (or the handshake with it failed).
+    Connect(ClientError),
+    /// The first Metadata request failed.
+    Metadata(ClientError),
+}
+
+impl From<OpenFailure> for ClientError {
+    fn from(failure: OpenFailure) -> Self {
+        match failure {
+            OpenFailure::Connect(error) | OpenFailure::Metadata(error) => error,
+        }
+    }
+}
+
+impl ClusterLink {
+    /// Connects to the first server of `servers` (comma-separated `host:port`) that answers
+    /// and asks it for the cluster's brokers, which later connections may also use. Returns
+    /// that first Metadata answer too.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection made so far closes when the future is dropped.
+    pub(crate) async fn open(
+        servers: &str,
+        config: ConnectionConfig,
+    ) -> Result<(Self, Snapshot), OpenFailure> {
+        let connection = Connection::connect_any(servers, &config)
+            .await
+            .map_err(OpenFailure::Connect)?;
+        let snapshot = metadata::fetch(&connection, Some(&[]), ANY_VERSION)
+            .await
+            .map_err(OpenFailure::Metadata)?;
+        let mut addresses = servers.to_owned();
+        for address in snapshot.brokers.values() {
+            addresses.push(',');
+            addresses.push_str(address);
+        }
+        debug!(
+            broker = connection.broker(),
+            brokers = snapshot.brokers.len(),
+            "connected to the cluster"
+        );
+        let link = Self {
+            bootstrap: Bootstrap::adopt(addresses, config, connection),
+        };
+        Ok((link, snapshot))
+    }
+
+    /// The addresses a new connection is made to, comma-separated.
+    pub(crate) fn servers(&self) -> &str {
+        self.bootstrap.servers()
+    }
+
+    /// The settings of the connections.
+    pub(crate) fn config(&self) -> &ConnectionConfig {
+        self.bootstrap.config()
+    }
+
+    /// The `timeout_ms` for requests the broker may take long over (CreateTopics,
+    /// ElectLeaders, …): five sixths of the request timeout (the default 30 s gives Kafka's
+    /// usual 25 s), so that the broker's own REQUEST_TIMED_OUT arrives before ours; at most
+    /// `i32::MAX` ms.
+    pub(crate) fn broker_timeout_ms(&self) -> i32 {
+        broker_timeout_ms(self.config().request_timeout)
+    }
+
+    /// A live connection: the current one, or a new one if it closed or was forgotten.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (see [`Bootstrap::get`]).
+    pub(crate) async fn connection(&self) -> Result<Connection, ClientError> {
+        self.bootstrap.get().await
+    }
+
+    /// Forgets the current connection, whose request timed out; the next call connects again.
+    pub(crate) fn forget(&self) {
+        self.bootstrap.forget();
+    }
+
+    /// Closes the connection now, as a network failure would (requests waiting on it fail;
+    /// the next call connects again).
+    pub(crate) fn disconnect(&self) {
+        self.bootstrap.close();
+    }
+
+    /// Runs `request` on a live connection; a timeout forgets that connection.
+    ///
+    /// # Cancel safety
+    ///
+    /// As `request`'s; the link stays usable.
+    pub(crate) async fn with<T, F, Fut>(&self, request: F) -> Result<T, ClientError>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let result = request(self.connection().await?).await;
+        if let Err(ClientError::Timeout(timeout)) = &result {
+            debug!(
+                ?timeout,
+                "cluster request timed out; dropping its connection"
+            );
+            self.forget();
+        }
+        result
+    }
+
+    /// The Metadata of `topics` (`None`: all topics, `Some(&[])`: none, only the brokers), at
+    /// the highest version both sides support.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Snapshot, ClientError> {
+        self.with(
+            |connection| async move { metadata::fetch(&connection, topics, ANY_VERSION).await },
+        )
+        .await
+    }
+}
+
+/// See [`ClusterLink::broker_timeout_ms`].
+fn broker_timeout_ms(request_timeout: Duration) -> i32 {
+    let below = request_timeout.saturating_sub(request_timeout / 6);
+    i32::try_from(below.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_broker_timeout_stays_below_the_request_timeout_and_saturates() {
+        assert_eq!(broker_timeout_ms(Duration::from_secs(30)), 25_000);
+        assert_eq!(broker_timeout_ms(Duration::from_millis(600)), 500);
+        assert_eq!(broker_timeout_ms(Duration::ZERO), 0);
+        assert_eq!(broker_timeout_ms(Duration::MAX), i32::MAX);
+    }
+}
