@@ -133,6 +133,11 @@ fn fetch_answer(
 }
 
 async fn setup() -> (FakeBroker, KafkaLogReader) {
+    setup_with(Duration::from_secs(5)).await
+}
+
+/// [`setup`] with the reader's request timeout.
+async fn setup_with(request_timeout: Duration) -> (FakeBroker, KafkaLogReader) {
     let broker = FakeBroker::start().await;
     broker.add_topic(TOPIC, 1);
     broker.advertise(
@@ -146,7 +151,7 @@ async fn setup() -> (FakeBroker, KafkaLogReader) {
         ListOffsetsRequest::VERSIONS.max,
     );
     let reader = KafkaLogReader::builder(broker.addr())
-        .request_timeout(Duration::from_secs(5))
+        .request_timeout(request_timeout)
         .connect()
         .await
         .expect("connects");
@@ -395,18 +400,7 @@ async fn end_offset_asks_list_offsets_for_the_latest_with_the_isolation_level() 
 /// lost answer); the retry looks the leader up on a new connection and reads.
 #[tokio::test]
 async fn an_unanswered_metadata_request_leaves_its_connection_behind() {
-    let broker = FakeBroker::start().await;
-    broker.add_topic(TOPIC, 1);
-    broker.advertise(
-        ApiKey::Fetch,
-        FetchRequest::VERSIONS.min,
-        FetchRequest::VERSIONS.max,
-    );
-    let reader = KafkaLogReader::builder(broker.addr())
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connects");
+    let (broker, reader) = setup_with(Duration::from_millis(500)).await;
     let records = batch(0, 1, -1, false);
     broker.on(ApiKey::Fetch, move |r| {
         fetch_answer(r, 0, records.clone(), &[], 1)
