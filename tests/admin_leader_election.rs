@@ -106,7 +106,7 @@ async fn an_accepted_election_that_moves_nothing_is_asked_for_again() {
 
     tokio::time::timeout(Duration::from_secs(40), admin.move_leader(TOPIC, 0, 2))
         .await
-        .expect("move_leader gave up electing within 40 s")
+        .expect("move_leader did not return within 40 s")
         .expect("node 2 leads after the second election");
     assert_eq!(broker.count(ApiKey::ElectLeaders), 2);
     let placement = admin.partitions(TOPIC).await.expect("partitions");

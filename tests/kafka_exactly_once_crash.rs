@@ -329,11 +329,18 @@ async fn on_three_brokers_with_leader_moves_and_a_broker_killed() {
     // the metadata still lists it and its in-sync replicas: the ledger's leaders move only
     // once broker 2 has started again.
     let (restarted, started_again) = tokio::sync::watch::channel(false);
+    // Taken by the task that kills broker 2: if it fails, the sender goes with it and the
+    // ledger's move fails too instead of waiting.
+    let restarted = std::sync::Mutex::new(Some(restarted));
     let chaos = move |kills: usize, s: &eos::Setup| match kills {
         4 => Some(move_leaders(s.bootstrap.clone(), s.source.clone())),
         8 => {
             let script = script.clone();
-            let restarted = restarted.clone();
+            let restarted = restarted
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("broker 2 is killed once");
             Some(tokio::task::spawn_blocking(move || {
                 let killed = cluster::Killed::node(&script, 2);
                 eprintln!("broker 2 killed");

@@ -14,7 +14,9 @@
 //!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
 //!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
 //! - [`cluster`]: the one Metadata request and its answer as a typed snapshot (brokers,
-//!   topics, partition leaders), shared by every client below.
+//!   topics, partition leaders), shared by every client below; the cluster-wide connection
+//!   of the admin client, the producer, the log reader and the dead-letter queue
+//!   (`ClusterLink`); their connections to the leaders by node id.
 //! - [`engine`]: the background task that drives the session core against the connections.
 //! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
 //! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).

@@ -9,7 +9,7 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::protocol::StrBytes;
 
-use crate::kafka::admin::create_topics;
+use crate::kafka::admin::create_topic;
 use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::kafka::error::BrokerError;
@@ -90,7 +90,7 @@ impl Cluster {
         let created = self
             .link
             .with(
-                |connection| async move { create_topics(&connection, creatable, timeout_ms).await },
+                |connection| async move { create_topic(&connection, creatable, timeout_ms).await },
             )
             .await;
         match created {

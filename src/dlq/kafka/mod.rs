@@ -325,7 +325,8 @@ fn not_ready(topic: &str) -> ClientError {
         code: LEADER_NOT_AVAILABLE,
         name: "LEADER_NOT_AVAILABLE",
         message: Some(format!(
-            "topic `{topic}` was created but has no leaders yet"
+            "topic `{topic}` was created; the metadata does not show it with a leader for every \
+             partition yet"
         )),
         retriable: true,
     })

@@ -125,19 +125,31 @@ impl KafkaAdmin {
         // the metadata showed may be stale (a broker killed and not yet fenced is still in it,
         // and one restarted leaves it until it has caught up), and the controller may have
         // written another change of the partition instead. Elect again until `to` leads.
+        let electing = Instant::now();
         loop {
             self.elect_preferred(&connection, topic, partition, deadline)
                 .await?;
             let left = deadline.saturating_duration_since(Instant::now());
-            match metadata::wait_for(&connection, topic, left.min(ELECTION_SETTLE), what, moved)
-                .await
-            {
+            // The last round waits all that is left: an election whose outcome the call
+            // could not see anymore is not asked for.
+            let window = if left >= ELECTION_SETTLE.saturating_mul(2) {
+                ELECTION_SETTLE
+            } else {
+                left
+            };
+            match metadata::wait_for(&connection, topic, window, what, moved).await {
                 Ok(()) => break,
-                Err(Failure::NotSettled { .. }) if left > ELECTION_SETTLE => {
+                Err(Failure::NotSettled { .. }) if window < left => {
                     debug!(
                         topic,
                         partition, to, "elected, but another broker leads; electing again"
                     );
+                }
+                Err(Failure::NotSettled { what, .. }) => {
+                    return Err(Failure::NotSettled {
+                        what,
+                        waited: electing.elapsed(),
+                    });
                 }
                 Err(failure) => return Err(failure),
             }

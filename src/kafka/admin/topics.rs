@@ -163,7 +163,7 @@ impl KafkaAdmin {
         partitions: i32,
     ) -> Result<(), Failure> {
         let connection = self.connection().await?;
-        create_topics(&connection, topic, self.broker_timeout_ms())
+        create_topic(&connection, topic, self.broker_timeout_ms())
             .await
             .map_err(|error| named(ApiKey::CreateTopics, error))?;
         metadata::wait_for(
@@ -259,7 +259,7 @@ impl KafkaAdmin {
 /// CreateTopics of `topic` on `connection`, the broker given `timeout_ms`, and its result
 /// checked: [`KafkaAdmin`]'s creates, and the dead-letter queue's, which waits for the leaders
 /// itself.
-pub(crate) async fn create_topics(
+pub(crate) async fn create_topic(
     connection: &Connection,
     topic: CreatableTopic,
     timeout_ms: i32,

@@ -103,13 +103,19 @@ impl ClusterLink {
         self.bootstrap.forget();
     }
 
+    /// [`forget`](Self::forget)s `connection` if it is still the current one.
+    fn forget_if_current(&self, connection: &Connection) {
+        self.bootstrap.forget_if_current(connection);
+    }
+
     /// Closes the connection now, as a network failure would (requests waiting on it fail;
     /// the next call connects again).
     pub(crate) fn disconnect(&self) {
         self.bootstrap.close();
     }
 
-    /// Runs `request` on a live connection; a timeout forgets that connection.
+    /// Runs `request` on a live connection; a timeout forgets that connection (unless another
+    /// caller has replaced it already).
     ///
     /// # Cancel safety
     ///
@@ -119,13 +125,14 @@ impl ClusterLink {
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let result = request(self.connection().await?).await;
+        let connection = self.connection().await?;
+        let result = request(connection.clone()).await;
         if let Err(ClientError::Timeout(timeout)) = &result {
             debug!(
                 ?timeout,
                 "cluster request timed out; dropping its connection"
             );
-            self.forget();
+            self.forget_if_current(&connection);
         }
         result
     }

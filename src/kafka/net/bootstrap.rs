@@ -1,15 +1,17 @@
 //! The connection for cluster-wide requests (Metadata, FindCoordinator, the admin client's
 //! calls), reopened through the bootstrap list whenever the broker has closed it (brokers
-//! close idle connections).
+//! close idle connections): the share consumer's, and the one inside
+//! [`ClusterLink`](crate::kafka::cluster::link::ClusterLink).
 
 use std::sync::Mutex;
 
 use crate::kafka::error::ClientError;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// A lazily reopened connection to any broker of a list (the bootstrap servers, and for the
-/// admin client the brokers its first Metadata named): the consumer's (shared with its
-/// heartbeat task) and the admin client's.
+/// A lazily reopened connection to any broker of a list (the bootstrap servers, and for a
+/// [`ClusterLink`](crate::kafka::cluster::link::ClusterLink) the brokers its first Metadata
+/// named): the consumer's (shared with its heartbeat task), and the admin client's, the
+/// producer's, the log reader's and the dead-letter queue's through their links.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
     servers: String,
@@ -51,6 +53,15 @@ impl Bootstrap {
     /// on it keep it until they end, and it closes when the last of them lets it go.
     pub(crate) fn forget(&self) {
         drop(self.take());
+    }
+
+    /// [`forget`](Self::forget)s `connection` if it is still the current one (a caller may
+    /// have replaced it meanwhile, and the new one is fine).
+    pub(crate) fn forget_if_current(&self, connection: &Connection) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| c.is_same(connection)) {
+            drop(current.take());
+        }
     }
 
     /// Takes the current connection out, if there is one.

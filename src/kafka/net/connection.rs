@@ -949,6 +949,11 @@ impl Connection {
             .copied()
     }
 
+    /// True when `other` is a handle of this same connection.
+    pub(crate) fn is_same(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The highest version of `key` both the broker and `ours` support.
     ///
     /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
