@@ -586,3 +586,46 @@ async fn ready_reports_a_full_buffer_after_max_block_and_returns_once_records_ar
         future.await.expect("written");
     }
 }
+
+/// An InitProducerId the broker never answers, for an idempotent producer (which asks it on
+/// the cluster-wide connection): the attempt times out, that connection is left behind (a
+/// broker answers in order, later requests would wait behind it) and the next attempt gets a
+/// producer id on a new one.
+#[tokio::test]
+async fn an_unanswered_init_producer_id_is_asked_again_on_a_new_connection() {
+    let broker = broker(None).await;
+    broker.once(ApiKey::InitProducerId, |_| Reply::Never);
+    let producer = KafkaProducer::connect(
+        config(&broker)
+            .idempotence(true)
+            .request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect");
+    let sent = producer.send(record(0, "a")).expect("queued");
+    tokio::time::timeout(Duration::from_secs(20), sent)
+        .await
+        .expect("delivered or failed within 20 s")
+        .expect("written with the producer id of the second attempt");
+    assert_eq!(broker.count(ApiKey::InitProducerId), 2);
+}
+
+/// The same for FindCoordinator, which a transactional producer asks on the cluster-wide
+/// connection before it meets its coordinator.
+#[tokio::test]
+async fn an_unanswered_find_coordinator_is_asked_again_on_a_new_connection() {
+    let broker = broker(Some(2)).await;
+    broker.once(ApiKey::FindCoordinator, |_| Reply::Never);
+    let producer = KafkaProducer::connect(
+        config(&broker)
+            .transactional_id("faults")
+            .request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect");
+    tokio::time::timeout(Duration::from_secs(20), producer.init_transactions())
+        .await
+        .expect("init_transactions returned within 20 s")
+        .expect("initialised after asking again");
+    assert_eq!(broker.count(ApiKey::FindCoordinator), 2);
+}

@@ -103,8 +103,9 @@ impl ClusterLink {
         self.bootstrap.forget();
     }
 
-    /// [`forget`](Self::forget)s `connection` if it is still the current one.
-    fn forget_if_current(&self, connection: &Connection) {
+    /// [`forget`](Self::forget)s `connection`, whose request timed out, if it is still the
+    /// current one.
+    pub(crate) fn forget_if_current(&self, connection: &Connection) {
         self.bootstrap.forget_if_current(connection);
     }
 

@@ -64,6 +64,12 @@ impl Cluster {
         self.link.connection().await
     }
 
+    /// Forgets `connection` if it is the cluster-wide one (from [`Self::any_connection`]):
+    /// for a request on it that timed out, since later requests would wait behind it.
+    pub(crate) fn forget_if_cluster_wide(&self, connection: &Connection) {
+        self.link.forget_if_current(connection);
+    }
+
     /// A live connection to broker `node`, if one is open.
     pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
         self.brokers.cached(node)

@@ -191,7 +191,15 @@ impl Coordinator {
             self.connection = Some(via.clone());
             return Ok(via);
         };
-        let address = find_coordinator_address(&via, TRANSACTION, &id).await?;
+        let address = match find_coordinator_address(&via, TRANSACTION, &id).await {
+            Ok(address) => address,
+            Err(error) => {
+                if matches!(error, ClientError::Timeout(_)) {
+                    cluster.forget_if_cluster_wide(&via);
+                }
+                return Err(error);
+            }
+        };
         let fresh = cluster.open_address(&address).await?;
         debug!(
             coordinator = fresh.broker(),
@@ -252,11 +260,16 @@ impl Coordinator {
                     continue;
                 }
             };
-            match once(connection).await {
+            match once(connection.clone()).await {
                 Err(error) => {
                     // The request may have reached the coordinator: a commit's outcome is
-                    // then unknown. Anything else is retried on a new connection.
+                    // then unknown. Anything else is retried on a new connection (also when
+                    // it was the cluster-wide one, without a transactional id: later requests
+                    // would wait behind a lost answer).
                     self.connection = None;
+                    if matches!(error, ClientError::Timeout(_)) {
+                        cluster.forget_if_cluster_wide(&connection);
+                    }
                     if call == CoordinatorCall::Commit {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),
