@@ -64,6 +64,16 @@ impl Cluster {
         self.link.connection().await
     }
 
+    /// Runs `request` on the cluster-wide connection; a timeout leaves that connection behind
+    /// (see [`ClusterLink::with`]).
+    pub(crate) async fn on_any_connection<T, F, Fut>(&self, request: F) -> Result<T, ClientError>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        self.link.with(request).await
+    }
+
     /// Forgets `connection` if it is the cluster-wide one (from [`Self::any_connection`]):
     /// for a request on it that timed out, since later requests would wait behind it.
     pub(crate) fn forget_if_cluster_wide(&self, connection: &Connection) {
@@ -117,8 +127,7 @@ impl Cluster {
             return known;
         }
         let described = self
-            .link
-            .with(|connection| async move { describe_topic(&connection, topic).await })
+            .on_any_connection(|connection| async move { describe_topic(&connection, topic).await })
             .await;
         let read = match described {
             Ok(configs) => configs

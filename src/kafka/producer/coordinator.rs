@@ -186,20 +186,16 @@ impl Coordinator {
         if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let via = cluster.any_connection().await?;
         let Some(id) = self.transactional_id.clone() else {
+            let via = cluster.any_connection().await?;
             self.connection = Some(via.clone());
             return Ok(via);
         };
-        let address = match find_coordinator_address(&via, TRANSACTION, &id).await {
-            Ok(address) => address,
-            Err(error) => {
-                if matches!(error, ClientError::Timeout(_)) {
-                    cluster.forget_if_cluster_wide(&via);
-                }
-                return Err(error);
-            }
-        };
+        let address = cluster
+            .on_any_connection(|via| async move {
+                find_coordinator_address(&via, TRANSACTION, &id).await
+            })
+            .await?;
         let fresh = cluster.open_address(&address).await?;
         debug!(
             coordinator = fresh.broker(),
