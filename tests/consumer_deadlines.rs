@@ -142,3 +142,36 @@ async fn a_poll_timeout_of_duration_max_does_not_panic() {
     // The consumer is still usable after its poll was dropped.
     assert!(consumer.poll(Duration::from_millis(50)).await.is_ok());
 }
+
+/// A Metadata request the broker never answers times out, and the next one goes on a new
+/// connection: on the old one it would wait behind the lost answer (a broker answers a
+/// connection's requests in order, and the fake broker, like a stuck one, answers nothing more
+/// there), so the consumer would never learn the leaders and never fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_request_that_timed_out_is_asked_again_on_a_new_connection() {
+    let broker = FakeBroker::start().await;
+    let topic_id = broker.add_topic("orders", 1);
+    broker.once(ApiKey::Metadata, |_| Reply::Never);
+    broker.on(ApiKey::ShareFetch, move |_| {
+        Reply::share_fetch_acquired(topic_id, 0..5)
+    });
+    let config = KafkaShareConsumerConfig::new(broker.addr(), "g")
+        .request_timeout(Duration::from_millis(700));
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut records = 0;
+    while records == 0 && Instant::now() < deadline {
+        records = consumer.poll(POLL).await.expect("polls").len();
+    }
+    assert!(
+        records > 0,
+        "no records in 20 s after a lost Metadata answer ({} Metadata requests, {} connections)",
+        broker.count(ApiKey::Metadata),
+        broker.connections()
+    );
+    assert!(broker.count(ApiKey::Metadata) >= 2);
+}

@@ -36,7 +36,6 @@ use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
 };
-use tracing::debug;
 
 pub use self::builder::KafkaAdminBuilder;
 pub use self::configs::{GroupResource, ResourceConfigs, ShareGroupConfigs};
@@ -143,31 +142,16 @@ impl KafkaAdmin {
         self.controller_id
     }
 
-    /// Runs the parts of `call` and names its failure (see [`Self::run`]).
+    /// Runs the parts of `call` and names its failure. (A request that timed out leaves its
+    /// connection behind: the next call makes a new one, [`Connection::is_reusable`].)
+    ///
+    /// [`Connection::is_reusable`]: crate::kafka::net::connection::Connection::is_reusable
     async fn call<T>(
         &self,
         call: &'static str,
         parts: impl Future<Output = Result<T, Failure>>,
     ) -> Result<T, AdminError> {
-        self.run(parts)
-            .await
-            .map_err(|failure| failure.into_admin(call))
-    }
-
-    /// Runs the parts of a call. A request that timed out leaves its connection behind it (a
-    /// broker answers in order, so later requests would wait for that answer too): the next
-    /// call makes a new connection, as Java's clients do.
-    async fn run<T>(&self, parts: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
-        let result = parts.await;
-        if let Err(Failure::Timeout { api, timeout }) = &result {
-            debug!(
-                api,
-                ?timeout,
-                "admin request timed out; dropping its connection"
-            );
-            self.link.forget();
-        }
-        result
+        parts.await.map_err(|failure| failure.into_admin(call))
     }
 
     /// The settings of the admin client's connections.

@@ -12,9 +12,9 @@ use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// A connection to any broker of the cluster, made through the bootstrap servers and the
-/// brokers the first Metadata named, made again when it closed, and forgotten once a request
-/// on it timed out (a broker answers in order: later requests would wait behind the lost
-/// answer), as Java's clients do.
+/// brokers the first Metadata named, made again when it closed or a request on it timed out
+/// (a broker answers in order: later requests would wait behind the lost answer; Java's
+/// clients close such a connection).
 #[derive(Debug)]
 pub(crate) struct ClusterLink {
     bootstrap: Bootstrap,
@@ -98,25 +98,14 @@ impl ClusterLink {
         self.bootstrap.get().await
     }
 
-    /// Forgets the current connection, whose request timed out; the next call connects again.
-    pub(crate) fn forget(&self) {
-        self.bootstrap.forget();
-    }
-
-    /// [`forget`](Self::forget)s `connection`, whose request timed out, if it is still the
-    /// current one.
-    pub(crate) fn forget_if_current(&self, connection: &Connection) {
-        self.bootstrap.forget_if_current(connection);
-    }
-
     /// Closes the connection now, as a network failure would (requests waiting on it fail;
     /// the next call connects again).
     pub(crate) fn disconnect(&self) {
         self.bootstrap.close();
     }
 
-    /// Runs `request` on a live connection; a timeout forgets that connection (unless another
-    /// caller has replaced it already).
+    /// Runs `request` on a live connection (a request that times out marks its connection
+    /// stale, so the next call connects again: [`Connection::is_reusable`]).
     ///
     /// # Cancel safety
     ///
@@ -126,16 +115,7 @@ impl ClusterLink {
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let connection = self.connection().await?;
-        let result = request(connection.clone()).await;
-        if let Err(ClientError::Timeout(timeout)) = &result {
-            debug!(
-                ?timeout,
-                "cluster request timed out; dropping its connection"
-            );
-            self.forget_if_current(&connection);
-        }
-        result
+        request(self.connection().await?).await
     }
 
     /// The Metadata of `topics` (`None`: all topics, `Some(&[])`: none, only the brokers), at

@@ -54,16 +54,18 @@ impl BrokerPool {
             .collect();
     }
 
-    /// A live connection to broker `node`, if one is open.
+    /// A live connection to broker `node`, if one is open and takes new requests (none of
+    /// its requests timed out: [`Connection::is_reusable`]).
     pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
         self.lock()
             .connections
             .get(&node)
-            .filter(|c| !c.is_closed())
+            .filter(|c| c.is_reusable())
             .cloned()
     }
 
-    /// A live connection to broker `node`: the open one, or a new one.
+    /// A live connection to broker `node`: the open one, or a new one if it closed or a
+    /// request on it timed out.
     ///
     /// # Errors
     ///
@@ -76,7 +78,7 @@ impl BrokerPool {
     pub(crate) async fn open(&self, node: i32) -> Result<Connection, ClientError> {
         let address = {
             let state = self.lock();
-            if let Some(c) = state.connections.get(&node).filter(|c| !c.is_closed()) {
+            if let Some(c) = state.connections.get(&node).filter(|c| c.is_reusable()) {
                 return Ok(c.clone());
             }
             state.addresses.get(&node).cloned()
@@ -90,12 +92,6 @@ impl BrokerPool {
         let fresh = Connection::connect(&address, &self.config).await?;
         self.lock().connections.insert(node, fresh.clone());
         Ok(fresh)
-    }
-
-    /// Forgets the connection to `node` (one whose request timed out: later answers would
-    /// queue behind the lost one); the next [`Self::open`] makes a new one.
-    pub(crate) fn forget(&self, node: i32) {
-        self.lock().connections.remove(&node);
     }
 
     /// Takes every connection out of the pool, for the caller to close.

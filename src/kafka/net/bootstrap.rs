@@ -47,23 +47,6 @@ impl Bootstrap {
         &self.servers
     }
 
-    /// Forgets the current connection; a later [`get`](Self::get) opens a new one. For a
-    /// connection whose request timed out: the broker answers in order, so later requests
-    /// would wait behind that answer. The connection is not closed here: requests under way
-    /// on it keep it until they end, and it closes when the last of them lets it go.
-    pub(crate) fn forget(&self) {
-        drop(self.take());
-    }
-
-    /// [`forget`](Self::forget)s `connection` if it is still the current one (a caller may
-    /// have replaced it meanwhile, and the new one is fine).
-    pub(crate) fn forget_if_current(&self, connection: &Connection) {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.as_ref().is_some_and(|c| c.is_same(connection)) {
-            drop(current.take());
-        }
-    }
-
     /// Takes the current connection out, if there is one.
     fn take(&self) -> Option<Connection> {
         self.current
@@ -84,8 +67,9 @@ impl Bootstrap {
         }
     }
 
-    /// A live connection: the current one, or a new one if it was closed or forgotten
-    /// (one connect at a time: a caller that waited for another's uses its connection).
+    /// A live connection: the current one, or a new one if it closed or a request on it timed
+    /// out ([`Connection::is_reusable`]; one connect at a time: a caller that waited for
+    /// another's uses its connection).
     ///
     /// # Cancel safety
     ///
@@ -103,12 +87,12 @@ impl Bootstrap {
         Ok(fresh)
     }
 
-    /// The current connection, if it is open.
+    /// The current connection, if it is open and takes new requests.
     fn live(&self) -> Option<Connection> {
         self.current
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-            .filter(|c| !c.is_closed())
+            .filter(Connection::is_reusable)
     }
 }

@@ -24,6 +24,11 @@
 //!   is trusted. The waiting requests fail with [`ProtocolError::Garbled`]; on EOF or an I/O
 //!   error, with [`ClientError::Connection`]. Both are retriable. Later requests fail at
 //!   once with [`ClientError::Connection`]: build a new connection.
+//! - A request that times out leaves the connection open (other requests under way on it may
+//!   still get their answers) but marks it **stale**: the broker answers in order, so a new
+//!   request would wait behind the lost answer. Pools, the cluster-wide connection and the
+//!   coordinators' connections then make a new connection for the next request
+//!   ([`Connection::is_reusable`]); Java's clients close such a connection instead.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
 //!
 //! # Cancel safety
@@ -250,6 +255,10 @@ struct State {
     waiters: HashMap<i32, Waiter>,
     /// Why the connection closed, once it has.
     closed: Option<CloseReason>,
+    /// A request on the connection timed out. Its answer may never come, and the broker
+    /// answers a connection's requests in order, so a new request would wait behind it:
+    /// pools and the cluster-wide connection hand this one to no new caller.
+    stale: bool,
 }
 
 /// A request waiting for its response.
@@ -626,6 +635,7 @@ impl Connection {
                 next_correlation_id: 1,
                 waiters: HashMap::new(),
                 closed: None,
+                stale: false,
             }),
             closed: watch::Sender::new(false),
         });
@@ -949,11 +959,6 @@ impl Connection {
             .copied()
     }
 
-    /// True when `other` is a handle of this same connection.
-    pub(crate) fn is_same(&self, other: &Connection) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
     /// The highest version of `key` both the broker and `ours` support.
     ///
     /// Pass `<Request as Message>::VERSIONS` as `ours`, not `ApiKey::valid_versions()`, which
@@ -995,7 +1000,8 @@ impl Connection {
     /// Sends `req` as version `version` of `key` and decodes the response, within `timeout`.
     ///
     /// `req` is encoded when this is called, so the returned future does not borrow it.
-    /// Errors: [`ClientError::Timeout`] (the connection stays usable),
+    /// Errors: [`ClientError::Timeout`] (the connection stays open for the requests under
+    /// way, but is no longer [reusable](Self::is_reusable)),
     /// [`ClientError::Protocol`] when the request cannot be encoded (the connection stays
     /// usable), [`ProtocolError::Garbled`] when its response, or the bytes read before it,
     /// cannot be decoded (the connection is closed), [`ClientError::Connection`] when the
@@ -1034,6 +1040,26 @@ impl Connection {
     /// True once the connection is closed; every later request fails at once.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shared.lock().closed.is_some()
+    }
+
+    /// True while the connection is open and no request on it has timed out: what a pool,
+    /// the cluster-wide connection and a client's coordinator hand to a new request.
+    ///
+    /// A timed-out request's answer may never come, and the broker answers in order, so a
+    /// new request would wait behind it until it timed out too; Java's clients close such a
+    /// connection. This one stays open for the requests already under way on it (their
+    /// answers may still come), and closes when the last handle is dropped.
+    pub(crate) fn is_reusable(&self) -> bool {
+        let state = self.inner.shared.lock();
+        state.closed.is_none() && !state.stale
+    }
+
+    /// Marks the connection as not to be handed to new requests ([`is_reusable`] turns
+    /// false): for a caller whose own deadline expired while a request of it was under way.
+    ///
+    /// [`is_reusable`]: Self::is_reusable
+    pub(crate) fn mark_stale(&self) {
+        self.inner.shared.lock().stale = true;
     }
 
     /// Closes the connection because a response of `key` could not be decoded, and returns
@@ -1098,7 +1124,11 @@ impl Connection {
             match tokio::time::timeout(timeout, self.send_and_wait(key, version, body)).await {
                 Ok(result) => result,
                 Err(_) => {
-                    debug!(?timeout, "request timed out");
+                    debug!(
+                        ?timeout,
+                        "request timed out; the connection takes no new requests"
+                    );
+                    self.mark_stale();
                     Err(ClientError::Timeout(timeout))
                 }
             }
@@ -1768,7 +1798,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn timeout_leaves_the_connection_usable() {
+    async fn a_timeout_leaves_the_connection_open_but_not_reusable() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             let first = read_request(&mut stream).await.expect("request");
             let second = read_request(&mut stream).await.expect("request");
@@ -1796,11 +1826,95 @@ mod tests {
             "{error:?}"
         );
         assert!(!connection.is_closed());
+        assert!(
+            !connection.is_reusable(),
+            "a timed-out connection is handed out again"
+        );
+        // A request already holding the connection still gets its answer.
         let response = metadata(&connection, "after").await.expect("response");
         assert_eq!(topic_of(&response), "after");
         assert!(!connection.is_closed());
+        assert!(!connection.is_reusable());
         drop(connection);
         broker.await.expect("broker");
+    }
+
+    /// A fake broker on 127.0.0.1 whose first connection never answers a request and whose
+    /// later connections answer Metadata; the number of connections made is in the counter.
+    async fn broker_silent_on_its_first_connection() -> (String, Arc<Mutex<usize>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let accepted = Arc::new(Mutex::new(0_usize));
+        let counter = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let first = {
+                    let mut count = counter.lock().expect("counter");
+                    *count += 1;
+                    *count == 1
+                };
+                tokio::spawn(async move {
+                    answer_handshake(&mut stream).await;
+                    while let Some(request) = read_request(&mut stream).await {
+                        if !first {
+                            stream
+                                .write_all(&echo_metadata(&request))
+                                .await
+                                .expect("write");
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn the_cluster_wide_connection_and_the_pools_leave_a_timed_out_connection_behind() {
+        use crate::kafka::cluster::pool::BrokerPool;
+        use crate::kafka::net::bootstrap::Bootstrap;
+        use std::collections::BTreeMap;
+
+        let config = ConnectionConfig {
+            request_timeout: Duration::from_millis(100),
+            ..ConnectionConfig::default()
+        };
+        let (addr, accepted) = broker_silent_on_its_first_connection().await;
+        let bootstrap = Bootstrap::connect(&addr, config.clone())
+            .await
+            .expect("connect");
+        let silent = bootstrap.get().await.expect("connection");
+        let error = metadata(&silent, "lost").await.expect_err("no answer");
+        assert!(matches!(error, ClientError::Timeout(_)), "{error:?}");
+        // The next caller gets a new connection, which answers; the silent one stays open
+        // for whoever still holds it.
+        let fresh = bootstrap.get().await.expect("connection");
+        let response = metadata(&fresh, "after").await.expect("answer");
+        assert_eq!(topic_of(&response), "after");
+        assert_eq!(*accepted.lock().expect("counter"), 2);
+        assert!(!silent.is_closed());
+        assert!(bootstrap.get().await.expect("connection").is_reusable());
+        assert_eq!(
+            *accepted.lock().expect("counter"),
+            2,
+            "a reusable one is kept"
+        );
+
+        let (addr, accepted) = broker_silent_on_its_first_connection().await;
+        let pool = BrokerPool::new(config);
+        pool.learn(&BTreeMap::from([(1, addr)]));
+        let silent = pool.open(1).await.expect("connection");
+        let error = metadata(&silent, "lost").await.expect_err("no answer");
+        assert!(matches!(error, ClientError::Timeout(_)), "{error:?}");
+        assert!(
+            pool.cached(1).is_none(),
+            "a timed-out connection is handed out"
+        );
+        let fresh = pool.open(1).await.expect("connection");
+        let response = metadata(&fresh, "after").await.expect("answer");
+        assert_eq!(topic_of(&response), "after");
+        assert_eq!(*accepted.lock().expect("counter"), 2);
+        assert!(pool.cached(1).is_some());
     }
 
     #[tokio::test]
@@ -1862,7 +1976,8 @@ mod tests {
         assert!(metadata(&connection, "dropped").now_or_never().is_none());
         let response = metadata(&connection, "kept").await.expect("response");
         assert_eq!(topic_of(&response), "kept");
-        assert!(!connection.is_closed());
+        // A dropped request is not a lost answer: the connection is handed out still.
+        assert!(connection.is_reusable());
         drop(connection);
         broker.await.expect("broker");
     }

@@ -74,12 +74,6 @@ impl Cluster {
         self.link.with(request).await
     }
 
-    /// Forgets `connection` if it is the cluster-wide one (from [`Self::any_connection`]):
-    /// for a request on it that timed out, since later requests would wait behind it.
-    pub(crate) fn forget_if_cluster_wide(&self, connection: &Connection) {
-        self.link.forget_if_current(connection);
-    }
-
     /// A live connection to broker `node`, if one is open.
     pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
         self.brokers.cached(node)
@@ -95,7 +89,7 @@ impl Cluster {
     pub(crate) async fn open_address(&self, address: &str) -> Result<Connection, ClientError> {
         let fresh = Connection::connect(address, self.brokers.config()).await?;
         let mut coordinators = self.coordinators();
-        coordinators.retain(|_, c| !c.is_closed());
+        coordinators.retain(|_, c| c.is_reusable());
         coordinators.insert(address.to_owned(), fresh.clone());
         Ok(fresh)
     }

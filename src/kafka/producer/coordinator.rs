@@ -183,7 +183,7 @@ impl Coordinator {
 
     /// A connection to the coordinator, looked up if needed.
     async fn connection(&mut self, cluster: &Cluster) -> Result<Connection, ClientError> {
-        if let Some(c) = self.connection.as_ref().filter(|c| !c.is_closed()) {
+        if let Some(c) = self.connection.as_ref().filter(|c| c.is_reusable()) {
             return Ok(c.clone());
         }
         let Some(id) = self.transactional_id.clone() else {
@@ -259,13 +259,10 @@ impl Coordinator {
             match once(connection.clone()).await {
                 Err(error) => {
                     // The request may have reached the coordinator: a commit's outcome is
-                    // then unknown. Anything else is retried on a new connection (also when
-                    // it was the cluster-wide one, without a transactional id: later requests
-                    // would wait behind a lost answer).
+                    // then unknown. Anything else is retried, on a new connection if this
+                    // one closed or the request timed out (also when it was the cluster-wide
+                    // one, without a transactional id: `Connection::is_reusable`).
                     self.connection = None;
-                    if matches!(error, ClientError::Timeout(_)) {
-                        cluster.forget_if_cluster_wide(&connection);
-                    }
                     if call == CoordinatorCall::Commit {
                         return Err(ProducerError::CommitOutcomeUnknown {
                             transactional_id: self.id().to_owned(),

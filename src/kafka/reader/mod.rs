@@ -206,8 +206,9 @@ impl KafkaLogReader {
     }
 
     /// Runs `attempt` up to [`MAX_ATTEMPTS`] times: after an error that a new leader or a new
-    /// connection may cure, the leader is looked up again (and a timed-out connection dropped,
-    /// since later answers would queue behind the lost one).
+    /// connection may cure, the leader is looked up again (a connection whose request timed
+    /// out is not used again: later answers would queue behind the lost one,
+    /// [`Connection::is_reusable`](crate::kafka::net::connection::Connection::is_reusable)).
     async fn retrying<T, F, Fut>(
         &self,
         topic: &str,
@@ -216,41 +217,30 @@ impl KafkaLogReader {
     ) -> Result<T, ClientError>
     where
         F: Fn(bool) -> Fut,
-        Fut: Future<Output = Result<(T, i32), (ClientError, Option<i32>)>>,
+        Fut: Future<Output = Result<T, ClientError>>,
     {
         let mut backoff = FIRST_BACKOFF;
         let mut refresh = false;
         let mut tries = 1;
         loop {
             match attempt(refresh).await {
-                Ok((value, _)) => return Ok(value),
-                Err((error, node)) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
+                Ok(value) => return Ok(value),
+                Err(error) if tries < MAX_ATTEMPTS && worth_retrying(&error) => {
                     debug!(topic, partition, %error, tries, "log read retrying");
-                    if let (Some(node), ClientError::Timeout(_)) = (node, &error) {
-                        self.brokers.forget(node);
-                    }
                     tokio::time::sleep(backoff).await;
                     backoff = backoff.saturating_mul(2);
                     refresh = true;
                     tries += 1;
                 }
-                Err((error, _)) => return Err(error),
+                Err(error) => return Err(error),
             }
         }
     }
 
-    /// One Fetch of the partition; the error names the leader node it went to, if any.
-    async fn fetch_once(
-        &self,
-        ask: &Ask<'_>,
-        refresh: bool,
-    ) -> Result<(LogRead, i32), (ClientError, Option<i32>)> {
-        let leader = self
-            .leader(ask.topic, ask.partition, refresh)
-            .await
-            .map_err(|e| (e, None))?;
-        let at = |e| (e, Some(leader.node));
-        let connection = self.brokers.open(leader.node).await.map_err(at)?;
+    /// One Fetch of the partition.
+    async fn fetch_once(&self, ask: &Ask<'_>, refresh: bool) -> Result<LogRead, ClientError> {
+        let leader = self.leader(ask.topic, ask.partition, refresh).await?;
+        let connection = self.brokers.open(leader.node).await?;
         let mut ours = FetchRequest::VERSIONS;
         if leader.topic_id.is_nil() {
             ours = ours.intersect(&VersionRange {
@@ -258,7 +248,7 @@ impl KafkaLogReader {
                 max: fetch::TOPIC_ID_VERSION - 1,
             });
         }
-        let version = connection.negotiate(ApiKey::Fetch, ours).map_err(at)?;
+        let version = connection.negotiate(ApiKey::Fetch, ours)?;
         let ask = Ask {
             topic_id: leader.topic_id,
             leader_epoch: leader.epoch,
@@ -272,20 +262,19 @@ impl KafkaLogReader {
             .saturating_add(ask.max_wait);
         let response: FetchResponse = connection
             .request_with_timeout(ApiKey::Fetch, version, &request, timeout)
-            .await
-            .map_err(at)?;
+            .await?;
         let api = api_name(ApiKey::Fetch);
         if let Some(error) = broker_error(api, response.error_code, None) {
-            return Err(at(error));
+            return Err(error);
         }
         let data = fetch::partition_of(response, &ask, version).ok_or_else(|| {
-            at(ClientError::Protocol(ProtocolError::Malformed {
+            ClientError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "the Fetch answer has no entry for partition {} of `{}`",
                     ask.partition, ask.topic
                 ),
-            }))
+            })
         })?;
         if let Some(error) = broker_error(
             api,
@@ -295,7 +284,7 @@ impl KafkaLogReader {
                 ask.partition, ask.topic, ask.from, data.log_start_offset, data.high_watermark
             )),
         ) {
-            return Err(at(error));
+            return Err(error);
         }
         let topic: Arc<str> = Arc::from(ask.topic);
         let read = fetch::extract(
@@ -306,16 +295,16 @@ impl KafkaLogReader {
             Fetched::from(data),
         )
         .map_err(|error| {
-            at(ClientError::Protocol(ProtocolError::Malformed {
+            ClientError::Protocol(ProtocolError::Malformed {
                 broker: connection.broker().to_owned(),
                 reason: format!(
                     "partition {} of `{}` from offset {}: {error}; the batch cannot be read, \
                      by this or any client",
                     ask.partition, ask.topic, ask.from
                 ),
-            }))
+            })
         })?;
-        Ok((read, leader.node))
+        Ok(read)
     }
 
     /// One ListOffsets (latest) of the partition.
@@ -325,21 +314,15 @@ impl KafkaLogReader {
         partition: i32,
         isolation: IsolationLevel,
         refresh: bool,
-    ) -> Result<(i64, i32), (ClientError, Option<i32>)> {
-        let leader = self
-            .leader(topic, partition, refresh)
-            .await
-            .map_err(|e| (e, None))?;
-        let at = |e| (e, Some(leader.node));
-        let connection = self.brokers.open(leader.node).await.map_err(at)?;
+    ) -> Result<i64, ClientError> {
+        let leader = self.leader(topic, partition, refresh).await?;
+        let connection = self.brokers.open(leader.node).await?;
         // isolation_level came with v2.
         let ours = ListOffsetsRequest::VERSIONS.intersect(&VersionRange {
             min: 2,
             max: i16::MAX,
         });
-        let version = connection
-            .negotiate(ApiKey::ListOffsets, ours)
-            .map_err(at)?;
+        let version = connection.negotiate(ApiKey::ListOffsets, ours)?;
         let timeout_ms =
             i32::try_from(self.brokers.config().request_timeout.as_millis()).unwrap_or(i32::MAX);
         let request = client_list_offsets()
@@ -357,8 +340,7 @@ impl KafkaLogReader {
             ]);
         let response: ListOffsetsResponse = connection
             .request(ApiKey::ListOffsets, version, &request)
-            .await
-            .map_err(at)?;
+            .await?;
         let found = response
             .topics
             .iter()
@@ -366,21 +348,21 @@ impl KafkaLogReader {
             .flat_map(|t| &t.partitions)
             .find(|p| p.partition_index == partition)
             .ok_or_else(|| {
-                at(ClientError::Protocol(ProtocolError::Malformed {
+                ClientError::Protocol(ProtocolError::Malformed {
                     broker: connection.broker().to_owned(),
                     reason: format!(
                         "the ListOffsets answer has no entry for partition {partition} of `{topic}`"
                     ),
-                }))
+                })
             })?;
         if let Some(error) = broker_error(
             api_name(ApiKey::ListOffsets),
             found.error_code,
             Some(format!("partition {partition} of `{topic}`")),
         ) {
-            return Err(at(error));
+            return Err(error);
         }
-        Ok((found.offset, leader.node))
+        Ok(found.offset)
     }
 }
 

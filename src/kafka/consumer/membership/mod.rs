@@ -213,7 +213,7 @@ impl Membership {
             return Ok(());
         }
         let coordinator = match coordinator {
-            Some(c) if !c.is_closed() => c,
+            Some(c) if c.is_reusable() => c,
             _ => {
                 let via = self.bootstrap.get().await?;
                 find_coordinator(&self.shared.group_id, &via, self.bootstrap.config()).await?
@@ -305,7 +305,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
     loop {
         let existing = shared.lock().coordinator.clone();
         let coordinator = match existing {
-            Some(c) if !c.is_closed() => c,
+            Some(c) if c.is_reusable() => c,
             _ => {
                 let found = match bootstrap.get().await {
                     Ok(via) => find_coordinator(&shared.group_id, &via, bootstrap.config()).await,
