@@ -934,6 +934,9 @@ impl<P: Producer> Producer for SlowCommit<P> {
     fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
         self.0.send(record)
     }
+    async fn ready(&self) -> Result<(), ProducerError> {
+        self.0.ready().await
+    }
     async fn flush(&self) -> Result<(), ProducerError> {
         self.0.flush().await
     }

@@ -37,6 +37,9 @@ impl<P: Producer> Producer for DiesAtCommit<P> {
     fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
         self.inner.send(record)
     }
+    async fn ready(&self) -> Result<(), ProducerError> {
+        self.inner.ready().await
+    }
     async fn flush(&self) -> Result<(), ProducerError> {
         self.inner.flush().await
     }

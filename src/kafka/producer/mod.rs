@@ -67,8 +67,6 @@ pub(crate) struct State {
     pub(crate) txn: Option<TxnState>,
     /// The producer cannot go on (fenced, closed).
     pub(crate) fatal: Option<ProducerError>,
-    /// Set when the idempotent producer could not bump its epoch.
-    pub(crate) closed: bool,
 }
 
 /// Shared between the handle and the sender task.
@@ -214,7 +212,6 @@ impl KafkaProducer {
                 flushing: 0,
                 txn: config.transactional_id.as_ref().map(|_| TxnState::new()),
                 fatal: None,
-                closed: false,
             }),
             wake: Notify::new(),
             progress: Notify::new(),
@@ -496,9 +493,6 @@ impl Producer for KafkaProducer {
             if let Some(error) = &state.fatal {
                 return Err(error.clone());
             }
-            if state.closed {
-                return Err(ProducerError::Closed);
-            }
             if let Some(txn) = &state.txn {
                 txn.check_send()?;
             }
@@ -585,9 +579,6 @@ impl Producer for KafkaProducer {
                 }
                 if let Some(error) = state.txn.as_ref().and_then(TxnState::fatal) {
                     return Err(error);
-                }
-                if state.closed {
-                    return Err(ProducerError::Closed);
                 }
                 state.accumulator.buffered()
             };

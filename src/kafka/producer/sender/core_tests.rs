@@ -159,7 +159,6 @@ impl Harness {
                 flushing: 0,
                 txn,
                 fatal: None,
-                closed: false,
             },
             now,
             connected: HashSet::new(),
