@@ -43,10 +43,13 @@ impl fmt::Debug for TlsContext {
 impl TlsContext {
     /// Reads the PEM files (or text), loads the trust roots and builds the configuration.
     pub(crate) fn build(settings: &TlsSettings) -> Result<Self, SettingError> {
-        // A provider the application installed wins (it may want FIPS, say); else ring.
-        let provider = CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        // A provider the application installed wins (it may want FIPS, or the post-quantum key
+        // exchange of aws-lc-rs); else ring, which builds without a C toolchain. rustls 0.23.48
+        // deprecates ring's provider because it has no post-quantum key exchange; an
+        // application that needs one installs aws-lc-rs's provider.
+        #[allow(deprecated, reason = "ring's provider: see above")]
+        let ring = || Arc::new(rustls::crypto::ring::default_provider());
+        let provider = CryptoProvider::get_default().cloned().unwrap_or_else(ring);
         let roots = Arc::new(roots(settings.ca.as_ref())?);
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
