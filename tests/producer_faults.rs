@@ -629,3 +629,38 @@ async fn an_unanswered_find_coordinator_is_asked_again_on_a_new_connection() {
         .expect("initialised after asking again");
     assert_eq!(broker.count(ApiKey::FindCoordinator), 2);
 }
+
+/// A Produce request the leader never answers: it times out, its connection is closed (as
+/// Java's client closes a connection whose request timed out: the broker answers in order, so
+/// every later request on it would wait behind the lost answer) and the batch is sent again on
+/// a new connection, where it is written.
+#[tokio::test]
+async fn an_unanswered_produce_is_sent_again_on_a_new_connection() {
+    let broker = broker(None).await;
+    broker.once(ApiKey::Produce, |_| Reply::Never);
+    let producer = KafkaProducer::connect(
+        config(&broker)
+            .idempotence(true)
+            .request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect");
+    let first = producer.send(record(0, "a")).expect("queued");
+    tokio::time::timeout(Duration::from_secs(20), first)
+        .await
+        .expect("delivered or failed within 20 s")
+        .expect("written by a later attempt");
+    // Later records to the same leader go through too, not behind the lost answer.
+    let second = producer.send(record(1, "b")).expect("queued");
+    tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("delivered or failed within 20 s")
+        .expect("written");
+    let produce = broker.requests_of(ApiKey::Produce);
+    assert!(produce.len() >= 2, "{} Produce requests", produce.len());
+    assert_eq!(
+        produce[0].decode::<ProduceRequest>().unwrap().topic_data,
+        produce[1].decode::<ProduceRequest>().unwrap().topic_data,
+        "the same batch, byte for byte, with its sequence"
+    );
+}

@@ -87,8 +87,7 @@ use crate::kafka::net::connection::{Connection, ConnectionConfig};
 #[derive(Debug)]
 pub struct KafkaAdmin {
     /// The connection, reopened through the bootstrap list, then the brokers learnt from
-    /// Metadata; forgotten once a request on it timed out, until the next call makes a new
-    /// one.
+    /// Metadata, when it closed or an answer on it is overdue (a request timed out).
     link: ClusterLink,
     /// The controller id the Metadata of `connect` reported (in KRaft, a random live broker).
     controller_id: i32,
@@ -164,7 +163,7 @@ impl KafkaAdmin {
         self.link.broker_timeout_ms()
     }
 
-    /// The connection, made again first if it closed or was forgotten.
+    /// The connection, made again first if it closed or an answer on it is overdue.
     async fn connection(&self) -> Result<Connection, Failure> {
         self.link
             .connection()

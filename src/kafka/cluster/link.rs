@@ -89,7 +89,8 @@ impl ClusterLink {
         broker_timeout_ms(self.config().request_timeout)
     }
 
-    /// A live connection: the current one, or a new one if it closed or was forgotten.
+    /// A live connection: the current one, or a new one if it closed or an answer on it is
+    /// overdue ([`Connection::is_reusable`]).
     ///
     /// # Cancel safety
     ///

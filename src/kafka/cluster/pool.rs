@@ -23,7 +23,8 @@ pub(crate) struct BrokerPool {
 struct State {
     /// `host:port` of each broker, by node id, from the last Metadata answer.
     addresses: HashMap<i32, String>,
-    /// Connections by node id; a closed one is replaced when next asked for.
+    /// Connections by node id; one closed or with an overdue answer
+    /// ([`Connection::is_reusable`]) is replaced when next asked for.
     connections: HashMap<i32, Connection>,
 }
 
@@ -54,8 +55,8 @@ impl BrokerPool {
             .collect();
     }
 
-    /// A live connection to broker `node`, if one is open and takes new requests (none of
-    /// its requests timed out: [`Connection::is_reusable`]).
+    /// A live connection to broker `node`, if one is open and takes new requests (no answer on
+    /// it is overdue: [`Connection::is_reusable`]).
     pub(crate) fn cached(&self, node: i32) -> Option<Connection> {
         self.lock()
             .connections

@@ -25,10 +25,11 @@
 //!   error, with [`ClientError::Connection`]. Both are retriable. Later requests fail at
 //!   once with [`ClientError::Connection`]: build a new connection.
 //! - A request that times out leaves the connection open (other requests under way on it may
-//!   still get their answers) but marks it **stale**: the broker answers in order, so a new
-//!   request would wait behind the lost answer. Pools, the cluster-wide connection and the
-//!   coordinators' connections then make a new connection for the next request
-//!   ([`Connection::is_reusable`]); Java's clients close such a connection instead.
+//!   still get their answers), but while its answer is overdue the connection is not
+//!   **reusable**: the broker answers in order, so a new request would wait behind the lost
+//!   answer. Pools, the cluster-wide connection and the coordinators' connections then make a
+//!   new connection for the next request ([`Connection::is_reusable`]); Java's clients close
+//!   such a connection instead.
 //! - Dropping the last [`Connection`] handle stops both tasks and closes the socket.
 //!
 //! # Cancel safety
@@ -255,10 +256,6 @@ struct State {
     waiters: HashMap<i32, Waiter>,
     /// Why the connection closed, once it has.
     closed: Option<CloseReason>,
-    /// A request on the connection timed out. Its answer may never come, and the broker
-    /// answers a connection's requests in order, so a new request would wait behind it:
-    /// pools and the cluster-wide connection hand this one to no new caller.
-    stale: bool,
 }
 
 /// A request waiting for its response.
@@ -266,6 +263,10 @@ struct State {
 struct Waiter {
     /// The request's API, for logs.
     api: ApiKey,
+    /// When its answer is overdue (its requester's timeout; `None`: the requester keeps its
+    /// own). While an overdue answer is outstanding the connection is not
+    /// [reusable](Connection::is_reusable).
+    due: Option<tokio::time::Instant>,
     /// Where the raw response frame (header and body) goes.
     reply: oneshot::Sender<Result<Bytes, ClientError>>,
 }
@@ -403,6 +404,7 @@ impl Shared {
     fn register(
         &self,
         api: ApiKey,
+        due: Option<tokio::time::Instant>,
     ) -> Result<(i32, oneshot::Receiver<Result<Bytes, ClientError>>), ClientError> {
         let mut state = self.lock();
         if state.closed.is_some() {
@@ -415,7 +417,9 @@ impl Shared {
         }
         state.next_correlation_id = next_correlation_id(correlation_id);
         let (reply, receiver) = oneshot::channel();
-        state.waiters.insert(correlation_id, Waiter { api, reply });
+        state
+            .waiters
+            .insert(correlation_id, Waiter { api, reply, due });
         Ok((correlation_id, receiver))
     }
 
@@ -635,7 +639,6 @@ impl Connection {
                 next_correlation_id: 1,
                 waiters: HashMap::new(),
                 closed: None,
-                stale: false,
             }),
             closed: watch::Sender::new(false),
         });
@@ -1042,24 +1045,27 @@ impl Connection {
         self.inner.shared.lock().closed.is_some()
     }
 
-    /// True while the connection is open and no request on it has timed out: what a pool,
-    /// the cluster-wide connection and a client's coordinator hand to a new request.
+    /// True while the connection is open and no answer on it is overdue: what a pool, the
+    /// cluster-wide connection and a client's coordinator hand to a new request.
     ///
-    /// A timed-out request's answer may never come, and the broker answers in order, so a
-    /// new request would wait behind it until it timed out too; Java's clients close such a
-    /// connection. This one stays open for the requests already under way on it (their
-    /// answers may still come), and closes when the last handle is dropped.
+    /// An answer is overdue once its request's timeout has passed (requests of
+    /// [`request`](Self::request) and [`request_with_timeout`](Self::request_with_timeout),
+    /// whether they timed out or their future was dropped). It may never come, and the broker
+    /// answers in order, so a new request would wait behind it until it timed out too; Java's
+    /// clients close such a connection. This one stays open for the requests already under
+    /// way on it, is reusable again if the late answer arrives after all, and closes when the
+    /// last handle is dropped.
     pub(crate) fn is_reusable(&self) -> bool {
         let state = self.inner.shared.lock();
-        state.closed.is_none() && !state.stale
-    }
-
-    /// Marks the connection as not to be handed to new requests ([`is_reusable`] turns
-    /// false): for a caller whose own deadline expired while a request of it was under way.
-    ///
-    /// [`is_reusable`]: Self::is_reusable
-    pub(crate) fn mark_stale(&self) {
-        self.inner.shared.lock().stale = true;
+        if state.closed.is_some() {
+            return false;
+        }
+        let mut dues = state.waiters.values().filter_map(|w| w.due).peekable();
+        if dues.peek().is_none() {
+            return true;
+        }
+        let now = tokio::time::Instant::now();
+        dues.all(|due| due > now)
     }
 
     /// Closes the connection because a response of `key` could not be decoded, and returns
@@ -1121,14 +1127,12 @@ impl Connection {
             correlation_id = tracing::field::Empty,
         );
         async {
-            match tokio::time::timeout(timeout, self.send_and_wait(key, version, body)).await {
+            // `None` (no timeout) when the clock cannot count that far.
+            let due = tokio::time::Instant::now().checked_add(timeout);
+            match tokio::time::timeout(timeout, self.send_and_wait(key, version, body, due)).await {
                 Ok(result) => result,
                 Err(_) => {
-                    debug!(
-                        ?timeout,
-                        "request timed out; the connection takes no new requests"
-                    );
-                    self.mark_stale();
+                    debug!(?timeout, "request timed out");
                     Err(ClientError::Timeout(timeout))
                 }
             }
@@ -1143,8 +1147,9 @@ impl Connection {
         key: ApiKey,
         version: i16,
         body: Bytes,
+        due: Option<tokio::time::Instant>,
     ) -> Result<Bytes, ClientError> {
-        let response = self.enqueue(key, version, body).await?;
+        let response = self.enqueue(key, version, body, due).await?;
         let frame = response
             .await
             .map_err(|_| self.inner.shared.closed_error())??;
@@ -1181,7 +1186,7 @@ impl Connection {
     {
         let body = self.encode(key, version, req);
         async move {
-            let response = self.enqueue(key, version, body?).await?;
+            let response = self.enqueue(key, version, body?, None).await?;
             Ok(Queued {
                 connection: self.clone(),
                 key,
@@ -1192,12 +1197,14 @@ impl Connection {
         }
     }
 
-    /// Queues the request frame; where its response frame will arrive.
+    /// Queues the request frame; where its response frame will arrive. `due`: when its answer
+    /// is overdue (see [`Self::is_reusable`]).
     async fn enqueue(
         &self,
         key: ApiKey,
         version: i16,
         body: Bytes,
+        due: Option<tokio::time::Instant>,
     ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let shared = &self.inner.shared;
         if self.is_closed() {
@@ -1221,7 +1228,7 @@ impl Connection {
             .reserve()
             .await
             .map_err(|_| shared.closed_error())?;
-        let (correlation_id, response) = shared.register(key)?;
+        let (correlation_id, response) = shared.register(key, due)?;
         tracing::Span::current().record("correlation_id", correlation_id);
         let head = match self.head(key, version, correlation_id, body.len()) {
             Ok(head) => head,
@@ -1798,7 +1805,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_timeout_leaves_the_connection_open_but_not_reusable() {
+    async fn a_timeout_leaves_the_connection_open_but_not_reusable_until_the_late_answer() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             let first = read_request(&mut stream).await.expect("request");
             let second = read_request(&mut stream).await.expect("request");
@@ -1830,11 +1837,12 @@ mod tests {
             !connection.is_reusable(),
             "a timed-out connection is handed out again"
         );
-        // A request already holding the connection still gets its answer.
+        // A request already holding the connection still gets its answer, after the late one;
+        // with the late answer in, the connection is reusable again.
         let response = metadata(&connection, "after").await.expect("response");
         assert_eq!(topic_of(&response), "after");
         assert!(!connection.is_closed());
-        assert!(!connection.is_reusable());
+        assert!(connection.is_reusable());
         drop(connection);
         broker.await.expect("broker");
     }
@@ -1867,6 +1875,31 @@ mod tests {
             }
         });
         (addr, accepted)
+    }
+
+    /// A request dropped by its caller's own, shorter deadline: its answer is overdue once the
+    /// connection's request timeout has passed, and the connection is not handed out then.
+    #[tokio::test]
+    async fn an_abandoned_request_makes_the_connection_unreusable_once_its_answer_is_overdue() {
+        let (addr, _accepted) = broker_silent_on_its_first_connection().await;
+        let config = ConnectionConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ConnectionConfig::default()
+        };
+        let connection = Connection::connect(&addr, &config).await.expect("connect");
+        let cut = tokio::time::timeout(
+            Duration::from_millis(20),
+            metadata(&connection, "abandoned"),
+        )
+        .await;
+        assert!(cut.is_err(), "the silent broker answered");
+        assert!(connection.is_reusable(), "not overdue yet");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            !connection.is_reusable(),
+            "an overdue answer is outstanding"
+        );
+        assert!(!connection.is_closed());
     }
 
     #[tokio::test]

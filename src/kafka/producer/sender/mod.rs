@@ -322,6 +322,7 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
     let broker = connection.broker().to_owned();
     let timeout = shared.config.request_timeout;
     async move {
+        let mut on_the_wire = false;
         let exchange = async {
             if let Some(previous) = previous {
                 // Err: the previous request was dropped; it is not waited for either.
@@ -332,11 +333,27 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
                 .queue::<_, ProduceResponse>(ApiKey::Produce, version, &request)
                 .await;
             drop(queued);
-            sent?.response().await
+            let sent = sent?;
+            on_the_wire = true;
+            sent.response().await
         };
         let result = match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(ClientError::Timeout(timeout)),
+            Err(_) => {
+                if on_the_wire {
+                    // The broker answers in order: every later request on this connection
+                    // would wait behind the lost answer. Closed, as Java's client closes it,
+                    // so the requests under way on it fail now and every batch is retried, in
+                    // order, on a new connection.
+                    debug!(
+                        broker = connection.broker(),
+                        ?timeout,
+                        "Produce answer overdue; closing the connection"
+                    );
+                    connection.close();
+                }
+                Err(ClientError::Timeout(timeout))
+            }
         };
         Work::Produced {
             node,
