@@ -663,4 +663,8 @@ async fn an_unanswered_produce_is_sent_again_on_a_new_connection() {
         produce[1].decode::<ProduceRequest>().unwrap().topic_data,
         "the same batch, byte for byte, with its sequence"
     );
+    assert_ne!(
+        produce[0].connection, produce[1].connection,
+        "sent again on a new connection"
+    );
 }

@@ -105,8 +105,8 @@ impl ClusterLink {
         self.bootstrap.close();
     }
 
-    /// Runs `request` on a live connection (a request that times out marks its connection
-    /// stale, so the next call connects again: [`Connection::is_reusable`]).
+    /// Runs `request` on a live connection (while an answer on it is overdue, a request that
+    /// timed out, the next call connects again: [`Connection::is_reusable`]).
     ///
     /// # Cancel safety
     ///

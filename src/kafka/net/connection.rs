@@ -1040,6 +1040,25 @@ impl Connection {
         }
     }
 
+    /// Closes the connection because the answer to a request of `key` was still outstanding
+    /// after `waited` (a Produce, whose caller keeps its own timeout), as Java's clients close
+    /// a connection whose request timed out: every waiting request fails at once with a
+    /// [`ClientError::Connection`] that says so, and their callers retry on a new connection
+    /// instead of queueing behind the lost answer.
+    pub(crate) fn close_overdue(&self, key: ApiKey, waited: Duration) {
+        self.inner.shared.close(CloseReason::Io {
+            kind: io::ErrorKind::TimedOut,
+            message: format!(
+                "no answer to a {} request within {waited:?}; the requests behind it on this \
+                 connection are retried on a new one",
+                api_name(key)
+            ),
+        });
+        for task in &self.inner.tasks {
+            task.abort();
+        }
+    }
+
     /// True once the connection is closed; every later request fails at once.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.shared.lock().closed.is_some()
@@ -1837,8 +1856,8 @@ mod tests {
             !connection.is_reusable(),
             "a timed-out connection is handed out again"
         );
-        // A request already holding the connection still gets its answer, after the late one;
-        // with the late answer in, the connection is reusable again.
+        // A request sent anyway still gets its answer, after the late one; with the late
+        // answer in, the connection is reusable again.
         let response = metadata(&connection, "after").await.expect("response");
         assert_eq!(topic_of(&response), "after");
         assert!(!connection.is_closed());
@@ -1883,7 +1902,7 @@ mod tests {
     async fn an_abandoned_request_makes_the_connection_unreusable_once_its_answer_is_overdue() {
         let (addr, _accepted) = broker_silent_on_its_first_connection().await;
         let config = ConnectionConfig {
-            request_timeout: Duration::from_millis(200),
+            request_timeout: Duration::from_secs(1),
             ..ConnectionConfig::default()
         };
         let connection = Connection::connect(&addr, &config).await.expect("connect");
@@ -1894,7 +1913,7 @@ mod tests {
         .await;
         assert!(cut.is_err(), "the silent broker answered");
         assert!(connection.is_reusable(), "not overdue yet");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         assert!(
             !connection.is_reusable(),
             "an overdue answer is outstanding"

@@ -322,8 +322,7 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
     let broker = connection.broker().to_owned();
     let timeout = shared.config.request_timeout;
     async move {
-        let mut on_the_wire = false;
-        let exchange = async {
+        let on_the_wire = async {
             if let Some(previous) = previous {
                 // Err: the previous request was dropped; it is not waited for either.
                 let _ = previous.await;
@@ -333,27 +332,24 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
                 .queue::<_, ProduceResponse>(ApiKey::Produce, version, &request)
                 .await;
             drop(queued);
-            let sent = sent?;
-            on_the_wire = true;
-            sent.response().await
+            sent
         };
-        let result = match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => {
-                if on_the_wire {
+        // Each step within the request timeout; the answer's from when the request went out,
+        // as Java's client counts it.
+        let result = match tokio::time::timeout(timeout, on_the_wire).await {
+            Err(_) => Err(ClientError::Timeout(timeout)),
+            Ok(Err(error)) => Err(error),
+            Ok(Ok(sent)) => match tokio::time::timeout(timeout, sent.response()).await {
+                Ok(result) => result,
+                Err(_) => {
                     // The broker answers in order: every later request on this connection
-                    // would wait behind the lost answer. Closed, as Java's client closes it,
-                    // so the requests under way on it fail now and every batch is retried, in
-                    // order, on a new connection.
-                    debug!(
-                        broker = connection.broker(),
-                        ?timeout,
-                        "Produce answer overdue; closing the connection"
-                    );
-                    connection.close();
+                    // would wait behind the lost answer. Closed, as Java's client closes it:
+                    // the requests under way on it fail now and their batches are retried,
+                    // in order, on a new connection.
+                    connection.close_overdue(ApiKey::Produce, timeout);
+                    Err(ClientError::Timeout(timeout))
                 }
-                Err(ClientError::Timeout(timeout))
-            }
+            },
         };
         Work::Produced {
             node,
