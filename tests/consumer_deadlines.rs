@@ -175,3 +175,49 @@ async fn a_metadata_request_that_timed_out_is_asked_again_on_a_new_connection() 
     );
     assert!(broker.count(ApiKey::Metadata) >= 2);
 }
+
+/// A ShareGroupDescribe slower than the membership's short wait for it (the heartbeat interval)
+/// is given up by the membership, not counted overdue by the connection: the heartbeats go on on
+/// the same coordinator connection (behind the slow answer) instead of looking the coordinator up
+/// again on a new connection after every describe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_group_describe_does_not_make_the_member_reconnect() {
+    use kafka_protocol::messages::{ShareGroupDescribeRequest, ShareGroupDescribeResponse};
+    use kafka_protocol::protocol::Message;
+
+    let broker = FakeBroker::start().await;
+    broker.add_topic("orders", 1);
+    broker.set_heartbeat_interval(Duration::from_millis(200));
+    let versions = ShareGroupDescribeRequest::VERSIONS;
+    broker.advertise(ApiKey::ShareGroupDescribe, versions.min, versions.max);
+    broker.on(ApiKey::ShareGroupDescribe, |r| {
+        let answer = Reply::message(&ShareGroupDescribeResponse::default(), r.version());
+        Reply::Delay(Duration::from_millis(1200), Box::new(answer))
+    });
+    let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
+    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribes");
+    let _ = consumer.poll(POLL).await;
+    broker
+        .wait_for(ApiKey::ShareGroupDescribe, 1, Duration::from_secs(10))
+        .await;
+    let connections = broker.connections();
+    let heartbeats = broker.count(ApiKey::ShareGroupHeartbeat);
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let _ = consumer.poll(POLL).await;
+    }
+    assert!(
+        broker.count(ApiKey::ShareGroupHeartbeat) > heartbeats,
+        "the member kept heartbeating"
+    );
+    assert_eq!(
+        broker.connections(),
+        connections,
+        "new connections after slow describes ({} describes)",
+        broker.count(ApiKey::ShareGroupDescribe)
+    );
+}

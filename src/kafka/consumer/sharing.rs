@@ -138,6 +138,10 @@ pub(crate) fn count(group_id: &str, response: ShareGroupDescribeResponse) -> Out
 }
 
 /// Describes `group_id` through its coordinator, waiting at most `within` for the answer.
+///
+/// `within` is this caller's patience, not the request's timeout: an answer slower than it is
+/// given up here, but the connection counts it overdue (and the heartbeat moves to a new
+/// connection) only past the connection's request timeout, as for any request.
 pub(crate) async fn describe(
     coordinator: &Connection,
     group_id: &str,
@@ -150,14 +154,15 @@ pub(crate) async fn describe(
         Ok(version) => version,
         Err(e) => return Outcome::Refused(e.to_string()),
     };
-    let answer: Result<ShareGroupDescribeResponse, ClientError> = coordinator
-        .request_with_timeout(
-            ApiKey::ShareGroupDescribe,
-            version,
-            &request(group_id),
-            within,
-        )
-        .await;
+    let asked = coordinator.request::<_, ShareGroupDescribeResponse>(
+        ApiKey::ShareGroupDescribe,
+        version,
+        &request(group_id),
+    );
+    let answer = match tokio::time::timeout(within, asked).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ClientError::Timeout(within)),
+    };
     match answer {
         Ok(response) => count(group_id, response),
         Err(e) => Outcome::Failed(e.to_string()),
