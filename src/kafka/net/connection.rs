@@ -1004,7 +1004,7 @@ impl Connection {
     ///
     /// `req` is encoded when this is called, so the returned future does not borrow it.
     /// Errors: [`ClientError::Timeout`] (the connection stays open for the requests under
-    /// way, but is no longer [reusable](Self::is_reusable)),
+    /// way, but is not [reusable](Self::is_reusable) until the late answer arrives),
     /// [`ClientError::Protocol`] when the request cannot be encoded (the connection stays
     /// usable), [`ProtocolError::Garbled`] when its response, or the bytes read before it,
     /// cannot be decoded (the connection is closed), [`ClientError::Connection`] when the
