@@ -32,13 +32,18 @@ async fn setup_scripted(script: impl FnOnce(&FakeBroker)) -> (FakeBroker, KafkaS
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 2);
     script(&broker);
-    let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
+    let consumer = subscribed(KafkaShareConsumerConfig::new(broker.addr(), "g")).await;
+    (broker, consumer)
+}
+
+/// A consumer connected with `config` and subscribed to `orders`.
+async fn subscribed(config: KafkaShareConsumerConfig) -> KafkaShareConsumer {
     let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
     consumer
         .subscribe(vec!["orders".to_owned()])
         .await
         .expect("subscribes");
-    (broker, consumer)
+    consumer
 }
 
 /// Polls `n` times, each within its timeout plus the slack; returns how many errors came.
@@ -86,14 +91,7 @@ async fn a_silent_heartbeat_does_not_hold_up_poll() {
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     broker.on(ApiKey::ShareGroupHeartbeat, |_| Reply::Never);
-    let mut consumer =
-        KafkaShareConsumer::connect(KafkaShareConsumerConfig::new(broker.addr(), "g"))
-            .await
-            .expect("connects");
-    consumer
-        .subscribe(vec!["orders".to_owned()])
-        .await
-        .expect("subscribes");
+    let mut consumer = subscribed(KafkaShareConsumerConfig::new(broker.addr(), "g")).await;
     assert_eq!(polls_keep_their_deadline(&mut consumer, 3).await, 0);
 }
 
@@ -157,11 +155,7 @@ async fn a_metadata_request_that_timed_out_is_asked_again_on_a_new_connection() 
     });
     let config = KafkaShareConsumerConfig::new(broker.addr(), "g")
         .request_timeout(Duration::from_millis(700));
-    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
-    consumer
-        .subscribe(vec!["orders".to_owned()])
-        .await
-        .expect("subscribes");
+    let mut consumer = subscribed(config).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut records = 0;
     while records == 0 && Instant::now() < deadline {
@@ -194,12 +188,7 @@ async fn a_slow_group_describe_does_not_make_the_member_reconnect() {
         let answer = Reply::message(&ShareGroupDescribeResponse::default(), r.version());
         Reply::Delay(Duration::from_millis(1200), Box::new(answer))
     });
-    let config = KafkaShareConsumerConfig::new(broker.addr(), "g");
-    let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
-    consumer
-        .subscribe(vec!["orders".to_owned()])
-        .await
-        .expect("subscribes");
+    let mut consumer = subscribed(KafkaShareConsumerConfig::new(broker.addr(), "g")).await;
     let _ = consumer.poll(POLL).await;
     broker
         .wait_for(ApiKey::ShareGroupDescribe, 1, Duration::from_secs(10))

@@ -587,6 +587,20 @@ async fn ready_reports_a_full_buffer_after_max_block_and_returns_once_records_ar
     }
 }
 
+/// A producer with `config` whose requests time out after 500 ms.
+async fn impatient(config: KafkaProducerConfig) -> KafkaProducer {
+    KafkaProducer::connect(config.request_timeout(Duration::from_millis(500)))
+        .await
+        .expect("connect")
+}
+
+/// `future`'s output, which must come within 20 s.
+async fn within_20_s<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .expect("done within 20 s")
+}
+
 /// An InitProducerId the broker never answers, for an idempotent producer (which asks it on
 /// the cluster-wide connection): the attempt times out, that connection is left behind (a
 /// broker answers in order, later requests would wait behind it) and the next attempt gets a
@@ -595,17 +609,10 @@ async fn ready_reports_a_full_buffer_after_max_block_and_returns_once_records_ar
 async fn an_unanswered_init_producer_id_is_asked_again_on_a_new_connection() {
     let broker = broker(None).await;
     broker.once(ApiKey::InitProducerId, |_| Reply::Never);
-    let producer = KafkaProducer::connect(
-        config(&broker)
-            .idempotence(true)
-            .request_timeout(Duration::from_millis(500)),
-    )
-    .await
-    .expect("connect");
+    let producer = impatient(config(&broker).idempotence(true)).await;
     let sent = producer.send(record(0, "a")).expect("queued");
-    tokio::time::timeout(Duration::from_secs(20), sent)
+    within_20_s(sent)
         .await
-        .expect("delivered or failed within 20 s")
         .expect("written with the producer id of the second attempt");
     assert_eq!(broker.count(ApiKey::InitProducerId), 2);
 }
@@ -616,16 +623,9 @@ async fn an_unanswered_init_producer_id_is_asked_again_on_a_new_connection() {
 async fn an_unanswered_find_coordinator_is_asked_again_on_a_new_connection() {
     let broker = broker(Some(2)).await;
     broker.once(ApiKey::FindCoordinator, |_| Reply::Never);
-    let producer = KafkaProducer::connect(
-        config(&broker)
-            .transactional_id("faults")
-            .request_timeout(Duration::from_millis(500)),
-    )
-    .await
-    .expect("connect");
-    tokio::time::timeout(Duration::from_secs(20), producer.init_transactions())
+    let producer = impatient(config(&broker).transactional_id("faults")).await;
+    within_20_s(producer.init_transactions())
         .await
-        .expect("init_transactions returned within 20 s")
         .expect("initialised after asking again");
     assert_eq!(broker.count(ApiKey::FindCoordinator), 2);
 }
@@ -638,24 +638,14 @@ async fn an_unanswered_find_coordinator_is_asked_again_on_a_new_connection() {
 async fn an_unanswered_produce_is_sent_again_on_a_new_connection() {
     let broker = broker(None).await;
     broker.once(ApiKey::Produce, |_| Reply::Never);
-    let producer = KafkaProducer::connect(
-        config(&broker)
-            .idempotence(true)
-            .request_timeout(Duration::from_millis(500)),
-    )
-    .await
-    .expect("connect");
+    let producer = impatient(config(&broker).idempotence(true)).await;
     let first = producer.send(record(0, "a")).expect("queued");
-    tokio::time::timeout(Duration::from_secs(20), first)
+    within_20_s(first)
         .await
-        .expect("delivered or failed within 20 s")
         .expect("written by a later attempt");
     // Later records to the same leader go through too, not behind the lost answer.
     let second = producer.send(record(1, "b")).expect("queued");
-    tokio::time::timeout(Duration::from_secs(20), second)
-        .await
-        .expect("delivered or failed within 20 s")
-        .expect("written");
+    within_20_s(second).await.expect("written");
     let produce = broker.requests_of(ApiKey::Produce);
     assert!(produce.len() >= 2, "{} Produce requests", produce.len());
     assert_eq!(
