@@ -757,6 +757,28 @@ async fn consumer_follows_the_leader_when_its_broker_crashes() {
     broker_goes_away("broker_crashes", "kill-node").await;
 }
 
+/// The consumer was given one bootstrap address, the leader's broker, and that broker stops:
+/// the consumer asks the brokers the cluster's metadata named for the new leader (and its
+/// group coordinator), as Java's clients do, instead of dialling the stopped address forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the multi-broker cluster of scripts/kafka.sh; scripts/test.sh runs it"]
+async fn consumer_bootstrapped_through_one_broker_goes_on_when_it_stops() {
+    broker_goes_away("only_bootstrap_stops", "stop-node").await;
+}
+
+/// The `host:port` node `id` of the cluster of `scripts/kafka.sh` listens on.
+fn node_address(id: i32) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join(format!("target/kafka/cluster/node-{id}/server.properties"));
+    let properties = std::fs::read_to_string(&file).expect("the node's server.properties");
+    properties
+        .lines()
+        .find_map(|line| line.strip_prefix("listeners=PLAINTEXT://"))
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no PLAINTEXT listener in {}", file.display()))
+        .to_owned()
+}
+
 /// Consumes half the records, holds one poll's acknowledgements, takes the leader's broker
 /// away with `scripts/kafka.sh <how>`, commits, produces as many again and consumes to the end.
 async fn broker_goes_away(test: &str, how: &str) {
@@ -780,7 +802,13 @@ async fn broker_goes_away(test: &str, how: &str) {
     let mut producer = Producer::new(&c.bootstrap, &topic, 1).await;
     producer.produce(0, BATCH).await;
 
-    let mut consumer = consumer(&c.bootstrap, &group, &topic, 10).await;
+    // One test gives the consumer the broker that goes away as its only bootstrap address.
+    let consumer_bootstrap = if test == "only_bootstrap_stops" {
+        node_address(victim)
+    } else {
+        c.bootstrap.clone()
+    };
+    let mut consumer = consumer(&consumer_bootstrap, &group, &topic, 10).await;
     let mut ledger = Ledger::new(&topic);
     let deadline = Instant::now() + TEST_DEADLINE;
     while ledger.accepted.len() < BATCH / 2 && Instant::now() < deadline {

@@ -9,14 +9,16 @@
 //!   No I/O.
 //! - [`security`]: TLS and SASL settings, the rustls configuration and the SASL mechanisms.
 //! - [`net`]: one TCP connection to one broker with pipelined requests (over TLS and with
-//!   SASL when asked), and the bootstrap list.
+//!   SASL when asked), and the addresses a cluster-wide connection is made to (the brokers
+//!   the last Metadata named, then the bootstrap list).
 //! - [`session`]: the share-session bookkeeping as a plain state machine (epochs per leader,
 //!   partitions to add and forget, acknowledgements pending, in flight and answered) and the
 //!   extraction of acquired records from a fetch answer. No I/O, no clock of its own.
 //! - [`cluster`]: the one Metadata request and its answer as a typed snapshot (brokers,
 //!   topics, partition leaders), shared by every client below; the cluster-wide connection
-//!   of the admin client, the producer, the log reader and the dead-letter queue
-//!   (`ClusterLink`); their connections to the leaders by node id.
+//!   of the share consumer, the admin client, the producer, the log reader and the
+//!   dead-letter queue (`ClusterLink`), reconnecting to the brokers the last answer named;
+//!   the producer's and reader's connections to the leaders by node id.
 //! - [`engine`]: the background task that drives the session core against the connections.
 //! - [`consumer`]: the public [`KafkaShareConsumer`], its config and its group membership.
 //! - [`admin`]: the public [`KafkaAdmin`](crate::KafkaAdmin).

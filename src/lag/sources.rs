@@ -8,6 +8,7 @@ use super::{LagSource, PartitionLag};
 use crate::embedded::EmbeddedBroker;
 use crate::error::BoxError;
 use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::ConnectionConfig;
 
 /// DescribeShareGroupOffsets (v1 carries the lag: Kafka 4.4, KIP-1226), to the group's
@@ -37,16 +38,17 @@ impl LagSource for EmbeddedBroker {
 /// after a read fails.
 #[derive(Debug)]
 pub(crate) struct KafkaLagSource {
-    servers: String,
+    addresses: Addresses,
     config: ConnectionConfig,
     admin: Mutex<Option<KafkaAdmin>>,
 }
 
 impl KafkaLagSource {
-    /// Reads through `servers` (the bootstrap list) with `config`; connects at the first read.
-    pub(crate) fn new(servers: String, config: ConnectionConfig) -> Self {
+    /// Reads through `addresses` (the consumer's: the brokers it knows, then the bootstrap
+    /// list) with `config`; connects at the first read.
+    pub(crate) fn new(addresses: Addresses, config: ConnectionConfig) -> Self {
         Self {
-            servers,
+            addresses,
             config,
             admin: Mutex::new(None),
         }
@@ -59,12 +61,12 @@ impl LagSource for KafkaLagSource {
         let mut admin = self.admin.lock().await;
         let connected = match admin.take() {
             Some(connected) => connected,
-            None => KafkaAdmin::open(&self.servers, self.config.clone())
+            None => KafkaAdmin::open(&self.addresses.current(), self.config.clone())
                 .await
                 .map_err(|failure| failure.into_admin("share_group_lag"))?,
         };
         let read = connected.share_group_lag(group).await;
-        // After a failure the next read starts from the bootstrap list again.
+        // After a failure the next read connects again, where the consumer would.
         if read.is_ok() {
             *admin = Some(connected);
         }

@@ -156,7 +156,8 @@ impl KafkaAdmin {
         }
         // Every broker applies the change on its own: until the old leader has, it still takes
         // fetches and acknowledgements for the partition. Wait until each live broker knows.
-        let brokers = metadata::request(&connection, Some(&[]), ANY_VERSION)
+        let brokers = self
+            .metadata_on(&connection, Some(&[]), ANY_VERSION)
             .await?
             .brokers;
         for address in brokers.into_values() {

@@ -44,7 +44,9 @@ impl KafkaAdmin {
     pub async fn broker_ids(&self) -> Result<Vec<i32>, AdminError> {
         self.call("broker_ids", async {
             let connection = self.connection().await?;
-            let snapshot = request(&connection, Some(&[]), ANY_VERSION).await?;
+            let snapshot = self
+                .metadata_on(&connection, Some(&[]), ANY_VERSION)
+                .await?;
             Ok(snapshot.brokers.into_keys().collect())
         })
         .await
@@ -68,7 +70,9 @@ impl KafkaAdmin {
     /// [`Self::partitions`], before the failure is named.
     pub(super) async fn placements(&self, topic: &str) -> Result<Vec<PartitionPlacement>, Failure> {
         let connection = self.connection().await?;
-        let snapshot = request(&connection, Some(&[topic]), ANY_VERSION).await?;
+        let snapshot = self
+            .metadata_on(&connection, Some(&[topic]), ANY_VERSION)
+            .await?;
         let found = known_topic(&connection, &snapshot, topic)?;
         Ok(found
             .partitions
@@ -78,8 +82,23 @@ impl KafkaAdmin {
     }
 }
 
+impl KafkaAdmin {
+    /// [`metadata::fetch`] for an admin call on `connection` (a timeout names Metadata). The
+    /// answer's brokers are where the admin client reconnects first.
+    pub(super) async fn metadata_on(
+        &self,
+        connection: &Connection,
+        topics: Option<&[&str]>,
+        ours: VersionRange,
+    ) -> Result<Snapshot, Failure> {
+        let snapshot = request(connection, topics, ours).await?;
+        self.link.addresses().learn(snapshot.brokers.values());
+        Ok(snapshot)
+    }
+}
+
 /// [`metadata::fetch`] for an admin call: a timeout names Metadata.
-pub(super) async fn request(
+async fn request(
     connection: &Connection,
     topics: Option<&[&str]>,
     ours: VersionRange,

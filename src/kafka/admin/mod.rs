@@ -86,8 +86,8 @@ use crate::kafka::net::connection::{Connection, ConnectionConfig};
 /// ```
 #[derive(Debug)]
 pub struct KafkaAdmin {
-    /// The connection, reopened through the bootstrap list, then the brokers learnt from
-    /// Metadata, when it closed or an answer on it is overdue (a request timed out).
+    /// The connection, reopened when it closed or an answer on it is overdue (a request timed
+    /// out): to the brokers of the last Metadata answer, then the bootstrap servers.
     link: ClusterLink,
     /// The controller id the Metadata of `connect` reported (in KRaft, a random live broker).
     controller_id: i32,
@@ -169,7 +169,7 @@ impl KafkaAdmin {
             .connection()
             .await
             .map_err(|source| Failure::Connect {
-                bootstrap: self.link.servers().to_owned(),
+                bootstrap: self.link.servers(),
                 source,
             })
     }

@@ -286,7 +286,9 @@ impl KafkaAdmin {
     /// The partitions of `topic` by leader, with a new connection to each leader.
     async fn leaders(&self, topic: &str) -> Result<Leaders, Failure> {
         let connection = self.connection().await?;
-        let snapshot = metadata::request(&connection, Some(&[topic]), ANY_VERSION).await?;
+        let snapshot = self
+            .metadata_on(&connection, Some(&[topic]), ANY_VERSION)
+            .await?;
         let found = metadata::known_topic(&connection, &snapshot, topic)?;
         let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
         for (index, p) in &found.partitions {

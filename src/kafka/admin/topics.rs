@@ -244,7 +244,9 @@ impl KafkaAdmin {
     ) -> Result<HashMap<String, [u8; 16]>, AdminError> {
         self.call("topic_ids", async {
             let connection = self.connection().await?;
-            let snapshot = metadata::request(&connection, Some(topics), WITH_TOPIC_IDS).await?;
+            let snapshot = self
+                .metadata_on(&connection, Some(topics), WITH_TOPIC_IDS)
+                .await?;
             let mut ids = HashMap::with_capacity(topics.len());
             for name in topics {
                 let topic = metadata::known_topic(&connection, &snapshot, name)?;

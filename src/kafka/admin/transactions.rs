@@ -10,7 +10,7 @@ use tracing::debug;
 use kafka_protocol::messages::{ApiKey, ListTransactionsRequest, ListTransactionsResponse};
 use kafka_protocol::protocol::{Message, StrBytes};
 
-use super::{AdminError, Failure, KafkaAdmin, metadata, negotiate, send};
+use super::{AdminError, Failure, KafkaAdmin, negotiate, send};
 use crate::kafka::cluster::metadata::ANY_VERSION;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::ConnectionError;
@@ -52,7 +52,9 @@ impl KafkaAdmin {
     pub(crate) async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, AdminError> {
         self.call("transactional_ids", async {
             let connection = self.connection().await?;
-            let snapshot = metadata::request(&connection, Some(&[]), ANY_VERSION).await?;
+            let snapshot = self
+                .metadata_on(&connection, Some(&[]), ANY_VERSION)
+                .await?;
             let mut ids = BTreeSet::new();
             for address in snapshot.brokers.values() {
                 ids.extend(self.list_retrying(address, prefix).await?);

@@ -1,5 +1,6 @@
-//! [`ClusterLink`]: the connection for cluster-wide requests of the admin client, the producer,
-//! the log reader and the dead-letter queue, and their one way to ask Metadata.
+//! [`ClusterLink`]: the connection for cluster-wide requests of the share consumer, the admin
+//! client, the producer, the log reader and the dead-letter queue, and their one way to ask
+//! Metadata.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,13 +9,16 @@ use tracing::debug;
 
 use super::metadata::{self, ANY_VERSION, Snapshot};
 use crate::kafka::error::ClientError;
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// A connection to any broker of the cluster, made through the bootstrap servers and the
-/// brokers the first Metadata named, made again when it closed or a request on it timed out
-/// (a broker answers in order: later requests would wait behind the lost answer; Java's
-/// clients close such a connection).
+/// A connection to any broker of the cluster. The first is made through the bootstrap
+/// servers. It is made again when it closed or a request on it timed out (a broker answers in
+/// order: later requests would wait behind the lost answer; Java's clients close such a
+/// connection), to the brokers the last Metadata answer named, then the bootstrap servers
+/// ([`Addresses`]): a bootstrap server that goes away leaves the client the rest of the
+/// cluster.
 #[derive(Debug)]
 pub(crate) struct ClusterLink {
     bootstrap: Bootstrap,
@@ -39,7 +43,7 @@ impl From<OpenFailure> for ClientError {
 
 impl ClusterLink {
     /// Connects to the first server of `servers` (comma-separated `host:port`) that answers
-    /// and asks it for the cluster's brokers, which later connections may also use. Returns
+    /// and asks it for the cluster's brokers, which later connections try first. Returns
     /// that first Metadata answer too.
     ///
     /// # Cancel safety
@@ -55,25 +59,46 @@ impl ClusterLink {
         let snapshot = metadata::fetch(&connection, Some(&[]), ANY_VERSION)
             .await
             .map_err(OpenFailure::Metadata)?;
-        let mut addresses = servers.to_owned();
-        for address in snapshot.brokers.values() {
-            addresses.push(',');
-            addresses.push_str(address);
-        }
         debug!(
             broker = connection.broker(),
             brokers = snapshot.brokers.len(),
             "connected to the cluster"
         );
+        let addresses = Addresses::new(servers);
+        addresses.learn(snapshot.brokers.values());
         let link = Self {
             bootstrap: Bootstrap::adopt(addresses, config, connection),
         };
         Ok((link, snapshot))
     }
 
-    /// The addresses a new connection is made to, comma-separated.
-    pub(crate) fn servers(&self) -> &str {
-        self.bootstrap.servers()
+    /// Connects to the first server of `servers` that answers, and asks nothing yet: the
+    /// share consumer's link, which learns the brokers from its engine's Metadata answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection made so far closes when the future is dropped.
+    pub(crate) async fn connect(
+        servers: &str,
+        config: ConnectionConfig,
+    ) -> Result<Self, ClientError> {
+        let connection = Connection::connect_any(servers, &config).await?;
+        Ok(Self {
+            bootstrap: Bootstrap::adopt(Addresses::new(servers), config, connection),
+        })
+    }
+
+    /// The addresses a new connection is made to, comma-separated: the brokers of the last
+    /// Metadata answer, then the bootstrap servers.
+    pub(crate) fn servers(&self) -> String {
+        self.bootstrap.addresses().current()
+    }
+
+    /// The addresses new connections are made to, shared: what learns of the brokers from its
+    /// own Metadata answers (the share consumer's engine) tells the link, and what connects on
+    /// its own (the consumer's group-config and lag readers) connects where the link would.
+    pub(crate) fn addresses(&self) -> &Addresses {
+        self.bootstrap.addresses()
     }
 
     /// The settings of the connections.
@@ -126,10 +151,13 @@ impl ClusterLink {
     ///
     /// Cancel safe: it only reads.
     pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Snapshot, ClientError> {
-        self.with(
-            |connection| async move { metadata::fetch(&connection, topics, ANY_VERSION).await },
-        )
-        .await
+        let snapshot = self
+            .with(
+                |connection| async move { metadata::fetch(&connection, topics, ANY_VERSION).await },
+            )
+            .await?;
+        self.addresses().learn(snapshot.brokers.values());
+        Ok(snapshot)
     }
 }
 

@@ -4,9 +4,10 @@
 //!   [`Snapshot`](metadata::Snapshot): the brokers by id, the topics by name with the leader,
 //!   leader epoch and error of each partition, and the leader lookups the clients share.
 //! - [`link`]: [`ClusterLink`](link::ClusterLink), the connection for cluster-wide requests
-//!   (Metadata, FindCoordinator, InitProducerId, the admin calls) of the admin client, the
-//!   producer, the log reader and the dead-letter queue, made again when it closed or an
-//!   answer on it is overdue (a request timed out).
+//!   (Metadata, FindCoordinator, InitProducerId, the admin calls) of the share consumer, the
+//!   admin client, the producer, the log reader and the dead-letter queue, made again when it
+//!   closed or an answer on it is overdue (a request timed out), to the brokers the last
+//!   Metadata answer named first, then the bootstrap servers.
 //! - [`pool`]: connections to the brokers by node id, made on demand from the addresses of
 //!   the last answer (the producer's and the log reader's leaders).
 //!

@@ -46,6 +46,7 @@ use crate::kafka::cluster::metadata;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, check};
 use crate::kafka::error::{BrokerError, ProtocolError};
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::time::deadline_after;
 
@@ -357,8 +358,9 @@ pub(crate) fn judge(facts: &DeadLetterFacts) -> (BrokerDeadLetterQueue, Option<S
 /// Where to read the settings of which group.
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
-    /// The bootstrap list.
-    pub(crate) servers: String,
+    /// Where to connect: the consumer's addresses (the brokers it knows, then the bootstrap
+    /// list).
+    pub(crate) addresses: Addresses,
     /// The settings of the connections.
     pub(crate) config: ConnectionConfig,
     /// The share group.
@@ -368,7 +370,7 @@ pub(crate) struct Source {
 /// Reads the group's settings (see the module docs). Never fails: what cannot be read is left
 /// unknown, and why is logged at debug level.
 pub(crate) async fn read(source: &Source) -> Reading {
-    let connection = match Connection::connect_any(&source.servers, &source.config).await {
+    let connection = match source.addresses.connect(&source.config).await {
         Ok(connection) => connection,
         Err(error) => {
             debug!(

@@ -32,13 +32,13 @@ use crate::consumer::{
     CallbackSlot, CommitResults, ConsumerCapabilities, ConsumerCapability, ConsumerError,
     GroupMetadata, PendingCommit, ShareConsumer, normalize_subscription,
 };
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::engine::channel::PartitionCounts;
 use crate::kafka::engine::requests::RequestCounts;
 use crate::kafka::engine::sizing::{SinkPace, Sizing};
 use crate::kafka::engine::{Command, EngineConfig, EngineHandle};
 use crate::kafka::error::{ClientError, ConnectionError, ProtocolError};
 use crate::kafka::net::backoff::{ConnectionCounts, Dialer};
-use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::security::SecurityContext;
 use crate::kafka::session::acks::{self, AckRange, RENEW};
@@ -228,9 +228,11 @@ impl KafkaShareConsumer {
             ..ConnectionConfig::default()
         };
         let dialer = Arc::clone(&connection_config.dialer);
-        let bootstrap =
-            Arc::new(Bootstrap::connect(&config.bootstrap, connection_config.clone()).await?);
-        let first = bootstrap.get().await?;
+        // The engine's Metadata answers teach the link the brokers it reconnects to (before
+        // the bootstrap servers).
+        let link =
+            Arc::new(ClusterLink::connect(&config.bootstrap, connection_config.clone()).await?);
+        let first = link.connection().await?;
         first.negotiate(
             ApiKey::ShareGroupHeartbeat,
             kafka_protocol::messages::ShareGroupHeartbeatRequest::VERSIONS,
@@ -259,7 +261,7 @@ impl KafkaShareConsumer {
             .is_some_and(|(_, max)| max >= 2);
         // A dialer of its own: its connections are not the consumer's (ConnectionCounts).
         let lag_source = Arc::new(crate::lag::KafkaLagSource::new(
-            config.bootstrap.clone(),
+            link.addresses().clone(),
             ConnectionConfig {
                 dialer: Arc::new(Dialer::new(config.reconnect_backoff)),
                 ..connection_config.clone()
@@ -268,7 +270,7 @@ impl KafkaShareConsumer {
         // Bounded by the request timeout; what cannot be read stays unknown.
         let group_configs = GroupConfigWatch::start(
             Source {
-                servers: config.bootstrap.clone(),
+                addresses: link.addresses().clone(),
                 config: connection_config,
                 group_id: config.group_id.clone(),
             },
@@ -276,7 +278,7 @@ impl KafkaShareConsumer {
             config.request_timeout,
         )
         .await;
-        let membership = Membership::new(&config.group_id, Arc::clone(&bootstrap));
+        let membership = Membership::new(&config.group_id, Arc::clone(&link));
         let engine = EngineHandle::spawn(
             EngineConfig {
                 group_id: config.group_id.clone(),
@@ -300,7 +302,7 @@ impl KafkaShareConsumer {
                     max_bytes: config.acquisition_max_bytes,
                 }),
             },
-            bootstrap,
+            link,
             membership.view(),
         );
         Ok(Self {

@@ -57,6 +57,7 @@ use self::inbox::Inbox;
 use self::requests::RequestCounters;
 use self::sizing::{RecordBytes, Sizing, fair_share, fetch_bytes};
 use crate::consumer::{CommitResults, ConsumerError};
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
 use crate::kafka::consumer::max_poll_records::MaxPollRecords;
@@ -64,7 +65,6 @@ use crate::kafka::consumer::membership::MembershipView;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{ConnectionError, ProtocolError};
-use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::session::book::{
     FetchSettings, NodeId, PlanInput, Planned, SessionBook, SessionPartition, Ticket,
@@ -130,18 +130,18 @@ impl EngineHandle {
     /// Starts the engine task. Needs a tokio runtime.
     pub(crate) fn spawn(
         config: EngineConfig,
-        bootstrap: Arc<Bootstrap>,
+        link: Arc<ClusterLink>,
         membership: MembershipView,
     ) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (updates, inbox) = mpsc::unbounded_channel();
         let requests = Arc::new(RequestCounters::default());
-        let connection_config = bootstrap.config().clone();
+        let connection_config = link.config().clone();
         let engine = Engine {
             book: SessionBook::new(&config.group_id, &config.member_id),
             config,
             connection_config,
-            bootstrap,
+            link,
             membership,
             updates,
             requests: Arc::clone(&requests),
@@ -210,7 +210,8 @@ enum Event {
 struct Engine {
     config: EngineConfig,
     connection_config: ConnectionConfig,
-    bootstrap: Arc<Bootstrap>,
+    /// Metadata goes here; the brokers of each answer are the link's to reconnect to.
+    link: Arc<ClusterLink>,
     membership: MembershipView,
     /// To the consumer; dropped when the engine stops, which tells it so.
     updates: mpsc::UnboundedSender<Update>,
@@ -622,13 +623,16 @@ impl Engine {
 
     fn start_metadata(&mut self) {
         self.metadata_in_flight = true;
-        let bootstrap = Arc::clone(&self.bootstrap);
+        let link = Arc::clone(&self.link);
         let topics = self.subscription.clone();
         self.work.push(Box::pin(async move {
-            let result = match bootstrap.get().await {
+            let result = match link.connection().await {
                 Ok(conn) => fetch_metadata(conn, topics).await,
                 Err(e) => Err(e),
             };
+            if let Ok(cluster) = &result {
+                link.addresses().learn(cluster.brokers.values());
+            }
             Event::Metadata(result)
         }));
     }

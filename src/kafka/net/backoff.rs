@@ -302,6 +302,15 @@ impl Dialer {
         }
     }
 
+    /// Whether the last attempt to `addr` failed (it is in its backoff, or out of it with no
+    /// success since): a caller with other addresses to choose from tries those first, as
+    /// Java's clients pick a node that is not backing off.
+    pub(crate) fn failed_last(&self, addr: &str) -> bool {
+        self.lock()
+            .get(addr)
+            .is_some_and(|state| state.failures > 0)
+    }
+
     /// Records how an attempt to `addr` (`attempt`), or the re-authentication of an open
     /// connection to it (not `attempt`), ended.
     pub(crate) fn finish(&self, addr: &str, outcome: Outcome, attempt: bool) {
@@ -348,7 +357,7 @@ impl Dialer {
 }
 
 /// A uniform number in `[0, 1]` for the jitter (0.5 if the system has no randomness).
-fn random_unit() -> f64 {
+pub(crate) fn random_unit() -> f64 {
     let mut random = [0u8; 4];
     let rng = ring::rand::SystemRandom::new();
     match ring::rand::SecureRandom::fill(&rng, &mut random) {

@@ -1,20 +1,20 @@
 //! The connection for cluster-wide requests (Metadata, FindCoordinator, the admin client's
-//! calls), reopened through the bootstrap list whenever the broker has closed it (brokers
-//! close idle connections): the share consumer's, and the one inside
-//! [`ClusterLink`](crate::kafka::cluster::link::ClusterLink).
+//! calls), reopened whenever the broker has closed it (brokers close idle connections) through
+//! the cluster's [`Addresses`]: the brokers the last Metadata answer named, then the bootstrap
+//! servers. The one inside [`ClusterLink`](crate::kafka::cluster::link::ClusterLink).
 
 use std::sync::Mutex;
 
 use crate::kafka::error::ClientError;
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
-/// A lazily reopened connection to any broker of a list (the bootstrap servers, and for a
-/// [`ClusterLink`](crate::kafka::cluster::link::ClusterLink) the brokers its first Metadata
-/// named): the consumer's (shared with its heartbeat task), and the admin client's, the
-/// producer's, the log reader's and the dead-letter queue's through their links.
+/// A lazily reopened connection to any broker of the cluster's [`Addresses`]: the share
+/// consumer's, the admin client's, the producer's, the log reader's and the dead-letter
+/// queue's, through their [`ClusterLink`](crate::kafka::cluster::link::ClusterLink)s.
 #[derive(Debug)]
 pub(crate) struct Bootstrap {
-    servers: String,
+    addresses: Addresses,
     config: ConnectionConfig,
     current: Mutex<Option<Connection>>,
     /// Held while a new connection is made, so that callers who find the connection closed
@@ -24,27 +24,32 @@ pub(crate) struct Bootstrap {
 
 impl Bootstrap {
     /// Connects to the first bootstrap server that answers.
+    #[cfg(test)]
     pub(crate) async fn connect(
         servers: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
         let connection = Connection::connect_any(servers, &config).await?;
-        Ok(Self::adopt(servers.to_owned(), config, connection))
+        Ok(Self::adopt(Addresses::new(servers), config, connection))
     }
 
-    /// Keeps `connection`, already made, and reopens through `servers` when it closes.
-    pub(crate) fn adopt(servers: String, config: ConnectionConfig, connection: Connection) -> Self {
+    /// Keeps `connection`, already made, and reopens through `addresses` when it closes.
+    pub(crate) fn adopt(
+        addresses: Addresses,
+        config: ConnectionConfig,
+        connection: Connection,
+    ) -> Self {
         Self {
-            servers,
+            addresses,
             config,
             current: Mutex::new(Some(connection)),
             connecting: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// The addresses a new connection is made to, comma-separated.
-    pub(crate) fn servers(&self) -> &str {
-        &self.servers
+    /// The addresses a new connection is made to.
+    pub(crate) fn addresses(&self) -> &Addresses {
+        &self.addresses
     }
 
     /// Takes the current connection out, if there is one.
@@ -82,7 +87,7 @@ impl Bootstrap {
         if let Some(live) = self.live() {
             return Ok(live);
         }
-        let fresh = Connection::connect_any(&self.servers, &self.config).await?;
+        let fresh = self.addresses.connect(&self.config).await?;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh.clone());
         Ok(fresh)
     }

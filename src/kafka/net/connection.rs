@@ -572,7 +572,8 @@ impl Connection {
     }
 
     /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses)
-    /// that answers, trying them in order.
+    /// that answers, trying them in order, those whose last attempt failed last
+    /// ([`Dialer::failed_last`](crate::kafka::net::backoff::Dialer::failed_last)).
     ///
     /// With one address its error is returned as is. With several, an authentication failure
     /// or a security setting the broker does not match ends the search with that error (the
@@ -582,11 +583,14 @@ impl Connection {
         bootstrap: &str,
         config: &ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let addrs: Vec<&str> = bootstrap
+        let mut addrs: Vec<&str> = bootstrap
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
             .collect();
+        // Addresses whose last attempt failed go last (in their order): a broker that went
+        // away does not cost every reconnect its backoff and a failed attempt first.
+        addrs.sort_by_key(|addr| config.dialer.failed_last(addr));
         if let [addr] = addrs.as_slice() {
             return Self::connect(addr, config).await;
         }
@@ -1970,6 +1974,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reconnect_goes_to_the_learned_brokers_before_the_bootstrap_servers() {
+        use crate::kafka::net::bootstrap::Bootstrap;
+        let answering = || {
+            fake_broker(|mut stream| async move {
+                let _ = read_request(&mut stream).await;
+            })
+        };
+        // Each fake broker takes one connection, then listens no more.
+        let (bootstrap_server, _a) = answering().await;
+        let (learned, _b) = answering().await;
+        let bootstrap = Bootstrap::connect(&bootstrap_server, ConnectionConfig::default())
+            .await
+            .expect("connect");
+        bootstrap.addresses().learn(std::slice::from_ref(&learned));
+        bootstrap.close();
+        let again = bootstrap.get().await.expect("reconnect");
+        assert_eq!(again.broker(), learned);
+    }
+
+    #[tokio::test]
     async fn timeouts_of_duration_max_mean_no_timeout() {
         let (addr, broker) = fake_broker(|mut stream| async move {
             for _ in 0..2 {
@@ -2256,6 +2280,31 @@ mod tests {
             connect_error(" , ").await,
             ClientError::Config { .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn connect_any_tries_last_an_address_whose_last_attempt_failed() {
+        let answering = || {
+            fake_broker(|mut stream| async move {
+                let _ = read_request(&mut stream).await;
+            })
+        };
+        let closed = closed_port().await;
+        let config = ConnectionConfig::default();
+        let (addr, _broker) = answering().await;
+        let first = Connection::connect_any(&format!("{closed},{addr}"), &config)
+            .await
+            .expect("first");
+        assert_eq!(config.dialer.counts().attempts, 2);
+        first.close();
+        // The closed port failed last: the next list's other address is dialled first.
+        let (addr, _broker) = answering().await;
+        let again = Connection::connect_any(&format!("{closed},{addr}"), &config)
+            .await
+            .expect("again");
+        assert_eq!(again.broker(), addr);
+        let counts = config.dialer.counts();
+        assert_eq!((counts.attempts, counts.failures), (3, 1), "{counts:?}");
     }
 
     #[tokio::test]

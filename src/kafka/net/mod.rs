@@ -1,7 +1,9 @@
-//! Connections: one TCP connection to one broker with pipelined requests, the bootstrap
-//! list that hands out a live one, finding a coordinator, and the reconnect backoff that
-//! paces a client's connection attempts to each broker.
+//! Connections: one TCP connection to one broker with pipelined requests, the addresses a
+//! client reconnects to (the brokers the last Metadata named, then the bootstrap servers),
+//! the cluster-wide connection that hands out a live one, finding a coordinator, and the
+//! reconnect backoff that paces a client's connection attempts to each broker.
 
+pub(crate) mod addresses;
 pub(crate) mod backoff;
 pub(crate) mod bootstrap;
 pub(crate) mod connection;

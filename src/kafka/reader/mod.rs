@@ -100,7 +100,7 @@ const REFRESH_ON: &[&str] = &[
 /// ```
 #[derive(Debug)]
 pub struct KafkaLogReader {
-    /// Metadata, through a bootstrap connection it keeps alive.
+    /// Metadata, through a cluster-wide connection it keeps alive.
     link: ClusterLink,
     /// The leaders' connections.
     brokers: BrokerPool,

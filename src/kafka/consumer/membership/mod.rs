@@ -22,9 +22,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::broker_error;
-use crate::kafka::net::bootstrap::Bootstrap;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 use crate::kafka::net::coordinator::{GROUP, find_coordinator_address};
 
@@ -64,7 +64,7 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Membership {
     shared: Arc<Shared>,
-    bootstrap: Arc<Bootstrap>,
+    link: Arc<ClusterLink>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -133,7 +133,7 @@ impl Membership {
         }
     }
 
-    pub(crate) fn new(group_id: &str, bootstrap: Arc<Bootstrap>) -> Self {
+    pub(crate) fn new(group_id: &str, link: Arc<ClusterLink>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 group_id: group_id.to_owned(),
@@ -142,7 +142,7 @@ impl Membership {
                 wake: Notify::new(),
                 changed: Notify::new(),
             }),
-            bootstrap,
+            link,
             task: None,
         }
     }
@@ -160,8 +160,8 @@ impl Membership {
         self.shared.lock().member.subscribe(topics);
         if self.task.is_none() {
             let shared = Arc::clone(&self.shared);
-            let bootstrap = Arc::clone(&self.bootstrap);
-            self.task = Some(tokio::spawn(heartbeat_loop(shared, bootstrap)));
+            let link = Arc::clone(&self.link);
+            self.task = Some(tokio::spawn(heartbeat_loop(shared, link)));
         } else {
             self.shared.wake.notify_one();
         }
@@ -179,7 +179,7 @@ impl Membership {
     }
 
     /// Stops the loop and sends the leave heartbeat (epoch -1), then closes the connections
-    /// the membership opened (coordinator and bootstrap), whatever the outcome.
+    /// the membership uses (the coordinator's and the cluster-wide one), whatever the outcome.
     pub(crate) async fn leave(&mut self, timeout: Duration) -> Result<(), ClientError> {
         let result = self.send_leave(timeout).await;
         self.close_connections();
@@ -189,13 +189,13 @@ impl Membership {
         result
     }
 
-    /// Closes the coordinator and bootstrap connections (a later request opens new ones).
+    /// Closes the coordinator and cluster-wide connections (a later request opens new ones).
     pub(crate) fn close_connections(&self) {
         let coordinator = self.shared.lock().coordinator.take();
         if let Some(coordinator) = coordinator {
             coordinator.close();
         }
-        self.bootstrap.close();
+        self.link.disconnect();
     }
 
     async fn send_leave(&mut self, timeout: Duration) -> Result<(), ClientError> {
@@ -215,8 +215,8 @@ impl Membership {
         let coordinator = match coordinator {
             Some(c) if c.is_reusable() => c,
             _ => {
-                let via = self.bootstrap.get().await?;
-                find_coordinator(&self.shared.group_id, &via, self.bootstrap.config()).await?
+                let via = self.link.connection().await?;
+                find_coordinator(&self.shared.group_id, &via, self.link.config()).await?
             }
         };
         // Kept where `leave` closes it once the answer is in (or the wait is given up).
@@ -301,14 +301,14 @@ fn log_failure(failures: u32, doing: &str, error: &ClientError) {
     }
 }
 
-async fn heartbeat_loop(shared: Arc<Shared>, bootstrap: Arc<Bootstrap>) {
+async fn heartbeat_loop(shared: Arc<Shared>, link: Arc<ClusterLink>) {
     loop {
         let existing = shared.lock().coordinator.clone();
         let coordinator = match existing {
             Some(c) if c.is_reusable() => c,
             _ => {
-                let found = match bootstrap.get().await {
-                    Ok(via) => find_coordinator(&shared.group_id, &via, bootstrap.config()).await,
+                let found = match link.connection().await {
+                    Ok(via) => find_coordinator(&shared.group_id, &via, link.config()).await,
                     Err(e) => Err(e),
                 };
                 match found {
