@@ -61,7 +61,7 @@ pub struct GetTelemetrySubscriptionsResponse {
     /// Supported API versions: 0
     pub delta_temporality: bool,
 
-    /// Requested metrics prefix string match. Empty array: No metrics subscribed, Array[0] empty string: All metrics subscribed.
+    /// Requested metrics prefix string match. Empty array: No metrics subscribed, `Array[0]` empty string: All metrics subscribed.
     ///
     /// Supported API versions: 0
     pub requested_metrics: Vec<StrBytes>,
@@ -145,7 +145,7 @@ impl GetTelemetrySubscriptionsResponse {
     }
     /// Sets `requested_metrics` to the passed value.
     ///
-    /// Requested metrics prefix string match. Empty array: No metrics subscribed, Array[0] empty string: All metrics subscribed.
+    /// Requested metrics prefix string match. Empty array: No metrics subscribed, `Array[0]` empty string: All metrics subscribed.
     ///
     /// Supported API versions: 0
     pub fn with_requested_metrics(mut self, value: Vec<StrBytes>) -> Self {
