@@ -233,6 +233,32 @@ impl<Resp: Decodable + HeaderVersion> Queued<Resp> {
         )?;
         connection.decode_body(self.key, self.version, body)
     }
+
+    /// [`response`](Self::response) within `timeout` (counted from now: the caller calls it
+    /// once the request is on its way). An answer not in by then closes the connection
+    /// ([`Connection::close_overdue`]), as Java's clients close a connection whose request
+    /// timed out: the broker answers in order, so every later request on it would wait behind
+    /// the lost answer; the requests under way on it fail at once, and their callers retry on a
+    /// new connection.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`response`](Self::response), and [`ClientError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`response`](Self::response); the connection stays open if the future is dropped.
+    pub(crate) async fn response_within(self, timeout: Duration) -> Result<Resp, ClientError> {
+        let connection = self.connection.clone();
+        let key = self.key;
+        match tokio::time::timeout(timeout, self.response()).await {
+            Ok(result) => result,
+            Err(_) => {
+                connection.close_overdue(key, timeout);
+                Err(ClientError::Timeout(timeout))
+            }
+        }
+    }
 }
 
 /// What the handles, the reader task and the writer task share.
@@ -1045,11 +1071,9 @@ impl Connection {
     }
 
     /// Closes the connection because the answer to a request of `key` was still outstanding
-    /// after `waited` (a Produce, whose caller keeps its own timeout), as Java's clients close
-    /// a connection whose request timed out: every waiting request fails at once with a
-    /// [`ClientError::Connection`] that says so, and their callers retry on a new connection
-    /// instead of queueing behind the lost answer.
-    pub(crate) fn close_overdue(&self, key: ApiKey, waited: Duration) {
+    /// after `waited` ([`Queued::response_within`]): every waiting request fails at once with
+    /// a [`ClientError::Connection`] that says so.
+    fn close_overdue(&self, key: ApiKey, waited: Duration) {
         self.inner.shared.close(CloseReason::Io {
             kind: io::ErrorKind::TimedOut,
             message: format!(

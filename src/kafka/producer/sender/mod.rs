@@ -339,17 +339,9 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
         let result = match tokio::time::timeout(timeout, on_the_wire).await {
             Err(_) => Err(ClientError::Timeout(timeout)),
             Ok(Err(error)) => Err(error),
-            Ok(Ok(sent)) => match tokio::time::timeout(timeout, sent.response()).await {
-                Ok(result) => result,
-                Err(_) => {
-                    // The broker answers in order: every later request on this connection
-                    // would wait behind the lost answer. Closed, as Java's client closes it:
-                    // the requests under way on it fail now and their batches are retried,
-                    // in order, on a new connection.
-                    connection.close_overdue(ApiKey::Produce, timeout);
-                    Err(ClientError::Timeout(timeout))
-                }
-            },
+            // A lost answer closes the connection: the requests under way on it fail now and
+            // their batches are retried, in order, on a new connection.
+            Ok(Ok(sent)) => sent.response_within(timeout).await,
         };
         Work::Produced {
             node,
