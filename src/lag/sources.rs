@@ -61,7 +61,7 @@ impl LagSource for KafkaLagSource {
         let mut admin = self.admin.lock().await;
         let connected = match admin.take() {
             Some(connected) => connected,
-            None => KafkaAdmin::open(&self.addresses.current(), self.config.clone())
+            None => KafkaAdmin::open(self.addresses.clone(), self.config.clone())
                 .await
                 .map_err(|failure| failure.into_admin("share_group_lag"))?,
         };

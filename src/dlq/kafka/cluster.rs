@@ -14,6 +14,7 @@ use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::kafka::error::BrokerError;
 use crate::kafka::error::ClientError;
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::ConnectionConfig;
 
 pub(super) use crate::kafka::cluster::metadata::LEADER_NOT_AVAILABLE;
@@ -47,7 +48,7 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let (link, _) = ClusterLink::open(bootstrap, config).await?;
+        let (link, _) = ClusterLink::open(Addresses::new(bootstrap), config).await?;
         Ok(Self { link })
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{AdminError, KafkaAdmin};
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::kafka::security::{Security, SecurityContext};
 
@@ -136,7 +137,7 @@ impl KafkaAdminBuilder {
                 ),
             });
         }
-        KafkaAdmin::open(&self.bootstrap, self.config)
+        KafkaAdmin::open(Addresses::new(self.bootstrap), self.config)
             .await
             .map_err(|failure| failure.into_admin(CALL))
     }

@@ -52,6 +52,7 @@ use crate::kafka::cluster::link::{ClusterLink, OpenFailure};
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::api_name;
 use crate::kafka::error::{BrokerError, ProtocolError};
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// An admin client for a Kafka cluster: create and delete topics, set and read share-group
@@ -119,12 +120,16 @@ impl KafkaAdmin {
     }
 
     /// Connects with `config` and reads the cluster metadata.
-    pub(crate) async fn open(bootstrap: &str, config: ConnectionConfig) -> Result<Self, Failure> {
-        let (link, metadata) = ClusterLink::open(bootstrap, config)
+    pub(crate) async fn open(
+        addresses: Addresses,
+        config: ConnectionConfig,
+    ) -> Result<Self, Failure> {
+        let tried = addresses.current();
+        let (link, metadata) = ClusterLink::open(addresses, config)
             .await
             .map_err(|failure| match failure {
                 OpenFailure::Connect(source) => Failure::Connect {
-                    bootstrap: bootstrap.to_owned(),
+                    bootstrap: tried,
                     source,
                 },
                 OpenFailure::Metadata(error) => named(ApiKey::Metadata, error),

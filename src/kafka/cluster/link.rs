@@ -42,18 +42,20 @@ impl From<OpenFailure> for ClientError {
 }
 
 impl ClusterLink {
-    /// Connects to the first server of `servers` (comma-separated `host:port`) that answers
-    /// and asks it for the cluster's brokers, which later connections try first. Returns
-    /// that first Metadata answer too.
+    /// Connects through `addresses` (at first, the bootstrap servers; a list shared with
+    /// another client of the same application is used as it stands) and asks the broker for
+    /// the cluster's brokers, which later connections try first. Returns that first Metadata
+    /// answer too.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a connection made so far closes when the future is dropped.
     pub(crate) async fn open(
-        servers: &str,
+        addresses: Addresses,
         config: ConnectionConfig,
     ) -> Result<(Self, Snapshot), OpenFailure> {
-        let connection = Connection::connect_any(servers, &config)
+        let connection = addresses
+            .connect(&config)
             .await
             .map_err(OpenFailure::Connect)?;
         let snapshot = metadata::fetch(&connection, Some(&[]), ANY_VERSION)
@@ -64,7 +66,6 @@ impl ClusterLink {
             brokers = snapshot.brokers.len(),
             "connected to the cluster"
         );
-        let addresses = Addresses::new(servers);
         addresses.learn(snapshot.brokers.values());
         let link = Self {
             bootstrap: Bootstrap::adopt(addresses, config, connection),

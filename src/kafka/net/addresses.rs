@@ -128,10 +128,12 @@ impl Addresses {
         config: &ConnectionConfig,
     ) -> Result<Connection, ClientError> {
         let learned = self.learned();
-        let rest = self.bootstrap_rest();
         if learned.is_empty() {
-            return Connection::connect_any(&rest, config).await;
+            // As the application wrote it: a list with no address is its error to fix.
+            let bootstrap = self.known().bootstrap.clone();
+            return Connection::connect_any(&bootstrap, config).await;
         }
+        let rest = self.bootstrap_rest();
         match Connection::connect_any(&learned, config).await {
             Ok(connection) => Ok(connection),
             Err(error) if rest.is_empty() => Err(error),

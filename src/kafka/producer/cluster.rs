@@ -12,6 +12,7 @@ use crate::kafka::cluster::link::ClusterLink;
 use crate::kafka::cluster::metadata::{LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::error::ClientError;
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// What Metadata said about one topic.
@@ -43,7 +44,7 @@ impl Cluster {
         bootstrap: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let (link, _) = ClusterLink::open(bootstrap, config.clone()).await?;
+        let (link, _) = ClusterLink::open(Addresses::new(bootstrap), config.clone()).await?;
         Ok(Self {
             link,
             brokers: BrokerPool::new(config),

@@ -34,6 +34,7 @@ use crate::kafka::codec::client_list_offsets;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{BrokerError, ConnectionError, ProtocolError};
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::ConnectionConfig;
 use crate::producer::{IsolationLevel, LogRead, LogReader};
 use crate::record::ConsumerRecord;
@@ -128,7 +129,7 @@ impl KafkaLogReader {
         config: ConnectionConfig,
         max_bytes: i32,
     ) -> Result<Self, ConsumerError> {
-        let (link, _) = ClusterLink::open(bootstrap, config.clone())
+        let (link, _) = ClusterLink::open(Addresses::new(bootstrap), config.clone())
             .await
             .map_err(ClientError::from)?;
         Ok(Self {
