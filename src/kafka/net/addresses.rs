@@ -3,18 +3,17 @@
 //!
 //! Java's clients use `bootstrap.servers` only until the first Metadata answer, and any
 //! broker that answer named after. Here, a reconnect tries the brokers of the last Metadata
-//! answer first, then the bootstrap servers not among them: a bootstrap server that goes
+//! answer that the application did not list first (a few of them), then the bootstrap
+//! servers, those whose last attempt failed after the rest: a bootstrap server that goes
 //! away leaves the client the rest of the cluster, and a cluster that moved entirely (every
 //! broker the client knew gone) is found again through the bootstrap servers.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tracing::debug;
-
 use crate::kafka::error::ClientError;
 use crate::kafka::net::backoff::random_unit;
-use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::connection::{Candidate, Connection, ConnectionConfig};
 
 /// The most brokers of one answer kept to reconnect to: a reconnect needs one that answers,
 /// and a hostile answer naming millions must not cost a long list and a connect to each.
@@ -54,33 +53,42 @@ impl Addresses {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The brokers of the last answer, comma-separated (empty before any).
-    fn learned(&self) -> String {
-        self.known().brokers.join(",")
+    /// Every address to try, comma-separated: the brokers of the last answer that the
+    /// application did not list, then its bootstrap servers; before any answer, the bootstrap
+    /// servers as the application wrote them (for errors that name what was tried).
+    pub(crate) fn current(&self) -> String {
+        let known = self.known();
+        if known.brokers.is_empty() {
+            return known.bootstrap.clone();
+        }
+        let list: Vec<&str> = Self::candidates(&known)
+            .iter()
+            .map(|candidate| candidate.addr)
+            .collect();
+        list.join(",")
     }
 
-    /// The bootstrap servers that are not among the brokers of the last answer.
-    fn bootstrap_rest(&self) -> String {
-        let known = self.known();
-        known
+    /// The brokers of the last answer not among the bootstrap servers, then the bootstrap
+    /// servers (marked as the application's).
+    fn candidates(known: &Known) -> Vec<Candidate<'_>> {
+        let chosen: Vec<&str> = known
             .bootstrap
             .split(',')
             .map(str::trim)
-            .filter(|server| !server.is_empty() && !known.brokers.iter().any(|b| b == server))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Every address to try, in order, comma-separated: the brokers of the last answer, then
-    /// the other bootstrap servers (for a client that connects through a list in one go).
-    pub(crate) fn current(&self) -> String {
-        let learned = self.learned();
-        let rest = self.bootstrap_rest();
-        match (learned.is_empty(), rest.is_empty()) {
-            (true, _) => rest,
-            (false, true) => learned,
-            (false, false) => format!("{learned},{rest}"),
-        }
+            .filter(|server| !server.is_empty())
+            .collect();
+        let learned = known
+            .brokers
+            .iter()
+            .map(String::as_str)
+            .filter(|broker| !chosen.contains(broker))
+            .map(|addr| Candidate {
+                addr,
+                chosen: false,
+            });
+        learned
+            .chain(chosen.iter().map(|&addr| Candidate { addr, chosen: true }))
+            .collect()
     }
 
     /// Keeps the brokers of a Metadata answer (their `host:port`) in place of those of the
@@ -110,15 +118,14 @@ impl Addresses {
     }
 
     /// A connection to the first broker of the last answer that takes one, else to the first
-    /// other bootstrap server that does (addresses whose last attempt failed are tried last:
-    /// [`Connection::connect_any`]). A broker of the answer that refuses (credentials, or a
-    /// certificate not valid for the name it advertises) is passed over for the bootstrap
-    /// servers, which the application chose; a bootstrap server's refusal ends the attempt.
+    /// bootstrap server that does ([`Connection::connect_first`]: addresses whose last attempt
+    /// failed go last, at most a few known brokers are tried, and a known broker that refuses,
+    /// for credentials or a certificate not valid for the name it advertises, is passed over;
+    /// a bootstrap server's refusal ends the attempt, as the application chose it).
     ///
     /// # Errors
     ///
-    /// The bootstrap servers' error, or the brokers' when every bootstrap server is among
-    /// them.
+    /// The refusal of a bootstrap server, or an error naming each address that failed.
     ///
     /// # Cancel safety
     ///
@@ -127,21 +134,29 @@ impl Addresses {
         &self,
         config: &ConnectionConfig,
     ) -> Result<Connection, ClientError> {
-        let learned = self.learned();
-        if learned.is_empty() {
-            // As the application wrote it: a list with no address is its error to fix.
-            let bootstrap = self.known().bootstrap.clone();
-            return Connection::connect_any(&bootstrap, config).await;
-        }
-        let rest = self.bootstrap_rest();
-        match Connection::connect_any(&learned, config).await {
-            Ok(connection) => Ok(connection),
-            Err(error) if rest.is_empty() => Err(error),
-            Err(error) => {
-                debug!(%error, bootstrap = rest, "no known broker took a connection; trying the bootstrap servers");
-                Connection::connect_any(&rest, config).await
-            }
-        }
+        let (addresses, list): (Vec<(String, bool)>, String) = {
+            let known = self.known();
+            let candidates = Self::candidates(&known);
+            let list = if known.brokers.is_empty() {
+                known.bootstrap.clone()
+            } else {
+                let addrs: Vec<&str> = candidates.iter().map(|c| c.addr).collect();
+                addrs.join(",")
+            };
+            let owned = candidates
+                .iter()
+                .map(|c| (c.addr.to_owned(), c.chosen))
+                .collect();
+            (owned, list)
+        };
+        let candidates = addresses
+            .iter()
+            .map(|(addr, chosen)| Candidate {
+                addr,
+                chosen: *chosen,
+            })
+            .collect();
+        Connection::connect_first(candidates, &list, config).await
     }
 }
 
@@ -153,38 +168,29 @@ mod tests {
         list.iter().map(|b| (*b).to_owned()).collect()
     }
 
-    /// The learned brokers, whatever rotation `learn` chose, in sorted order.
-    fn learned_sorted(addresses: &Addresses) -> Vec<String> {
-        let mut list: Vec<String> = addresses
-            .learned()
-            .split(',')
-            .filter(|a| !a.is_empty())
-            .map(str::to_owned)
-            .collect();
-        list.sort();
-        list
-    }
-
     #[test]
-    fn the_bootstrap_servers_alone_until_an_answer_names_brokers() {
+    fn the_bootstrap_servers_as_written_until_an_answer_names_brokers() {
         let addresses = Addresses::new(" a:1 , b:2 ,");
-        assert_eq!(addresses.current(), "a:1,b:2");
+        assert_eq!(addresses.current(), " a:1 , b:2 ,");
         addresses.learn(&brokers(&[]));
         addresses.learn(&brokers(&["", "x:1,y:2", "z :3"]));
-        assert_eq!(addresses.current(), "a:1,b:2");
+        assert_eq!(addresses.current(), " a:1 , b:2 ,");
     }
 
     #[test]
-    fn the_last_answers_brokers_come_first_then_the_other_bootstrap_servers() {
+    fn the_last_answers_other_brokers_come_first_then_the_bootstrap_servers() {
         let addresses = Addresses::new("a:1,b:2");
         addresses.learn(&brokers(&["b:2", "c:3", "c:3"]));
-        assert_eq!(learned_sorted(&addresses), ["b:2", "c:3"]);
-        assert!(
-            addresses.current().ends_with(",a:1"),
-            "{}",
-            addresses.current()
-        );
-        // A later answer replaces the brokers; the bootstrap servers stay the fallback.
+        assert_eq!(addresses.current(), "c:3,a:1,b:2");
+        {
+            let known = addresses.known();
+            let chosen: Vec<(&str, bool)> = Addresses::candidates(&known)
+                .iter()
+                .map(|c| (c.addr, c.chosen))
+                .collect();
+            assert_eq!(chosen, [("c:3", false), ("a:1", true), ("b:2", true)]);
+        }
+        // A later answer replaces the brokers; the bootstrap servers stay.
         addresses.learn(&brokers(&["d:4"]));
         assert_eq!(addresses.current(), "d:4,a:1,b:2");
         // Clones share what is learned.
@@ -198,8 +204,12 @@ mod tests {
         let flood: Vec<String> = (0..100_000).map(|i| format!("h{i}:9092")).collect();
         let addresses = Addresses::new("a:1");
         addresses.learn(&flood);
-        let kept = learned_sorted(&addresses);
+        let current = addresses.current();
+        let kept: Vec<&str> = current.split(',').filter(|a| *a != "a:1").collect();
         assert_eq!(kept.len(), MAX_KEPT);
-        assert!(kept.iter().all(|b| flood[..MAX_KEPT].contains(b)));
+        assert!(
+            kept.iter()
+                .all(|b| flood[..MAX_KEPT].iter().any(|f| f == b))
+        );
     }
 }

@@ -201,6 +201,20 @@ struct Frame {
     body: Bytes,
 }
 
+/// The most brokers the application did not list (those a Metadata answer named) that one
+/// [`Connection::connect_first`] tries: enough to get past one or two that went away, without
+/// a connect timeout for each of dozens.
+pub(crate) const MAX_LEARNED_TRIES: usize = 3;
+
+/// An address [`Connection::connect_first`] may dial.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate<'a> {
+    /// `host:port`.
+    pub(crate) addr: &'a str,
+    /// The application listed it (`bootstrap.servers`), rather than a Metadata answer.
+    pub(crate) chosen: bool,
+}
+
 /// A request queued by [`Connection::queue`]: [`response`](Self::response) waits for its
 /// answer.
 #[derive(Debug)]
@@ -597,9 +611,9 @@ impl Connection {
         Ok(connection)
     }
 
-    /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses)
-    /// that answers, trying them in order, those whose last attempt failed last
-    /// ([`Dialer::failed_last`](crate::kafka::net::backoff::Dialer::failed_last)).
+    /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses, the
+    /// application's) that answers, trying them in order, those whose last attempt failed
+    /// last ([`Dialer::failed_last`](crate::kafka::net::backoff::Dialer::failed_last)).
     ///
     /// With one address its error is returned as is. With several, an authentication failure
     /// or a security setting the broker does not match ends the search with that error (the
@@ -609,36 +623,55 @@ impl Connection {
         bootstrap: &str,
         config: &ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let mut addrs: Vec<&str> = bootstrap
+        let candidates: Vec<Candidate<'_>> = bootstrap
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
+            .map(|addr| Candidate { addr, chosen: true })
             .collect();
-        // Addresses whose last attempt failed go last (in their order): a broker that went
-        // away does not cost every reconnect its backoff and a failed attempt first.
-        addrs.sort_by_key(|addr| config.dialer.failed_last(addr));
-        if let [addr] = addrs.as_slice() {
-            return Self::connect(addr, config).await;
+        Self::connect_first(candidates, bootstrap, config).await
+    }
+
+    /// Connects to the first of `candidates` that answers (`list`: how they read in errors).
+    /// Those whose last attempt failed go last, each group in its order, so a broker that
+    /// went away does not cost every reconnect its backoff and a failed attempt first. At
+    /// most [`MAX_LEARNED_TRIES`] brokers the application did not choose are tried per call,
+    /// and their refusals (credentials, a certificate not valid for the name they advertise)
+    /// are failures like any other; a refusal of one the application chose ends the search
+    /// (see [`connect_any`](Self::connect_any)).
+    pub(crate) async fn connect_first(
+        mut candidates: Vec<Candidate<'_>>,
+        list: &str,
+        config: &ConnectionConfig,
+    ) -> Result<Self, ClientError> {
+        candidates.sort_by_key(|candidate| config.dialer.failed_last(candidate.addr));
+        if let [candidate] = candidates.as_slice() {
+            return Self::connect(candidate.addr, config).await;
         }
-        if addrs.is_empty() {
+        if candidates.is_empty() {
             return Err(ClientError::Config {
                 key: "bootstrap.servers".to_owned(),
-                reason: format!(
-                    "no broker address in `{bootstrap}`: expected host:port[,host:port...]"
-                ),
+                reason: format!("no broker address in `{list}`: expected host:port[,host:port...]"),
             });
         }
-        let mut failures = Vec::with_capacity(addrs.len());
+        let mut failures = Vec::with_capacity(candidates.len());
         let mut kind = None;
-        for addr in addrs {
+        let mut learned_tries = 0;
+        for Candidate { addr, chosen } in candidates {
+            if !chosen {
+                if learned_tries == MAX_LEARNED_TRIES {
+                    continue;
+                }
+                learned_tries += 1;
+            }
             match Self::connect(addr, config).await {
                 Ok(connection) => return Ok(connection),
                 Err(
                     error @ (ClientError::Connection(ConnectionError::Authentication { .. })
                     | ClientError::Config { .. }),
-                ) => return Err(error),
+                ) if chosen => return Err(error),
                 Err(error) => {
-                    debug!(broker = addr, %error, "bootstrap broker failed");
+                    debug!(broker = addr, %error, "broker failed");
                     if let ClientError::Connection(ConnectionError::Io { source, .. }) = &error {
                         kind.get_or_insert(source.kind());
                     }
@@ -647,10 +680,10 @@ impl Connection {
             }
         }
         Err(ClientError::Connection(ConnectionError::Io {
-            broker: bootstrap.to_owned(),
+            broker: list.to_owned(),
             source: io::Error::new(
                 kind.unwrap_or(io::ErrorKind::Other),
-                format!("no bootstrap broker answered: {}", failures.join("; ")),
+                format!("no broker answered: {}", failures.join("; ")),
             ),
         }))
     }
@@ -1077,8 +1110,8 @@ impl Connection {
         self.inner.shared.close(CloseReason::Io {
             kind: io::ErrorKind::TimedOut,
             message: format!(
-                "no answer to a {} request within {waited:?}; the requests behind it on this \
-                 connection are retried on a new one",
+                "no answer to a {} request within {waited:?}; the requests under way on this \
+                 connection failed with it, to be sent again on a new connection",
                 api_name(key)
             ),
         });
@@ -1997,24 +2030,112 @@ mod tests {
         assert!(pool.cached(1).is_some());
     }
 
+    /// A fake broker that takes any number of connections, each answering the handshake.
+    async fn broker_for_every_connection() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    answer_handshake(&mut stream).await;
+                    while read_request(&mut stream).await.is_some() {}
+                });
+            }
+        });
+        addr
+    }
+
+    /// A fake TLS listener: it answers the handshake with a TLS alert, which the client reads
+    /// as a security setting that does not match (a refusal).
+    async fn tls_listener() -> (String, JoinHandle<()>) {
+        fake_broker_raw(|mut stream| async move {
+            let _ = read_request(&mut stream).await;
+            stream
+                .write_all(&[0x15, 3, 3, 0, 2, 2, 0x50])
+                .await
+                .expect("write");
+        })
+        .await
+    }
+
     #[tokio::test]
     async fn a_reconnect_goes_to_the_learned_brokers_before_the_bootstrap_servers() {
         use crate::kafka::net::bootstrap::Bootstrap;
-        let answering = || {
-            fake_broker(|mut stream| async move {
-                let _ = read_request(&mut stream).await;
-            })
-        };
-        // Each fake broker takes one connection, then listens no more.
-        let (bootstrap_server, _a) = answering().await;
-        let (learned, _b) = answering().await;
-        let bootstrap = Bootstrap::connect(&bootstrap_server, ConnectionConfig::default())
+        // Both answer every connection: only the order decides.
+        let bootstrap_server = broker_for_every_connection().await;
+        let learned = broker_for_every_connection().await;
+        let config = ConnectionConfig::default();
+        let bootstrap = Bootstrap::connect(&bootstrap_server, config.clone())
             .await
             .expect("connect");
         bootstrap.addresses().learn(std::slice::from_ref(&learned));
         bootstrap.close();
         let again = bootstrap.get().await.expect("reconnect");
         assert_eq!(again.broker(), learned);
+        assert_eq!(config.dialer.counts().attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn a_learned_broker_that_refuses_is_passed_over_but_a_chosen_one_ends_the_search() {
+        let good = broker_for_every_connection().await;
+        let (refusing, _a) = tls_listener().await;
+        let config = ConnectionConfig::default();
+        let list = format!("{refusing},{good}");
+        let connection = Connection::connect_first(
+            vec![
+                Candidate {
+                    addr: &refusing,
+                    chosen: false,
+                },
+                Candidate {
+                    addr: &good,
+                    chosen: true,
+                },
+            ],
+            &list,
+            &config,
+        )
+        .await
+        .expect("the bootstrap server after the learned broker's refusal");
+        assert_eq!(connection.broker(), good);
+
+        let (refusing, _b) = tls_listener().await;
+        let error =
+            Connection::connect_any(&format!("{refusing},{good}"), &ConnectionConfig::default())
+                .await
+                .expect_err("the application's broker refused");
+        assert!(matches!(error, ClientError::Config { .. }), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn at_most_a_few_learned_brokers_are_tried_per_connect() {
+        let mut closed = Vec::new();
+        for _ in 0..MAX_LEARNED_TRIES + 2 {
+            closed.push(closed_port().await);
+        }
+        let good = broker_for_every_connection().await;
+        let mut candidates: Vec<Candidate<'_>> = closed
+            .iter()
+            .map(|addr| Candidate {
+                addr,
+                chosen: false,
+            })
+            .collect();
+        candidates.push(Candidate {
+            addr: &good,
+            chosen: true,
+        });
+        let config = ConnectionConfig::default();
+        let connection = Connection::connect_first(candidates, "test", &config)
+            .await
+            .expect("the bootstrap server");
+        assert_eq!(connection.broker(), good);
+        let counts = config.dialer.counts();
+        assert_eq!(
+            (counts.attempts, counts.failures),
+            (MAX_LEARNED_TRIES as u64 + 1, MAX_LEARNED_TRIES as u64),
+            "{counts:?}"
+        );
     }
 
     #[tokio::test]
