@@ -83,9 +83,10 @@ impl ClusterLink {
         servers: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let connection = Connection::connect_any(servers, &config).await?;
+        let addresses = Addresses::new(servers);
+        let connection = addresses.connect(&config).await?;
         Ok(Self {
-            bootstrap: Bootstrap::adopt(Addresses::new(servers), config, connection),
+            bootstrap: Bootstrap::adopt(addresses, config, connection),
         })
     }
 

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::{Message, StrBytes};
 use super::*;
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::codec::record_batch::{Compression, EncodeOptions, NewRecord, encode_batch};
+use crate::kafka::net::addresses::Addresses;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 fn bootstrap(test: &str) -> Option<String> {
@@ -45,7 +46,8 @@ async fn topic_and_group(
 }
 
 async fn produce(bootstrap: &str, topic: &str, batch: Bytes) {
-    let conn = Connection::connect_any(bootstrap, &ConnectionConfig::default())
+    let conn = Addresses::new(bootstrap)
+        .connect(&ConnectionConfig::default())
         .await
         .unwrap();
     produce_on(&conn, topic, batch, None).await;
@@ -186,7 +188,8 @@ async fn aborted_transactions_are_not_delivered_under_read_committed() {
     let (topic, group) = topic_and_group(&bootstrap, "read-committed", &isolation).await;
     let txn_id = format!("{topic}-txn");
 
-    let conn = Connection::connect_any(&bootstrap, &ConnectionConfig::default())
+    let conn = Addresses::new(bootstrap.as_str())
+        .connect(&ConnectionConfig::default())
         .await
         .unwrap();
     // FindCoordinator(TRANSACTION) creates __transaction_state on first use.

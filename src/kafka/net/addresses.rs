@@ -28,7 +28,7 @@ pub(crate) struct Addresses {
 }
 
 /// What [`Addresses`] holds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Known {
     /// The application's `bootstrap.servers`, comma-separated.
     bootstrap: String,
@@ -58,13 +58,15 @@ impl Addresses {
     /// servers as the application wrote them (for errors that name what was tried).
     pub(crate) fn current(&self) -> String {
         let known = self.known();
+        Self::describe(&known, &Self::candidates(&known))
+    }
+
+    /// `candidates` as [`current`](Self::current) shows them.
+    fn describe(known: &Known, candidates: &[Candidate<'_>]) -> String {
         if known.brokers.is_empty() {
             return known.bootstrap.clone();
         }
-        let list: Vec<&str> = Self::candidates(&known)
-            .iter()
-            .map(|candidate| candidate.addr)
-            .collect();
+        let list: Vec<&str> = candidates.iter().map(|candidate| candidate.addr).collect();
         list.join(",")
     }
 
@@ -134,28 +136,10 @@ impl Addresses {
         &self,
         config: &ConnectionConfig,
     ) -> Result<Connection, ClientError> {
-        let (addresses, list): (Vec<(String, bool)>, String) = {
-            let known = self.known();
-            let candidates = Self::candidates(&known);
-            let list = if known.brokers.is_empty() {
-                known.bootstrap.clone()
-            } else {
-                let addrs: Vec<&str> = candidates.iter().map(|c| c.addr).collect();
-                addrs.join(",")
-            };
-            let owned = candidates
-                .iter()
-                .map(|c| (c.addr.to_owned(), c.chosen))
-                .collect();
-            (owned, list)
-        };
-        let candidates = addresses
-            .iter()
-            .map(|(addr, chosen)| Candidate {
-                addr,
-                chosen: *chosen,
-            })
-            .collect();
+        // A copy, read under one lock: no lock is held while connecting.
+        let known = self.known().clone();
+        let candidates = Self::candidates(&known);
+        let list = Self::describe(&known, &candidates);
         Connection::connect_first(candidates, &list, config).await
     }
 }

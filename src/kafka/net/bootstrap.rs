@@ -29,8 +29,9 @@ impl Bootstrap {
         servers: &str,
         config: ConnectionConfig,
     ) -> Result<Self, ClientError> {
-        let connection = Connection::connect_any(servers, &config).await?;
-        Ok(Self::adopt(Addresses::new(servers), config, connection))
+        let addresses = Addresses::new(servers);
+        let connection = addresses.connect(&config).await?;
+        Ok(Self::adopt(addresses, config, connection))
     }
 
     /// Keeps `connection`, already made, and reopens through `addresses` when it closes.

@@ -611,34 +611,20 @@ impl Connection {
         Ok(connection)
     }
 
-    /// Connects to the first broker of `bootstrap` (comma-separated `host:port` addresses, the
-    /// application's) that answers, trying them in order, those whose last attempt failed
-    /// last ([`Dialer::failed_last`](crate::kafka::net::backoff::Dialer::failed_last)).
+    /// Connects to the first of `candidates` that answers (`list`: how they read in errors;
+    /// [`Addresses::connect`](crate::kafka::net::addresses::Addresses::connect) makes them).
+    /// Those whose last attempt failed go last
+    /// ([`Dialer::failed_last`](crate::kafka::net::backoff::Dialer::failed_last)), each group
+    /// in its order, so a broker that went away does not cost every reconnect its backoff and
+    /// a failed attempt first. At most [`MAX_LEARNED_TRIES`] brokers the application did not
+    /// choose are tried per call, and their refusals (credentials, a certificate not valid for
+    /// the name they advertise) are failures like any other.
     ///
-    /// With one address its error is returned as is. With several, an authentication failure
-    /// or a security setting the broker does not match ends the search with that error (the
-    /// other brokers share the settings); otherwise the error is a
-    /// [`ClientError::Connection`] for the whole list whose source names each failure.
-    pub(crate) async fn connect_any(
-        bootstrap: &str,
-        config: &ConnectionConfig,
-    ) -> Result<Self, ClientError> {
-        let candidates: Vec<Candidate<'_>> = bootstrap
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(|addr| Candidate { addr, chosen: true })
-            .collect();
-        Self::connect_first(candidates, bootstrap, config).await
-    }
-
-    /// Connects to the first of `candidates` that answers (`list`: how they read in errors).
-    /// Those whose last attempt failed go last, each group in its order, so a broker that
-    /// went away does not cost every reconnect its backoff and a failed attempt first. At
-    /// most [`MAX_LEARNED_TRIES`] brokers the application did not choose are tried per call,
-    /// and their refusals (credentials, a certificate not valid for the name they advertise)
-    /// are failures like any other; a refusal of one the application chose ends the search
-    /// (see [`connect_any`](Self::connect_any)).
+    /// With one candidate its error is returned as is. With several, an authentication
+    /// failure or a security setting the broker does not match, from a broker the
+    /// application chose, ends the search with that error (the other brokers share the
+    /// settings); otherwise the error is a [`ClientError::Connection`] for the whole list
+    /// whose source names each failure.
     pub(crate) async fn connect_first(
         mut candidates: Vec<Candidate<'_>>,
         list: &str,
@@ -1597,6 +1583,7 @@ mod tests {
     use tokio::task::JoinHandle;
 
     use super::*;
+    use crate::kafka::net::addresses::Addresses;
 
     /// A request as the fake broker sees it.
     #[derive(Debug)]
@@ -2100,10 +2087,10 @@ mod tests {
         assert_eq!(connection.broker(), good);
 
         let (refusing, _b) = tls_listener().await;
-        let error =
-            Connection::connect_any(&format!("{refusing},{good}"), &ConnectionConfig::default())
-                .await
-                .expect_err("the application's broker refused");
+        let error = Addresses::new(format!("{refusing},{good}"))
+            .connect(&ConnectionConfig::default())
+            .await
+            .expect_err("the application's broker refused");
         assert!(matches!(error, ClientError::Config { .. }), "{error:?}");
     }
 
@@ -2393,22 +2380,23 @@ mod tests {
     }
 
     async fn connect_error(bootstrap: &str) -> ClientError {
-        Connection::connect_any(bootstrap, &ConnectionConfig::default())
+        Addresses::new(bootstrap)
+            .connect(&ConnectionConfig::default())
             .await
             .expect_err("no broker")
     }
 
     #[tokio::test]
-    async fn connect_any_takes_the_first_that_answers() {
+    async fn a_list_connects_to_the_first_that_answers() {
         let closed = closed_port().await;
         let (addr, _broker) = fake_broker(|mut stream| async move {
             let _ = read_request(&mut stream).await;
         })
         .await;
-        let connection =
-            Connection::connect_any(&format!(" {closed}, {addr} "), &ConnectionConfig::default())
-                .await
-                .expect("second broker");
+        let connection = Addresses::new(format!(" {closed}, {addr} "))
+            .connect(&ConnectionConfig::default())
+            .await
+            .expect("second broker");
         assert_eq!(connection.broker(), addr);
 
         let other = closed_port().await;
@@ -2428,7 +2416,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connect_any_tries_last_an_address_whose_last_attempt_failed() {
+    async fn a_list_tries_last_an_address_whose_last_attempt_failed() {
         let answering = || {
             fake_broker(|mut stream| async move {
                 let _ = read_request(&mut stream).await;
@@ -2437,14 +2425,16 @@ mod tests {
         let closed = closed_port().await;
         let config = ConnectionConfig::default();
         let (addr, _broker) = answering().await;
-        let first = Connection::connect_any(&format!("{closed},{addr}"), &config)
+        let first = Addresses::new(format!("{closed},{addr}"))
+            .connect(&config)
             .await
             .expect("first");
         assert_eq!(config.dialer.counts().attempts, 2);
         first.close();
         // The closed port failed last: the next list's other address is dialled first.
         let (addr, _broker) = answering().await;
-        let again = Connection::connect_any(&format!("{closed},{addr}"), &config)
+        let again = Addresses::new(format!("{closed},{addr}"))
+            .connect(&config)
             .await
             .expect("again");
         assert_eq!(again.broker(), addr);
