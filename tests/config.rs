@@ -1693,3 +1693,24 @@ fn the_flush_bounds_are_read_and_unset_by_default() {
         .unwrap();
     assert_eq!(built.max_awaiting_flush(), (Some(7), Some(1024)));
 }
+
+/// The log capture these tests use keeps this thread's events at a call site another thread
+/// reached first. With a scoped subscriber as the only one registered, tracing cached such a
+/// call site as unwanted (it asked the other thread's subscriber, none), and the events were
+/// lost: a log assertion failed whenever a test running beside it got to the call site first.
+#[test]
+fn a_capture_keeps_events_at_a_call_site_another_thread_reached_first() {
+    fn log(n: u32) {
+        tracing::info!(n, "the call site of this test");
+    }
+    let ((), lines) = captured(|| {
+        std::thread::spawn(|| log(1)).join().expect("thread");
+        log(2);
+    });
+    let at_site: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("the call site of this test"))
+        .collect();
+    assert_eq!(at_site.len(), 1, "{lines:?}");
+    assert!(at_site[0].contains("n=2"), "{lines:?}");
+}

@@ -93,7 +93,7 @@ async fn a_topic_the_client_may_not_read_fails_the_poll_naming_it() {
 #[tokio::test]
 async fn a_missing_topic_is_waited_for_and_said_once() {
     let capture = support::Capture::default();
-    let _guard = tracing::subscriber::set_default(capture.clone());
+    let _guard = capture.set_default();
     let broker = FakeBroker::start().await;
     let mut consumer = consumer(&broker).await;
     consumer

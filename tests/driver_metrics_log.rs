@@ -44,7 +44,7 @@ async fn each_commit_logs_the_metrics_under_connect_names() {
     let mut d = ShareSinkTask::new(Box::new(NoOp), b.share_consumer("sink"), config);
     d.initialize().await.unwrap();
     let capture = support::Capture::default();
-    let guard = tracing::subscriber::set_default(capture.clone());
+    let guard = capture.set_default();
     d.iteration().await.unwrap();
     drop(guard);
     let lines = capture.lines();

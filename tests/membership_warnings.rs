@@ -19,7 +19,7 @@ use kafka_share_sink::{KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsum
 async fn a_run_of_failed_heartbeats_is_a_warning() {
     // The capture sees the heartbeat task: on a current-thread runtime it runs on this thread.
     let capture = support::Capture::default();
-    let _guard = tracing::subscriber::set_default(capture.clone());
+    let _guard = capture.set_default();
     let broker = FakeBroker::start().await;
     broker.add_topic("orders", 1);
     broker.on(ApiKey::ShareGroupHeartbeat, |_| Reply::Garbled);

@@ -40,13 +40,58 @@ pub(crate) fn unique(prefix: &str) -> String {
     )
 }
 
-/// A tracing subscriber that keeps every event as text.
+/// The events of one thread, kept as text.
+///
+/// Not a subscriber of its own set with `tracing::subscriber::set_default`: tracing caches
+/// whether a call site is wanted when the call site is first reached, and while one scoped
+/// subscriber is the only one registered it asks the subscriber *of the thread that got there
+/// first*. A call site first reached by another test's thread while this test captured was
+/// cached as unwanted, and this thread's events there were lost (it made
+/// `kafka_security::failed_logins_log_no_secret` fail now and then). One global subscriber,
+/// [`Router`], wants every call site and hands each event to the capture of its thread.
 #[derive(Clone, Default)]
 pub(crate) struct Capture(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Capture {
     pub(crate) fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
+    }
+
+    /// Keeps the events of this thread until the guard drops.
+    ///
+    /// # Panics
+    ///
+    /// When another global tracing subscriber was set in this test binary.
+    pub(crate) fn set_default(&self) -> CaptureGuard {
+        static ROUTER: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        ROUTER.get_or_init(|| {
+            tracing::subscriber::set_global_default(Router)
+                .expect("no other global tracing subscriber in a test binary that captures");
+        });
+        let previous = CAPTURE.with(|c| c.borrow_mut().replace(self.clone()));
+        CaptureGuard { previous }
+    }
+
+    fn push(&self, event: &tracing::Event<'_>) {
+        let mut line = format!("{} ", event.metadata().level());
+        event.record(&mut Line(&mut line));
+        self.0.lock().unwrap().push(line);
+    }
+}
+
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Capture>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Ends a [`Capture`] of this thread when dropped (the one before it, if any, goes on).
+pub(crate) struct CaptureGuard {
+    previous: Option<Capture>,
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CAPTURE.with(|c| *c.borrow_mut() = previous);
     }
 }
 
@@ -59,9 +104,23 @@ impl tracing::field::Visit for Line<'_> {
     }
 }
 
-impl tracing::Subscriber for Capture {
+/// The global subscriber of a test binary that captures: every call site is wanted, and an
+/// event goes to the [`Capture`] of the thread it happens on, if that thread has one.
+struct Router;
+
+impl tracing::Subscriber for Router {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        // Asked again at every event (`enabled`), never cached as unwanted.
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+        CAPTURE.try_with(|c| c.borrow().is_some()).unwrap_or(false)
     }
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)
@@ -69,17 +128,23 @@ impl tracing::Subscriber for Capture {
     fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, event: &tracing::Event<'_>) {
-        let mut line = format!("{} ", event.metadata().level());
-        event.record(&mut Line(&mut line));
-        self.0.lock().unwrap().push(line);
+        // A thread whose locals are gone (a worker shutting down) has no capture.
+        let _ = CAPTURE.try_with(|c| {
+            if let Some(capture) = &*c.borrow() {
+                capture.push(event);
+            }
+        });
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// Runs `f` and returns what it returned with the events of this thread during it.
 pub(crate) fn captured<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     let capture = Capture::default();
-    let out = tracing::subscriber::with_default(capture.clone(), f);
+    let guard = capture.set_default();
+    let out = f();
+    drop(guard);
     (out, capture.lines())
 }
 
