@@ -152,6 +152,19 @@ pub enum Error {
     /// The driver was closed.
     #[error("the driver is closed")]
     Closed,
+
+    /// Implicit acknowledgement mode: an iteration was dropped while it was `stage`, after
+    /// its poll returned records. The next poll or commit would accept records that may not
+    /// have been written, so the driver stops: [`close`](crate::ShareSinkTask::close) sends
+    /// no final commit and the consumer's close releases them, to be delivered again.
+    #[error(
+        "an iteration was dropped while {stage}, after its poll returned records (implicit \
+         acknowledgement): close the driver, which releases them, and build a new one"
+    )]
+    Interrupted {
+        /// What the iteration was doing when it was dropped.
+        stage: &'static str,
+    },
     /// The sink task failed at the given stage.
     #[error("sink task failed in {stage}")]
     Task {

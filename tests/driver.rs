@@ -510,6 +510,47 @@ async fn implicit_mode_accepts_after_put_and_retries_in_place() {
     assert_eq!(log.batches[0], log.batches[1], "the same batch, put again");
 }
 
+/// Implicit mode: the next poll or commit accepts what the last poll brought. An iteration
+/// dropped while `put` had not returned must not let them accept a batch that may not have
+/// been written: the next iteration puts it again, and a close right after the drop
+/// releases it.
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_an_iteration_dropped_during_put_never_accepts_its_batch() {
+    let implicit = || ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    // Dropped, then iterated again: the same batch is put again before anything is accepted.
+    let b = broker(4, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::WriteThenHang]);
+    let mut d = driver(&b, sink, implicit());
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(5), d.iteration()).await;
+    assert!(dropped.is_err(), "put hangs until the iteration is dropped");
+    let report = d.iteration().await.expect("the batch is put again");
+    assert_eq!(report.accepted, 4);
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.batches.len(), 2, "{:?}", log.batches);
+        assert_eq!(log.batches[0], log.batches[1], "the same batch, put again");
+    }
+    d.close().await.unwrap();
+    assert!(all_acknowledged(&b, 4));
+
+    // Dropped, then closed: no final commit accepts the batch; it is released.
+    let b = broker(4, 1);
+    let (sink, _log) = ScriptedSink::new(&[Outcome::WriteThenHang]);
+    let mut d = driver(&b, sink, implicit());
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(5), d.iteration()).await;
+    assert!(dropped.is_err());
+    d.close().await.unwrap();
+    for offset in 0..4 {
+        assert_eq!(
+            state(&b, 0, offset),
+            (RecordState::Available, 1),
+            "offset {offset}: released, not accepted"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn implicit_mode_fatal_error_leaves_the_batch_to_be_released() {
     let b = broker(2, 1);

@@ -257,6 +257,51 @@ async fn retriable_conversion_failures_are_retried_until_errors_retry_timeout() 
     assert!(matches!(d.iteration().await, Err(Error::Record { .. })));
 }
 
+/// Implicit mode: an iteration dropped while it built its batch (here waiting to retry a
+/// conversion) may have left records out of it, and the next poll or commit would accept
+/// them unwritten. The next iteration refuses instead, and close releases the poll's records.
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_an_iteration_dropped_while_converting_stops_and_releases() {
+    use kafka_share_sink::AcknowledgementMode;
+    use kafka_share_sink::embedded::ConsumerOptions;
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value("a"),
+            ProduceRecord::new().value("b"),
+        ],
+    );
+    let seen = Seen::default();
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .converters(Converters::byte_array().with_value(Arc::new(Flaky(AtomicUsize::new(100)))))
+        .errors(ErrorHandling::new().retry_timeout(Some(Duration::from_secs(3600))));
+    let consumer = b.share_consumer_with(
+        GROUP,
+        ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit),
+    );
+    let mut d = ShareSinkTask::new(Box::new(Collect(Arc::clone(&seen))), consumer, config);
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(5), d.iteration()).await;
+    assert!(dropped.is_err(), "the conversion is still retrying");
+    let err = d
+        .iteration()
+        .await
+        .expect_err("the batch may be incomplete");
+    assert!(matches!(err, Error::Interrupted { .. }), "{err:?}");
+    assert!(!err.is_retriable());
+    d.close().await.unwrap();
+    assert!(seen.lock().unwrap().is_empty());
+    for offset in 0..2 {
+        assert_eq!(
+            state(&b, "t", offset),
+            (RecordState::Available, 1),
+            "offset {offset}: released, not accepted"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_errors_retry_timeout_of_duration_max_retries_conversions_like_forever() {
     let b = broker("t", &[ProduceRecord::new().value("v")]);

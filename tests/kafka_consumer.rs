@@ -468,6 +468,64 @@ async fn two_members_share_one_partition_without_overlap() {
     b.close(Duration::from_secs(10)).await.unwrap();
 }
 
+/// A sink whose `put` never returns: the application gives up on the iteration.
+struct Hanging;
+
+#[async_trait::async_trait]
+impl SinkTask for Hanging {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        std::future::pending().await
+    }
+}
+
+/// Implicit mode against a broker: an iteration dropped while `put` had not returned, then
+/// `close` — the batch is not accepted by close's commit, so the group delivers it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn implicit_mode_driver_dropped_during_put_then_closed_releases_the_batch() {
+    let Some(f) = fixture("implicit_dropped_put", 1).await else {
+        return;
+    };
+    produce(
+        &f,
+        0,
+        (0..10).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    let implicit = consumer(&f, AcknowledgementMode::Implicit).await;
+    let config = DriverConfig::new([f.topic.clone()]).poll_timeout(Duration::from_millis(500));
+    let mut d = ShareSinkTask::new(Box::new(Hanging), implicit, config);
+    d.initialize().await.expect("initialize");
+    // Iterate until a poll brings records and `put` hangs on them; then give up on it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "no records polled");
+        match tokio::time::timeout(Duration::from_secs(2), d.iteration()).await {
+            Err(_) => break,
+            Ok(report) => assert_eq!(report.expect("iteration").records, 0),
+        }
+    }
+    d.close().await.expect("close");
+    let mut other = consumer(&f, AcknowledgementMode::Explicit).await;
+    let again = drain(
+        &mut other,
+        10,
+        Duration::from_secs(30),
+        AcknowledgeType::Accept,
+    )
+    .await;
+    other.close(Duration::from_secs(10)).await.unwrap();
+    let offsets: BTreeSet<i64> = again.iter().map(ConsumerRecord::offset).collect();
+    assert_eq!(offsets, (0..10).collect(), "every record delivered again");
+    assert!(again.iter().all(|r| r.delivery_count() == 2), "{again:?}");
+}
+
 struct Collect(Arc<Mutex<Vec<(i32, i64)>>>);
 
 #[async_trait::async_trait]

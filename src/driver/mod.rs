@@ -114,6 +114,16 @@ pub struct IterationReport {
     pub waited_for_flush: bool,
 }
 
+/// Implicit mode: how far the batch of the last poll got before its iteration was dropped.
+/// The next poll or commit would accept every record of that poll, put or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unfinished {
+    /// Records were polled and the batch was being built: some may not be in it.
+    Converting,
+    /// The batch was built whole and handed to `put`, which had not returned.
+    Putting,
+}
+
 /// A batch that failed with a retriable error and is put again in place.
 #[derive(Debug, Clone, Copy)]
 struct RetryInPlace {
@@ -175,6 +185,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     batch_is_poll: bool,
     /// Implicit mode: the batch is kept after a retriable error.
     retained: bool,
+    /// Implicit mode: set while the records of a poll are being built into the batch and
+    /// put; still set at the next call when the iteration was dropped in between.
+    unfinished: Option<Unfinished>,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
     retry: Option<RetryInPlace>,
     /// Explicit mode: the batch failed with a retriable error and is held for its
@@ -244,6 +257,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             batch_acquired: now,
             batch_is_poll: false,
             retained: false,
+            unfinished: None,
             retry: None,
             redelivery: None,
             redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
@@ -380,8 +394,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// safe once the poll returned records: dropped during the conversion, the `put` or the
     /// acknowledgements, the batch stays unacknowledged, its records are delivered again
     /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
-    /// the next iteration fails with the consumer's `UnacknowledgedRecords`. To stop on a
-    /// signal, use [`run`](Self::run), which never cuts an iteration short.
+    /// the next iteration fails with the consumer's `UnacknowledgedRecords`. In implicit
+    /// acknowledgement mode, where the next poll or commit would accept those records, the
+    /// next iteration puts the batch again when it was dropped during `put`, and fails with
+    /// [`Error::Interrupted`] when it was dropped while the batch was being built; `close`
+    /// then sends no commit, so the poll's records are released. To stop on a signal, use
+    /// [`run`](Self::run), which never cuts an iteration short.
     pub async fn iteration(&mut self) -> Result<IterationReport> {
         match self.state {
             State::Running => {}
@@ -419,6 +437,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     async fn iterate(&mut self) -> Result<IterationReport> {
         let mut report = IterationReport::default();
+        self.resume_unfinished()?;
         self.release_after_backoff(&mut report).await?;
         if let Some(retry) = self.retry {
             self.sleep_renewing(retry.next_attempt).await;
@@ -446,6 +465,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         tracing::Span::current().record("records", self.batch.len());
 
         let outcome = self.put_batch().await;
+        // Whatever `put` answered, the batch is settled below (put again if kept).
+        self.unfinished = None;
         self.redelivered_arrivals.put_returned();
         match outcome {
             Ok(()) => {
@@ -464,6 +485,29 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         report.awaiting_flush = self.awaiting_flush();
         Ok(report)
+    }
+
+    /// Implicit mode, after an iteration was dropped between its poll and the end of its
+    /// `put`: the next poll or commit would accept records that may never have been written.
+    /// A batch handed to `put` whole is put again; one dropped while it was being built may
+    /// miss records, so the driver stops and [`close`](Self::close), which then does not
+    /// commit, leaves every record of that poll to be delivered again.
+    fn resume_unfinished(&mut self) -> Result<()> {
+        match self.unfinished {
+            None => Ok(()),
+            Some(Unfinished::Putting) => {
+                tracing::warn!(
+                    records = self.batch.len(),
+                    "the last iteration was dropped before put returned; putting its batch again"
+                );
+                self.unfinished = None;
+                self.retained = true;
+                Ok(())
+            }
+            Some(Unfinished::Converting) => Err(Error::Interrupted {
+                stage: "building the batch of a poll",
+            }),
+        }
     }
 
     /// Whether to commit now: the task asked for it (the request is taken), or something
@@ -1293,7 +1337,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.state = State::Closed;
         let mut first_error: Option<Error> = None;
-        if previous == State::Running && !self.retained {
+        if self.unfinished.is_some() {
+            tracing::info!(
+                records = self.batch.len(),
+                "closing with the records of the last poll not put (the iteration was dropped); \
+                 no final commit, so they are released"
+            );
+        }
+        if previous == State::Running && !self.retained && self.unfinished.is_none() {
             if let Some(retry) = self.retry.take() {
                 tracing::info!(
                     records = self.batch.len(),

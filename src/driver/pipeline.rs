@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::failure::Failure;
 use super::held::retry_backoff;
-use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask};
+use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, Unfinished};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
 use crate::delivered::Delivered;
@@ -31,6 +31,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch_delivered.clear();
         let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
+        if !records.is_empty() && self.implicit() {
+            // Until `put` returned, the next poll must not accept these (see `Unfinished`).
+            self.unfinished = Some(Unfinished::Converting);
+        }
         self.batch.reserve(records.len());
         let last_delivery = self.last_delivery_limit();
         // Records fetched ahead were acquired before the poll: their locks run from then.
@@ -66,6 +70,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.metrics.records_last_delivery += last as u64;
             report.last_delivery += last;
             self.batch_is_poll = true;
+            self.built_whole();
             return Ok(());
         }
         let mut failed: Vec<(ConsumerRecord, StageFailure)> = Vec::new();
@@ -136,7 +141,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if !failed.is_empty() {
             self.skip_failed(failed, report).await?;
         }
+        self.built_whole();
         Ok(())
+    }
+
+    /// The batch holds every record of the poll it is to hold: dropped from here on, the
+    /// iteration can put it again.
+    fn built_whole(&mut self) {
+        if self.unfinished.is_some() {
+            self.unfinished = Some(Unfinished::Putting);
+        }
     }
 
     /// Converts and transforms one record, retrying retriable failures for
