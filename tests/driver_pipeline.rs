@@ -544,6 +544,67 @@ async fn a_skipped_record_goes_to_the_dead_letter_queue_byte_for_byte_then_is_re
     );
 }
 
+/// Implicit mode, `errors.tolerance=all` with a dead-letter queue: a record that cannot be
+/// converted is written to the queue before the next poll accepts it; when the write fails,
+/// the driver stops instead of letting a poll or commit accept it, and close releases it.
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_skipped_records_go_to_the_dead_letter_queue_before_they_are_accepted() {
+    use kafka_share_sink::AcknowledgementMode;
+    use kafka_share_sink::embedded::ConsumerOptions;
+    let implicit_driver =
+        |b: &EmbeddedBroker, dlq: &kafka_share_sink::embedded::EmbeddedDeadLetterQueue| {
+            let config = DriverConfig::new(["t"])
+                .commit_policy(CommitPolicy::every_iteration())
+                .poll_timeout(Duration::from_millis(10))
+                .converters(json_values())
+                .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+                .dead_letter_queue(Arc::new(dlq.clone()), false);
+            let consumer = b.share_consumer_with(
+                GROUP,
+                ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit),
+            );
+            ShareSinkTask::new(Box::new(Collect(Seen::default())), consumer, config)
+        };
+    let records = [
+        ProduceRecord::new().value(r#"{"ok":true}"#),
+        ProduceRecord::new().value("not json"),
+    ];
+
+    let b = broker("t", &records);
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    let mut d = implicit_driver(&b, &dlq);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.dead_lettered), (1, 1));
+    let letters = b.read_log("t-dlq", 0).unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0].value().map(|v| v.as_ref()),
+        Some(&b"not json"[..])
+    );
+    d.close().await.unwrap();
+    assert_eq!(state(&b, "t", 1).0, RecordState::Acknowledged);
+
+    let b = broker("t", &records);
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    dlq.fail_next(usize::MAX);
+    let mut d = implicit_driver(&b, &dlq);
+    d.initialize().await.unwrap();
+    let err = d
+        .iteration()
+        .await
+        .expect_err("the dead-letter write failed");
+    assert!(matches!(err, Error::DeadLetter(_)), "{err:?}");
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    d.close().await.unwrap();
+    assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
+    assert_eq!(
+        state(&b, "t", 1),
+        (RecordState::Available, 1),
+        "released, not accepted"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_dead_letter_write_releases_the_record_instead_of_dropping_it() {
     let b = broker("t", &[ProduceRecord::new().value("not json")]);

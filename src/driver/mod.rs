@@ -1164,12 +1164,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         report: &mut IterationReport,
     ) -> Result<usize> {
         if self.implicit() {
-            // Nothing can be rejected one by one: the next poll accepts them.
-            tracing::warn!(
-                records = records.len(),
-                "implicit acknowledgement: skipped records are accepted by the next poll"
-            );
-            return Ok(0);
+            return self.dead_letter_implicit(records, report).await;
         }
         let n = records.len();
         if let Err(tripped) = self.admit_dead_letters(n) {
@@ -1209,6 +1204,51 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.metrics.records_rejected += n as u64;
             report.rejected += n;
         }
+        self.acknowledged_since_commit += n as u64;
+        Ok(n)
+    }
+
+    /// Implicit mode's `dead_letter_then_reject`: nothing can be rejected or released one by
+    /// one, and the next poll accepts the records. With a dead-letter queue they are written
+    /// there first. When that cannot be done (the breaker tripped, the write failed) the
+    /// driver stops before any poll or commit accepts them: `close` sends no commit, so the
+    /// poll's records are released. Without a queue they are skipped (accepted), as Connect
+    /// skips under `errors.tolerance=all`.
+    async fn dead_letter_implicit(
+        &mut self,
+        records: Vec<(ConsumerRecord, Failure)>,
+        report: &mut IterationReport,
+    ) -> Result<usize> {
+        let n = records.len();
+        let Some(queue) = self.config.dead_letter.clone() else {
+            tracing::warn!(
+                records = n,
+                "implicit acknowledgement and no dead-letter queue: skipped records are \
+                 accepted by the next poll"
+            );
+            return Ok(0);
+        };
+        if let Err(tripped) = self.admit_dead_letters(n) {
+            self.state = State::Failed;
+            return Err(Error::DeadLetterBreaker(tripped));
+        }
+        let letters = self.dead_letters(&records);
+        self.metrics.dlq_produce_requests += n as u64;
+        if let Err(error) = queue.send(letters).await {
+            self.metrics.dlq_produce_failures += n as u64;
+            self.state = State::Failed;
+            tracing::error!(
+                records = n,
+                topic = queue.topic(),
+                error = %ErrorChain(&error),
+                "dead-letter write failed; implicit acknowledgement cannot release records one \
+                 by one, so the driver stops and close releases the poll"
+            );
+            return Err(Error::DeadLetter(error));
+        }
+        self.metrics.records_dead_lettered += n as u64;
+        report.dead_lettered += n;
+        // Accepted by the next poll or commit, like the rest of the batch.
         self.acknowledged_since_commit += n as u64;
         Ok(n)
     }

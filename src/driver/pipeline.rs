@@ -5,7 +5,8 @@
 //! A filtered record is ACCEPTed at once, as Connect advances past it. A record that cannot
 //! be converted stops the task under `errors.tolerance=none` (the whole poll is RELEASEd, so
 //! nothing is lost) and is skipped under `all`: written to the dead-letter queue when one is
-//! set, then REJECTed.
+//! set, then REJECTed (accepted by the next poll in implicit acknowledgement mode, where a
+//! failed dead-letter write stops the driver instead, so that close releases the poll).
 
 use tokio::time::Instant;
 
@@ -296,7 +297,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .collect();
         let skipped = match self.dead_letter_then_reject(failed, report).await {
             Ok(n) => n,
-            Err(error @ Error::DeadLetterBreaker(_)) => {
+            // Implicit mode releases nothing one by one: the stopped driver's close does.
+            Err(error @ Error::DeadLetterBreaker(_)) if !self.implicit() => {
                 // The records converted beside the failed ones were not put: released too.
                 let ids: Vec<_> = self.batch.iter().map(|r| r.original_id().clone()).collect();
                 self.release_given_up(&ids);
