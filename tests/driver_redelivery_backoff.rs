@@ -12,8 +12,8 @@ use kafka_share_sink::embedded::{
     ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
-    CommitPolicy, DriverConfig, ErrorHandling, IterationReport, PutRetriablePolicy, ShareSinkTask,
-    SinkRecord, SinkTask, TaskConfig, TaskError,
+    CommitPolicy, DriverConfig, ErrorHandling, IterationReport, PutRetriablePolicy, ShareConsumer,
+    ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use tokio::time::Instant;
 
@@ -669,4 +669,106 @@ async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
         "both halves of the poll were put"
     );
     assert_eq!(b.state_counts(GROUP).acknowledged, 8);
+}
+
+/// Puts its first non-empty batch after `first_put_takes`, then fails every one.
+struct FailsAfterFirst {
+    first_put_takes: Duration,
+    puts: Puts,
+}
+
+#[async_trait]
+impl SinkTask for FailsAfterFirst {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let first = self.puts.lock().unwrap().is_empty();
+        let batch = records
+            .iter()
+            .map(|r| (r.offset(), r.delivery_count()))
+            .collect();
+        self.puts
+            .lock()
+            .unwrap()
+            .push((Instant::now(), batch, first));
+        if first {
+            tokio::time::sleep(self.first_put_takes).await;
+            return Ok(());
+        }
+        Err(TaskError::retriable("target down"))
+    }
+}
+
+/// Closing while a failed batch waits out its redelivery backoff, or between retries in
+/// place, gives the batch up as a final failure would: a record on its last delivery goes to
+/// the dead-letter queue before the release that would let the group archive it; the
+/// others are released.
+#[tokio::test(start_paused = true)]
+async fn close_during_a_backoff_or_a_retry_dead_letters_the_last_deliveries_first() {
+    for retry in [false, true] {
+        let b = broker(2);
+        // Offsets 0 and 1 are delivered once to a member that goes away.
+        let mut crashed = b.share_consumer(GROUP);
+        crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
+        assert_eq!(
+            crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
+            2
+        );
+        drop(crashed);
+        b.produce("t", ProduceRecord::new().value("2")).unwrap();
+        let dlq = b.dead_letter_queue("t-dlq").unwrap();
+        // The driver's own limit: a second delivery is the last.
+        let config = if retry {
+            retry_in_place(Duration::from_secs(600))
+        } else {
+            config().redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60))
+        }
+        .max_delivery_attempts(Some(2))
+        .dead_letter_queue(Arc::new(dlq), false);
+        let puts = Puts::default();
+        // The redelivered offset 0 goes first, alone; its put outlasts a third of the lock,
+        // so offsets 1 (on its last delivery) and 2 go together in the next batch, which fails.
+        let sink = FailsAfterFirst {
+            first_put_takes: LOCK / 2,
+            puts: Arc::clone(&puts),
+        };
+        let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+        let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+        d.initialize().await.unwrap();
+        let mut retained = 0;
+        for _ in 0..3 {
+            retained = d.iteration().await.unwrap().retained;
+            if retained > 0 {
+                break;
+            }
+        }
+        let batches: Vec<Vec<(i64, u16)>> = puts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, b, _)| b.clone())
+            .collect();
+        assert_eq!(
+            batches,
+            [vec![(0, 2)], vec![(1, 2), (2, 1)]],
+            "retry {retry}"
+        );
+        assert_eq!(retained, 2, "retry {retry}: the failed batch waits");
+        assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
+        d.close().await.unwrap();
+        let letters = b.read_log("t-dlq", 0).unwrap();
+        assert_eq!(letters.len(), 1, "retry {retry}");
+        assert_eq!(letters[0].value().map(|v| v.as_ref()), Some(&b"1"[..]));
+        assert!(
+            state(&b, 1).0.is_terminal(),
+            "retry {retry}: {:?}",
+            state(&b, 1)
+        );
+        assert_eq!(state(&b, 2), (RecordState::Available, 1), "retry {retry}");
+    }
 }

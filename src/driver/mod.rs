@@ -125,11 +125,13 @@ enum Unfinished {
 }
 
 /// A batch that failed with a retriable error and is put again in place.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct RetryInPlace {
     first_failure: Instant,
     attempts: u32,
     next_attempt: Instant,
+    /// The last failure, for the dead-letter queue if the driver closes before a retry.
+    last_error: Option<TaskError>,
 }
 
 /// Drives a [`SinkTask`] from a [`ShareConsumer`], like Kafka Connect's `WorkerSinkTask`
@@ -439,8 +441,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut report = IterationReport::default();
         self.resume_unfinished()?;
         self.release_after_backoff(&mut report).await?;
-        if let Some(retry) = self.retry {
-            self.sleep_renewing(retry.next_attempt).await;
+        if let Some(next_attempt) = self.retry.as_ref().map(|r| r.next_attempt) {
+            self.sleep_renewing(next_attempt).await;
         } else if self.retained {
             if let Some(until) = self.backoff_until.take() {
                 tokio::time::sleep_until(until).await;
@@ -817,6 +819,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 first_failure: now,
                 attempts: 0,
                 next_attempt: now,
+                last_error: None,
             });
             retry.attempts += 1;
             let deadline = self
@@ -842,6 +845,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
                 self.metrics.put_retries += 1;
                 report.retained = n;
+                retry.last_error = Some(error);
                 return Ok(());
             }
             tracing::warn!(
@@ -1358,7 +1362,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Ends the driver: a final `pre_commit` and commit of what was accepted, the task's
     /// `stop`, and the consumer's `close`, which releases every record not acknowledged
-    /// (held ones included). Every step is attempted; the first error is returned, except
+    /// (held ones included). A batch whose `put` failed and that waits for a retry in place
+    /// or for its redelivery backoff is given up first as after a final failure: a record on
+    /// its last delivery goes to the dead-letter queue (released, the group would archive
+    /// it), the rest is released. Every step is attempted; the first error is returned, except
     /// that a cluster out of reach does not fail the close (as Java's consumer `close`): a
     /// retriable error of the last commit and the consumer's close problems are logged at
     /// WARN, and what was not acknowledged is redelivered once its locks expire. Closing
@@ -1385,18 +1392,32 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             );
         }
         if previous == State::Running && !self.retained && self.unfinished.is_none() {
+            // Given up on now as if its last attempt had failed for good: released, but a
+            // record on its last delivery goes to the dead-letter queue first (released, the
+            // group would archive it).
+            let mut given_up = None;
             if let Some(retry) = self.retry.take() {
                 tracing::info!(
                     records = self.batch.len(),
                     attempts = retry.attempts,
                     "closing during a retry in place; the batch is released"
                 );
+                given_up = Some(retry.last_error.unwrap_or_else(|| {
+                    TaskError::retriable("the driver closed during a retry in place")
+                }));
             }
-            if self.redelivery.take().is_some() {
+            if let Some(pending) = self.redelivery.take() {
                 tracing::info!(
                     records = self.batch.len(),
                     "closing during a redelivery backoff; the batch is released"
                 );
+                given_up = Some(pending.error);
+            }
+            if let Some(error) = given_up {
+                let mut report = IterationReport::default();
+                if let Err(e) = self.release_failed_batch(error, &mut report).await {
+                    first_error.get_or_insert(e);
+                }
             }
             let queued = self.redelivered_arrivals.clear_queue();
             if queued > 0 {
