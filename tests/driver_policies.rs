@@ -225,6 +225,63 @@ async fn after_flush_close_accepts_what_is_durable_and_releases_the_rest() {
     }
 }
 
+/// Flushes in `pre_commit`, but its first `pre_commit` never returns.
+struct FirstFlushHangs {
+    calls: usize,
+}
+
+#[async_trait]
+impl SinkTask for FirstFlushHangs {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
+        self.calls += 1;
+        if self.calls == 1 {
+            std::future::pending::<()>().await;
+        }
+        Ok(Durability::All)
+    }
+}
+
+/// `after.flush`: an iteration dropped while `pre_commit` runs leaves the records that wait
+/// for their flush to the next commit, which accepts them (they were forgotten, held and
+/// renewed until close, then delivered again).
+#[tokio::test(start_paused = true)]
+async fn after_flush_an_iteration_dropped_in_pre_commit_leaves_the_records_to_the_next_commit() {
+    let b = broker(4);
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush);
+    let sink = FirstFlushHangs { calls: 0 };
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(5), d.iteration()).await;
+    assert!(
+        dropped.is_err(),
+        "pre_commit hangs until the iteration is dropped"
+    );
+    assert_eq!(d.awaiting_flush(), 4);
+    let report = d.iteration().await.unwrap();
+    assert!(report.committed);
+    assert_eq!(report.accepted, 4);
+    assert_eq!(d.awaiting_flush(), 0);
+    for offset in 0..4 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acknowledged, 1),
+            "offset {offset}"
+        );
+    }
+    d.close().await.unwrap();
+}
+
 /// Every batch a sink was handed: (offset, delivery count) per record.
 type Puts = Arc<Mutex<Vec<Vec<(i64, u16)>>>>;
 

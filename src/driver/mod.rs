@@ -1261,15 +1261,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Returns the records accepted here.
     async fn commit(&mut self) -> Result<usize> {
         let after_flush = self.config.ack_policy == AckPolicy::AfterFlush && !self.implicit();
-        let delivered = std::mem::take(&mut self.delivered);
-        let delivered_bytes = std::mem::take(&mut self.delivered_bytes);
-        let durability = match self.task.pre_commit(&delivered).await {
+        // Taken only once `pre_commit` returned: dropped while it runs, the commit leaves the
+        // list for the next one (taken before, the records waiting for a flush were
+        // forgotten, held and renewed until close).
+        let durability = match self.task.pre_commit(&self.delivered).await {
             Ok(d) => d,
             Err(source) if source.is_retriable() => {
                 tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; trying again at the next commit");
                 if after_flush {
-                    self.delivered = delivered;
-                    self.delivered_bytes = delivered_bytes;
                     self.metrics.commit_skips += 1;
                     self.last_commit = Instant::now();
                     return Ok(0);
@@ -1277,9 +1276,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Durability::All
             }
             Err(source) => {
-                if after_flush {
-                    self.delivered = delivered;
-                    self.delivered_bytes = delivered_bytes;
+                if !after_flush {
+                    // Reported: accepted when put returned, nothing waits on them.
+                    self.delivered.clear();
+                    self.delivered_bytes.clear();
                 }
                 return Err(Error::Task {
                     stage: TaskStage::PreCommit,
@@ -1287,6 +1287,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 });
             }
         };
+        let delivered = std::mem::take(&mut self.delivered);
+        let delivered_bytes = std::mem::take(&mut self.delivered_bytes);
         let mut accepted = 0;
         if after_flush {
             let mut waiting = Delivered::new();
