@@ -551,6 +551,28 @@ async fn implicit_mode_an_iteration_dropped_during_put_never_accepts_its_batch()
     }
 }
 
+/// Explicit mode: a `put` that runs past half the lock has its batch held (and renewed).
+/// Dropped then, the next iteration puts that batch again and accepts it; before, the held
+/// records were neither put nor acknowledged, renewed until close.
+#[tokio::test(start_paused = true)]
+async fn explicit_mode_an_iteration_dropped_during_a_long_put_puts_the_batch_again() {
+    let b = broker(4, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::WriteThenHang]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(LOCK, d.iteration()).await;
+    assert!(dropped.is_err(), "put hangs until the iteration is dropped");
+    let report = d.iteration().await.expect("the batch is put again");
+    assert_eq!((report.records, report.accepted), (4, 4));
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.batches.len(), 2, "{:?}", log.batches);
+        assert_eq!(log.batches[0], log.batches[1], "the same batch, put again");
+    }
+    assert!(all_acknowledged(&b, 4));
+    d.close().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn implicit_mode_fatal_error_leaves_the_batch_to_be_released() {
     let b = broker(2, 1);

@@ -114,8 +114,8 @@ pub struct IterationReport {
     pub waited_for_flush: bool,
 }
 
-/// Implicit mode: how far the batch of the last poll got before its iteration was dropped.
-/// The next poll or commit would accept every record of that poll, put or not.
+/// How far the batch of the last poll got before its iteration was dropped (see
+/// `resume_unfinished`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unfinished {
     /// Records were polled and the batch was being built: some may not be in it.
@@ -187,8 +187,8 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     batch_is_poll: bool,
     /// Implicit mode: the batch is kept after a retriable error.
     retained: bool,
-    /// Implicit mode: set while the records of a poll are being built into the batch and
-    /// put; still set at the next call when the iteration was dropped in between.
+    /// Set while the records of a poll are being built into the batch and put; still set at
+    /// the next call when the iteration was dropped in between.
     unfinished: Option<Unfinished>,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
     retry: Option<RetryInPlace>,
@@ -396,11 +396,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// safe once the poll returned records: dropped during the conversion, the `put` or the
     /// acknowledgements, the batch stays unacknowledged, its records are delivered again
     /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
-    /// the next iteration fails with the consumer's `UnacknowledgedRecords`. In implicit
-    /// acknowledgement mode, where the next poll or commit would accept those records, the
-    /// next iteration puts the batch again when it was dropped during `put`, and fails with
-    /// [`Error::Interrupted`] when it was dropped while the batch was being built; `close`
-    /// then sends no commit, so the poll's records are released. To stop on a signal, use
+    /// the next iteration puts the batch again when it was dropped during `put`, and fails
+    /// when it was dropped while the batch was being built: with the consumer's
+    /// `UnacknowledgedRecords`, or in implicit acknowledgement mode (where the next poll or
+    /// commit would accept those records) with [`Error::Interrupted`], after which `close`
+    /// sends no commit, so the poll's records are released. To stop on a signal, use
     /// [`run`](Self::run), which never cuts an iteration short.
     pub async fn iteration(&mut self) -> Result<IterationReport> {
         match self.state {
@@ -489,11 +489,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Ok(report)
     }
 
-    /// Implicit mode, after an iteration was dropped between its poll and the end of its
-    /// `put`: the next poll or commit would accept records that may never have been written.
-    /// A batch handed to `put` whole is put again; one dropped while it was being built may
-    /// miss records, so the driver stops and [`close`](Self::close), which then does not
-    /// commit, leaves every record of that poll to be delivered again.
+    /// After an iteration was dropped between its poll and the end of its `put`. A batch
+    /// handed to `put` whole is put again (in explicit mode its records may be held, renewed
+    /// while that `put` ran: left alone, they would stay held until close). Dropped while the
+    /// batch was being built, records may be missing from it: in explicit mode the consumer's
+    /// poll refuses (`UnacknowledgedRecords`); in implicit mode, where the next poll or commit
+    /// would accept them unwritten, the driver stops with [`Error::Interrupted`] and
+    /// [`close`](Self::close), which then does not commit, leaves every record of that poll
+    /// to be delivered again.
     fn resume_unfinished(&mut self) -> Result<()> {
         match self.unfinished {
             None => Ok(()),
@@ -503,7 +506,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "the last iteration was dropped before put returned; putting its batch again"
                 );
                 self.unfinished = None;
-                self.retained = true;
+                if self.implicit() {
+                    self.retained = true;
+                } else {
+                    self.redelivered_arrivals.put_again();
+                }
+                Ok(())
+            }
+            Some(Unfinished::Converting) if !self.implicit() => {
+                self.unfinished = None;
                 Ok(())
             }
             Some(Unfinished::Converting) => Err(Error::Interrupted {
@@ -1386,14 +1397,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.state = State::Closed;
         let mut first_error: Option<Error> = None;
-        if self.unfinished.is_some() {
+        // Implicit mode: a commit would accept the records of a poll never put.
+        let unput = self.unfinished.is_some() && self.implicit();
+        if unput {
             tracing::info!(
                 records = self.batch.len(),
                 "closing with the records of the last poll not put (the iteration was dropped); \
                  no final commit, so they are released"
             );
         }
-        if previous == State::Running && !self.retained && self.unfinished.is_none() {
+        if previous == State::Running && !self.retained && !unput {
             // Given up on now as if its last attempt had failed for good: released, but a
             // record on its last delivery goes to the dead-letter queue first (released, the
             // group would archive it).

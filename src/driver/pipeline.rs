@@ -32,8 +32,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch_delivered.clear();
         let polled_at = Instant::now();
         let records = self.consumer.poll(self.config.poll_timeout).await?;
-        if !records.is_empty() && self.implicit() {
-            // Until `put` returned, the next poll must not accept these (see `Unfinished`).
+        if !records.is_empty() {
+            // Until `put` returned: see `resume_unfinished`.
             self.unfinished = Some(Unfinished::Converting);
         }
         self.batch.reserve(records.len());

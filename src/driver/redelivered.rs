@@ -106,6 +106,12 @@ impl RedeliveredArrivals {
         !self.queue.is_empty() || self.in_flight
     }
 
+    /// The `put` of the batch was dropped before it returned: the next iteration puts the
+    /// batch again instead of taking a new one.
+    pub(crate) fn put_again(&mut self) {
+        self.in_flight = true;
+    }
+
     /// The `put` of the batch returned (whatever its outcome).
     pub(crate) fn put_returned(&mut self) {
         self.in_flight = false;
