@@ -234,6 +234,24 @@ pub enum Error {
 }
 
 impl Error {
+    /// True when the settings are at fault (a malformed or conflicting setting, a consumer
+    /// that lacks what they need): a new driver built from the same settings fails the same
+    /// way, so the [`Supervisor`](crate::supervisor::Supervisor) does not restart the task.
+    pub fn is_config(&self) -> bool {
+        match self {
+            Self::Config { .. } | Self::Connector(_) | Self::MissingCapability { .. } => true,
+            Self::Consumer(e) => matches!(e, ConsumerError::Config { .. }),
+            Self::DeadLetter(e) => matches!(e, crate::dlq::DeadLetterError::Config { .. }),
+            #[cfg(feature = "exactly-once")]
+            Self::ExactlyOnce(e) => matches!(
+                e,
+                crate::exactly_once::ExactlyOnceError::Config { .. }
+                    | crate::exactly_once::ExactlyOnceError::MissingCapability { .. }
+            ),
+            _ => false,
+        }
+    }
+
     /// True when the driver can go on: calling `iteration()` again may succeed. That is the
     /// case for consumer errors that retrying may fix ([`ConsumerError::is_retriable`]: a
     /// timeout, a lost connection, a garbled response, a retriable broker error code) and

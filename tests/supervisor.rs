@@ -340,6 +340,62 @@ async fn a_task_failing_every_time_stays_failed_after_max_restarts_and_the_other
     );
 }
 
+/// A task whose settings are at fault (here a driver setting the consumer cannot serve) is
+/// not restarted: every restart would fail the same way, only after its backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_with_settings_at_fault_is_not_restarted() {
+    let broker = broker(0);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let builds = Arc::new(AtomicU32::new(0));
+    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&builds));
+    let config = SupervisorConfig::new(1)
+        .restart_backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .max_restarts(Some(5));
+    let supervisor = Supervisor::new("misconfigured", config, move |task| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let consumer = group.share_consumer_with(
+            GROUP,
+            kafka_share_sink::embedded::ConsumerOptions::new()
+                .acknowledgement_mode(kafka_share_sink::AcknowledgementMode::Implicit),
+        );
+        let store = Arc::clone(&sinks);
+        async move {
+            let sink = Sink {
+                task,
+                store,
+                fault: Fault::None,
+            };
+            // after.flush needs explicit acknowledgement: initialize refuses.
+            let config = driver_config().ack_policy(kafka_share_sink::AckPolicy::AfterFlush);
+            Ok(TaskParts::new(Box::new(sink), consumer, config))
+        }
+    });
+    let handle = supervisor.handle();
+    let error = within(supervisor.run(std::future::pending()))
+        .await
+        .expect_err("the task failed for good");
+    assert!(
+        matches!(&error, SupervisorError::TasksFailed { tasks, .. } if tasks == &[0]),
+        "{error:?}"
+    );
+    let status = &handle.statuses()[0];
+    assert_eq!((status.state, status.restarts), (TaskState::Failed, 0));
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("after.flush"),
+        "{:?}",
+        status.last_error
+    );
+    assert_eq!(
+        builds.load(Ordering::SeqCst),
+        1,
+        "built once, not restarted"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_task_failed_for_good_run_returns_without_a_shutdown() {
     let config = SupervisorConfig::new(2)

@@ -7,7 +7,8 @@
 //! panic in a task counts as a failure. A task stopped by the dead-letter circuit breaker
 //! ([`Error::DeadLetterBreaker`]) is not restarted: each
 //! restart would spend a delivery of the records it released; and a task's breaker window
-//! is kept across its restarts, so failing and restarting does not reset it. On the shutdown signal every task finishes its
+//! is kept across its restarts, so failing and restarting does not reset it. Nor is a task
+//! whose settings are at fault ([`Error::is_config`]): every restart would fail the same way. On the shutdown signal every task finishes its
 //! iteration and closes: its accepted records are committed and every other record is
 //! released for the group to deliver again.
 //!
@@ -455,14 +456,23 @@ where
             failures = failures.saturating_add(1);
             // The dead-letter circuit breaker opened: a restart would only spend a delivery
             // of the records it released (and trip again), so the task waits for someone.
-            let tripped = error
-                .downcast_ref::<Error>()
-                .is_some_and(|e| matches!(e, Error::DeadLetterBreaker(_)));
-            if tripped {
-                tracing::error!(
-                    %connector, task, error = %message,
-                    "the dead-letter circuit breaker stopped the task; it stays failed until it is started again"
-                );
+            let driver_error = error.downcast_ref::<Error>();
+            let tripped = driver_error.is_some_and(|e| matches!(e, Error::DeadLetterBreaker(_)));
+            // A setting at fault fails every restart the same way: say so now, not after
+            // every restart's backoff.
+            let misconfigured = driver_error.is_some_and(Error::is_config);
+            if tripped || misconfigured {
+                if tripped {
+                    tracing::error!(
+                        %connector, task, error = %message,
+                        "the dead-letter circuit breaker stopped the task; it stays failed until it is started again"
+                    );
+                } else {
+                    tracing::error!(
+                        %connector, task, error = %message,
+                        "the task's settings are at fault; it stays failed (a restart would fail the same way)"
+                    );
+                }
                 self.shared.update(task, |s| {
                     s.state = TaskState::Failed;
                     s.last_error = Some(message);
