@@ -340,6 +340,40 @@ async fn a_task_failing_every_time_stays_failed_after_max_restarts_and_the_other
     );
 }
 
+/// An absurd `tasks.max` (the connector config takes up to `i32::MAX`) is refused by `run`
+/// with the count and the bound, before anything is built; before, one status per task was
+/// allocated up front (about 1 TB for this count) and the process aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_tasks_than_one_process_runs_are_refused_before_anything_is_built() {
+    use kafka_share_sink::supervisor::MAX_TASKS;
+    let broker = broker(0);
+    let builds = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&builds);
+    let tasks = i32::MAX as u32;
+    let supervisor = Supervisor::new("huge", SupervisorConfig::new(tasks), move |task| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let consumer = broker.share_consumer(GROUP);
+        async move {
+            let sink = Sink {
+                task,
+                store: Arc::default(),
+                fault: Fault::None,
+            };
+            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
+        }
+    });
+    let error = within(supervisor.run(std::future::pending()))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&error, SupervisorError::TooManyTasks { tasks: t, max, .. } if *t == tasks && *max == MAX_TASKS),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("tasks.max"), "{error}");
+    assert_eq!(builds.load(Ordering::SeqCst), 0);
+    assert!(supervisor.handle().statuses().is_empty());
+}
+
 /// A task whose settings are at fault (here a driver setting the consumer cannot serve) is
 /// not restarted: every restart would fail the same way, only after its backoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

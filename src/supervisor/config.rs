@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// The most tasks one [`Supervisor`](super::Supervisor) runs: each is a share consumer with
+/// its own connections and buffers, all in this process. A share group spreads records over
+/// members in every process, so more processes in the same group scale further.
+pub const MAX_TASKS: u32 = 4096;
+
 /// How a [`Supervisor`](super::Supervisor) runs its tasks.
 ///
 /// A failed task is restarted after `restart_backoff`, doubled at every consecutive failure

@@ -61,7 +61,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use self::config::SupervisorConfig;
+pub use self::config::{MAX_TASKS, SupervisorConfig};
 use crate::consumer::ShareConsumer;
 use crate::driver::{DriverConfig, DriverMetrics, ShareSinkTask};
 use crate::error::{BoxError, Error, ErrorChain};
@@ -278,10 +278,24 @@ impl Shared {
     }
 }
 
-/// The tasks that failed for good, returned by [`Supervisor::run`].
+/// Why [`Supervisor::run`] ended without a shutdown.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SupervisorError {
+    /// More tasks than one supervisor runs ([`MAX_TASKS`]); none was started.
+    #[error(
+        "connector {connector}: tasks.max={tasks} is more than one process runs (at most \
+         {max}: each task is a share consumer with its own connections); lower tasks.max, or \
+         run several processes in the same share group"
+    )]
+    TooManyTasks {
+        /// The connector.
+        connector: String,
+        /// The tasks asked for.
+        tasks: u32,
+        /// The most one supervisor runs.
+        max: u32,
+    },
     /// Tasks failed more often in a row than allowed, or failed to close.
     #[error(
         "connector {connector}: tasks {tasks:?} failed and were not restarted (see their \
@@ -332,7 +346,10 @@ where
     /// A supervisor of `config.tasks()` tasks of `connector`, each built by `factory` with
     /// its task id (0, 1, ...) when it starts and again at every restart.
     pub fn new(connector: impl Into<String>, config: SupervisorConfig, factory: F) -> Self {
+        // Too many tasks: `run` refuses before anything is built (no status either, so an
+        // absurd count allocates nothing).
         let statuses = (0..config.tasks())
+            .take_while(|_| config.tasks() <= MAX_TASKS)
             .map(|task| TaskStatus {
                 task,
                 state: TaskState::Unassigned,
@@ -380,6 +397,13 @@ where
         &self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), SupervisorError> {
+        if self.config.tasks() > MAX_TASKS {
+            return Err(SupervisorError::TooManyTasks {
+                connector: self.shared.connector.clone(),
+                tasks: self.config.tasks(),
+                max: MAX_TASKS,
+            });
+        }
         let (stop, stopping) = watch::channel(false);
         let tasks = futures::future::join_all(
             (0..self.config.tasks()).map(|task| self.supervise(task, stopping.clone())),
