@@ -1714,3 +1714,41 @@ fn a_capture_keeps_events_at_a_call_site_another_thread_reached_first() {
     assert_eq!(at_site.len(), 1, "{lines:?}");
     assert!(at_site[0].contains("n=2"), "{lines:?}");
 }
+
+/// A `bootstrap.servers` entry without a port (or with one out of range) is a config error
+/// naming the key, from every client, at once: it was a retriable connection error (an
+/// address that does not resolve), so clients and the supervisor retried it for ever. A
+/// listener-name prefix, as Java's clients accept, is read past.
+#[tokio::test]
+async fn a_malformed_bootstrap_server_is_a_config_error_for_every_client() {
+    use kafka_share_sink::producer::{KafkaProducer, KafkaProducerConfig};
+    use kafka_share_sink::{
+        ConsumerError, KafkaAdmin, KafkaShareConsumer, KafkaShareConsumerConfig,
+    };
+    let names_key = |text: String| {
+        assert!(
+            text.contains("bootstrap.servers") && text.contains("broker-without-port"),
+            "{text}"
+        );
+    };
+    let consumer =
+        KafkaShareConsumer::connect(KafkaShareConsumerConfig::new("broker-without-port", "g"))
+            .await
+            .expect_err("no port");
+    assert!(
+        matches!(&consumer, ConsumerError::Config { key, .. } if key == "bootstrap.servers"),
+        "{consumer:?}"
+    );
+    assert!(!consumer.is_retriable());
+    names_key(consumer.to_string());
+    let admin = KafkaAdmin::connect("broker-without-port")
+        .await
+        .expect_err("no port");
+    assert!(!admin.is_retriable(), "{admin:?}");
+    names_key(format!("{admin} {admin:?}"));
+    let producer = KafkaProducer::connect(KafkaProducerConfig::new("broker-without-port"))
+        .await
+        .expect_err("no port");
+    assert!(!producer.is_retriable(), "{producer:?}");
+    names_key(format!("{producer} {producer:?}"));
+}

@@ -283,9 +283,12 @@ impl Failure {
     pub(crate) fn into_admin(self, call: &'static str) -> AdminError {
         match self {
             Self::Connect {
-                source: ClientError::Config { reason, .. },
+                source: ClientError::Config { key, reason },
                 ..
-            } => AdminError::InvalidArgument { call, reason },
+            } => AdminError::InvalidArgument {
+                call,
+                reason: format!("`{key}`: {reason}"),
+            },
             Self::Connect {
                 source: source @ ClientError::Connection(ConnectionError::Authentication { .. }),
                 ..
@@ -328,7 +331,10 @@ impl Failure {
                     api: "admin",
                     timeout,
                 },
-                ClientError::Config { reason, .. } => AdminError::InvalidArgument { call, reason },
+                ClientError::Config { key, reason } => AdminError::InvalidArgument {
+                    call,
+                    reason: format!("`{key}`: {reason}"),
+                },
                 // A garbled answer closed its connection, like a broken one.
                 source @ (ClientError::Connection(ConnectionError::Io { .. })
                 | ClientError::Protocol(ProtocolError::Garbled { .. })) => {
@@ -471,7 +477,7 @@ mod tests {
         }
         .into_admin("connect");
         assert!(
-            matches!(&error, AdminError::InvalidArgument { call: "connect", reason } if reason == "no broker address"),
+            matches!(&error, AdminError::InvalidArgument { call: "connect", reason } if reason == "`bootstrap.servers`: no broker address"),
             "{error:?}"
         );
         assert!(!error.is_retriable());

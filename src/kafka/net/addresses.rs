@@ -30,8 +30,12 @@ pub(crate) struct Addresses {
 /// What [`Addresses`] holds.
 #[derive(Debug, Clone)]
 struct Known {
-    /// The application's `bootstrap.servers`, comma-separated.
+    /// The application's `bootstrap.servers`, comma-separated, as written.
     bootstrap: String,
+    /// Its `host:port` entries, read as Java's clients read them ([`parse_bootstrap`]).
+    chosen: Vec<String>,
+    /// What is wrong with `bootstrap`, if anything: every connect fails with it.
+    invalid: Option<String>,
     /// `host:port` of brokers of the last Metadata answer (at most [`MAX_KEPT`]), starting
     /// at a random one, so that the clients of one cluster do not all reconnect to the same
     /// broker.
@@ -40,10 +44,19 @@ struct Known {
 
 impl Addresses {
     /// Only the bootstrap servers (comma-separated `host:port`), until [`learn`](Self::learn).
+    /// A list that is not `host:port` entries fails every [`connect`](Self::connect) with
+    /// [`ClientError::Config`] naming `bootstrap.servers`.
     pub(crate) fn new(bootstrap: impl Into<String>) -> Self {
+        let bootstrap = bootstrap.into();
+        let (chosen, invalid) = match parse_bootstrap(&bootstrap) {
+            Ok(chosen) => (chosen, None),
+            Err(reason) => (Vec::new(), Some(reason)),
+        };
         Self {
             inner: Arc::new(Mutex::new(Known {
-                bootstrap: bootstrap.into(),
+                bootstrap,
+                chosen,
+                invalid,
                 brokers: Vec::new(),
             })),
         }
@@ -73,12 +86,7 @@ impl Addresses {
     /// The brokers of the last answer not among the bootstrap servers, then the bootstrap
     /// servers (marked as the application's).
     fn candidates(known: &Known) -> Vec<Candidate<'_>> {
-        let chosen: Vec<&str> = known
-            .bootstrap
-            .split(',')
-            .map(str::trim)
-            .filter(|server| !server.is_empty())
-            .collect();
+        let chosen: Vec<&str> = known.chosen.iter().map(String::as_str).collect();
         let learned = known
             .brokers
             .iter()
@@ -138,15 +146,98 @@ impl Addresses {
     ) -> Result<Connection, ClientError> {
         // A copy, read under one lock: no lock is held while connecting.
         let known = self.known().clone();
+        if let Some(reason) = known.invalid {
+            return Err(ClientError::Config {
+                key: "bootstrap.servers".to_owned(),
+                reason,
+            });
+        }
         let candidates = Self::candidates(&known);
         let list = Self::describe(&known, &candidates);
         Connection::connect_first(candidates, &list, config).await
     }
 }
 
+/// `bootstrap.servers` as Java's clients read it: comma-separated `host:port` entries (empty
+/// ones skipped), each may start with a listener name and `://` (`SASL_SSL://host:9093`),
+/// an IPv6 host may stand in brackets or bare (`[::1]:9092`, `::1:9092`). Returns the
+/// entries as `host:port` (an IPv6 host in brackets), or what is wrong with the first bad
+/// one and what is expected.
+fn parse_bootstrap(servers: &str) -> Result<Vec<String>, String> {
+    const EXPECTED: &str = "expected comma-separated host:port entries, such as localhost:9092";
+    let mut out = Vec::new();
+    for entry in servers.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let address = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+        let Some((host, port)) = address.rsplit_once(':') else {
+            return Err(format!("`{entry}` has no port; {EXPECTED}"));
+        };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let host_chars = |c: char| c.is_ascii_alphanumeric() || "-%._:".contains(c);
+        if host.is_empty() || !host.chars().all(host_chars) {
+            return Err(format!("`{entry}` has no valid host name; {EXPECTED}"));
+        }
+        let port = port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+            format!("`{entry}`: the port is not a number from 1 to 65535; {EXPECTED}")
+        })?;
+        out.push(if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        });
+    }
+    if out.is_empty() {
+        return Err(format!("no address in `{servers}`; {EXPECTED}"));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bootstrap_servers_are_read_as_javas_clients_read_them() {
+        assert_eq!(
+            parse_bootstrap(" a:1 ,, PLAINTEXT://b.example.com:9092,[::1]:9093,::1:9094,"),
+            Ok(vec![
+                "a:1".to_owned(),
+                "b.example.com:9092".to_owned(),
+                "[::1]:9093".to_owned(),
+                "[::1]:9094".to_owned(),
+            ])
+        );
+        for (bad, says) in [
+            ("k", "`k` has no port"),
+            ("k:99999", "the port is not a number from 1 to 65535"),
+            ("k:0", "the port is not a number from 1 to 65535"),
+            ("k:x", "the port is not a number"),
+            (":9092", "no valid host name"),
+            ("a b:9092", "no valid host name"),
+            ("a:1,k", "`k` has no port"),
+            (" , ", "no address"),
+        ] {
+            let reason = parse_bootstrap(bad).expect_err(bad);
+            assert!(reason.contains(says), "{bad}: {reason}");
+            assert!(reason.contains("host:port"), "{bad}: {reason}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_malformed_bootstrap_list_is_a_config_error_naming_the_key() {
+        let error = Addresses::new("broker-without-port")
+            .connect(&ConnectionConfig::default())
+            .await
+            .expect_err("no port");
+        assert!(
+            matches!(&error, ClientError::Config { key, reason }
+                if key == "bootstrap.servers" && reason.contains("broker-without-port")),
+            "{error:?}"
+        );
+        assert!(!error.is_retriable());
+    }
 
     fn brokers(list: &[&str]) -> Vec<String> {
         list.iter().map(|b| (*b).to_owned()).collect()
