@@ -94,17 +94,21 @@ pub enum PluginError {
         /// The missing key, without the plugin's prefix.
         key: String,
     },
-    /// A config value cannot be used.
+    /// A config value cannot be used. The message never shows the value of a secret key
+    /// (`*.password`, `*.passphrase`, `basic.auth.user.info`, `bearer.auth.token`, any key
+    /// containing `secret`, ...), as the crate's own config errors do not.
     #[error(
-        "{}config `{key}` has invalid value `{value}`: {reason}",
-        Label(plugin)
+        "{}config `{key}` has invalid value `{}`: {reason}",
+        Label(plugin),
+        crate::config::secret::shown(key, value)
     )]
     InvalidConfig {
         /// The plugin being built (config prefix or alias, and class).
         plugin: String,
         /// The key, without the plugin's prefix.
         key: String,
-        /// The value given.
+        /// The value given ([`invalid_config`](Self::invalid_config) keeps `[redacted]` in
+        /// place of a secret's).
         value: String,
         /// What is wrong and what would be accepted.
         reason: String,
@@ -135,10 +139,16 @@ impl PluginError {
         value: impl Into<String>,
         reason: impl Into<String>,
     ) -> Self {
+        let key = key.into();
+        let value = if crate::config::secret::is_secret(&key) {
+            crate::config::secret::REDACTED.to_owned()
+        } else {
+            value.into()
+        };
         Self::InvalidConfig {
             plugin: String::new(),
-            key: key.into(),
-            value: value.into(),
+            key,
+            value,
             reason: reason.into(),
         }
     }
@@ -171,5 +181,33 @@ impl PluginError {
             *plugin = label();
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_secret_is_named_but_never_shown() {
+        let secret = "hunter2-do-not-print";
+        let error = PluginError::invalid_config("connection.password", secret, "too short");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains(secret), "{shown}");
+        assert!(
+            shown.contains("connection.password") && shown.contains("too short"),
+            "{shown}"
+        );
+        // Built directly, the message still hides it.
+        let error = PluginError::InvalidConfig {
+            plugin: "sink".to_owned(),
+            key: "basic.auth.user.info".to_owned(),
+            value: secret.to_owned(),
+            reason: "no colon".to_owned(),
+        };
+        assert!(!error.to_string().contains(secret), "{error}");
+        // Other values are shown, as before.
+        let error = PluginError::invalid_config("batch.size", "lots", "not a number");
+        assert!(error.to_string().contains("`lots`"), "{error}");
     }
 }
