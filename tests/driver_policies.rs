@@ -702,3 +702,93 @@ async fn records_fetched_ahead_are_renewed_by_their_acquisition_not_by_the_poll(
         assert_eq!(state(&b, offset), (RecordState::Acknowledged, 1));
     }
 }
+
+/// A consumer that no longer has offset 0 by the time the driver renews it (its lock was
+/// lost): a RENEW of it fails with `NotInBatch`.
+struct LosesOffsetZero(EmbeddedShareConsumer);
+
+#[async_trait]
+impl ShareConsumer for LosesOffsetZero {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.0.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.0.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        self.0.poll(timeout).await
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        if offset == 0 && ack == AcknowledgeType::Renew {
+            return Err(ConsumerError::NotInBatch {
+                record: RecordId::new(topic, partition, offset),
+            });
+        }
+        self.0.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.0.hold_offset(topic, partition, offset)
+    }
+    fn supports_renew(&self) -> bool {
+        self.0.supports_renew()
+    }
+    fn capabilities(&self) -> ConsumerCapabilities {
+        self.0.capabilities()
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.0.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.0.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.0.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.0.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.0.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.0.acknowledgement_mode()
+    }
+}
+
+/// A held record the consumer no longer has (its lock was lost) is forgotten when its
+/// renewal comes, and the others are renewed: the iteration goes on. Before, the RENEW's
+/// `NotInBatch` failed the iteration, and stopped the driver.
+#[tokio::test(start_paused = true)]
+async fn a_held_record_the_consumer_lost_is_forgotten_at_its_renewal() {
+    let b = broker(3);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at: 100,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush);
+    let consumer = LosesOffsetZero(b.share_consumer(GROUP));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().awaiting_flush, 3);
+    // Past half the lock: the held records are due for renewal.
+    tokio::time::advance(LOCK / 2 + Duration::from_secs(1)).await;
+    let report = d.iteration().await.expect("the lost record is forgotten");
+    assert_eq!(report.awaiting_flush, 3, "still waiting for the flush");
+    assert_eq!(d.metrics().records_renewed, 2);
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 1));
+}

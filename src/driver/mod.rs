@@ -650,8 +650,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Some(at) if at < until => {
                     tokio::time::sleep_until(at).await;
                     if let Err(e) = self.renew_due_held() {
+                        // Their due time stays past: trying again at once would spin. Records
+                        // whose locks expire come back through the group.
                         tracing::warn!(error = %ErrorChain(&e), "could not renew held records");
-                        continue;
+                        tokio::time::sleep_until(until).await;
+                        return;
                     }
                     self.commit_renewals().await;
                 }
@@ -1622,14 +1625,27 @@ fn renew<C: ShareConsumer>(
     metrics: &mut DriverMetrics,
 ) -> Result<(), crate::consumer::ConsumerError> {
     for id in ids {
-        consumer.acknowledge_offset(
+        match consumer.acknowledge_offset(
             id.topic(),
             id.partition(),
             id.offset(),
             AcknowledgeType::Renew,
-        )?;
-        held.touch(id, now);
-        metrics.records_renewed += 1;
+        ) {
+            Ok(()) => {
+                held.touch(id, now);
+                metrics.records_renewed += 1;
+            }
+            // No longer the consumer's (its lock was lost, or it was settled): nothing to
+            // renew, and nothing to hold; if the group delivers it again, it is put again.
+            Err(
+                e @ (crate::consumer::ConsumerError::NotInBatch { .. }
+                | crate::consumer::ConsumerError::AlreadyAcknowledged { .. }),
+            ) => {
+                tracing::debug!(record = %id, error = %ErrorChain(&e), "a held record is no longer ours");
+                held.remove(id);
+            }
+            Err(e) => return Err(e),
+        }
     }
     if !ids.is_empty() {
         tracing::debug!(records = ids.len(), "renewing acquisition locks");
