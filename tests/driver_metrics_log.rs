@@ -1,7 +1,5 @@
-//! The driver's metrics event, under Kafka Connect's names.
-//!
-//! Alone in its test binary: tracing caches whether a callsite is enabled when it is first hit,
-//! and another test thread hitting it with no subscriber could turn it off for the capture.
+//! What the driver logs: its metrics event under Kafka Connect's names, and warnings about
+//! settings that do less than they seem to.
 
 mod support;
 
@@ -10,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
 use kafka_share_sink::{
-    CommitPolicy, DriverConfig, ShareSinkTask, SinkRecord, SinkTask, TaskConfig, TaskError,
+    CommitPolicy, DriverConfig, ErrorHandling, PutRetriablePolicy, ShareSinkTask, SinkRecord,
+    SinkTask, TaskConfig, TaskError,
 };
 
 struct NoOp;
@@ -60,5 +59,36 @@ async fn each_commit_logs_the_metrics_under_connect_names() {
         "share-records-renewed-total=0",
     ] {
         assert!(metrics.contains(name), "{name} missing from {metrics}");
+    }
+}
+
+/// `retry.in.place` retries for `errors.retry.timeout`, whose default is 0: alone, it retries
+/// nothing. `initialize` says so once, and not when a timeout is set.
+#[tokio::test(start_paused = true)]
+async fn retry_in_place_without_a_retry_timeout_is_warned_about_at_initialize() {
+    for (errors, warned) in [
+        (ErrorHandling::new(), true),
+        (
+            ErrorHandling::new().retry_timeout(Some(Duration::from_secs(60))),
+            false,
+        ),
+    ] {
+        let b = EmbeddedBroker::new();
+        b.create_topic("t", 1).unwrap();
+        let config = DriverConfig::new(["t"])
+            .put_retriable_policy(PutRetriablePolicy::RetryInPlace)
+            .errors(errors);
+        let mut d = ShareSinkTask::new(Box::new(NoOp), b.share_consumer("sink"), config);
+        let capture = support::Capture::default();
+        let guard = capture.set_default();
+        d.initialize().await.unwrap();
+        drop(guard);
+        let lines = capture.lines();
+        let warnings = lines
+            .iter()
+            .filter(|l| l.starts_with("WARN") && l.contains("retries nothing in place"))
+            .count();
+        assert_eq!(warnings, usize::from(warned), "{lines:#?}");
+        d.close().await.unwrap();
     }
 }

@@ -319,6 +319,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 );
             }
         }
+        if !self.implicit()
+            && self.config.put_retriable_policy == PutRetriablePolicy::RetryInPlace
+            && self
+                .config
+                .errors
+                .retry_timeout
+                .is_some_and(|t| t.is_zero())
+        {
+            tracing::warn!(
+                "put.retriable.policy=retry.in.place with errors.retry.timeout=0 (the default) \
+                 retries nothing in place: a failed batch is released at once. Set \
+                 errors.retry.timeout to how long to retry a put (-1: for ever)"
+            );
+        }
         self.check_capabilities()?;
         self.log_redelivery_backoff();
         self.consumer.subscribe(self.config.topics.clone()).await?;
