@@ -1752,3 +1752,42 @@ async fn a_malformed_bootstrap_server_is_a_config_error_for_every_client() {
     assert!(!producer.is_retriable(), "{producer:?}");
     names_key(format!("{producer} {producer:?}"));
 }
+
+/// A consumer setting Java's share consumer knows but the native one does not use is
+/// accepted (a Java config works as it is) and named in a WARN saying it has no effect; one
+/// it uses is not.
+#[test]
+fn consumer_settings_the_native_consumer_ignores_are_warned_about() {
+    let (config, logs) = captured(|| {
+        resolve(
+            &[
+                ("bootstrap.servers", "k:9092"),
+                ("consumer.check.crcs", "false"),
+            ],
+            &[
+                ("consumer.override.client.rack", "eu-1a"),
+                ("consumer.override.max.poll.records", "100"),
+            ],
+        )
+    });
+    assert!(
+        config.unknown_keys().is_empty(),
+        "{:?}",
+        config.unknown_keys()
+    );
+    let unused: Vec<&String> = logs
+        .iter()
+        .filter(|l| l.starts_with("WARN") && l.contains("has no effect"))
+        .collect();
+    assert_eq!(unused.len(), 2, "{logs:#?}");
+    assert!(unused.iter().any(|l| l.contains("consumer.check.crcs")));
+    assert!(
+        unused
+            .iter()
+            .any(|l| l.contains("consumer.override.client.rack"))
+    );
+    assert!(
+        !logs.iter().any(|l| l.contains("max.poll.records")),
+        "{logs:#?}"
+    );
+}

@@ -12,7 +12,8 @@ use super::error::ConfigError;
 use super::keys::{
     ACKNOWLEDGEMENT_MODE, ADMIN_OVERRIDE_PREFIX, ADMIN_PREFIX, BOOTSTRAP_SERVERS, CLIENT_ID,
     CONSUMER_OVERRIDE_PREFIX, CONSUMER_PREFIX, GROUP_ID, GROUP_PROTOCOL, PRODUCER_OVERRIDE_PREFIX,
-    PRODUCER_PREFIX, SHARE_GROUP_ID, is_known_consumer_key, share_unsupported,
+    PRODUCER_PREFIX, SHARE_GROUP_ID, is_known_consumer_key, is_unused_consumer_key,
+    share_unsupported,
 };
 use super::override_policy::ClientOverridePolicy;
 use super::properties::Properties;
@@ -53,6 +54,9 @@ pub(crate) struct Clients {
     pub(crate) admin: Properties,
     /// Consumer keys (as written) that no share consumer knows.
     pub(crate) unknown: Vec<String>,
+    /// Consumer keys (as written) that Java's share consumer knows and the native one does
+    /// not use.
+    pub(crate) unused: Vec<String>,
 }
 
 /// Where a merged consumer setting came from.
@@ -74,6 +78,7 @@ impl Clients {
         let mut merged = Properties::new();
         let mut origins: HashMap<String, Origin> = HashMap::new();
         let mut unknown = Vec::new();
+        let mut unused = Vec::new();
         let sources = [
             (worker, CONSUMER_PREFIX, false),
             (connector, CONSUMER_OVERRIDE_PREFIX, true),
@@ -103,6 +108,8 @@ impl Clients {
                 }
                 if !is_known_consumer_key(setting) {
                     unknown.push(written.clone());
+                } else if is_unused_consumer_key(setting) {
+                    unused.push(written.clone());
                 }
                 if setting.is_empty() {
                     continue;
@@ -279,6 +286,7 @@ impl Clients {
             producer_security,
             admin,
             unknown,
+            unused,
         })
     }
 }

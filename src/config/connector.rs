@@ -234,6 +234,14 @@ impl ConnectorConfig {
             .filter(|key| !is_known_connector_key(key, &chain))
             .map(str::to_owned)
             .collect();
+        for key in &clients.unused {
+            tracing::warn!(
+                connector = %name,
+                key = %key,
+                "consumer setting accepted for Java compatibility but not used by the native \
+                 share consumer: it has no effect"
+            );
+        }
         unknown_keys.extend(clients.unknown);
         unknown_keys.sort();
         unknown_keys.dedup();

@@ -152,6 +152,42 @@ const CONSUMER_KEYS: &[&str] = &[
 /// Families of consumer settings too large to list one by one.
 const CONSUMER_PREFIXES: &[&str] = &["metrics.context."];
 
+/// The consumer settings of [`CONSUMER_KEYS`] (and [`CONSUMER_PREFIXES`]) that the native
+/// share consumer accepts, as Java's would, but does nothing with: its own behaviour stands
+/// (CRCs always checked, Metadata every five minutes, the retry backoff of Java's defaults,
+/// metrics through this crate's own reporting, records as bytes for the converters).
+const CONSUMER_KEYS_UNUSED: &[&str] = &[
+    "client.dns.lookup",
+    "client.rack",
+    "max.poll.interval.ms",
+    "check.crcs",
+    "key.deserializer",
+    "value.deserializer",
+    "allow.auto.create.topics",
+    "exclude.internal.topics",
+    "default.api.timeout.ms",
+    "connections.max.idle.ms",
+    "send.buffer.bytes",
+    "receive.buffer.bytes",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "socket.connection.setup.timeout.max.ms",
+    "metadata.max.age.ms",
+    "metadata.recovery.strategy",
+    "metadata.recovery.rebootstrap.trigger.ms",
+    "metric.reporters",
+    "metrics.num.samples",
+    "metrics.sample.window.ms",
+    "metrics.recording.level",
+    "enable.metrics.push",
+];
+
+/// True if `name` (without prefix) is a consumer setting the native share consumer accepts
+/// and does not use (see [`CONSUMER_KEYS_UNUSED`]).
+pub(crate) fn is_unused_consumer_key(name: &str) -> bool {
+    CONSUMER_KEYS_UNUSED.contains(&name) || CONSUMER_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// True if `name` (without prefix) is a consumer setting a share consumer knows.
 pub(crate) fn is_known_consumer_key(name: &str) -> bool {
     CONSUMER_KEYS.contains(&name)
