@@ -1791,3 +1791,52 @@ fn consumer_settings_the_native_consumer_ignores_are_warned_about() {
         "{logs:#?}"
     );
 }
+
+/// With a dead-letter queue, the producer and admin settings it does not use (all but the
+/// address, the delivery timeout and security) are named in a WARN saying they have no
+/// effect; they were accepted without a word. Without a queue nothing is said.
+#[test]
+fn dead_letter_queue_settings_it_does_not_use_are_warned_about() {
+    let worker = [
+        ("bootstrap.servers", "k:9092"),
+        ("producer.linger.ms", "10"),
+        ("admin.request.timeout.ms", "5000"),
+    ];
+    let connector_keys = [
+        ("producer.override.compression.type", "zstd"),
+        ("producer.override.delivery.timeout.ms", "30000"),
+        ("producer.override.security.protocol", "PLAINTEXT"),
+        ("admin.override.client.id", "x"),
+    ];
+    let with_queue: Vec<(&str, &str)> = connector_keys
+        .iter()
+        .copied()
+        .chain([("errors.deadletterqueue.topic.name", "dlq")])
+        .collect();
+    let warned = |logs: &[String]| -> Vec<String> {
+        logs.iter()
+            .filter(|l| l.starts_with("WARN") && l.contains("not used by the dead-letter queue"))
+            .cloned()
+            .collect()
+    };
+    let worker_all = [("connector.client.config.override.policy", "All")];
+    let worker: Vec<(&str, &str)> = worker.iter().chain(worker_all.iter()).copied().collect();
+    let (_, logs) = captured(|| resolve(&worker, &with_queue));
+    let warned_keys = warned(&logs);
+    for key in [
+        "producer.linger.ms",
+        "admin.request.timeout.ms",
+        "producer.override.compression.type",
+        "admin.override.client.id",
+    ] {
+        assert!(
+            warned_keys
+                .iter()
+                .any(|l| l.contains(&format!("key={key} "))),
+            "{key}: {logs:#?}"
+        );
+    }
+    assert_eq!(warned_keys.len(), 4, "{warned_keys:#?}");
+    let (_, logs) = captured(|| resolve(&worker, &connector_keys));
+    assert!(warned(&logs).is_empty(), "{logs:#?}");
+}

@@ -57,6 +57,8 @@ pub(crate) struct Clients {
     /// Consumer keys (as written) that Java's share consumer knows and the native one does
     /// not use.
     pub(crate) unused: Vec<String>,
+    /// Producer and admin keys (as written) that the dead-letter queue does not use.
+    pub(crate) unused_by_dead_letter_queue: Vec<String>,
 }
 
 /// Where a merged consumer setting came from.
@@ -256,6 +258,27 @@ impl Clients {
                 .unwrap_or_else(|| setting.to_owned())
         })?;
 
+        // The dead-letter queue's producer takes its address, its delivery timeout and its
+        // security settings from these; it keeps its own defaults for everything else.
+        let mut unused_by_dead_letter_queue: Vec<String> = producer_origins
+            .iter()
+            .filter(|(setting, _)| {
+                setting.as_str() != BOOTSTRAP_SERVERS
+                    && setting.as_str() != "delivery.timeout.ms"
+                    && !crate::kafka::security::keys::is_known(setting)
+            })
+            .map(|(_, written)| written.clone())
+            .collect();
+        // The topic is created over the producer's connection: no admin client is built.
+        for (props, prefix) in [(worker, ADMIN_PREFIX), (connector, ADMIN_OVERRIDE_PREFIX)] {
+            unused_by_dead_letter_queue.extend(
+                props
+                    .with_prefix(prefix)
+                    .map(|(setting, _)| format!("{prefix}{setting}")),
+            );
+        }
+        unused_by_dead_letter_queue.sort();
+
         let mut admin = Properties::new();
         if let Some(servers) = worker.get(BOOTSTRAP_SERVERS) {
             admin.insert(BOOTSTRAP_SERVERS, servers);
@@ -287,6 +310,7 @@ impl Clients {
             admin,
             unknown,
             unused,
+            unused_by_dead_letter_queue,
         })
     }
 }

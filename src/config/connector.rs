@@ -183,6 +183,17 @@ impl ConnectorConfig {
                 })
             }
         };
+        if dead_letter_queue.is_some() {
+            for key in &clients.unused_by_dead_letter_queue {
+                tracing::warn!(
+                    connector = %name,
+                    key = %key,
+                    "not used by the dead-letter queue, which takes only bootstrap.servers, \
+                     delivery.timeout.ms and the security settings from the producer settings, \
+                     and creates its topic over the producer's connection: it has no effect"
+                );
+            }
+        }
         if dead_letter_queue.is_none() {
             // Checked even without a queue, so a typo does not wait for the day it is set.
             replication_factor(connector)?;
