@@ -106,54 +106,32 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
 ];
 
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and
-/// the common client settings). A consumer key outside this list, the prefixes below, the
-/// security keys and [`share_unsupported`] is reported as unknown, so that a typo is
-/// caught.
+/// the common client settings) and that the native share consumer uses; with
+/// [`CONSUMER_KEYS_UNUSED`], the keys it knows. A consumer key outside both lists, the
+/// prefixes below, the security keys and [`share_unsupported`] is reported as unknown, so
+/// that a typo is caught.
 const CONSUMER_KEYS: &[&str] = &[
     BOOTSTRAP_SERVERS,
     GROUP_ID,
     CLIENT_ID,
     ACKNOWLEDGEMENT_MODE,
     "share.acquire.mode",
-    "client.dns.lookup",
-    "client.rack",
     "max.poll.records",
-    "max.poll.interval.ms",
     "fetch.min.bytes",
     "fetch.max.bytes",
     "fetch.max.wait.ms",
     "max.partition.fetch.bytes",
-    "check.crcs",
-    "key.deserializer",
-    "value.deserializer",
-    "allow.auto.create.topics",
-    "exclude.internal.topics",
-    "default.api.timeout.ms",
     "request.timeout.ms",
-    "connections.max.idle.ms",
-    "send.buffer.bytes",
-    "receive.buffer.bytes",
     "reconnect.backoff.ms",
     "reconnect.backoff.max.ms",
-    "retry.backoff.ms",
-    "retry.backoff.max.ms",
     "socket.connection.setup.timeout.ms",
-    "socket.connection.setup.timeout.max.ms",
-    "metadata.max.age.ms",
-    "metadata.recovery.strategy",
-    "metadata.recovery.rebootstrap.trigger.ms",
-    "metric.reporters",
-    "metrics.num.samples",
-    "metrics.sample.window.ms",
-    "metrics.recording.level",
-    "enable.metrics.push",
 ];
 
 /// Families of consumer settings too large to list one by one.
 const CONSUMER_PREFIXES: &[&str] = &["metrics.context."];
 
-/// The consumer settings of [`CONSUMER_KEYS`] (and [`CONSUMER_PREFIXES`]) that the native
-/// share consumer accepts, as Java's would, but does nothing with: its own behaviour stands
+/// The consumer settings Java's share consumer knows (and [`CONSUMER_PREFIXES`]) that the
+/// native share consumer accepts, as Java's would, but does nothing with: its own behaviour stands
 /// (CRCs always checked, Metadata every five minutes, the retry backoff of Java's defaults,
 /// metrics through this crate's own reporting, records as bytes for the converters).
 const CONSUMER_KEYS_UNUSED: &[&str] = &[
@@ -191,7 +169,7 @@ pub(crate) fn is_unused_consumer_key(name: &str) -> bool {
 /// True if `name` (without prefix) is a consumer setting a share consumer knows.
 pub(crate) fn is_known_consumer_key(name: &str) -> bool {
     CONSUMER_KEYS.contains(&name)
-        || CONSUMER_PREFIXES.iter().any(|p| name.starts_with(p))
+        || is_unused_consumer_key(name)
         || crate::kafka::security::keys::is_known(name)
 }
 
