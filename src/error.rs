@@ -153,6 +153,16 @@ pub enum Error {
     #[error("the driver is closed")]
     Closed,
 
+    /// Implicit acknowledgement mode: records the driver gave up on (`errors.tolerance=all`)
+    /// could not be written to the dead-letter queue, and implicit mode cannot release them
+    /// one by one. The driver stops before any poll or commit accepts them:
+    /// [`close`](crate::ShareSinkTask::close) releases them, to be delivered again.
+    #[error(
+        "implicit acknowledgement: records could not be written to the dead-letter queue and \
+         cannot be released one by one; the driver stopped so that close releases them"
+    )]
+    DeadLetterUnreleasable(#[source] crate::dlq::DeadLetterError),
+
     /// Implicit acknowledgement mode: an iteration was dropped while it was `stage`, after
     /// its poll returned records. The next poll or commit would accept records that may not
     /// have been written, so the driver stops: [`close`](crate::ShareSinkTask::close) sends
@@ -239,9 +249,22 @@ impl Error {
     /// way, so the [`Supervisor`](crate::supervisor::Supervisor) does not restart the task.
     pub fn is_config(&self) -> bool {
         match self {
+            // Also raised when the group's configuration could not be read (yet): a restart
+            // reads it again.
+            Self::Config {
+                key: "share.dead.letter.queue.required",
+                ..
+            } => false,
             Self::Config { .. } | Self::Connector(_) | Self::MissingCapability { .. } => true,
             Self::Consumer(e) => matches!(e, ConsumerError::Config { .. }),
-            Self::DeadLetter(e) => matches!(e, crate::dlq::DeadLetterError::Config { .. }),
+            Self::DeadLetter(e) => matches!(
+                e,
+                crate::dlq::DeadLetterError::Config { .. }
+                    | crate::dlq::DeadLetterError::Kafka {
+                        source: crate::ClientError::Config { .. },
+                        ..
+                    }
+            ),
             #[cfg(feature = "exactly-once")]
             Self::ExactlyOnce(e) => matches!(
                 e,
@@ -282,5 +305,40 @@ impl fmt::Display for ErrorChain<'_> {
             source = cause.source();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_at_fault_are_config_errors_a_group_config_not_read_yet_is_not() {
+        let config = Error::Config {
+            key: "ack.policy",
+            reason: "after.flush needs explicit mode".to_owned(),
+        };
+        assert!(config.is_config());
+        let dead_letter_bootstrap = Error::DeadLetter(crate::dlq::DeadLetterError::Kafka {
+            topic: "dlq".to_owned(),
+            source: crate::ClientError::Config {
+                key: "bootstrap.servers".to_owned(),
+                reason: "`k` has no port".to_owned(),
+            },
+        });
+        assert!(dead_letter_bootstrap.is_config());
+        let consumer_bootstrap = Error::Consumer(ConsumerError::Config {
+            key: "bootstrap.servers".to_owned(),
+            reason: "`k` has no port".to_owned(),
+        });
+        assert!(consumer_bootstrap.is_config());
+        // Raised too when the group's configuration could not be read: a restart reads it.
+        let required = Error::Config {
+            key: "share.dead.letter.queue.required",
+            reason: "not known".to_owned(),
+        };
+        assert!(!required.is_config());
+        assert!(!Error::Consumer(ConsumerError::Timeout(Duration::from_secs(1))).is_config());
+        assert!(!Error::Failed.is_config());
     }
 }

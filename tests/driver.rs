@@ -573,6 +573,45 @@ async fn explicit_mode_an_iteration_dropped_during_a_long_put_puts_the_batch_aga
     d.close().await.unwrap();
 }
 
+/// Implicit mode: `close` with a batch kept after a retriable error sends no commit (it would
+/// accept that batch), but the task still flushes in `pre_commit` the records put before,
+/// which the last poll accepted.
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_close_with_a_kept_batch_still_flushes_what_was_put() {
+    let b = broker(2, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Ok, Outcome::Retriable]);
+    let options = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+    let mut d = ShareSinkTask::new(
+        Box::new(sink),
+        b.share_consumer_with(GROUP, options.max_poll_records(1)),
+        config_hourly(),
+    );
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().records, 1);
+    let kept = d.iteration().await.unwrap();
+    assert_eq!((kept.records, kept.retained), (1, 1));
+    assert!(log.lock().unwrap().pre_commits.is_empty(), "no commit yet");
+    d.close().await.unwrap();
+    let log = log.lock().unwrap();
+    assert_eq!(log.pre_commits.len(), 1, "flushed at close");
+    assert_eq!(log.pre_commits[0], [log.batches[0][0].0.clone()]);
+    drop(log);
+    assert_eq!(
+        state(&b, 0, 0).0,
+        RecordState::Acknowledged,
+        "accepted by the second poll"
+    );
+    assert_eq!(
+        state(&b, 0, 1).0,
+        RecordState::Available,
+        "kept, not accepted: released"
+    );
+}
+
+fn config_hourly() -> DriverConfig {
+    config().commit_policy(CommitPolicy::interval(Duration::from_secs(3600)))
+}
+
 #[tokio::test(start_paused = true)]
 async fn implicit_mode_fatal_error_leaves_the_batch_to_be_released() {
     let b = broker(2, 1);

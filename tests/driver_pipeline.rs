@@ -594,7 +594,8 @@ async fn implicit_mode_skipped_records_go_to_the_dead_letter_queue_before_they_a
         .iteration()
         .await
         .expect_err("the dead-letter write failed");
-    assert!(matches!(err, Error::DeadLetter(_)), "{err:?}");
+    assert!(matches!(err, Error::DeadLetterUnreleasable(_)), "{err:?}");
+    assert!(!err.is_retriable(), "the driver stopped: {err:?}");
     assert!(matches!(d.iteration().await, Err(Error::Failed)));
     d.close().await.unwrap();
     assert!(b.read_log("t-dlq", 0).unwrap().is_empty());

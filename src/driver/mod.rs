@@ -329,7 +329,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         {
             tracing::warn!(
                 "put.retriable.policy=retry.in.place with errors.retry.timeout=0 (the default) \
-                 retries nothing in place: a failed batch is released at once. Set \
+                 retries nothing in place: a failed batch is released as with \
+                 put.retriable.policy=release (after its redelivery backoff). Set \
                  errors.retry.timeout to how long to retry a put (-1: for ever)"
             );
         }
@@ -920,12 +921,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 poison.push(self.polled_record(i));
                 continue;
             }
-            self.consumer.acknowledge_offset(
-                id.topic(),
-                id.partition(),
-                id.offset(),
-                AcknowledgeType::Release,
-            )?;
+            if !settle(&mut self.consumer, id, AcknowledgeType::Release)? {
+                continue;
+            }
             self.redelivered_arrivals.note_released(id);
             released += 1;
             if count >= group_limit {
@@ -1276,7 +1274,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 "dead-letter write failed; implicit acknowledgement cannot release records one \
                  by one, so the driver stops and close releases the poll"
             );
-            return Err(Error::DeadLetter(error));
+            return Err(Error::DeadLetterUnreleasable(error));
         }
         self.metrics.records_dead_lettered += n as u64;
         report.dead_lettered += n;
@@ -1471,6 +1469,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     first_error.get_or_insert(e);
                 }
             }
+        } else if previous == State::Running && self.implicit() {
+            // Implicit mode with a batch not put (kept after a retriable error, or its
+            // iteration dropped): no commit, which would accept it; the records put before
+            // were accepted by the last poll, and the task still flushes them.
+            if let Err(source) = self.task.pre_commit(&self.delivered).await {
+                first_error.get_or_insert(Error::Task {
+                    stage: TaskStage::PreCommit,
+                    source,
+                });
+            }
+            self.delivered.clear();
         }
         if previous != State::Created {
             if let Err(source) = self.task.stop().await {
@@ -1637,28 +1646,15 @@ fn renew<C: ShareConsumer>(
     ids: &[RecordId],
     now: Instant,
     metrics: &mut DriverMetrics,
-) -> Result<(), crate::consumer::ConsumerError> {
+) -> Result<()> {
     for id in ids {
-        match consumer.acknowledge_offset(
-            id.topic(),
-            id.partition(),
-            id.offset(),
-            AcknowledgeType::Renew,
-        ) {
-            Ok(()) => {
-                held.touch(id, now);
-                metrics.records_renewed += 1;
-            }
-            // No longer the consumer's (its lock was lost, or it was settled): nothing to
-            // renew, and nothing to hold; if the group delivers it again, it is put again.
-            Err(
-                e @ (crate::consumer::ConsumerError::NotInBatch { .. }
-                | crate::consumer::ConsumerError::AlreadyAcknowledged { .. }),
-            ) => {
-                tracing::debug!(record = %id, error = %ErrorChain(&e), "a held record is no longer ours");
-                held.remove(id);
-            }
-            Err(e) => return Err(e),
+        if settle(consumer, id, AcknowledgeType::Renew)? {
+            held.touch(id, now);
+            metrics.records_renewed += 1;
+        } else {
+            // Nothing to renew, and nothing to hold; if the group delivers it again, it is
+            // put again.
+            held.remove(id);
         }
     }
     if !ids.is_empty() {
@@ -1687,13 +1683,24 @@ async fn commit_renewals<C: ShareConsumer>(
 
 /// ACCEPTs the record `id` of the last poll.
 fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<()> {
-    consumer.acknowledge_offset(
-        id.topic(),
-        id.partition(),
-        id.offset(),
-        AcknowledgeType::Accept,
-    )?;
+    settle(consumer, id, AcknowledgeType::Accept)?;
     Ok(())
+}
+
+/// Acknowledges `id` with `ack`; false when the consumer no longer has it (its lock was lost
+/// and the group may deliver it again, or it was settled already): nothing to do.
+fn settle<C: ShareConsumer>(consumer: &mut C, id: &RecordId, ack: AcknowledgeType) -> Result<bool> {
+    match consumer.acknowledge_offset(id.topic(), id.partition(), id.offset(), ack) {
+        Ok(()) => Ok(true),
+        Err(
+            e @ (crate::consumer::ConsumerError::NotInBatch { .. }
+            | crate::consumer::ConsumerError::AlreadyAcknowledged { .. }),
+        ) => {
+            tracing::debug!(record = %id, ?ack, error = %ErrorChain(&e), "no longer ours; not acknowledged");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn count_failures(results: &CommitResults, metrics: &mut DriverMetrics) {
