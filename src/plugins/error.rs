@@ -97,6 +97,7 @@ pub enum PluginError {
     /// A config value cannot be used. The message never shows the value of a secret key
     /// (`*.password`, `*.passphrase`, `basic.auth.user.info`, `bearer.auth.token`, any key
     /// containing `secret`, ...), as the crate's own config errors do not.
+    #[non_exhaustive]
     #[error(
         "{}config `{key}` has invalid value `{}`: {reason}",
         Label(plugin),

@@ -179,9 +179,13 @@ fn parse_bootstrap(servers: &str) -> Result<Vec<String>, String> {
         if host.is_empty() || !host.chars().all(host_chars) {
             return Err(format!("`{entry}` has no valid host name; {EXPECTED}"));
         }
-        let port = port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-            format!("`{entry}`: the port is not a number from 1 to 65535; {EXPECTED}")
-        })?;
+        let port = Some(port)
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u16>().ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                format!("`{entry}`: the port is not a number from 1 to 65535; {EXPECTED}")
+            })?;
         out.push(if host.contains(':') {
             format!("[{host}]:{port}")
         } else {
@@ -201,12 +205,15 @@ mod tests {
     #[test]
     fn bootstrap_servers_are_read_as_javas_clients_read_them() {
         assert_eq!(
-            parse_bootstrap(" a:1 ,, PLAINTEXT://b.example.com:9092,[::1]:9093,::1:9094,"),
+            parse_bootstrap(
+                " a:1 ,, PLAINTEXT://b.example.com:9092,[::1]:9093,::1:9094,compose_kafka_1:9092"
+            ),
             Ok(vec![
                 "a:1".to_owned(),
                 "b.example.com:9092".to_owned(),
                 "[::1]:9093".to_owned(),
                 "[::1]:9094".to_owned(),
+                "compose_kafka_1:9092".to_owned(),
             ])
         );
         for (bad, says) in [
@@ -214,6 +221,8 @@ mod tests {
             ("k:99999", "the port is not a number from 1 to 65535"),
             ("k:0", "the port is not a number from 1 to 65535"),
             ("k:x", "the port is not a number"),
+            ("k:+9092", "the port is not a number"),
+            ("my_broker_1", "has no port"),
             (":9092", "no valid host name"),
             ("a b:9092", "no valid host name"),
             ("a:1,k", "`k` has no port"),
