@@ -1840,3 +1840,24 @@ fn dead_letter_queue_settings_it_does_not_use_are_warned_about() {
     let (_, logs) = captured(|| resolve(&worker, &connector_keys));
     assert!(warned(&logs).is_empty(), "{logs:#?}");
 }
+
+/// The exactly-once iteration's settings are the runtime's own: with the feature, `resolve`
+/// does not report them as unknown ("a typo?"), which it did.
+#[cfg(feature = "exactly-once")]
+#[test]
+fn exactly_once_settings_are_known_connector_keys() {
+    let config = resolve(
+        &[("bootstrap.servers", "k:9092")],
+        &[
+            ("exactly.once.mode", "ledger"),
+            ("exactly.once.strict", "true"),
+            ("exactly.once.ledger.topic", "orders-ledger"),
+            ("exactly.once.ledger.partitions", "3"),
+            ("exactly.once.ledger.prune.interval.ms", "60000"),
+            ("exactly.once.barrier.timeout.ms", "30000"),
+            ("exactly.once.orphan.fencing", "true"),
+            ("exactly.once.typo", "x"),
+        ],
+    );
+    assert_eq!(config.unknown_keys(), ["exactly.once.typo"]);
+}

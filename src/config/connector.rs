@@ -744,6 +744,7 @@ impl ConnectorConfig {
 
 fn is_known_connector_key(key: &str, chain: &Chain) -> bool {
     CONNECTOR_KEYS.contains(&key)
+        || super::keys::is_exactly_once_key(key)
         || [
             CONSUMER_OVERRIDE_PREFIX,
             PRODUCER_OVERRIDE_PREFIX,

@@ -105,6 +105,31 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     DLQ_BREAKER_WINDOW_MS,
 ];
 
+/// The exactly-once iteration's connector settings, read by
+/// [`ExactlyOnceConfig::from_properties`](crate::exactly_once::ExactlyOnceConfig::from_properties)
+/// (with the `exactly-once` feature; without it they do nothing and are reported as unknown).
+#[cfg(feature = "exactly-once")]
+const EXACTLY_ONCE_KEYS: &[&str] = &[
+    "exactly.once.mode",
+    "exactly.once.strict",
+    "exactly.once.ledger.topic",
+    "exactly.once.ledger.partitions",
+    "exactly.once.ledger.prune.interval.ms",
+    "exactly.once.barrier.timeout.ms",
+    "exactly.once.orphan.fencing",
+];
+
+/// True if `key` is a connector setting of the exactly-once iteration this build has.
+pub(crate) fn is_exactly_once_key(key: &str) -> bool {
+    #[cfg(feature = "exactly-once")]
+    return EXACTLY_ONCE_KEYS.contains(&key);
+    #[cfg(not(feature = "exactly-once"))]
+    {
+        let _ = key;
+        false
+    }
+}
+
 /// The Java consumer's settings that apply to a share consumer (`ShareConsumerConfig` and
 /// the common client settings) and that the native share consumer uses; with
 /// [`CONSUMER_KEYS_UNUSED`], the keys it knows. A consumer key outside both lists, the
