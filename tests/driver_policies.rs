@@ -596,16 +596,42 @@ async fn a_lock_of_duration_max_is_held_and_renewed_without_overflow() {
     d.close().await.unwrap();
 }
 
-/// A consumer that fetched ahead: its first poll acquires records and keeps them, the next
-/// hands them out, saying when they were acquired.
-struct FetchedAhead {
+/// The embedded consumer with a twist for one test: `fetched_ahead`, its first poll acquires
+/// records and keeps them, the next hands them out, saying when they were acquired;
+/// `renewal_lost_at(offset)`, the record at `offset` is no longer the consumer's by the time
+/// it is renewed (its lock was lost): its RENEW fails with `NotInBatch`.
+struct Wrapped {
     inner: EmbeddedShareConsumer,
+    fetch_ahead: bool,
     buffered: Vec<ConsumerRecord>,
     acquired: Option<tokio::time::Instant>,
+    renewal_lost_at: Option<i64>,
+}
+
+impl Wrapped {
+    fn new(inner: EmbeddedShareConsumer) -> Self {
+        Self {
+            inner,
+            fetch_ahead: false,
+            buffered: Vec::new(),
+            acquired: None,
+            renewal_lost_at: None,
+        }
+    }
+
+    fn fetched_ahead(mut self) -> Self {
+        self.fetch_ahead = true;
+        self
+    }
+
+    fn renewal_lost_at(mut self, offset: i64) -> Self {
+        self.renewal_lost_at = Some(offset);
+        self
+    }
 }
 
 #[async_trait]
-impl ShareConsumer for FetchedAhead {
+impl ShareConsumer for Wrapped {
     async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
         self.inner.subscribe(topics).await
     }
@@ -613,6 +639,9 @@ impl ShareConsumer for FetchedAhead {
         self.inner.subscription()
     }
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if !self.fetch_ahead {
+            return self.inner.poll(timeout).await;
+        }
         if self.acquired.is_none() {
             self.buffered = self.inner.poll(timeout).await?;
             self.acquired = Some(tokio::time::Instant::now());
@@ -621,7 +650,11 @@ impl ShareConsumer for FetchedAhead {
         Ok(std::mem::take(&mut self.buffered))
     }
     fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
-        self.acquired
+        if self.fetch_ahead {
+            self.acquired
+        } else {
+            self.inner.last_poll_acquired_at()
+        }
     }
     fn acknowledge_offset(
         &mut self,
@@ -630,6 +663,11 @@ impl ShareConsumer for FetchedAhead {
         offset: i64,
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
+        if self.renewal_lost_at == Some(offset) && ack == AcknowledgeType::Renew {
+            return Err(ConsumerError::NotInBatch {
+                record: RecordId::new(topic, partition, offset),
+            });
+        }
         self.inner.acknowledge_offset(topic, partition, offset, ack)
     }
     fn hold_offset(
@@ -675,11 +713,7 @@ async fn records_fetched_ahead_are_renewed_by_their_acquisition_not_by_the_poll(
         // Ends 12 s after the poll, 32 s after the acquisition: past the 30 s lock.
         put_time: Duration::from_secs(12),
     };
-    let consumer = FetchedAhead {
-        inner: b.share_consumer(GROUP),
-        buffered: Vec::new(),
-        acquired: None,
-    };
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).fetched_ahead();
     let config = DriverConfig::new(["t"])
         .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10));
@@ -703,69 +737,6 @@ async fn records_fetched_ahead_are_renewed_by_their_acquisition_not_by_the_poll(
     }
 }
 
-/// A consumer that no longer has offset 0 by the time the driver renews it (its lock was
-/// lost): a RENEW of it fails with `NotInBatch`.
-struct LosesOffsetZero(EmbeddedShareConsumer);
-
-#[async_trait]
-impl ShareConsumer for LosesOffsetZero {
-    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
-        self.0.subscribe(topics).await
-    }
-    fn subscription(&self) -> Vec<String> {
-        self.0.subscription()
-    }
-    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
-        self.0.poll(timeout).await
-    }
-    fn acknowledge_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        ack: AcknowledgeType,
-    ) -> Result<(), ConsumerError> {
-        if offset == 0 && ack == AcknowledgeType::Renew {
-            return Err(ConsumerError::NotInBatch {
-                record: RecordId::new(topic, partition, offset),
-            });
-        }
-        self.0.acknowledge_offset(topic, partition, offset, ack)
-    }
-    fn hold_offset(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Result<(), ConsumerError> {
-        self.0.hold_offset(topic, partition, offset)
-    }
-    fn supports_renew(&self) -> bool {
-        self.0.supports_renew()
-    }
-    fn capabilities(&self) -> ConsumerCapabilities {
-        self.0.capabilities()
-    }
-    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
-        self.0.commit_sync(timeout).await
-    }
-    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
-        self.0.commit_async()
-    }
-    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
-        self.0.close(timeout).await
-    }
-    fn acquisition_lock_timeout(&self) -> Option<Duration> {
-        self.0.acquisition_lock_timeout()
-    }
-    fn group_metadata(&self) -> GroupMetadata {
-        self.0.group_metadata()
-    }
-    fn acknowledgement_mode(&self) -> AcknowledgementMode {
-        self.0.acknowledgement_mode()
-    }
-}
-
 /// A held record the consumer no longer has (its lock was lost) is forgotten when its
 /// renewal comes, and the others are renewed: the iteration goes on. Before, the RENEW's
 /// `NotInBatch` failed the iteration, and stopped the driver.
@@ -781,7 +752,7 @@ async fn a_held_record_the_consumer_lost_is_forgotten_at_its_renewal() {
         .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush);
-    let consumer = LosesOffsetZero(b.share_consumer(GROUP));
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).renewal_lost_at(0);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
     assert_eq!(d.iteration().await.unwrap().awaiting_flush, 3);

@@ -348,8 +348,12 @@ where
     pub fn new(connector: impl Into<String>, config: SupervisorConfig, factory: F) -> Self {
         // Too many tasks: `run` refuses before anything is built (no status either, so an
         // absurd count allocates nothing).
-        let statuses = (0..config.tasks())
-            .take_while(|_| config.tasks() <= MAX_TASKS)
+        let tasks = if config.tasks() <= MAX_TASKS {
+            config.tasks()
+        } else {
+            0
+        };
+        let statuses = (0..tasks)
             .map(|task| TaskStatus {
                 task,
                 state: TaskState::Unassigned,
