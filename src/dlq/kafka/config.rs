@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::dlq::DeadLetterError;
+use crate::kafka::net::addresses::parse_bootstrap;
 use crate::kafka::security::Security;
 use crate::topic_name::topic_name_problem;
 
@@ -131,15 +132,8 @@ impl KafkaDeadLetterQueueConfig {
     /// Checks what can be checked without a cluster.
     pub(super) fn validate(&self) -> Result<(), DeadLetterError> {
         let invalid = |key, reason: String| Err(DeadLetterError::Config { key, reason });
-        if self
-            .bootstrap_servers
-            .split(',')
-            .all(|s| s.trim().is_empty())
-        {
-            return invalid(
-                "bootstrap.servers",
-                "no broker address: expected host:port[,host:port...]".to_owned(),
-            );
+        if let Err(reason) = parse_bootstrap(&self.bootstrap_servers) {
+            return invalid("bootstrap.servers", reason);
         }
         if let Err(reason) = check_topic_name(&self.topic) {
             return invalid("errors.deadletterqueue.topic.name", reason);

@@ -163,7 +163,7 @@ impl Addresses {
 /// an IPv6 host may stand in brackets or bare (`[::1]:9092`, `::1:9092`). Returns the
 /// entries as `host:port` (an IPv6 host in brackets), or what is wrong with the first bad
 /// one and what is expected.
-fn parse_bootstrap(servers: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_bootstrap(servers: &str) -> Result<Vec<String>, String> {
     const EXPECTED: &str = "expected comma-separated host:port entries, such as localhost:9092";
     let mut out = Vec::new();
     for entry in servers.split(',').map(str::trim).filter(|e| !e.is_empty()) {

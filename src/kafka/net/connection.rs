@@ -624,7 +624,8 @@ impl Connection {
     /// failure or a security setting the broker does not match, from a broker the
     /// application chose, ends the search with that error (the other brokers share the
     /// settings); otherwise the error is a [`ClientError::Connection`] for the whole list
-    /// whose source names each failure.
+    /// whose source names each failure. `candidates` holds one at least: `Addresses` refuses
+    /// a `bootstrap.servers` without an address before it calls this.
     pub(crate) async fn connect_first(
         mut candidates: Vec<Candidate<'_>>,
         list: &str,
@@ -633,12 +634,6 @@ impl Connection {
         candidates.sort_by_key(|candidate| config.dialer.failed_last(candidate.addr));
         if let [candidate] = candidates.as_slice() {
             return Self::connect(candidate.addr, config).await;
-        }
-        if candidates.is_empty() {
-            return Err(ClientError::Config {
-                key: "bootstrap.servers".to_owned(),
-                reason: format!("no broker address in `{list}`: expected host:port[,host:port...]"),
-            });
         }
         let mut failures = Vec::with_capacity(candidates.len());
         let mut kind = None;
