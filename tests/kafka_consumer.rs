@@ -1218,12 +1218,12 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
 /// The broker cuts what it acquires into ranges at log batch starts, each at least the
 /// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
 /// acknowledgement covers only part of it (then per offset, at far more cost). With batches
-/// of 7 records and `max.poll.records` 20, the consumer asks for ranges that fit a poll and
-/// hands them out whole: most polls end where a log batch ends. (With Java's `BatchSize` of
-/// `max.poll.records`, every range is 21 records and every poll of 20 splits one: 1 poll in
-/// 7 ends on a batch end.)
+/// of 7 records and `max.poll.records` 20, the consumer asks for ranges of at most half a
+/// poll and hands them out whole: every poll ends where a log batch ends, the first one
+/// included. (With Java's `BatchSize` of `max.poll.records`, every range is 21 records and
+/// every poll of 20 splits one: 1 poll in 7 ends on a batch end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn most_polls_end_where_a_log_batch_ends() {
+async fn every_poll_ends_where_a_log_batch_ends() {
     // A long lock: a record fetched ahead is never released unpolled on a slow machine.
     let Some(f) = fixture_with_lock("polls-whole-ranges", 1, 30_000).await else {
         return;
@@ -1274,12 +1274,12 @@ async fn most_polls_end_where_a_log_batch_ends() {
         .iter()
         .filter(|p| p.last().is_some_and(|last| last % 7 == 6))
         .count();
-    // Most, not all: the first answer comes before any batch was seen (one range of 21),
-    // and a poll after an answer ending in a short range may split the next one.
-    assert!(
-        whole * 2 >= polls.len(),
-        "{whole} of {} polls end on a log batch end: {:?}",
+    // Every answer ends on a log batch's end (whole batches are acquired), and every
+    // range is at most half a poll, so no poll has to split one.
+    assert_eq!(
+        whole,
         polls.len(),
+        "polls (first offset, records): {:?}",
         polls.iter().map(|p| (p[0], p.len())).collect::<Vec<_>>()
     );
     c.close(Duration::from_secs(10)).await.expect("close");
