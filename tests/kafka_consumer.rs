@@ -1218,10 +1218,11 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
 /// The broker cuts what it acquires into ranges at log batch starts, each at least the
 /// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
 /// acknowledgement covers only part of it (then per offset, at far more cost). With batches
-/// of 7 records and `max.poll.records` 20, the consumer asks for ranges of at most half a
-/// poll and hands them out whole: every poll ends where a log batch ends, the first one
-/// included. (With Java's `BatchSize` of `max.poll.records`, every range is 21 records and
-/// every poll of 20 splits one: 1 poll in 7 ends on a batch end.)
+/// of 7 records and `max.poll.records` 20, the consumer asks for ranges of one batch (a
+/// batch is wider than a quarter of a poll) and hands them out whole: every poll ends where
+/// a log batch ends, the first one included. (With Java's `BatchSize` of `max.poll.records`,
+/// every range is 21 records and every poll of 20 splits one: 1 poll in 7 ends on a batch
+/// end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_poll_ends_where_a_log_batch_ends() {
     // A long lock: a record fetched ahead is never released unpolled on a slow machine.
@@ -1275,7 +1276,7 @@ async fn every_poll_ends_where_a_log_batch_ends() {
         .filter(|p| p.last().is_some_and(|last| last % 7 == 6))
         .count();
     // Every answer ends on a log batch's end (whole batches are acquired), and every
-    // range is at most half a poll, so no poll has to split one.
+    // range fits a poll with room to spare, so no poll has to split one.
     assert_eq!(
         whole,
         polls.len(),

@@ -161,27 +161,35 @@ pub(crate) fn fair_share(locks: usize, sharers: impl IntoIterator<Item = usize>)
 /// for that batch into a state per offset, which costs it several times more per record for
 /// every later acknowledgement of the batch (a RENEW, then an ACCEPT).
 ///
-/// Ranges of at most half a poll: then the longest run of whole ranges that fits a poll is
-/// always at least half of it (the next range would fit otherwise), so every poll can end
-/// on a range's end ([`Buffer::take`](super::buffer::Buffer::take)). Ranges of nearly a
-/// whole poll, as Java asks (`max.poll.records`), do not: a poll that starts inside one
-/// (after one range too long, or an answer's short last range) splits the next one too,
-/// and so on — measured, nearly every acknowledgement of the mirror row split a range.
-/// Batches wider than half a poll make ranges of one batch each (`BatchSize` 1), which
+/// Ranges of at most a [`RANGES_PER_POLL`]th of a poll: then the longest run of whole
+/// ranges that fits a poll is always at least the rest of it (the next range would fit
+/// otherwise), so every poll can end on a range's end and still be nearly full
+/// ([`Buffer::take`](super::buffer::Buffer::take)). Ranges of nearly a whole poll, as Java
+/// asks (`max.poll.records`), do not: a poll that starts inside one (after one range too
+/// long, or an answer's short last range) splits the next one too, and so on — measured,
+/// nearly every acknowledgement of the mirror row split a range. The price is polls a few
+/// records short (462 of 500 on average on the bench's slow-sink row; 442 with ranges of
+/// half a poll), which a sink that costs per `put`, whatever its size, pays in full.
+/// Batches wider than that share make ranges of one batch each (`BatchSize` 1), which
 /// still fit a poll; batches wider than a poll are split by every poll whatever the
 /// ranges: then it asks for `max.poll.records`, as Java, for the fewest ranges.
 pub(crate) fn batch_size(max_poll_records: usize, widest_batch: u64) -> usize {
     let max = max_poll_records.max(1);
-    let half = (max / 2).max(1);
+    let share = (max / RANGES_PER_POLL).max(1);
     let widest = usize::try_from(widest_batch).unwrap_or(usize::MAX).max(1);
     if widest > max {
         max
-    } else if widest > half {
+    } else if widest > share {
         1
     } else {
-        half - (widest - 1)
+        share - (widest - 1)
     }
 }
+
+/// How many acquired ranges a poll holds at least, once batches are narrow enough (see
+/// [`batch_size`]): a poll of whole ranges is then at least `1 - 1/RANGES_PER_POLL` of
+/// `max.poll.records`.
+pub(crate) const RANGES_PER_POLL: usize = 4;
 
 /// The widest batch to size the next `BatchSize` for, after an answer whose widest data
 /// batch spanned `answer` offsets (0: none), when `previous` was the figure before: a wider
@@ -685,13 +693,17 @@ mod tests {
     }
 
     #[test]
-    fn the_batch_size_keeps_an_acquired_range_within_half_a_poll() {
-        assert_eq!(batch_size(500, 0), 250, "nothing seen yet: half a poll");
-        assert_eq!(batch_size(500, 1), 250);
-        assert_eq!(batch_size(500, 15), 236);
-        assert_eq!(batch_size(500, 250), 1);
+    fn the_batch_size_keeps_an_acquired_range_within_a_quarter_of_a_poll() {
         assert_eq!(
-            batch_size(500, 251),
+            batch_size(500, 0),
+            125,
+            "nothing seen yet: a quarter of a poll"
+        );
+        assert_eq!(batch_size(500, 1), 125);
+        assert_eq!(batch_size(500, 15), 111);
+        assert_eq!(batch_size(500, 125), 1);
+        assert_eq!(
+            batch_size(500, 126),
             1,
             "one batch per range: still within a poll"
         );
@@ -707,18 +719,16 @@ mod tests {
         assert_eq!(batch_size(1, 1), 1);
         // The broker's cut: a range closes at the first batch start `batch_size` or more
         // past its first offset, so with batches of `widest` it spans at most
-        // `batch_size + widest - 1`: at most half a poll when the batches allow it, and
-        // always within a poll when a batch fits one.
+        // `batch_size + widest - 1`: at most a quarter of a poll when the batches allow it,
+        // and always within a poll when a batch fits one.
         for max in [1usize, 2, 7, 100, 500, 1000] {
+            let share = (max / RANGES_PER_POLL).max(1);
             for widest in 1u64..=1100 {
                 let b = batch_size(max, widest);
                 let w = usize::try_from(widest).unwrap();
                 let longest = b + w - 1;
-                if w <= (max / 2).max(1) {
-                    assert!(
-                        longest <= (max / 2).max(1),
-                        "max {max}, widest {widest}: {b}"
-                    );
+                if w <= share {
+                    assert!(longest <= share, "max {max}, widest {widest}: {b}");
                 } else if w <= max {
                     assert!(longest <= max, "max {max}, widest {widest}: {b}");
                 }
