@@ -272,4 +272,53 @@ mod tests {
         assert_eq!(offsets(&buffer.take(5)), [0, 1, 2]);
         assert_eq!(offsets(&buffer.take(5)), [3, 4, 5]);
     }
+
+    proptest::proptest! {
+        /// With the broker's ranges at most a quarter of a poll (what
+        /// [`batch_size`](super::super::sizing::batch_size) asks for when log batches are that
+        /// narrow), however answers and their ranges fall, every take ends on a range's end
+        /// and, while a poll's worth waits, hands out more than three quarters of a poll.
+        #[test]
+        fn ranges_of_a_quarter_of_a_poll_are_never_split_and_fill_three_quarters(
+            max in 4usize..600,
+            answers in proptest::collection::vec(
+                proptest::collection::vec(1usize..=1000, 1..12),
+                1..12,
+            ),
+        ) {
+            let share = max / super::super::sizing::RANGES_PER_POLL;
+            let t0 = Instant::now();
+            let mut buffer = Buffer::default();
+            let mut ends = std::collections::BTreeSet::new();
+            let mut next: i64 = 0;
+            for pieces in answers {
+                let first = next;
+                let mut breaks = Vec::new();
+                let mut at = 0usize;
+                for piece in pieces {
+                    // Each range 1..=share records long.
+                    let len = 1 + piece % share;
+                    at += len;
+                    breaks.push(at);
+                    next += i64::try_from(len).unwrap();
+                    ends.insert(next);
+                }
+                buffer.push(t0, records(first..next), breaks);
+            }
+            while !buffer.is_empty() {
+                let waiting = buffer.len();
+                let taken = buffer.take(max);
+                proptest::prop_assert!(!taken.is_empty() && taken.len() <= max);
+                let end = taken.last().unwrap().offset() + 1;
+                proptest::prop_assert!(ends.contains(&end), "a take split a range: it ends before {end}");
+                if waiting >= max {
+                    proptest::prop_assert!(
+                        taken.len() > max - share,
+                        "{} of {max} taken with {waiting} waiting",
+                        taken.len()
+                    );
+                }
+            }
+        }
+    }
 }
