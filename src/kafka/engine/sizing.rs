@@ -162,8 +162,8 @@ pub(crate) fn fair_share(locks: usize, sharers: impl IntoIterator<Item = usize>)
 /// every later acknowledgement of the batch (a RENEW, then an ACCEPT).
 ///
 /// Ranges of at most a [`RANGES_PER_POLL`]th of a poll: then the longest run of whole
-/// ranges that fits a poll is always at least the rest of it (the next range would fit
-/// otherwise), so every poll can end on a range's end and still be nearly full
+/// ranges that fits a poll falls short of it by less than one range (the next range would
+/// fit otherwise), so every poll can end on a range's end and still be nearly full
 /// ([`Buffer::take`](super::buffer::Buffer::take)). Ranges of nearly a whole poll, as Java
 /// asks (`max.poll.records`), do not: a poll that starts inside one (after one range too
 /// long, or an answer's short last range) splits the next one too, and so on — measured,
