@@ -105,18 +105,34 @@ pub(crate) const CONNECTOR_KEYS: &[&str] = &[
     DLQ_BREAKER_WINDOW_MS,
 ];
 
+// The exactly-once iteration's connector settings (feature `exactly-once`).
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_MODE: &str = "exactly.once.mode";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_STRICT: &str = "exactly.once.strict";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_LEDGER_TOPIC: &str = "exactly.once.ledger.topic";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_LEDGER_PARTITIONS: &str = "exactly.once.ledger.partitions";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_PRUNE_INTERVAL_MS: &str = "exactly.once.ledger.prune.interval.ms";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_BARRIER_TIMEOUT_MS: &str = "exactly.once.barrier.timeout.ms";
+#[cfg(feature = "exactly-once")]
+pub(crate) const EXACTLY_ONCE_ORPHAN_FENCING: &str = "exactly.once.orphan.fencing";
+
 /// The exactly-once iteration's connector settings, read by
 /// [`ExactlyOnceConfig::from_properties`](crate::exactly_once::ExactlyOnceConfig::from_properties)
 /// (with the `exactly-once` feature; without it they do nothing and are reported as unknown).
 #[cfg(feature = "exactly-once")]
 const EXACTLY_ONCE_KEYS: &[&str] = &[
-    "exactly.once.mode",
-    "exactly.once.strict",
-    "exactly.once.ledger.topic",
-    "exactly.once.ledger.partitions",
-    "exactly.once.ledger.prune.interval.ms",
-    "exactly.once.barrier.timeout.ms",
-    "exactly.once.orphan.fencing",
+    EXACTLY_ONCE_MODE,
+    EXACTLY_ONCE_STRICT,
+    EXACTLY_ONCE_LEDGER_TOPIC,
+    EXACTLY_ONCE_LEDGER_PARTITIONS,
+    EXACTLY_ONCE_PRUNE_INTERVAL_MS,
+    EXACTLY_ONCE_BARRIER_TIMEOUT_MS,
+    EXACTLY_ONCE_ORPHAN_FENCING,
 ];
 
 /// True if `key` is a connector setting of the exactly-once iteration this build has.

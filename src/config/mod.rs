@@ -35,7 +35,7 @@ mod connector;
 mod dead_letter_breaker;
 mod dead_letter_queue;
 mod error;
-mod keys;
+pub(crate) mod keys;
 mod override_policy;
 mod plugin;
 mod properties;

@@ -3,6 +3,11 @@
 use std::time::Duration;
 
 use super::{ExactlyOnceError, ModePreference};
+use crate::config::keys::{
+    EXACTLY_ONCE_BARRIER_TIMEOUT_MS, EXACTLY_ONCE_LEDGER_PARTITIONS, EXACTLY_ONCE_LEDGER_TOPIC,
+    EXACTLY_ONCE_MODE, EXACTLY_ONCE_ORPHAN_FENCING, EXACTLY_ONCE_PRUNE_INTERVAL_MS,
+    EXACTLY_ONCE_STRICT,
+};
 
 /// Settings of the exactly-once iteration
 /// ([`ShareSinkTask::with_exactly_once`](crate::ShareSinkTask::with_exactly_once)).
@@ -155,20 +160,20 @@ impl ExactlyOnceConfig {
         };
         let tasks_max = u32::try_from(tasks_max).unwrap_or(u32::MAX);
         let mut config = Self::new(name, task_id, tasks_max);
-        if let Some(raw) = props.get("exactly.once.mode") {
+        if let Some(raw) = props.get(EXACTLY_ONCE_MODE) {
             config.mode = raw.parse().map_err(|_| {
-                ConfigError::invalid("exactly.once.mode", raw, "auto, ledger or atomic")
+                ConfigError::invalid(EXACTLY_ONCE_MODE, raw, "auto, ledger or atomic")
             })?;
         }
-        if let Some(raw) = props.get("exactly.once.strict") {
-            config.strict = boolean("exactly.once.strict", raw)?;
+        if let Some(raw) = props.get(EXACTLY_ONCE_STRICT) {
+            config.strict = boolean(EXACTLY_ONCE_STRICT, raw)?;
         }
-        if let Some(raw) = props.get("exactly.once.ledger.topic") {
+        if let Some(raw) = props.get(EXACTLY_ONCE_LEDGER_TOPIC) {
             config.ledger_topic = Some(raw.trim().to_owned());
         }
-        if let Some(raw) = props.get("exactly.once.ledger.partitions") {
+        if let Some(raw) = props.get(EXACTLY_ONCE_LEDGER_PARTITIONS) {
             let n = whole(
-                "exactly.once.ledger.partitions",
+                EXACTLY_ONCE_LEDGER_PARTITIONS,
                 raw,
                 1,
                 i64::from(i32::MAX),
@@ -176,15 +181,14 @@ impl ExactlyOnceConfig {
             )?;
             config.ledger_partitions = Some(i32::try_from(n).unwrap_or(i32::MAX));
         }
-        if let Some(raw) = props.get("exactly.once.ledger.prune.interval.ms") {
-            config.prune_interval =
-                millis("exactly.once.ledger.prune.interval.ms", raw, 0, LONG_MAX)?;
+        if let Some(raw) = props.get(EXACTLY_ONCE_PRUNE_INTERVAL_MS) {
+            config.prune_interval = millis(EXACTLY_ONCE_PRUNE_INTERVAL_MS, raw, 0, LONG_MAX)?;
         }
-        if let Some(raw) = props.get("exactly.once.barrier.timeout.ms") {
-            config.barrier_timeout = millis("exactly.once.barrier.timeout.ms", raw, 1, LONG_MAX)?;
+        if let Some(raw) = props.get(EXACTLY_ONCE_BARRIER_TIMEOUT_MS) {
+            config.barrier_timeout = millis(EXACTLY_ONCE_BARRIER_TIMEOUT_MS, raw, 1, LONG_MAX)?;
         }
-        if let Some(raw) = props.get("exactly.once.orphan.fencing") {
-            config.fence_orphans = boolean("exactly.once.orphan.fencing", raw)?;
+        if let Some(raw) = props.get(EXACTLY_ONCE_ORPHAN_FENCING) {
+            config.fence_orphans = boolean(EXACTLY_ONCE_ORPHAN_FENCING, raw)?;
         }
         Ok(config)
     }
