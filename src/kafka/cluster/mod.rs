@@ -9,7 +9,8 @@
 //!   closed or an answer on it is overdue (a request timed out), to the brokers the last
 //!   Metadata answer named first, then the bootstrap servers.
 //! - [`pool`]: connections to the brokers by node id, made on demand from the addresses of
-//!   the last answer (the producer's and the log reader's leaders).
+//!   the last answer: the leaders of the producer, of the log reader and of the share
+//!   consumer's fetch engine, each in a pool of its own.
 //!
 //! The consumer's engine, the admin client, the producer, the log reader, the dead-letter
 //! queue and the group-config reader all ask Metadata here.

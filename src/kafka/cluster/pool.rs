@@ -1,11 +1,13 @@
 //! Connections to the brokers of a cluster by node id, made on demand from the addresses the
-//! last Metadata answer gave: the producer's and the log reader's leader connections.
+//! last Metadata answer gave: the leader connections of the producer, the log reader and the
+//! share consumer's fetch engine (each client its own pool: the engine's connections carry its
+//! share sessions, which no other client may use).
 //!
 //! Every connection is made with [`Connection::connect`], so it waits its turn at the client's
 //! reconnect backoff ([`backoff`](crate::kafka::net::backoff)) after a failed attempt to the
 //! same broker.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::kafka::error::ClientError;
@@ -46,13 +48,51 @@ impl BrokerPool {
         &self.config
     }
 
-    /// Takes in the brokers of a Metadata answer: they are the cluster's brokers now. Open
-    /// connections stay (one to a broker that left closes by itself).
-    pub(crate) fn learn(&self, brokers: &BTreeMap<i32, String>) {
+    /// Takes in the brokers of a Metadata answer, by node id: they are the cluster's brokers
+    /// now. Open connections stay (one to a broker that left closes by itself).
+    pub(crate) fn learn<'a>(&self, brokers: impl IntoIterator<Item = (&'a i32, &'a String)>) {
         self.lock().addresses = brokers
-            .iter()
+            .into_iter()
             .map(|(node, address)| (*node, address.clone()))
             .collect();
+    }
+
+    /// Whether a connection to broker `node` is in the pool, usable or not.
+    pub(crate) fn holds(&self, node: i32) -> bool {
+        self.lock().connections.contains_key(&node)
+    }
+
+    /// The brokers the pool holds a connection to, usable or not.
+    pub(crate) fn nodes(&self) -> Vec<i32> {
+        self.lock().connections.keys().copied().collect()
+    }
+
+    /// The connection to broker `node`, usable or not: for a caller that tells a closed
+    /// connection from an overdue answer itself.
+    pub(crate) fn get(&self, node: i32) -> Option<Connection> {
+        self.lock().connections.get(&node).cloned()
+    }
+
+    /// Takes the connection to broker `node` out of the pool; the next [`open`](Self::open)
+    /// makes a new one.
+    pub(crate) fn forget(&self, node: i32) -> Option<Connection> {
+        self.lock().connections.remove(&node)
+    }
+
+    /// Takes out of the pool every connection the broker (or the network) closed, and says
+    /// to which brokers they were.
+    pub(crate) fn take_closed(&self) -> Vec<i32> {
+        let mut state = self.lock();
+        let closed: Vec<i32> = state
+            .connections
+            .iter()
+            .filter(|(_, c)| c.is_closed())
+            .map(|(node, _)| *node)
+            .collect();
+        for node in &closed {
+            state.connections.remove(node);
+        }
+        closed
     }
 
     /// A live connection to broker `node`, if one is open and takes new requests (no answer on
@@ -105,6 +145,8 @@ impl BrokerPool {
 mod tests {
     use super::*;
 
+    use std::collections::BTreeMap;
+
     #[tokio::test]
     async fn a_broker_the_last_answer_did_not_list_is_a_protocol_error_naming_it() {
         let pool = BrokerPool::new(ConnectionConfig::default());
@@ -120,6 +162,7 @@ mod tests {
         pool.learn(&BTreeMap::from([(3, "127.0.0.1:9".to_owned())]));
         let error = pool.open(1).await.expect_err("no address");
         assert!(no_address(&error, 1), "{error:?}");
+        assert!(pool.nodes().is_empty() && !pool.holds(3) && pool.take_closed().is_empty());
         assert!(pool.drain().is_empty());
     }
 }

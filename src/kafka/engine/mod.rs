@@ -58,6 +58,7 @@ use self::requests::RequestCounters;
 use self::sizing::{RecordBytes, Sizing, fair_share, fetch_bytes};
 use crate::consumer::{CommitResults, ConsumerError};
 use crate::kafka::cluster::link::ClusterLink;
+use crate::kafka::cluster::pool::BrokerPool;
 use crate::kafka::codec::share_v2;
 use crate::kafka::consumer::config::ShareAcquireMode;
 use crate::kafka::consumer::max_poll_records::MaxPollRecords;
@@ -65,7 +66,7 @@ use crate::kafka::consumer::membership::MembershipView;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
 use crate::kafka::error::{ConnectionError, ProtocolError};
-use crate::kafka::net::connection::{Connection, ConnectionConfig};
+use crate::kafka::net::connection::Connection;
 use crate::kafka::session::book::{
     FetchSettings, NodeId, PlanInput, Planned, SessionBook, SessionPartition, Ticket,
 };
@@ -136,11 +137,11 @@ impl EngineHandle {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (updates, inbox) = mpsc::unbounded_channel();
         let requests = Arc::new(RequestCounters::default());
-        let connection_config = link.config().clone();
+        let leaders = Arc::new(BrokerPool::new(link.config().clone()));
         let engine = Engine {
             book: SessionBook::new(&config.group_id, &config.member_id),
             config,
-            connection_config,
+            leaders,
             link,
             membership,
             updates,
@@ -152,7 +153,6 @@ impl EngineHandle {
             commands: receiver,
             cluster: Cluster::default(),
             subscription: Vec::new(),
-            connections: HashMap::new(),
             connecting: BTreeSet::new(),
             metadata_in_flight: false,
             metadata_retry_at: None,
@@ -209,7 +209,9 @@ enum Event {
 
 struct Engine {
     config: EngineConfig,
-    connection_config: ConnectionConfig,
+    /// The connections to the partition leaders, which carry this member's share sessions:
+    /// the engine's own pool, used by no other client.
+    leaders: Arc<BrokerPool>,
     /// Metadata goes here; the brokers of each answer are the link's to reconnect to.
     link: Arc<ClusterLink>,
     membership: MembershipView,
@@ -229,7 +231,7 @@ struct Engine {
     book: SessionBook,
     cluster: Cluster,
     subscription: Vec<String>,
-    connections: HashMap<NodeId, Connection>,
+    /// Leaders a connection is being made to.
     connecting: BTreeSet<NodeId>,
     metadata_in_flight: bool,
     metadata_retry_at: Option<Instant>,
@@ -400,15 +402,8 @@ impl Engine {
         while let Ok(command) = self.commands.try_recv() {
             self.apply(command);
         }
-        let dead: Vec<NodeId> = self
-            .connections
-            .iter()
-            .filter(|(_, c)| c.is_closed())
-            .map(|(n, _)| *n)
-            .collect();
-        for node in dead {
+        for node in self.leaders.take_closed() {
             // The broker closed it (it may have stopped): its session went with it.
-            self.connections.remove(&node);
             self.book.connection_reset(node);
             self.cluster.stale = true;
         }
@@ -448,7 +443,7 @@ impl Engine {
                 self.ensure_connection(node);
             }
         }
-        let connected: BTreeSet<NodeId> = self.connections.keys().copied().collect();
+        let connected: BTreeSet<NodeId> = self.leaders.nodes().into_iter().collect();
 
         let (fetch, flush) = if closing {
             (None, true)
@@ -642,17 +637,19 @@ impl Engine {
     /// first, so a leader that keeps failing is dialled no more often than that allows,
     /// however often the engine steps.
     fn ensure_connection(&mut self, node: NodeId) {
-        if self.connections.contains_key(&node) || self.connecting.contains(&node) {
+        if self.leaders.holds(node) || self.connecting.contains(&node) {
             return;
         }
-        let Some(addr) = self.cluster.brokers.get(&node).cloned() else {
+        if !self.cluster.brokers.contains_key(&node) {
             self.cluster.stale = true;
             return;
-        };
+        }
         self.connecting.insert(node);
-        let config = self.connection_config.clone();
+        let leaders = Arc::clone(&self.leaders);
         self.work.push(Box::pin(async move {
-            let result = Connection::connect(&addr, &config).await;
+            // The pool holds no connection to `node` (checked above, and only this engine
+            // adds to it), so this makes a new one, which joins the pool as it is made.
+            let result = leaders.open(node).await;
             Event::Connected { node, result }
         }));
     }
@@ -660,7 +657,7 @@ impl Engine {
     fn send(&mut self, request: Planned, fetch: Option<FetchSettings>) {
         let node = request.node();
         let ticket = request.ticket();
-        let Some(conn) = self.connections.get(&node).cloned() else {
+        let Some(conn) = self.leaders.get(node) else {
             self.book
                 .on_lost(ticket, "the connection to the partition leader closed");
             return;
@@ -732,9 +729,9 @@ impl Engine {
             Event::Connected { node, result } => {
                 self.connecting.remove(&node);
                 match result {
-                    Ok(conn) => {
+                    Ok(_) => {
+                        // A new connection: no session on it yet.
                         self.book.connection_reset(node);
-                        self.connections.insert(node, conn);
                     }
                     Err(e) => {
                         tracing::debug!(node, error = %e, "no fetch connection");
@@ -754,6 +751,7 @@ impl Engine {
                             self.on_topic_error(topic, code);
                         }
                         self.cluster.update(fresh);
+                        self.leaders.learn(&self.cluster.brokers);
                         self.metadata_retry_at = None;
                         self.failures = 0;
                     }
@@ -815,7 +813,7 @@ impl Engine {
     ) {
         tracing::debug!(node, error = %error, "request failed; reconnecting");
         self.book.on_lost(ticket, why);
-        self.connections.remove(&node);
+        self.leaders.forget(node);
         self.cluster.stale = true;
         self.back_off(now);
         self.report_if_fatal(error);
@@ -957,7 +955,7 @@ impl Engine {
     fn finish_close(&mut self) {
         // No connection outlives the close: a broker keeps a share session (and what it
         // holds) alive while its connection is open.
-        for (_, connection) in self.connections.drain() {
+        for connection in self.leaders.drain() {
             connection.close();
         }
         let results = self.book.take_results();

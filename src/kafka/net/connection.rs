@@ -2012,6 +2012,40 @@ mod tests {
         assert!(pool.cached(1).is_some());
     }
 
+    #[tokio::test]
+    async fn the_pool_gives_up_a_connection_the_broker_closed_and_keeps_the_others() {
+        use crate::kafka::cluster::pool::BrokerPool;
+        use std::collections::BTreeMap;
+
+        // Each connection answers the handshake, then closes on its first request.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    answer_handshake(&mut stream).await;
+                    let _ = read_request(&mut stream).await;
+                });
+            }
+        });
+        let pool = BrokerPool::new(ConnectionConfig::default());
+        pool.learn(&BTreeMap::from([(1, addr.clone()), (2, addr)]));
+        let one = pool.open(1).await.expect("connection to 1");
+        pool.open(2).await.expect("connection to 2");
+        let mut nodes = pool.nodes();
+        nodes.sort_unstable();
+        assert_eq!(nodes, [1, 2]);
+        assert!(pool.take_closed().is_empty(), "both are open");
+
+        metadata(&one, "t").await.expect_err("the broker closed it");
+        assert!(one.is_closed());
+        assert_eq!(pool.take_closed(), [1]);
+        assert!(!pool.holds(1) && pool.get(1).is_none(), "1 is given up");
+        assert!(pool.holds(2) && pool.get(2).is_some_and(|c| !c.is_closed()));
+        assert!(pool.forget(2).is_some());
+        assert!(pool.nodes().is_empty() && pool.drain().is_empty());
+    }
+
     /// A fake broker that takes any number of connections, each answering the handshake.
     async fn broker_for_every_connection() -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
