@@ -598,14 +598,15 @@ async fn a_lock_of_duration_max_is_held_and_renewed_without_overflow() {
 
 /// The embedded consumer with a twist for one test: `fetched_ahead`, its first poll acquires
 /// records and keeps them, the next hands them out, saying when they were acquired;
-/// `renewal_lost_at(offset)`, the record at `offset` is no longer the consumer's by the time
-/// it is renewed (its lock was lost): its RENEW fails with `NotInBatch`.
+/// `lost_at(offset, ack)`, the record at `offset` is no longer the consumer's by the time it
+/// is first acknowledged with `ack` (its lock was lost): that acknowledgement fails with
+/// `NotInBatch`, and the record is left to its lock, for the group to deliver again.
 struct Wrapped {
     inner: EmbeddedShareConsumer,
     fetch_ahead: bool,
     buffered: Vec<ConsumerRecord>,
     acquired: Option<tokio::time::Instant>,
-    renewal_lost_at: Option<i64>,
+    lost_at: Option<(i64, AcknowledgeType)>,
 }
 
 impl Wrapped {
@@ -615,7 +616,7 @@ impl Wrapped {
             fetch_ahead: false,
             buffered: Vec::new(),
             acquired: None,
-            renewal_lost_at: None,
+            lost_at: None,
         }
     }
 
@@ -624,8 +625,8 @@ impl Wrapped {
         self
     }
 
-    fn renewal_lost_at(mut self, offset: i64) -> Self {
-        self.renewal_lost_at = Some(offset);
+    fn lost_at(mut self, offset: i64, ack: AcknowledgeType) -> Self {
+        self.lost_at = Some((offset, ack));
         self
     }
 }
@@ -663,7 +664,10 @@ impl ShareConsumer for Wrapped {
         offset: i64,
         ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
-        if self.renewal_lost_at == Some(offset) && ack == AcknowledgeType::Renew {
+        if self.lost_at == Some((offset, ack)) {
+            self.lost_at = None;
+            // Held (it may be already): out of the next poll's way, left to its lock.
+            let _ = self.inner.hold_offset(topic, partition, offset);
             return Err(ConsumerError::NotInBatch {
                 record: RecordId::new(topic, partition, offset),
             });
@@ -752,7 +756,7 @@ async fn a_held_record_the_consumer_lost_is_forgotten_at_its_renewal() {
         .commit_policy(CommitPolicy::every_iteration())
         .poll_timeout(Duration::from_millis(10))
         .ack_policy(AckPolicy::AfterFlush);
-    let consumer = Wrapped::new(b.share_consumer(GROUP)).renewal_lost_at(0);
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(0, AcknowledgeType::Renew);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
     assert_eq!(d.iteration().await.unwrap().awaiting_flush, 3);
@@ -762,4 +766,63 @@ async fn a_held_record_the_consumer_lost_is_forgotten_at_its_renewal() {
     assert_eq!(report.awaiting_flush, 3, "still waiting for the flush");
     assert_eq!(d.metrics().records_renewed, 2);
     assert_eq!(state(&b, 1), (RecordState::Acquired, 1));
+}
+
+/// After `put` (`ack.policy=after.put`), a record the consumer no longer has when its ACCEPT
+/// comes (its lock ran out during the put) is skipped: the others are accepted and committed,
+/// the report counts only those, and the group delivers the lost one again, to be put again.
+#[tokio::test(start_paused = true)]
+async fn a_record_lost_before_its_accept_is_skipped_and_delivered_again() {
+    let b = broker(3);
+    let puts = Puts::default();
+    let sink = Flaky {
+        failures_left: 0,
+        puts: Arc::clone(&puts),
+        put_time: Duration::ZERO,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10));
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(1, AcknowledgeType::Accept);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.expect("the lost record is skipped");
+    assert_eq!((report.records, report.accepted), (3, 2));
+    assert_eq!(state(&b, 0), (RecordState::Acknowledged, 1));
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 1), "left to its lock");
+    assert_eq!(state(&b, 2), (RecordState::Acknowledged, 1));
+
+    tokio::time::advance(LOCK + Duration::from_secs(1)).await;
+    let report = d.iteration().await.expect("delivered again");
+    assert_eq!((report.records, report.accepted), (1, 1));
+    assert_eq!(state(&b, 1), (RecordState::Acknowledged, 2));
+    assert_eq!(
+        *puts.lock().unwrap(),
+        vec![vec![(0, 1), (1, 1), (2, 1)], vec![(1, 2)]]
+    );
+}
+
+/// A retriable `put` failure releases the batch: a record the consumer no longer has is
+/// skipped (the group has it already), the others are released, and the iteration goes on.
+#[tokio::test(start_paused = true)]
+async fn a_record_lost_before_its_release_is_skipped_and_the_others_released() {
+    let b = broker(3);
+    let sink = Flaky {
+        failures_left: 1,
+        puts: Puts::default(),
+        put_time: Duration::ZERO,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .redelivery_backoff(Duration::ZERO, Duration::ZERO);
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(1, AcknowledgeType::Release);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.expect("the lost record is skipped");
+    assert_eq!((report.records, report.released), (3, 2));
+    assert_eq!(d.metrics().records_released, 2);
+    assert_eq!(state(&b, 0), (RecordState::Available, 1));
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 1), "left to its lock");
+    assert_eq!(state(&b, 2), (RecordState::Available, 1));
 }

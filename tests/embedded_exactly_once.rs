@@ -215,6 +215,10 @@ struct FaultyConsumer {
     fault: FaultSlot,
     /// A capability this consumer says it lacks.
     withheld: Option<ConsumerCapability>,
+    /// The first ACCEPT of this record (partition, offset) finds it gone, as when its lock
+    /// ran out or its session was reset: `NotInBatch`, and the record stays acquired until
+    /// its lock expires and the group delivers it again.
+    lost_at_accept: Option<(i32, i64)>,
 }
 
 fn dead_consumer() -> ConsumerError {
@@ -242,6 +246,15 @@ impl ShareConsumer for FaultyConsumer {
     ) -> Result<(), ConsumerError> {
         if current(&self.fault).dead() {
             return Err(dead_consumer());
+        }
+        if ack == AcknowledgeType::Accept && self.lost_at_accept == Some((partition, offset)) {
+            self.lost_at_accept = None;
+            // Held (it may be already): no longer in the way of the next poll, and left to
+            // its lock.
+            let _ = self.inner.hold_offset(topic, partition, offset);
+            return Err(ConsumerError::NotInBatch {
+                record: kafka_share_sink::RecordId::new(topic, partition, offset),
+            });
         }
         self.inner.acknowledge_offset(topic, partition, offset, ack)
     }
@@ -336,6 +349,7 @@ async fn worker(
         inner,
         fault: Arc::clone(&slot),
         withheld: None,
+        lost_at_accept: None,
     };
     let producer = FaultyProducer {
         inner: producer,
@@ -893,6 +907,80 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
     }
 }
 
+/// Ledger mode: a record the consumer no longer has when its ACCEPT comes after the commit
+/// (its lock ran out after the renewal, or its session was reset) is skipped, and the
+/// iteration reports the committed transaction with the others accepted; when the group
+/// delivers the record again, the ledger finds its claim and accepts it without a second
+/// output. (The `NotInBatch` used to fail the iteration after its transaction had committed.)
+#[tokio::test(start_paused = true)]
+async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its_claim() {
+    let broker = broker(ExactlyOnceMode::Ledger);
+    let eos = ExactlyOnceConfig::new("eos", 0, 1);
+    let producer = broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer");
+    let consumer = FaultyConsumer {
+        inner: broker.share_consumer(GROUP),
+        fault: Arc::default(),
+        withheld: None,
+        lost_at_accept: Some((0, 0)),
+    };
+    let task = Fanout {
+        slow: Arc::default(),
+        refuse: false,
+    };
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    );
+    driver.initialize().await.expect("initialize");
+    assert_eq!(driver.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+    let first = driver
+        .iteration_exactly_once()
+        .await
+        .expect("committed; the lost record is skipped");
+    assert!(
+        first.records > 0 && first.accepted + 1 == first.records,
+        "all but the lost record accepted: {first:?}"
+    );
+    assert_eq!(driver.metrics().transactions_committed, 1);
+    let mut settled = first.accepted;
+    for _ in 0..20 {
+        if settled == INPUTS {
+            break;
+        }
+        // The lost record comes back once its lock has run out.
+        tokio::time::advance(LOCK).await;
+        settled += driver
+            .iteration_exactly_once()
+            .await
+            .expect("iteration")
+            .accepted;
+    }
+    assert_eq!(settled, INPUTS, "every input accepted once");
+    assert_eq!(
+        driver.metrics().records_already_claimed,
+        1,
+        "the lost record is settled by its claim, not processed again"
+    );
+    driver.close().await.expect("close");
+    let counts = broker.state_counts(GROUP);
+    assert_eq!(counts.acknowledged, INPUTS as u64, "{counts:?}");
+    let mut expected = BTreeMap::new();
+    for i in 0..INPUTS {
+        for j in 0..outputs_of(i) {
+            expected.insert(format!("r-{i}/{j}"), 1);
+        }
+    }
+    assert_eq!(
+        committed_values(&broker, "out").await,
+        expected,
+        "each output once"
+    );
+}
+
 /// `initialize` on a cluster offering `cluster` (`AtomicAcknowledgements`: KIP-1289, else
 /// Kafka 4.4) with `exactly.once.mode` `preference`, and a consumer that says it lacks
 /// `withheld`: the outcome and the mode chosen.
@@ -910,6 +998,7 @@ async fn initialize_without(
         inner: broker.share_consumer(GROUP),
         fault: Arc::default(),
         withheld,
+        lost_at_accept: None,
     };
     let task = Fanout {
         slow: Arc::default(),

@@ -656,13 +656,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 report.dead_lettered += dead_lettered;
                 let mut rejected = 0;
                 for (i, f) in finished.iter().enumerate() {
-                    if mode == ExactlyOnceMode::Ledger {
-                        self.consumer.acknowledge_offset(
-                            f.id.topic(),
-                            f.id.partition(),
-                            f.id.offset(),
-                            f.ack,
-                        )?;
+                    // A record the consumer no longer has (its lock ran out after the renewal,
+                    // its session was reset) is skipped: its claim is committed, so the
+                    // ledger check settles it when the group delivers it again.
+                    if mode == ExactlyOnceMode::Ledger
+                        && !super::settle(&mut self.consumer, &f.id, f.ack)?
+                    {
+                        continue;
                     }
                     match f.ack {
                         AcknowledgeType::Reject => rejected += 1,

@@ -781,9 +781,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         .consumer
                         .acknowledge_remaining(AcknowledgeType::Accept)?
                         == Some(n);
+                let mut accepted = n;
                 if !at_once {
                     for record in &self.batch {
-                        accept(&mut self.consumer, record.original_id())?;
+                        if !accept(&mut self.consumer, record.original_id())? {
+                            accepted -= 1;
+                        }
                     }
                 }
                 if !self.held.is_empty() {
@@ -792,7 +795,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         self.held.remove(record.original_id());
                     }
                 }
-                report.accepted += n;
+                report.accepted += accepted;
                 // Settled: nothing reads the batch again. The sizes matter only under
                 // after.flush.
                 self.deliver_batch();
@@ -1323,8 +1326,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 if !durability.covers(&id) {
                     waiting.push(&id);
                     waiting_bytes.push(delivered_bytes.get(i).copied().unwrap_or(0));
-                } else if self.held.remove(&id) {
-                    accept(&mut self.consumer, &id)?;
+                } else if self.held.remove(&id) && accept(&mut self.consumer, &id)? {
                     accepted += 1;
                 }
                 // A covered record that is no longer held was settled already (or lost
@@ -1663,13 +1665,13 @@ fn renew<C: ShareConsumer>(
     Ok(())
 }
 
-/// Sends queued acknowledgements (renewals) at once; failures are logged, never returned:
-/// a record whose renewal failed comes back through the group.
 /// The first `n` record sizes of a batch (0 for any the batch lacks).
 fn sizes(batch_bytes: &[u64], n: usize) -> impl Iterator<Item = u64> + '_ {
     (0..n).map(|i| batch_bytes.get(i).copied().unwrap_or(0))
 }
 
+/// Sends queued acknowledgements (renewals) at once; failures are logged, never returned:
+/// a record whose renewal failed comes back through the group.
 async fn commit_renewals<C: ShareConsumer>(
     consumer: &mut C,
     timeout: Duration,
@@ -1681,10 +1683,10 @@ async fn commit_renewals<C: ShareConsumer>(
     }
 }
 
-/// ACCEPTs the record `id` of the last poll.
-fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<()> {
-    settle(consumer, id, AcknowledgeType::Accept)?;
-    Ok(())
+/// ACCEPTs the record `id` of the last poll; false when the consumer no longer has it (see
+/// [`settle`]).
+fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<bool> {
+    settle(consumer, id, AcknowledgeType::Accept)
 }
 
 /// Acknowledges `id` with `ack`; false when the consumer no longer has it (its lock was lost
