@@ -907,6 +907,35 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
     }
 }
 
+/// A driver of `Fanout` over a `FaultyConsumer` without faults that says it lacks `withheld`
+/// and loses `lost_at_accept` (partition, offset) at its first ACCEPT; not initialized.
+fn fanout_driver(
+    broker: &EmbeddedBroker,
+    eos: ExactlyOnceConfig,
+    withheld: Option<ConsumerCapability>,
+    lost_at_accept: Option<(i32, i64)>,
+) -> Driver {
+    let producer = broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer");
+    let consumer = FaultyConsumer {
+        inner: broker.share_consumer(GROUP),
+        fault: Arc::default(),
+        withheld,
+        lost_at_accept,
+    };
+    let task = Fanout {
+        slow: Arc::default(),
+        refuse: false,
+    };
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    )
+}
+
 /// Ledger mode: a record the consumer no longer has when its ACCEPT comes after the commit
 /// (its lock ran out after the renewal, or its session was reset) is skipped, and the
 /// iteration reports the committed transaction with the others accepted; when the group
@@ -915,25 +944,11 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
 #[tokio::test(start_paused = true)]
 async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its_claim() {
     let broker = broker(ExactlyOnceMode::Ledger);
-    let eos = ExactlyOnceConfig::new("eos", 0, 1);
-    let producer = broker
-        .transactional_producer(&eos.transactional_id())
-        .expect("producer");
-    let consumer = FaultyConsumer {
-        inner: broker.share_consumer(GROUP),
-        fault: Arc::default(),
-        withheld: None,
-        lost_at_accept: Some((0, 0)),
-    };
-    let task = Fanout {
-        slow: Arc::default(),
-        refuse: false,
-    };
-    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
-    let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
-        Arc::new(producer),
-        Arc::new(broker.clone()),
-        eos,
+    let mut driver = fanout_driver(
+        &broker,
+        ExactlyOnceConfig::new("eos", 0, 1),
+        None,
+        Some((0, 0)),
     );
     driver.initialize().await.expect("initialize");
     assert_eq!(driver.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
@@ -991,25 +1006,7 @@ async fn initialize_without(
 ) -> (Result<(), Error>, Option<ExactlyOnceMode>) {
     let broker = broker(cluster);
     let eos = ExactlyOnceConfig::new("eos", 0, 1).with_mode(preference);
-    let producer = broker
-        .transactional_producer(&eos.transactional_id())
-        .expect("producer");
-    let consumer = FaultyConsumer {
-        inner: broker.share_consumer(GROUP),
-        fault: Arc::default(),
-        withheld,
-        lost_at_accept: None,
-    };
-    let task = Fanout {
-        slow: Arc::default(),
-        refuse: false,
-    };
-    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
-    let mut driver = ShareSinkTask::new(Box::new(task), consumer, config).with_exactly_once(
-        Arc::new(producer),
-        Arc::new(broker.clone()),
-        eos,
-    );
+    let mut driver = fanout_driver(&broker, eos, withheld, None);
     let result = driver.initialize().await;
     let mode = driver.exactly_once_mode();
     driver.close().await.expect("close");

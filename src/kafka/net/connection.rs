@@ -2017,17 +2017,7 @@ mod tests {
         use crate::kafka::cluster::pool::BrokerPool;
         use std::collections::BTreeMap;
 
-        // Each connection answers the handshake, then closes on its first request.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    answer_handshake(&mut stream).await;
-                    let _ = read_request(&mut stream).await;
-                });
-            }
-        });
+        let addr = broker_for_every_connection_closing_on(Some(1)).await;
         let pool = BrokerPool::new(ConnectionConfig::default());
         pool.learn(&BTreeMap::from([(1, addr.clone()), (2, addr)]));
         let one = pool.open(1).await.expect("connection to 1");
@@ -2048,13 +2038,25 @@ mod tests {
 
     /// A fake broker that takes any number of connections, each answering the handshake.
     async fn broker_for_every_connection() -> String {
+        broker_for_every_connection_closing_on(None).await
+    }
+
+    /// As [`broker_for_every_connection`], each connection closed by the broker when its
+    /// `n`-th request after the handshake arrives.
+    async fn broker_for_every_connection_closing_on(n: Option<usize>) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 tokio::spawn(async move {
                     answer_handshake(&mut stream).await;
-                    while read_request(&mut stream).await.is_some() {}
+                    let mut read = 0;
+                    while read_request(&mut stream).await.is_some() {
+                        read += 1;
+                        if n == Some(read) {
+                            break;
+                        }
+                    }
                 });
             }
         });
