@@ -1,6 +1,8 @@
 //! The driver's policies on the embedded share group: acknowledge after flush, retry in
 //! place, lock renewal during long puts, poison records at `max.delivery.attempts`.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -825,4 +827,52 @@ async fn a_record_lost_before_its_release_is_skipped_and_the_others_released() {
     assert_eq!(state(&b, 0), (RecordState::Available, 1));
     assert_eq!(state(&b, 1), (RecordState::Acquired, 1), "left to its lock");
     assert_eq!(state(&b, 2), (RecordState::Available, 1));
+}
+
+/// The WARN about an unknown delivery-count limit that `initialize` logs, if any.
+async fn unknown_limit_warning<C: ShareConsumer>(
+    consumer: C,
+    config: DriverConfig,
+) -> Option<String> {
+    let capture = support::Capture::default();
+    let guard = capture.set_default();
+    let sink = Flaky {
+        failures_left: 0,
+        puts: Puts::default(),
+        put_time: Duration::ZERO,
+    };
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    drop(guard);
+    capture
+        .lines()
+        .into_iter()
+        .find(|l| l.starts_with("WARN") && l.contains("delivery-count limit is not known"))
+}
+
+/// A group whose delivery-count limit the consumer could not read (`Wrapped` does not say,
+/// as a Kafka consumer denied DESCRIBE_CONFIGS) is warned about at `initialize`, with the
+/// limit the driver assumes; not when `max.delivery.attempts` stands in for it, nor when the
+/// consumer knows the limit.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_delivery_count_limit_is_warned_about_at_initialize() {
+    let b = broker(1);
+    let config = || DriverConfig::new(["t"]);
+    let line = unknown_limit_warning(Wrapped::new(b.share_consumer(GROUP)), config())
+        .await
+        .expect("warned");
+    assert!(
+        line.contains("assumed_delivery_count_limit=5") && line.contains("max.delivery.attempts"),
+        "{line}"
+    );
+    let stand_in = config().max_delivery_attempts(Some(3));
+    assert_eq!(
+        unknown_limit_warning(Wrapped::new(b.share_consumer(GROUP)), stand_in).await,
+        None
+    );
+    assert_eq!(
+        unknown_limit_warning(b.share_consumer(GROUP), config()).await,
+        None,
+        "the embedded group says its limit"
+    );
 }

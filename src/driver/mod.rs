@@ -337,6 +337,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.check_capabilities()?;
         self.log_redelivery_backoff();
         self.consumer.subscribe(self.config.topics.clone()).await?;
+        self.warn_unknown_delivery_limit();
         self.check_broker_dead_letter_queue()?;
         #[cfg(feature = "exactly-once")]
         if self.is_exactly_once() {
@@ -1104,6 +1105,29 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.dead_letter_then_reject(records, report).await?;
         self.commit_acknowledgements().await
+    }
+
+    /// At `initialize`: a group whose delivery-count limit the consumer could not read, with
+    /// no `max.delivery.attempts` to stand in for it, is taken to have Kafka's default. Said
+    /// as a warning, because a lower real limit makes a put that fails retriably on a
+    /// record's real last delivery a release the group archives, without the driver's
+    /// dead-letter queue or its breaker's count.
+    fn warn_unknown_delivery_limit(&self) {
+        if self.consumer.delivery_count_limit().is_some()
+            || self.config.max_delivery_attempts.is_some()
+        {
+            return;
+        }
+        let assumed = self.group_delivery_limit();
+        tracing::warn!(
+            assumed_delivery_count_limit = assumed,
+            "the share group's delivery-count limit is not known (the consumer could not read \
+             it: reading needs DESCRIBE_CONFIGS on the group, or on the cluster before Kafka \
+             4.3); the driver takes delivery {assumed} (Kafka's default) as a record's last. If the group's limit is lower, a record whose put fails on its real last \
+             delivery is released and archived by the group instead of going to the \
+             dead-letter queue: grant the permission, or set max.delivery.attempts to the \
+             group's share.delivery.count.limit"
+        );
     }
 
     /// At `initialize`: what happens to a record whose deliveries all end without an
