@@ -185,17 +185,28 @@ impl Coordinator {
         partition: (Arc<str>, i32),
         now: Instant,
     ) -> Result<(), Stale> {
+        self.ongoing(transactional_id, current, now)?
+            .partitions
+            .insert(partition);
+        Ok(())
+    }
+
+    /// The id's transaction, started now (its timeout with it) if it has none, once `current`
+    /// is checked to be the id's producer.
+    fn ongoing(
+        &mut self,
+        transactional_id: &str,
+        current: ProducerIdEpoch,
+        now: Instant,
+    ) -> Result<&mut Ongoing, Stale> {
         self.check(transactional_id, current)?;
         let Some(entry) = self.ids.get_mut(transactional_id) else {
             return Err(Stale::Fenced);
         };
         let timeout = entry.timeout;
-        entry
+        Ok(entry
             .ongoing
-            .get_or_insert_with(|| Ongoing::new(deadline_after(now, timeout)))
-            .partitions
-            .insert(partition);
-        Ok(())
+            .get_or_insert_with(|| Ongoing::new(deadline_after(now, timeout))))
     }
 
     /// Adds a share partition whose acknowledgements the id's transaction stages (KIP-1289),
@@ -209,14 +220,7 @@ impl Coordinator {
         share_partition: SharePartitionKey,
         now: Instant,
     ) -> Result<(), Stale> {
-        self.check(transactional_id, current)?;
-        let Some(entry) = self.ids.get_mut(transactional_id) else {
-            return Err(Stale::Fenced);
-        };
-        let timeout = entry.timeout;
-        entry
-            .ongoing
-            .get_or_insert_with(|| Ongoing::new(deadline_after(now, timeout)))
+        self.ongoing(transactional_id, current, now)?
             .share_partitions
             .insert(share_partition);
         Ok(())
