@@ -804,6 +804,34 @@ async fn a_record_lost_before_its_accept_is_skipped_and_delivered_again() {
     );
 }
 
+/// Under `after.flush`, a held record the consumer no longer has when `pre_commit` found it
+/// durable is skipped, and not counted as accepted; the others are accepted.
+#[tokio::test(start_paused = true)]
+async fn after_flush_a_record_lost_before_its_accept_is_not_counted_as_accepted() {
+    let b = broker(3);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at: 0,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush);
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(1, AcknowledgeType::Accept);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.expect("the lost record is skipped");
+    assert_eq!(
+        (report.records, report.accepted, report.awaiting_flush),
+        (3, 2, 0)
+    );
+    assert_eq!(store.lock().unwrap().durable.len(), 3);
+    assert_eq!(state(&b, 0), (RecordState::Acknowledged, 1));
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 1), "left to its lock");
+    assert_eq!(state(&b, 2), (RecordState::Acknowledged, 1));
+}
+
 /// A retriable `put` failure releases the batch: a record the consumer no longer has is
 /// skipped (the group has it already), the others are released, and the iteration goes on.
 #[tokio::test(start_paused = true)]
@@ -869,6 +897,13 @@ async fn an_unknown_delivery_count_limit_is_warned_about_at_initialize() {
     assert_eq!(
         unknown_limit_warning(Wrapped::new(b.share_consumer(GROUP)), stand_in).await,
         None
+    );
+    // Not below the assumed limit: the assumption still decides the last delivery.
+    let above = config().max_delivery_attempts(Some(7));
+    assert!(
+        unknown_limit_warning(Wrapped::new(b.share_consumer(GROUP)), above)
+            .await
+            .is_some()
     );
     assert_eq!(
         unknown_limit_warning(b.share_consumer(GROUP), config()).await,

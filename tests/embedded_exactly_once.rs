@@ -215,10 +215,10 @@ struct FaultyConsumer {
     fault: FaultSlot,
     /// A capability this consumer says it lacks.
     withheld: Option<ConsumerCapability>,
-    /// The first ACCEPT of this record (partition, offset) finds it gone, as when its lock
-    /// ran out or its session was reset: `NotInBatch`, and the record stays acquired until
-    /// its lock expires and the group delivers it again.
-    lost_at_accept: Option<(i32, i64)>,
+    /// The first acknowledgement of this kind of this record (partition, offset) finds it
+    /// gone, as when its lock ran out or its session was reset: `NotInBatch`, and the record
+    /// stays acquired until its lock expires and the group delivers it again.
+    lost_at: Option<(i32, i64, AcknowledgeType)>,
 }
 
 fn dead_consumer() -> ConsumerError {
@@ -247,8 +247,8 @@ impl ShareConsumer for FaultyConsumer {
         if current(&self.fault).dead() {
             return Err(dead_consumer());
         }
-        if ack == AcknowledgeType::Accept && self.lost_at_accept == Some((partition, offset)) {
-            self.lost_at_accept = None;
+        if self.lost_at == Some((partition, offset, ack)) {
+            self.lost_at = None;
             // Held (it may be already): no longer in the way of the next poll, and left to
             // its lock.
             let _ = self.inner.hold_offset(topic, partition, offset);
@@ -301,6 +301,12 @@ impl ShareConsumer for FaultyConsumer {
     fn acknowledgement_mode(&self) -> AcknowledgementMode {
         self.inner.acknowledgement_mode()
     }
+    fn delivery_count_limit(&self) -> Option<u16> {
+        self.inner.delivery_count_limit()
+    }
+    fn broker_dead_letter_queue(&self) -> kafka_share_sink::BrokerDeadLetterQueue {
+        self.inner.broker_dead_letter_queue()
+    }
     fn take_acknowledgements_for_transaction(
         &mut self,
     ) -> Result<ShareAcknowledgements, ConsumerError> {
@@ -349,7 +355,7 @@ async fn worker(
         inner,
         fault: Arc::clone(&slot),
         withheld: None,
-        lost_at_accept: None,
+        lost_at: None,
     };
     let producer = FaultyProducer {
         inner: producer,
@@ -908,7 +914,8 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
 }
 
 /// A driver of `Fanout` over a `FaultyConsumer` without faults that says it lacks `withheld`
-/// and loses `lost_at_accept` (partition, offset) at its first ACCEPT; not initialized.
+/// and loses record (partition, offset) at its first ACCEPT (`lost_at_accept`); not
+/// initialized.
 fn fanout_driver(
     broker: &EmbeddedBroker,
     eos: ExactlyOnceConfig,
@@ -922,7 +929,7 @@ fn fanout_driver(
         inner: broker.share_consumer(GROUP),
         fault: Arc::default(),
         withheld,
-        lost_at_accept,
+        lost_at: lost_at_accept.map(|(p, o)| (p, o, AcknowledgeType::Accept)),
     };
     let task = Fanout {
         slow: Arc::default(),
@@ -993,6 +1000,70 @@ async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its
         committed_values(&broker, "out").await,
         expected,
         "each output once"
+    );
+}
+
+/// Ledger mode: records given up on at their last delivery are dead-lettered in the
+/// transaction and, the group having no broker dead-letter queue, REJECTed after the commit;
+/// one the consumer no longer has is skipped (and logged), and the iteration goes on. (The
+/// `NotInBatch` used to fail it.)
+#[tokio::test(start_paused = true)]
+async fn ledger_mode_skips_a_record_lost_before_its_reject() {
+    let broker = broker(ExactlyOnceMode::Ledger);
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(2),
+        )
+        .expect("group");
+    broker.create_topic("dlq", 1).expect("dlq");
+    let eos = ExactlyOnceConfig::new("eos", 0, 1);
+    let producer = broker
+        .transactional_producer(&eos.transactional_id())
+        .expect("producer");
+    let consumer = FaultyConsumer {
+        inner: broker.share_consumer(GROUP),
+        fault: Arc::default(),
+        withheld: None,
+        lost_at: Some((0, 0, AcknowledgeType::Reject)),
+    };
+    let queue = broker.dead_letter_queue("dlq").expect("queue");
+    let config = DriverConfig::new(["in"])
+        .poll_timeout(Duration::from_millis(50))
+        .dead_letter_queue(Arc::new(queue), false);
+    let mut driver = ShareSinkTask::new(Box::new(AlwaysFails), consumer, config).with_exactly_once(
+        Arc::new(producer),
+        Arc::new(broker.clone()),
+        eos,
+    );
+    driver.initialize().await.expect("initialize");
+    let first = driver
+        .iteration_exactly_once()
+        .await
+        .expect("first delivery");
+    assert_eq!(first.released, INPUTS, "first delivery released");
+    let (mut dead_lettered, mut rejected) = (0, 0);
+    for _ in 0..10 {
+        let report = driver
+            .iteration_exactly_once()
+            .await
+            .expect("a lost REJECT does not fail the iteration");
+        dead_lettered += report.dead_lettered;
+        rejected += report.rejected;
+        if dead_lettered == INPUTS {
+            break;
+        }
+    }
+    assert_eq!(dead_lettered, INPUTS, "every record dead-lettered");
+    assert_eq!(rejected, INPUTS - 1, "all but the lost record rejected");
+    assert_eq!(driver.metrics().records_rejected, (INPUTS - 1) as u64);
+    let counts = broker.state_counts(GROUP);
+    assert_eq!(
+        counts.acquired, 1,
+        "the lost one is left to its lock: {counts:?}"
     );
 }
 

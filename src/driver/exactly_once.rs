@@ -655,15 +655,28 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.metrics.records_dead_lettered += dead_lettered as u64;
                 report.dead_lettered += dead_lettered;
                 let mut rejected = 0;
+                let mut settled = 0;
                 for (i, f) in finished.iter().enumerate() {
                     // A record the consumer no longer has (its lock ran out after the renewal,
                     // its session was reset) is skipped: its claim is committed, so the
-                    // ledger check settles it when the group delivers it again.
+                    // ledger check ACCEPTs it when the group delivers it again.
                     if mode == ExactlyOnceMode::Ledger
                         && !super::settle(&mut self.consumer, &f.id, f.ack)?
                     {
+                        if f.ack == AcknowledgeType::Reject {
+                            // The claim does not say REJECT: the record the task gave up on
+                            // is accepted when it comes back, and reaches no broker
+                            // dead-letter queue. Say so where it can be found.
+                            tracing::warn!(
+                                record = %f.id,
+                                "a record given up on (put failed) could not be rejected after \
+                                 its transaction committed: the consumer no longer holds it; \
+                                 delivered again, it is accepted by its claim in the ledger"
+                            );
+                        }
                         continue;
                     }
+                    settled += 1;
                     match f.ack {
                         AcknowledgeType::Reject => rejected += 1,
                         // The dead-lettered ones (after the processed ones) are counted as
@@ -689,7 +702,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
                 report.rejected += rejected;
                 self.metrics.records_rejected += rejected as u64;
-                self.acknowledged_since_commit += finished.len() as u64;
+                // Atomic mode staged every acknowledgement in the transaction.
+                if mode != ExactlyOnceMode::Ledger {
+                    settled = finished.len();
+                }
+                self.acknowledged_since_commit += settled as u64;
                 tracing::debug!(records = finished.len(), outputs, "transaction committed");
                 Ok(Settled::Committed)
             }

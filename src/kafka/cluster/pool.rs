@@ -26,7 +26,9 @@ struct State {
     /// `host:port` of each broker, by node id, from the last Metadata answer.
     addresses: HashMap<i32, String>,
     /// Connections by node id; one closed or with an overdue answer
-    /// ([`Connection::is_reusable`]) is replaced when next asked for.
+    /// ([`Connection::is_reusable`]) is replaced when [`BrokerPool::open`] is next asked
+    /// for it (the fetch engine gives up its connections itself, with
+    /// [`BrokerPool::take_closed`] and [`BrokerPool::forget`]).
     connections: HashMap<i32, Connection>,
 }
 
