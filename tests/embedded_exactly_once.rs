@@ -722,6 +722,31 @@ impl SinkTask for AlwaysFails {
     }
 }
 
+/// `broker(mode)` with the group's delivery-count limit at 2 (the second delivery is the
+/// last) and a topic `dlq`.
+fn last_delivery_broker(mode: ExactlyOnceMode) -> EmbeddedBroker {
+    let broker = broker(mode);
+    broker.create_topic("dlq", 1).expect("dlq");
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(2),
+        )
+        .expect("group");
+    broker
+}
+
+/// The driver settings of the tests, with `broker`'s topic `dlq` as the dead-letter queue.
+fn dead_letter_config(broker: &EmbeddedBroker) -> DriverConfig {
+    let queue = broker.dead_letter_queue("dlq").expect("queue");
+    DriverConfig::new(["in"])
+        .poll_timeout(Duration::from_millis(50))
+        .dead_letter_queue(Arc::new(queue), false)
+}
+
 /// Released on its last allowed delivery, a record would be archived by the group (lost):
 /// with a dead-letter queue, the exactly-once iteration dead-letters it in its transaction.
 #[tokio::test(start_paused = true)]
@@ -730,25 +755,12 @@ async fn a_record_failing_on_its_last_delivery_is_dead_lettered_in_the_transacti
         ExactlyOnceMode::Ledger,
         ExactlyOnceMode::AtomicAcknowledgements,
     ] {
-        let broker = broker(mode);
-        broker.create_topic("dlq", 1).expect("dlq");
-        broker
-            .set_group_config(
-                GROUP,
-                GroupConfig::new()
-                    .auto_offset_reset(AutoOffsetReset::Earliest)
-                    .record_lock_duration(LOCK)
-                    .delivery_count_limit(2),
-            )
-            .expect("group");
+        let broker = last_delivery_broker(mode);
         let eos = ExactlyOnceConfig::new("eos", 0, 1);
         let producer = broker
             .transactional_producer(&eos.transactional_id())
             .expect("producer");
-        let queue = broker.dead_letter_queue("dlq").expect("queue");
-        let config = DriverConfig::new(["in"])
-            .poll_timeout(Duration::from_millis(50))
-            .dead_letter_queue(Arc::new(queue), false);
+        let config = dead_letter_config(&broker);
         let mut driver =
             ShareSinkTask::new(Box::new(AlwaysFails), broker.share_consumer(GROUP), config)
                 .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
@@ -1009,17 +1021,7 @@ async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its
 /// `NotInBatch` used to fail it.)
 #[tokio::test(start_paused = true)]
 async fn ledger_mode_skips_a_record_lost_before_its_reject() {
-    let broker = broker(ExactlyOnceMode::Ledger);
-    broker
-        .set_group_config(
-            GROUP,
-            GroupConfig::new()
-                .auto_offset_reset(AutoOffsetReset::Earliest)
-                .record_lock_duration(LOCK)
-                .delivery_count_limit(2),
-        )
-        .expect("group");
-    broker.create_topic("dlq", 1).expect("dlq");
+    let broker = last_delivery_broker(ExactlyOnceMode::Ledger);
     let eos = ExactlyOnceConfig::new("eos", 0, 1);
     let producer = broker
         .transactional_producer(&eos.transactional_id())
@@ -1030,10 +1032,7 @@ async fn ledger_mode_skips_a_record_lost_before_its_reject() {
         withheld: None,
         lost_at: Some((0, 0, AcknowledgeType::Reject)),
     };
-    let queue = broker.dead_letter_queue("dlq").expect("queue");
-    let config = DriverConfig::new(["in"])
-        .poll_timeout(Duration::from_millis(50))
-        .dead_letter_queue(Arc::new(queue), false);
+    let config = dead_letter_config(&broker);
     let mut driver = ShareSinkTask::new(Box::new(AlwaysFails), consumer, config).with_exactly_once(
         Arc::new(producer),
         Arc::new(broker.clone()),
