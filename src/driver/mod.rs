@@ -1109,10 +1109,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// At `initialize`: a group whose delivery-count limit the consumer could not read, with
     /// no `max.delivery.attempts` below Kafka's default to stand in for it, is taken to have
-    /// Kafka's default. Said
-    /// as a warning, because a lower real limit makes a put that fails retriably on a
-    /// record's real last delivery a release the group archives, without the driver's
-    /// dead-letter queue or its breaker's count.
+    /// Kafka's default. Said as a warning, because a lower real limit makes a put that fails
+    /// retriably on a record's real last delivery a release the group archives, without the
+    /// driver's dead-letter queue or its breaker's count.
     fn warn_unknown_delivery_limit(&self) {
         let assumed = self.group_delivery_limit();
         // A max.delivery.attempts below the assumed limit is the last delivery whatever the
@@ -1130,10 +1129,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             "the share group's delivery-count limit is not known (the consumer could not read \
              it: reading needs DESCRIBE_CONFIGS on the group, or on the cluster before Kafka \
              4.3; or the read timed out; or the consumer does not report it); the driver \
-             takes delivery {assumed} (Kafka's default) as a record's last. If the group's limit is lower, a record whose put fails on its real last \
-             delivery is released and archived by the group instead of going to the \
-             dead-letter queue: grant the permission, or set max.delivery.attempts to the \
-             group's share.delivery.count.limit"
+             takes delivery {assumed} (Kafka's default) as a record's last. If the group's \
+             limit is lower, a record whose put fails on its real last delivery is released \
+             and archived by the group instead of going to the dead-letter queue: grant the \
+             permission, or set max.delivery.attempts to the group's \
+             share.delivery.count.limit"
         );
     }
 
