@@ -7,7 +7,7 @@
 //! reconnect backoff ([`backoff`](crate::kafka::net::backoff)) after a failed attempt to the
 //! same broker.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::kafka::error::ClientError;
@@ -65,7 +65,7 @@ impl BrokerPool {
     }
 
     /// The brokers the pool holds a connection to, usable or not.
-    pub(crate) fn nodes(&self) -> Vec<i32> {
+    pub(crate) fn nodes(&self) -> BTreeSet<i32> {
         self.lock().connections.keys().copied().collect()
     }
 

@@ -443,7 +443,7 @@ impl Engine {
                 self.ensure_connection(node);
             }
         }
-        let connected: BTreeSet<NodeId> = self.leaders.nodes().into_iter().collect();
+        let connected: BTreeSet<NodeId> = self.leaders.nodes();
 
         let (fetch, flush) = if closing {
             (None, true)
