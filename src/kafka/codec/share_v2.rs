@@ -262,17 +262,9 @@ fn put_uuid<S: Sink>(s: &mut S, value: &Uuid) {
     s.put(value.as_bytes());
 }
 
-/// Unsigned varint: 7 bits a byte, least significant group first, high bit = more follows.
-fn put_uvarint<S: Sink>(s: &mut S, mut value: u32) {
-    let mut bytes = [0u8; 5];
-    let mut n = 0;
-    while value >= 0x80 {
-        bytes[n] = (value & 0x7f) as u8 | 0x80;
-        value >>= 7;
-        n += 1;
-    }
-    bytes[n] = value as u8;
-    s.put(&bytes[..=n]);
+fn put_uvarint<S: Sink>(s: &mut S, value: u32) {
+    let (bytes, n) = super::uvarint(value);
+    s.put(&bytes[..n]);
 }
 
 /// The `length + 1` prefix of a compact string, byte string or array.

@@ -62,6 +62,7 @@ use tokio::task::AbortHandle;
 use tracing::{Instrument, debug, warn};
 
 use super::backoff::{Dialer, Outcome};
+use super::body::{Body, FrameBuf};
 use super::frame_pool::FramePool;
 use crate::kafka::error::ClientError;
 use crate::kafka::error::codes::{api_name, broker_error};
@@ -198,7 +199,7 @@ struct Frame {
     /// The 4-byte length and the request header.
     head: Bytes,
     /// The encoded request body.
-    body: Bytes,
+    body: Body,
 }
 
 /// The most brokers the application did not list (those a Metadata answer named) that one
@@ -1210,7 +1211,7 @@ impl Connection {
         body: Bytes,
         due: Option<tokio::time::Instant>,
     ) -> Result<Bytes, ClientError> {
-        let response = self.enqueue(key, version, body, due).await?;
+        let response = self.enqueue(key, version, body.into(), due).await?;
         let frame = response
             .await
             .map_err(|_| self.inner.shared.closed_error())??;
@@ -1218,8 +1219,9 @@ impl Connection {
         Ok(frame)
     }
 
-    /// Queues `req` (version `version` of `key`) and returns once its frame is in the
-    /// writer's queue, with a [`Queued`] to await its response.
+    /// Queues a request of `key` at `version` whose body is encoded (a Produce request: its
+    /// record batches as chunks), and returns once its frame is in the writer's queue, with
+    /// a [`Queued`] to await its response.
     ///
     /// Frames are written in the order they are queued and a broker answers one
     /// connection's requests in that order. Several [`request`](Self::request) futures
@@ -1235,27 +1237,23 @@ impl Connection {
     ///
     /// Cancel safe: dropped before it returns, the request was either queued whole (its
     /// answer is discarded) or not at all.
-    pub(crate) fn queue<'c, Req, Resp>(
-        &'c self,
+    pub(crate) async fn queue<Resp>(
+        &self,
         key: ApiKey,
         version: i16,
-        req: &Req,
-    ) -> impl Future<Output = Result<Queued<Resp>, ClientError>> + Send + use<'c, Req, Resp>
+        body: Body,
+    ) -> Result<Queued<Resp>, ClientError>
     where
-        Req: Encodable,
         Resp: Decodable + HeaderVersion,
     {
-        let body = self.encode(key, version, req);
-        async move {
-            let response = self.enqueue(key, version, body?, None).await?;
-            Ok(Queued {
-                connection: self.clone(),
-                key,
-                version,
-                response,
-                decoded: PhantomData,
-            })
-        }
+        let response = self.enqueue(key, version, body, None).await?;
+        Ok(Queued {
+            connection: self.clone(),
+            key,
+            version,
+            response,
+            decoded: PhantomData,
+        })
     }
 
     /// Queues the request frame; where its response frame will arrive. `due`: when its answer
@@ -1264,7 +1262,7 @@ impl Connection {
         &self,
         key: ApiKey,
         version: i16,
-        body: Bytes,
+        body: Body,
         due: Option<tokio::time::Instant>,
     ) -> Result<oneshot::Receiver<Result<Bytes, ClientError>>, ClientError> {
         let shared = &self.inner.shared;
@@ -1553,11 +1551,14 @@ async fn write_loop(
 async fn write_frames(write: Writer, queue: &mut mpsc::Receiver<Frame>) -> io::Result<()> {
     let mut write = BufWriter::new(write);
     while let Some(frame) = queue.recv().await {
-        write.write_all(&frame.head).await?;
-        write.write_all(&frame.body).await?;
+        // Head and body in one vectored write (a large frame goes past the buffer).
+        write
+            .write_all_buf(&mut FrameBuf::new(frame.head, frame.body))
+            .await?;
         while let Ok(frame) = queue.try_recv() {
-            write.write_all(&frame.head).await?;
-            write.write_all(&frame.body).await?;
+            write
+                .write_all_buf(&mut FrameBuf::new(frame.head, frame.body))
+                .await?;
         }
         write.flush().await?;
     }

@@ -5,6 +5,7 @@
 
 pub(crate) mod addresses;
 pub(crate) mod backoff;
+pub(crate) mod body;
 pub(crate) mod bootstrap;
 pub(crate) mod connection;
 pub(crate) mod coordinator;

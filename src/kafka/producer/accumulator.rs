@@ -98,6 +98,17 @@ pub(crate) enum BatchState {
     Retry { at: Instant, unknown: bool },
 }
 
+/// What [`Accumulator::append_with`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// A batch of the partition was closed by it (full), or a growing batch took another
+    /// `batch.size`: for the sticky partitioner.
+    pub(crate) closed: bool,
+    /// It joined the partition's open batch (which the sender knows of already) instead of
+    /// starting one.
+    pub(crate) joined: bool,
+}
+
 /// One batch of records of one partition.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -528,8 +539,8 @@ impl Accumulator {
         }
     }
 
-    /// True when the partition has an open batch a record can still join (the sender then
-    /// knows of it: no need to wake it for one more record).
+    /// True when the partition has an open batch a record can still join.
+    #[cfg(test)]
     pub(crate) fn has_open_batch(&self, tp: &Tp) -> bool {
         self.partitions
             .get(tp)
@@ -548,6 +559,19 @@ impl Accumulator {
         sender: DeliverySender,
         now: Instant,
     ) -> bool {
+        self.append_with(tp, id, record, sender, || now).closed
+    }
+
+    /// [`append`](Self::append), reading the clock (`now`) only when the record starts a
+    /// batch, and saying whether it joined an open batch.
+    pub(crate) fn append_with(
+        &mut self,
+        tp: Tp,
+        id: u64,
+        record: NewRecord,
+        sender: DeliverySender,
+        now: impl FnOnce() -> Instant,
+    ) -> Appended {
         let size = record_size(&record);
         let state = self.partitions.entry(tp.clone()).or_default();
         // Past `batch.size` only while the partition could not send the batch now anyway.
@@ -571,16 +595,23 @@ impl Accumulator {
                 self.incomplete.insert(id, size);
                 if open.bytes >= batch_size {
                     open.closed = true;
-                    return true;
+                    return Appended {
+                        closed: true,
+                        joined: true,
+                    };
                 }
                 // A growing batch tells the sticky partitioner each time it takes another
                 // `batch.size`, so keyless records spread over partitions as before.
                 let unit = self.config.batch_size.max(1);
-                return before / unit != open.bytes / unit;
+                return Appended {
+                    closed: before / unit != open.bytes / unit,
+                    joined: true,
+                };
             }
             open.closed = true;
             closed = true;
         }
+        let now = now();
         self.next_batch += 1;
         let full = BATCH_OVERHEAD + size >= batch_size;
         let deadline = deadline_after(now, self.config.delivery_timeout);
@@ -602,7 +633,10 @@ impl Accumulator {
             expired: false,
         });
         self.incomplete.insert(id, size);
-        closed || full
+        Appended {
+            closed: closed || full,
+            joined: false,
+        }
     }
 
     /// Picks at most one batch per partition to send now. `place` says whether a
@@ -1191,6 +1225,47 @@ mod tests {
             .iter()
             .map(|b| b.records.len())
             .collect()
+    }
+
+    #[test]
+    fn the_clock_is_read_for_a_new_batch_only() {
+        let now = Instant::now();
+        let mut acc = Accumulator::new(growing(false));
+        let mut append = |i: usize, clock: &dyn Fn() -> Instant| {
+            let (sender, _future) = DeliveryFuture::channel();
+            acc.append_with(tp(), i as u64, record(i % 10), sender, clock)
+        };
+        let first = append(0, &|| now);
+        assert_eq!(
+            first,
+            Appended {
+                closed: false,
+                joined: false
+            }
+        );
+        // Records that join the open batch: the clock is not read.
+        for i in 1..9 {
+            let appended = append(i, &|| panic!("clock read for a record that joins a batch"));
+            assert!(appended.joined, "record {i}");
+        }
+        // The tenth fills it (batch.size): closed, and still no clock.
+        let tenth = append(9, &|| {
+            panic!("clock read for the record that fills a batch")
+        });
+        assert_eq!(
+            tenth,
+            Appended {
+                closed: true,
+                joined: true
+            }
+        );
+        // The next starts a batch: the clock is read.
+        let read = std::cell::Cell::new(false);
+        let eleventh = append(10, &|| {
+            read.set(true);
+            now
+        });
+        assert!(read.get() && !eleventh.joined);
     }
 
     #[test]

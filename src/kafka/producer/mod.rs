@@ -299,6 +299,19 @@ impl KafkaProducer {
         self.wait_complete(upto).await;
     }
 
+    /// The bytes the records not yet complete hold, or the error that stopped the producer
+    /// (or its transactions).
+    fn buffered_or_fatal(&self) -> Result<usize, ProducerError> {
+        let state = self.shared.lock();
+        if let Some(error) = &state.fatal {
+            return Err(error.clone());
+        }
+        if let Some(error) = state.txn.as_ref().and_then(TxnState::fatal) {
+            return Err(error);
+        }
+        Ok(state.accumulator.buffered())
+    }
+
     fn not_transactional(operation: &'static str) -> ProducerError {
         ProducerError::NotTransactional { operation }
     }
@@ -519,16 +532,15 @@ impl Producer for KafkaProducer {
                         None => state.sticky.partition(&topic, new.key.as_deref(), count),
                     };
                     let tp = (Arc::clone(&topic), partition);
-                    let joined_open = state.accumulator.has_open_batch(&tp);
-                    let closed = state
+                    let appended = state
                         .accumulator
-                        .append(tp, id, new, sender, Instant::now());
-                    if closed {
+                        .append_with(tp, id, new, sender, Instant::now);
+                    if appended.closed {
                         state.sticky.batch_closed(&topic, partition);
                     }
                     // The sender needs waking only for a batch it does not know of yet (its
                     // linger deadline) or one that is full: not once per record.
-                    wake = closed || !joined_open;
+                    wake = appended.closed || !appended.joined;
                 }
                 None => {
                     state.accumulator.track(id, record_size(&new));
@@ -566,22 +578,17 @@ impl Producer for KafkaProducer {
         // thread).
         tokio::task::coop::consume_budget().await;
         let limit = self.shared.config.buffer_memory;
+        // Room now (the common case): no clock, no waiter.
+        if self.buffered_or_fatal()? < limit {
+            return Ok(());
+        }
         let waited = self.shared.config.max_block;
         let deadline = deadline_after(Instant::now(), waited);
         loop {
             let notified = self.shared.progress.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let buffered = {
-                let state = self.shared.lock();
-                if let Some(error) = &state.fatal {
-                    return Err(error.clone());
-                }
-                if let Some(error) = state.txn.as_ref().and_then(TxnState::fatal) {
-                    return Err(error);
-                }
-                state.accumulator.buffered()
-            };
+            let buffered = self.buffered_or_fatal()?;
             if buffered < limit {
                 return Ok(());
             }

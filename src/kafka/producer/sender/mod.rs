@@ -17,11 +17,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
-};
-use kafka_protocol::protocol::{StrBytes, VersionRange};
+use kafka_protocol::messages::{ApiKey, ProduceResponse};
+use kafka_protocol::protocol::VersionRange;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::debug;
@@ -32,8 +29,10 @@ use super::Shared;
 use super::accumulator::{ProducerIdentity, Tp};
 use super::cluster::TopicMetadata;
 use super::txn::TxnVersion;
+use crate::kafka::codec::produce::{ProduceRequestParts, ProduceTopic, encode_produce};
 use crate::kafka::error::ClientError;
-use crate::kafka::error::ConnectionError;
+use crate::kafka::error::{ConnectionError, ProtocolError};
+use crate::kafka::net::body::Body;
 use crate::kafka::net::connection::Connection;
 use crate::producer::ProducerError;
 use crate::time::deadline_after;
@@ -284,41 +283,43 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
         (None, false) => PRODUCE_BY_NAME,
     };
     let version = connection.negotiate(ApiKey::Produce, ours);
-    let mut topics: Vec<TopicProduceData> = Vec::new();
-    let mut names: Vec<Arc<str>> = Vec::new();
-    let mut keys = Vec::new();
+    let mut topics: Vec<ProduceTopic<'_>> = Vec::new();
+    let mut keys = Vec::with_capacity(batches.len());
     for (batch, id) in &batches {
-        let id = *id;
-        keys.push((batch.tp.clone(), batch.batch_id, id));
-        let data = PartitionProduceData::default()
-            .with_index(batch.tp.1)
-            .with_records(Some(batch.bytes.clone()));
-        if let Some(i) = names.iter().position(|n| *n == batch.tp.0) {
-            topics[i].partition_data.push(data);
-        } else {
-            names.push(Arc::clone(&batch.tp.0));
-            let topic = TopicProduceData::default().with_partition_data(vec![data]);
-            let topic = if version.as_ref().is_ok_and(|v| *v >= 13) {
-                topic.with_topic_id(id)
-            } else {
-                topic.with_name(TopicName(StrBytes::from_string(batch.tp.0.to_string())))
-            };
-            topics.push(topic);
+        keys.push((batch.tp.clone(), batch.batch_id, *id));
+        let partition = (batch.tp.1, batch.bytes.clone());
+        match topics.iter_mut().find(|t| t.name == &*batch.tp.0) {
+            Some(topic) => topic.partitions.push(partition),
+            None => topics.push(ProduceTopic {
+                name: &batch.tp.0,
+                id: *id,
+                partitions: vec![partition],
+            }),
         }
     }
     let timeout_ms = i32::try_from(shared.config.request_timeout.as_millis()).unwrap_or(i32::MAX);
-    let request = ProduceRequest::default()
-        .with_transactional_id(
-            shared
-                .config
-                .transactional_id
-                .clone()
-                .filter(|_| txn.is_some())
-                .map(|t| TransactionalId(StrBytes::from_string(t))),
-        )
-        .with_acks(shared.config.acks.wire())
-        .with_timeout_ms(timeout_ms)
-        .with_topic_data(topics);
+    let request = ProduceRequestParts {
+        transactional_id: shared
+            .config
+            .transactional_id
+            .as_deref()
+            .filter(|_| txn.is_some()),
+        acks: shared.config.acks.wire(),
+        timeout_ms,
+        topics,
+    };
+    // The batches go to the wire as they are, each a chunk of the body (no copy).
+    let body = version.and_then(|version| {
+        encode_produce(&request, version)
+            .map(|chunks| (version, Body::Chunks(chunks)))
+            .map_err(|error| {
+                ClientError::Protocol(ProtocolError::Malformed {
+                    broker: connection.broker().to_owned(),
+                    reason: format!("cannot encode a Produce v{version} request: {error}"),
+                })
+            })
+    });
+    drop(request);
     let broker = connection.broker().to_owned();
     let timeout = shared.config.request_timeout;
     async move {
@@ -327,9 +328,9 @@ fn produce(shared: &Arc<Shared>, target: Target, plan: ProducePlan) -> BoxFuture
                 // Err: the previous request was dropped; it is not waited for either.
                 let _ = previous.await;
             }
-            let version = version?;
+            let (version, body) = body?;
             let sent = connection
-                .queue::<_, ProduceResponse>(ApiKey::Produce, version, &request)
+                .queue::<ProduceResponse>(ApiKey::Produce, version, body)
                 .await;
             drop(queued);
             sent
