@@ -34,8 +34,11 @@
 )]
 
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
+
+use crate::kafka::net::frame_pool::FramePool;
 
 /// Most bytes one batch may decompress to; a batch that would grow beyond is an error. Brokers
 /// cap a batch at `message.max.bytes` (1 MiB by default) as written, so honest batches stay far
@@ -945,6 +948,25 @@ fn raw_snappy_into(
 /// If a key, value, header or the batch exceeds `i32::MAX` bytes, or there are more than
 /// `i32::MAX` records, which no broker would accept either (`message.max.bytes`).
 pub(crate) fn encode_batch(records: &[NewRecord], options: &EncodeOptions) -> Bytes {
+    encode_batch_in(records, options, None)
+}
+
+/// [`encode_batch`] into a buffer of `pool`, which it goes back to when the batch's last
+/// slice is dropped (uncompressed; compressed, the records' buffer goes back at once and the
+/// compressed batch is allocated on its own).
+pub(crate) fn encode_batch_pooled(
+    records: &[NewRecord],
+    options: &EncodeOptions,
+    pool: &Arc<FramePool>,
+) -> Bytes {
+    encode_batch_in(records, options, Some(pool))
+}
+
+fn encode_batch_in(
+    records: &[NewRecord],
+    options: &EncodeOptions,
+    pool: Option<&Arc<FramePool>>,
+) -> Bytes {
     let base_timestamp = records.first().map_or(NO_TIMESTAMP, |r| r.timestamp);
     let max_timestamp = options.log_append_time.unwrap_or_else(|| {
         records
@@ -966,7 +988,7 @@ pub(crate) fn encode_batch(records: &[NewRecord], options: &EncodeOptions) -> By
             len.saturating_add(varint_len(wire_len(len)))
         })
         .fold(room, usize::saturating_add);
-    let mut body = Vec::with_capacity(sizes);
+    let mut body = pool.map_or_else(|| Vec::with_capacity(sizes), |pool| pool.take(sizes));
     body.resize(room, 0);
     for (delta, record) in records.iter().enumerate() {
         let delta = wire_len(delta);
@@ -1002,9 +1024,16 @@ pub(crate) fn encode_batch(records: &[NewRecord], options: &EncodeOptions) -> By
     if uncompressed {
         let payload = body.len() - BATCH_HEADER;
         write_header(&mut body, &header, payload);
-        return Bytes::from(body);
+        return match pool {
+            Some(pool) => pool.freeze(body),
+            None => Bytes::from(body),
+        };
     }
-    assemble(&header, &compress(options.compression, body))
+    let compressed = compress(options.compression, &body);
+    if let Some(pool) = pool {
+        pool.recycle(body);
+    }
+    assemble(&header, &compressed)
 }
 
 /// The bytes [`encode_record`] writes for `record`.
@@ -1085,14 +1114,14 @@ fn encode_record(buf: &mut Vec<u8>, record: &NewRecord, offset_delta: i32, base_
     }
 }
 
-fn compress(compression: Compression, body: Vec<u8>) -> Vec<u8> {
+fn compress(compression: Compression, body: &[u8]) -> Vec<u8> {
     const IN_MEMORY: &str = "compressing into memory cannot fail";
     match compression {
-        Compression::None => body,
+        Compression::None => body.to_vec(),
         Compression::Gzip => {
             let mut encoder =
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            encoder.write_all(&body).expect(IN_MEMORY);
+            encoder.write_all(body).expect(IN_MEMORY);
             encoder.finish().expect(IN_MEMORY)
         }
         Compression::Snappy => {
@@ -1115,12 +1144,12 @@ fn compress(compression: Compression, body: Vec<u8>) -> Vec<u8> {
                 .checksum(lz4::ContentChecksum::NoChecksum)
                 .build(Vec::new())
                 .expect(IN_MEMORY);
-            encoder.write_all(&body).expect(IN_MEMORY);
+            encoder.write_all(body).expect(IN_MEMORY);
             let (out, result) = encoder.finish();
             result.expect(IN_MEMORY);
             out
         }
-        Compression::Zstd => zstd::bulk::compress(&body, ZSTD_LEVEL).expect(IN_MEMORY),
+        Compression::Zstd => zstd::bulk::compress(body, ZSTD_LEVEL).expect(IN_MEMORY),
     }
 }
 
@@ -1261,6 +1290,37 @@ mod tests {
         map.into_iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_pooled_batch_is_the_same_bytes_and_gives_its_buffer_back() {
+        use crate::kafka::net::frame_pool::PoolLimits;
+        let pool = Arc::new(FramePool::with_limits(PoolLimits {
+            min: 1,
+            max: usize::MAX,
+            idle_buffers: 4,
+            idle_bytes: usize::MAX,
+        }));
+        let records: Vec<NewRecord> = (0..20)
+            .map(|i| new_record(1_000 + i, Some("key"), Some("a value of some length"), &[]))
+            .collect();
+        for compression in CODECS {
+            let options = EncodeOptions {
+                compression,
+                ..EncodeOptions::default()
+            };
+            let pooled = encode_batch_pooled(&records, &options, &pool);
+            assert_eq!(pooled, encode_batch(&records, &options), "{compression:?}");
+            drop(pooled);
+            // Uncompressed, the batch's own buffer; compressed, the records' buffer at once.
+            // (20 records of 30 bytes or more; a new buffer would have a capacity of 8.)
+            let idle = pool.take(1);
+            assert!(
+                idle.capacity() >= 600,
+                "{compression:?}: no buffer came back"
+            );
+            pool.recycle(idle);
+        }
     }
 
     #[test]
@@ -1514,8 +1574,8 @@ mod tests {
 
         // Two snappy-java streams back to back, the second of two blocks.
         let (first, second) = body.split_at(body.len() / 2);
-        let mut framed = compress(Compression::Snappy, first.to_vec());
-        framed.extend_from_slice(&compress(Compression::Snappy, Vec::new()));
+        let mut framed = compress(Compression::Snappy, first);
+        framed.extend_from_slice(&compress(Compression::Snappy, &[]));
         framed.extend_from_slice(XERIAL_MAGIC);
         framed.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
         for block in second.chunks(second.len() / 2 + 1) {

@@ -1,4 +1,5 @@
-//! Buffers for large response frames, reused once every slice of a frame is dropped.
+//! Buffers for large response frames (and, with other limits, a producer's record batches),
+//! reused once every slice of a frame is dropped.
 //!
 //! A ShareFetch answer is read into one buffer, and every record it brings is a slice of that
 //! buffer, so the buffer lives until the application drops the last of those records. Left to
@@ -30,10 +31,40 @@ pub(crate) const POOLED_FRAME_MAX: usize = 32 << 20;
 /// The most idle buffers a pool keeps; more go back to the allocator.
 pub(crate) const IDLE_BUFFERS: usize = 2;
 
-/// Reusable buffers for the large frames of one connection.
-#[derive(Debug, Default)]
+/// Which buffers a pool takes back, and how many it keeps idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolLimits {
+    /// Smallest capacity pooled; smaller buffers are allocated one by one.
+    pub(crate) min: usize,
+    /// Largest capacity pooled.
+    pub(crate) max: usize,
+    /// The most idle buffers kept.
+    pub(crate) idle_buffers: usize,
+    /// The most bytes (capacity) the idle buffers may hold together.
+    pub(crate) idle_bytes: usize,
+}
+
+/// The limits of a connection's pool of response frames.
+pub(crate) const FRAME_LIMITS: PoolLimits = PoolLimits {
+    min: POOLED_FRAME_MIN,
+    max: POOLED_FRAME_MAX,
+    idle_buffers: IDLE_BUFFERS,
+    idle_bytes: usize::MAX,
+};
+
+/// Reusable buffers: for the large frames of one connection (see the module's text), or the
+/// record batches a producer encodes (a freshly allocated batch buffer costs its pages'
+/// first-touch faults, each batch again).
+#[derive(Debug)]
 pub(crate) struct FramePool {
     idle: Mutex<Vec<Vec<u8>>>,
+    limits: PoolLimits,
+}
+
+impl Default for FramePool {
+    fn default() -> Self {
+        Self::with_limits(FRAME_LIMITS)
+    }
 }
 
 impl FramePool {
@@ -41,20 +72,44 @@ impl FramePool {
         Arc::new(Self::default())
     }
 
+    /// A pool with other limits than a connection's.
+    pub(crate) fn with_limits(limits: PoolLimits) -> Self {
+        Self {
+            idle: Mutex::new(Vec::new()),
+            limits,
+        }
+    }
+
+    fn pools(&self, capacity: usize) -> bool {
+        (self.limits.min..=self.limits.max).contains(&capacity)
+    }
+
     /// A zeroed buffer of `len` bytes to read a frame into: for a large frame (from
     /// [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
     /// the pool (the smallest idle one that fits, else the largest idle one grown to `len`,
     /// else a new one), which [`freeze`](FrameBuffer::freeze) turns into the frame.
     pub(crate) fn buffer(self: &Arc<Self>, len: usize) -> FrameBuffer {
-        if !(POOLED_FRAME_MIN..=POOLED_FRAME_MAX).contains(&len) {
+        if !self.pools(len) {
             return FrameBuffer::Plain(BytesMut::zeroed(len));
         }
-        let reused = {
+        let mut buf = self.take(len);
+        buf.resize(len, 0);
+        FrameBuffer::Pooled(PooledBuffer {
+            buf,
+            pool: Arc::clone(self),
+        })
+    }
+
+    /// An empty buffer with room for `capacity` bytes: one of the pool's (the smallest idle
+    /// one that fits, else the largest idle one grown to `capacity`) when the pool keeps
+    /// buffers of that size, else a new one.
+    pub(crate) fn take(&self, capacity: usize) -> Vec<u8> {
+        let reused = if self.pools(capacity) {
             let mut idle = self.lock();
             let fits = idle
                 .iter()
                 .enumerate()
-                .filter(|(_, b)| b.capacity() >= len)
+                .filter(|(_, b)| b.capacity() >= capacity)
                 .min_by_key(|(_, b)| b.capacity())
                 .map(|(i, _)| i);
             let largest = || {
@@ -64,31 +119,61 @@ impl FramePool {
                     .map(|(i, _)| i)
             };
             fits.or_else(largest).map(|i| idle.swap_remove(i))
+        } else {
+            None
         };
         let mut buf = reused.unwrap_or_default();
         buf.clear();
-        // Exactly the frame: a grown buffer does not double (the allocator may round up).
-        buf.reserve_exact(len);
-        buf.resize(len, 0);
-        FrameBuffer::Pooled(PooledBuffer {
-            buf,
-            pool: Arc::clone(self),
-        })
+        // Exactly the room asked for: a grown buffer does not double (the allocator may
+        // round up).
+        buf.reserve_exact(capacity);
+        buf
+    }
+
+    /// `buf` as `Bytes` whose last slice, when dropped, gives the buffer back to the pool (a
+    /// buffer of a size the pool keeps; another one is simply frozen).
+    pub(crate) fn freeze(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
+        if self.pools(buf.capacity()) {
+            PooledBuffer {
+                buf,
+                pool: Arc::clone(self),
+            }
+            .freeze()
+        } else {
+            Bytes::from(buf)
+        }
+    }
+
+    /// Takes back a buffer no longer used (one of a size the pool does not keep is freed).
+    pub(crate) fn recycle(&self, buf: Vec<u8>) {
+        if self.pools(buf.capacity()) {
+            self.give_back(buf);
+        }
     }
 
     /// Takes back the buffer of a frame whose last slice was dropped.
     fn give_back(&self, buf: Vec<u8>) {
         let mut idle = self.lock();
-        if idle.len() < IDLE_BUFFERS {
+        let bytes: usize = idle.iter().map(Vec::capacity).sum();
+        if idle.len() < self.limits.idle_buffers
+            && bytes.saturating_add(buf.capacity()) <= self.limits.idle_bytes
+        {
             idle.push(buf);
             return;
         }
-        // Full: keep the larger buffers (they fit any frame a smaller one fits).
+        // Full: keep the larger buffers (they fit any frame a smaller one fits), within the
+        // bytes allowed.
         if let Some((i, _)) = idle
             .iter()
             .enumerate()
             .min_by_key(|(_, b)| b.capacity())
             .filter(|(_, b)| b.capacity() < buf.capacity())
+            .filter(|(_, b)| {
+                bytes
+                    .saturating_sub(b.capacity())
+                    .saturating_add(buf.capacity())
+                    <= self.limits.idle_bytes
+            })
         {
             idle[i] = buf;
         }
@@ -250,6 +335,66 @@ mod tests {
         let (n, bytes) = pool.idle();
         assert_eq!(n, IDLE_BUFFERS);
         assert_eq!(bytes, 7 * BIG);
+    }
+
+    const SMALL_LIMITS: PoolLimits = PoolLimits {
+        min: 100,
+        max: 10_000,
+        idle_buffers: 3,
+        idle_bytes: 5_000,
+    };
+
+    #[test]
+    fn a_taken_buffer_comes_back_when_its_bytes_drop() {
+        let pool = Arc::new(FramePool::with_limits(SMALL_LIMITS));
+        let mut buf = pool.take(1_000);
+        assert!(buf.is_empty() && buf.capacity() >= 1_000);
+        buf.extend_from_slice(&[5; 1_000]);
+        let bytes = pool.freeze(buf);
+        let slice = bytes.slice(..10);
+        drop(bytes);
+        assert_eq!(pool.idle().0, 0, "a slice keeps the buffer");
+        drop(slice);
+        let (n, held) = pool.idle();
+        assert_eq!(n, 1);
+        // The next take of that size reuses it, emptied.
+        let again = pool.take(900);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), held);
+        assert_eq!(pool.idle(), (0, 0));
+    }
+
+    #[test]
+    fn sizes_outside_the_limits_are_not_pooled() {
+        let pool = Arc::new(FramePool::with_limits(SMALL_LIMITS));
+        drop(pool.freeze(Vec::with_capacity(50)));
+        pool.recycle(Vec::with_capacity(20_000));
+        assert_eq!(pool.idle(), (0, 0));
+        pool.recycle(Vec::with_capacity(1_000));
+        assert_eq!(pool.idle().0, 1);
+    }
+
+    #[test]
+    fn idle_buffers_stay_within_their_count_and_bytes() {
+        let pool = Arc::new(FramePool::with_limits(SMALL_LIMITS));
+        for _ in 0..10 {
+            pool.recycle(Vec::with_capacity(1_000));
+        }
+        let (n, bytes) = pool.idle();
+        assert_eq!(n, SMALL_LIMITS.idle_buffers);
+        assert!(bytes <= SMALL_LIMITS.idle_bytes, "{bytes}");
+        // A larger buffer replaces a smaller one only within the bytes allowed.
+        pool.recycle(Vec::with_capacity(4_000));
+        let (_, after) = pool.idle();
+        assert!(after <= SMALL_LIMITS.idle_bytes, "{after}");
+        pool.recycle(Vec::with_capacity(2_500));
+        let (n, after) = pool.idle();
+        assert_eq!(n, SMALL_LIMITS.idle_buffers);
+        assert!(after <= SMALL_LIMITS.idle_bytes, "{after}");
+        assert!(
+            after > bytes,
+            "the larger buffer was kept: {after} vs {bytes}"
+        );
     }
 
     #[test]
