@@ -92,6 +92,9 @@ async fn main() -> BoxResult<()> {
     }
     let producer = KafkaProducer::connect(config).await?;
     let value = payload(args.size);
+    // One topic name for every record, as Java's tool passes one String: each record holds a
+    // reference to it, not a copy.
+    let topic: std::sync::Arc<str> = args.topic.as_str().into();
     let started = Instant::now();
     let mut pending = std::collections::VecDeque::new();
     let mut latency_sum = 0.0f64;
@@ -102,8 +105,8 @@ async fn main() -> BoxResult<()> {
     for _ in 0..args.records {
         producer.ready().await?;
         let sent_at = Instant::now();
-        let future =
-            producer.send(ProducerRecord::new(args.topic.as_str()).value(value.clone()))?;
+        let future = producer
+            .send(ProducerRecord::new(std::sync::Arc::clone(&topic)).value(value.clone()))?;
         pending.push_back((sent_at, future));
         loop {
             let full = pending.len() >= 100_000;

@@ -34,13 +34,14 @@
 //! (a transaction's outputs, then `flush`) thus goes out in a few full requests instead of
 //! one 16 KiB batch per round trip; a steady trickle is batched as before.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::fast_map::FastMap;
 use super::outstanding::Outstanding;
 use crate::kafka::codec::record_batch::{
     Compression, EncodeOptions, NewRecord, encode_batch_pooled,
@@ -433,7 +434,7 @@ impl<T> Drain<'_, T> {
 #[derive(Debug)]
 pub(crate) struct Accumulator {
     config: AccumulatorConfig,
-    partitions: HashMap<Tp, PartitionState>,
+    partitions: FastMap<Tp, PartitionState>,
     producer: ProducerIdentity,
     next_batch: u64,
     /// Record ids not yet complete, for `flush`.
@@ -448,7 +449,7 @@ pub(crate) struct Accumulator {
     next_expiry: Option<Instant>,
     /// The largest batch each topic takes (its `max.message.bytes`), where known: a growing
     /// batch stops there.
-    topic_max: HashMap<Arc<str>, usize>,
+    topic_max: FastMap<Arc<str>, usize>,
     /// Where in the partitions' order the next drain starts.
     drain_start: usize,
     /// The buffers batches are encoded into, reused once a batch is done with.
@@ -459,13 +460,13 @@ impl Accumulator {
     pub(crate) fn new(config: AccumulatorConfig) -> Self {
         Self {
             config,
-            partitions: HashMap::new(),
+            partitions: FastMap::default(),
             producer: ProducerIdentity::NONE,
             next_batch: 0,
             incomplete: Outstanding::default(),
             bump_pending: false,
             next_expiry: None,
-            topic_max: HashMap::new(),
+            topic_max: FastMap::default(),
             drain_start: 0,
             buffers: Arc::new(FramePool::with_limits(BATCH_BUFFERS)),
         }

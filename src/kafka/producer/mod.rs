@@ -14,12 +14,13 @@ pub(crate) mod accumulator;
 pub(crate) mod cluster;
 pub(crate) mod config;
 pub(crate) mod coordinator;
+mod fast_map;
 mod outstanding;
 pub(crate) mod partitioner;
 pub(crate) mod sender;
 pub(crate) mod txn;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +34,7 @@ use self::accumulator::{
 use self::cluster::{Cluster, TopicMetadata};
 pub use self::config::{Acks, KafkaProducerConfig};
 use self::coordinator::{Coordinator, Retry};
+use self::fast_map::FastMap;
 use self::partitioner::Sticky;
 use self::txn::{Phase, TxnState, TxnVersion};
 use crate::kafka::codec::record_batch::NewRecord;
@@ -56,8 +58,8 @@ pub(crate) struct Waiting {
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) accumulator: Accumulator,
-    pub(crate) topics: HashMap<Arc<str>, TopicMetadata>,
-    pub(crate) waiting: HashMap<Arc<str>, VecDeque<Waiting>>,
+    pub(crate) topics: FastMap<Arc<str>, TopicMetadata>,
+    pub(crate) waiting: FastMap<Arc<str>, VecDeque<Waiting>>,
     /// Topics whose metadata must be (re)fetched.
     pub(crate) metadata_wanted: std::collections::HashSet<Arc<str>>,
     pub(crate) sticky: Sticky,
@@ -204,8 +206,8 @@ impl KafkaProducer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 accumulator,
-                topics: HashMap::new(),
-                waiting: HashMap::new(),
+                topics: FastMap::default(),
+                waiting: FastMap::default(),
                 metadata_wanted: Default::default(),
                 sticky: Sticky::new(seed),
                 next_record: 0,

@@ -3,7 +3,7 @@
 //! modulo the partition count; an unkeyed record to the topic's sticky partition, which
 //! changes when the batch it fills is closed (full or sent).
 
-use std::collections::HashMap;
+use super::fast_map::FastMap;
 use std::sync::Arc;
 
 /// Kafka's murmur2 seed.
@@ -50,7 +50,7 @@ pub(crate) fn partition_for_key(key: &[u8], partitions: usize) -> usize {
 #[derive(Debug)]
 pub(crate) struct Sticky {
     /// Per topic: the sticky partition (`None` after its batch closed) and the one before.
-    topics: HashMap<Arc<str>, (Option<i32>, Option<i32>)>,
+    topics: FastMap<Arc<str>, (Option<i32>, Option<i32>)>,
     /// xorshift state for picking the next sticky partition.
     seed: u64,
 }
@@ -59,7 +59,7 @@ impl Sticky {
     /// A partitioner whose random choices start from `seed` (any value; 0 is replaced).
     pub(crate) fn new(seed: u64) -> Self {
         Self {
-            topics: HashMap::new(),
+            topics: FastMap::default(),
             seed: seed.max(1),
         }
     }

@@ -22,6 +22,7 @@ use crate::kafka::producer::State;
 use crate::kafka::producer::accumulator::{Drained, Effects, ProducerIdentity, Tp};
 use crate::kafka::producer::cluster::TopicMetadata;
 use crate::kafka::producer::config::KafkaProducerConfig;
+use crate::kafka::producer::fast_map::FastMap;
 use crate::kafka::producer::txn::{Phase, TxnVersion};
 use crate::producer::ProducerError;
 use crate::time::deadline_after;
@@ -457,7 +458,7 @@ impl SenderCore {
     }
 }
 
-fn leader_of(topics: &HashMap<Arc<str>, TopicMetadata>, tp: &Tp) -> i32 {
+fn leader_of(topics: &FastMap<Arc<str>, TopicMetadata>, tp: &Tp) -> i32 {
     match topics.get(&tp.0) {
         Some(TopicMetadata::Known { leaders, .. }) => usize::try_from(tp.1)
             .ok()
@@ -468,7 +469,7 @@ fn leader_of(topics: &HashMap<Arc<str>, TopicMetadata>, tp: &Tp) -> i32 {
     }
 }
 
-fn topic_id(topics: &HashMap<Arc<str>, TopicMetadata>, topic: &str) -> Uuid {
+fn topic_id(topics: &FastMap<Arc<str>, TopicMetadata>, topic: &str) -> Uuid {
     match topics.get(topic) {
         Some(TopicMetadata::Known { id, .. }) => *id,
         _ => Uuid::nil(),

@@ -151,8 +151,8 @@ impl Harness {
             core: SenderCore::new(config, now),
             state: State {
                 accumulator,
-                topics: HashMap::new(),
-                waiting: HashMap::new(),
+                topics: Default::default(),
+                waiting: Default::default(),
                 metadata_wanted: HashSet::new(),
                 sticky: Sticky::new(1),
                 next_record: 0,
