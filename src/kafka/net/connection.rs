@@ -1159,8 +1159,7 @@ impl Connection {
         version: i16,
         req: &Req,
     ) -> Result<Bytes, ClientError> {
-        // Sized once: a Produce request of grown batches is a megabyte, which growing by
-        // doubling would copy again and again.
+        // Sized once, not grown by doubling and copying.
         // (A hint only: capped, and encode still grows the buffer if it was wrong.)
         let size = req.compute_size(version).unwrap_or(0).min(64 << 20);
         let mut body = BytesMut::with_capacity(size);

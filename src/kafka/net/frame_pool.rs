@@ -15,6 +15,10 @@
 //! frame reuses it instead of allocating. The pool keeps at most [`IDLE_BUFFERS`] idle buffers,
 //! each as large as some frame received on the connection, and is freed with the connection
 //! once no frame of it is alive.
+//!
+//! A producer keeps a pool of its own, with other [`PoolLimits`], for the buffers it encodes
+//! record batches into ([`take`](FramePool::take), [`freeze`](FramePool::freeze),
+//! [`recycle`](FramePool::recycle)).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -55,10 +59,24 @@ pub(crate) const FRAME_LIMITS: PoolLimits = PoolLimits {
 /// Reusable buffers: for the large frames of one connection (see the module's text), or the
 /// record batches a producer encodes (a freshly allocated batch buffer costs its pages'
 /// first-touch faults, each batch again).
-#[derive(Debug)]
 pub(crate) struct FramePool {
     idle: Mutex<Vec<Vec<u8>>>,
     limits: PoolLimits,
+}
+
+/// Counts and limits only: an idle buffer still holds the bytes of the frame or batch it held.
+impl std::fmt::Debug for FramePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (buffers, bytes) = {
+            let idle = self.lock();
+            (idle.len(), idle.iter().map(Vec::capacity).sum::<usize>())
+        };
+        f.debug_struct("FramePool")
+            .field("idle_buffers", &buffers)
+            .field("idle_bytes", &bytes)
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 impl Default for FramePool {
@@ -84,10 +102,10 @@ impl FramePool {
         (self.limits.min..=self.limits.max).contains(&capacity)
     }
 
-    /// A zeroed buffer of `len` bytes to read a frame into: for a large frame (from
-    /// [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
-    /// the pool (the smallest idle one that fits, else the largest idle one grown to `len`,
-    /// else a new one), which [`freeze`](FrameBuffer::freeze) turns into the frame.
+    /// A zeroed buffer of `len` bytes to read a frame into: for a frame of a size the pool
+    /// keeps (a connection's: [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
+    /// the pool (see [`take`](Self::take)), which [`freeze`](FrameBuffer::freeze) turns into
+    /// the frame.
     pub(crate) fn buffer(self: &Arc<Self>, len: usize) -> FrameBuffer {
         if !self.pools(len) {
             return FrameBuffer::Plain(BytesMut::zeroed(len));
@@ -151,7 +169,8 @@ impl FramePool {
         }
     }
 
-    /// Takes back the buffer of a frame whose last slice was dropped.
+    /// Takes back a buffer of a size the pool keeps: of a frame or batch whose last slice was
+    /// dropped, or recycled.
     fn give_back(&self, buf: Vec<u8>) {
         let mut idle = self.lock();
         let bytes: usize = idle.iter().map(Vec::capacity).sum();
@@ -394,6 +413,18 @@ mod tests {
         assert!(
             after > bytes,
             "the larger buffer was kept: {after} vs {bytes}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_counts_not_the_bytes_idle_buffers_held() {
+        let pool = Arc::new(FramePool::with_limits(SMALL_LIMITS));
+        drop(pool.freeze(vec![0xab; 1_000]));
+        let shown = format!("{pool:?}");
+        assert!(shown.contains("idle_buffers: 1"), "{shown}");
+        assert!(
+            !shown.contains("171"),
+            "the buffer's bytes are shown: {shown}"
         );
     }
 
