@@ -94,6 +94,39 @@ impl TaskError {
     pub fn cause(&self) -> &(dyn StdError + Send + Sync + 'static) {
         &*self.source
     }
+
+    /// The panic the driver caught in a task's method, when this error stands for one.
+    pub fn panicked(&self) -> Option<&TaskPanicked> {
+        self.source.downcast_ref::<TaskPanicked>()
+    }
+
+    /// The fatal error that stands for a panic of `method`, with the panic's message.
+    pub(crate) fn from_panic(method: &'static str, payload: &(dyn std::any::Any + Send)) -> Self {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        Self::fatal(TaskPanicked { method, message })
+    }
+}
+
+/// A panic in a [`SinkTask`](crate::SinkTask) method, caught by the driver: the cause of the
+/// [`TaskError`] (see [`TaskError::panicked`]) of the [`Error::Task`] the driver then stops
+/// with.
+///
+/// A panic is taken as the task crashing, not as the records being bad: the driver RELEASEs
+/// the batch it had given (the share group delivers it again, to this task after a restart or
+/// to another member) instead of rejecting it as it does for [`TaskError::fatal`], and stops.
+/// Built with `panic = "abort"`, a panic aborts the process as it always does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the sink task panicked in {method}: {message}")]
+#[non_exhaustive]
+pub struct TaskPanicked {
+    /// The task's method, e.g. `put`.
+    pub method: &'static str,
+    /// The panic's message.
+    pub message: String,
 }
 
 impl fmt::Display for TaskError {

@@ -62,7 +62,9 @@ pub use crate::driver::{
     DEFAULT_REDELIVERY_BACKOFF_MAX, DriverConfig, DriverMetrics, ErrorHandling, ErrorTolerance,
     IterationReport, ParsePolicyError, PutRetriablePolicy, ShareSinkTask,
 };
-pub use crate::error::{BoxError, Error, Result, TaskError, TaskErrorKind, TaskStage};
+pub use crate::error::{
+    BoxError, Error, Result, TaskError, TaskErrorKind, TaskPanicked, TaskStage,
+};
 pub use crate::kafka::admin::{
     AdminError, KafkaAdmin, KafkaAdminBuilder, PartitionPlacement, ShareGroupConfigs,
 };

@@ -29,6 +29,8 @@ enum Outcome {
     /// A retriable error that asks for this pause (`TaskError::with_backoff`).
     RetriableWithBackoff(Duration),
     Fatal,
+    /// Panic, as a sink with a bug does.
+    Panic,
     /// Write the records, then never return: the process dies before acknowledging.
     WriteThenHang,
 }
@@ -106,6 +108,7 @@ impl SinkTask for ScriptedSink {
                 Err(TaskError::retriable("downstream busy").with_backoff(backoff))
             }
             Outcome::Fatal => Err(TaskError::fatal("schema mismatch")),
+            Outcome::Panic => panic!("index out of bounds in the sink"),
             Outcome::WriteThenHang => {
                 self.log.lock().unwrap().written.extend(batch);
                 std::future::pending::<()>().await;
@@ -329,6 +332,39 @@ async fn fatal_error_rejects_the_batch_surfaces_and_stops_the_driver() {
     assert!(log.lock().unwrap().stopped, "stop runs after a failure too");
     assert!(log.lock().unwrap().written.is_empty());
     assert_eq!(d.metrics().records_rejected, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_put_releases_the_batch_and_stops_the_driver() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Panic]);
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    d.initialize().await.unwrap();
+    // The panic does not unwind through `iteration`: it is the task's error.
+    let err = d.iteration().await.unwrap_err();
+    match &err {
+        Error::Task { stage, source } => {
+            assert_eq!(*stage, TaskStage::Put);
+            assert!(!source.is_retriable());
+            let panicked = source.panicked().expect("the error says it was a panic");
+            assert_eq!(panicked.method, "put");
+            assert_eq!(panicked.message, "index out of bounds in the sink");
+        }
+        other => panic!("expected a task error, got {other:?}"),
+    }
+    // Released, not rejected: the records are delivered again.
+    for offset in 0..3 {
+        assert_eq!(
+            state(&b, 0, offset),
+            (RecordState::Available, 1),
+            "released and committed"
+        );
+    }
+    assert_eq!(d.metrics().records_released, 3);
+    assert_eq!(d.metrics().records_rejected, 0);
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    d.close().await.unwrap();
+    assert!(log.lock().unwrap().stopped, "stop runs after a panic too");
 }
 
 /// A consumer that loses every acknowledgement: the driver must not hide what follows.

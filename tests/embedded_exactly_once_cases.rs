@@ -74,10 +74,12 @@ fn kafka_4_4() -> ClusterCapabilities {
 }
 
 /// Copies input offset `o` to `out` as `out-<o>`, whatever the value converted to; sleeps
-/// `slow_first` in its first `put_transactional` (a sink slower than the record locks).
+/// `slow_first` in its first `put_transactional` (a sink slower than the record locks), or
+/// panics there after its sends with `panic_first` (a sink with a bug).
 #[derive(Default)]
 struct CopyOffsets {
     slow_first: Option<Duration>,
+    panic_first: bool,
     calls: usize,
 }
 
@@ -100,6 +102,9 @@ impl SinkTask for CopyOffsets {
         }
         for record in records {
             output.send(ProducerRecord::new("out").value(format!("out-{}", record.offset())));
+        }
+        if self.calls == 1 && self.panic_first {
+            panic!("a bug in the sink");
         }
         Ok(())
     }
@@ -210,6 +215,57 @@ async fn assert_missing(driver: &mut Driver, needle: &str) {
 }
 
 // ---- 1. Refusals at initialize ------------------------------------------------------------
+
+#[tokio::test]
+async fn a_panic_in_put_transactional_releases_the_batch_and_stops() {
+    // KIP-1289 (the embedded default) and ledger mode (Kafka 4.4).
+    for ledger in [false, true] {
+        let broker = broker(3);
+        if ledger {
+            broker.set_capabilities(kafka_4_4());
+        }
+        let eos = eos(0, 1);
+        let producer = transactional(&broker, &eos);
+        let task = CopyOffsets {
+            panic_first: true,
+            ..CopyOffsets::default()
+        };
+        let mut d = driver_with(
+            &broker,
+            task,
+            broker.share_consumer(GROUP),
+            Arc::new(producer),
+            eos,
+            config(),
+        );
+        d.initialize().await.expect("initialize");
+        // The panic does not unwind through the iteration: it is the task's error.
+        match d.iteration_exactly_once().await {
+            Err(Error::Task { source, .. }) => {
+                let panicked = source.panicked().expect("the error says it was a panic");
+                assert_eq!(panicked.method, "put_transactional", "ledger {ledger}");
+                assert_eq!(panicked.message, "a bug in the sink");
+            }
+            other => panic!("ledger {ledger}: expected the task's error, got {other:?}"),
+        }
+        // Released, nothing written: the records are delivered again.
+        for offset in 0..3 {
+            assert_eq!(
+                state(&broker, offset),
+                (RecordState::Available, 1),
+                "ledger {ledger}, offset {offset}"
+            );
+        }
+        assert!(
+            committed(&broker, "out").await.is_empty(),
+            "ledger {ledger}"
+        );
+        assert!(matches!(
+            d.iteration_exactly_once().await,
+            Err(Error::Failed)
+        ));
+    }
+}
 
 #[tokio::test]
 async fn kafka_4_1_is_refused_for_want_of_renew() {
@@ -812,7 +868,7 @@ async fn an_aborted_dead_letter_is_not_visible(mode: ExactlyOnceMode) {
     // fails, and the transaction with the dead letter in it is aborted.
     let task = CopyOffsets {
         slow_first: Some(LOCK + Duration::from_secs(1)),
-        calls: 0,
+        ..CopyOffsets::default()
     };
     let (broker, mut d) = dead_letter_setup(mode, task, |p, _| Arc::new(p));
     d.initialize().await.expect("initialize");

@@ -195,7 +195,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let Some(pending) = self.redelivery.take() else {
             return Ok(());
         };
-        self.release_failed_batch(pending.error, report).await?;
+        self.release_failed_batch(&pending.error, report).await?;
         // The backoff was the pause: poll at once.
         self.backoff_until = None;
         Ok(())

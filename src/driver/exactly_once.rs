@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::failure::{Captured, Failure};
-use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State};
+use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
     ShareConsumer,
@@ -564,7 +564,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut output = TransactionalOutput::new();
         if put == Put::Always || !batch.is_empty() {
             let started = Instant::now();
-            let result = self.task.put_transactional(&batch, &mut output).await;
+            let result = caught(
+                "put_transactional",
+                self.task.put_transactional(&batch, &mut output),
+            )
+            .await;
             let elapsed = started.elapsed();
             if let Err(error) = result {
                 self.metrics.put_failures += 1;

@@ -493,6 +493,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.settle_last_deliveries(&mut report).await?;
             }
             Err(error) if error.is_retriable() => self.on_put_retriable(error, &mut report).await?,
+            Err(error) if error.panicked().is_some() => return Err(self.on_put_panic(error).await),
             Err(error) => return Err(self.on_put_fatal(error).await),
         }
 
@@ -709,7 +710,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             config,
             ..
         } = self;
-        let mut put = pin!(task.put(batch));
+        let mut put = pin!(caught("put", task.put(batch)));
         let outcome = loop {
             let batch_due = (!batch.is_empty()).then(|| deadline_after(*batch_acquired, lock / 2));
             let due = match (batch_due, held.next_due(lock)) {
@@ -894,7 +895,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let Some(error) = self.hold_for_redelivery(error, since, report)? else {
             return Ok(());
         };
-        self.release_failed_batch(error, report).await
+        self.release_failed_batch(&error, report).await
     }
 
     /// RELEASEs the batch that failed with the retriable `error` (at once, or after its
@@ -902,7 +903,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// REJECTed instead when the settings say so.
     async fn release_failed_batch(
         &mut self,
-        error: TaskError,
+        error: &TaskError,
         report: &mut IterationReport,
     ) -> Result<()> {
         let now = Instant::now();
@@ -953,7 +954,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 max_delivery_attempts = limit,
                 "records failed on their last allowed delivery; rejecting them"
             );
-            let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
+            let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
             let poison = poison.into_iter().map(|r| (r, failure.clone())).collect();
             self.dead_letter_then_reject(poison, report).await?;
         }
@@ -971,6 +972,29 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         Ok(())
+    }
+
+    /// `put` panicked: the task crashed, the records are not to blame. The batch is
+    /// RELEASEd (a record on its last allowed delivery dead-lettered as after a retriable
+    /// failure), the release committed, and the driver stops.
+    async fn on_put_panic(&mut self, error: TaskError) -> Error {
+        tracing::error!(records = self.batch.len(), error = %ErrorChain(&error), "put panicked; releasing the batch and stopping");
+        self.state = State::Failed;
+        self.retry = None;
+        if !self.implicit() {
+            let mut report = IterationReport::default();
+            if let Err(e) = self.release_failed_batch(&error, &mut report).await {
+                return e;
+            }
+            if let Err(e) = self.commit_acknowledgements().await {
+                // The records come back when their locks expire: nothing is lost.
+                tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+            }
+        }
+        Error::Task {
+            stage: TaskStage::Put,
+            source: error,
+        }
     }
 
     async fn on_put_fatal(&mut self, error: TaskError) -> Error {
@@ -1478,7 +1502,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             if let Some(error) = given_up {
                 let mut report = IterationReport::default();
-                if let Err(e) = self.release_failed_batch(error, &mut report).await {
+                if let Err(e) = self.release_failed_batch(&error, &mut report).await {
                     first_error.get_or_insert(e);
                 }
             }
@@ -1718,6 +1742,20 @@ async fn commit_renewals<C: ShareConsumer>(
 /// [`settle`]).
 fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<bool> {
     settle(consumer, id, AcknowledgeType::Accept)
+}
+
+/// `future`, a task method's, with a panic in it caught as the fatal [`TaskError`] that stands
+/// for it ([`TaskError::panicked`]). The driver does not call the task again after one, but
+/// `close` (its `stop`).
+pub(crate) async fn caught<F>(method: &'static str, future: F) -> std::result::Result<(), TaskError>
+where
+    F: Future<Output = std::result::Result<(), TaskError>>,
+{
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| Err(TaskError::from_panic(method, &*payload)))
 }
 
 /// Acknowledges `id` with `ack`; false when the consumer no longer has it (its lock was lost
