@@ -19,7 +19,8 @@ pub enum TaskErrorKind {
     /// (a timeout, a full buffer, a downstream system that is briefly away). The driver
     /// RELEASEs the batch so the share group delivers it again.
     Retriable,
-    /// Anything else: the task cannot go on. The driver REJECTs the batch and stops.
+    /// Anything else: the task cannot go on. The driver REJECTs the batch and stops (the
+    /// exactly-once iteration, and a caught panic, RELEASE it instead).
     Fatal,
 }
 
@@ -56,7 +57,8 @@ impl TaskError {
         }
     }
 
-    /// A fatal error: the batch is rejected and the driver stops.
+    /// A fatal error: the batch is rejected and the driver stops (released instead by the
+    /// exactly-once iteration).
     pub fn fatal(cause: impl Into<BoxError>) -> Self {
         Self {
             kind: TaskErrorKind::Fatal,
@@ -95,7 +97,8 @@ impl TaskError {
         &*self.source
     }
 
-    /// The panic the driver caught in a task's method, when this error stands for one.
+    /// The panic the driver caught in the task's `put` or `put_transactional`, when this
+    /// error stands for one (other methods' panics are not caught).
     pub fn panicked(&self) -> Option<&TaskPanicked> {
         self.source.downcast_ref::<TaskPanicked>()
     }
@@ -111,14 +114,17 @@ impl TaskError {
     }
 }
 
-/// A panic in a [`SinkTask`](crate::SinkTask) method, caught by the driver: the cause of the
-/// [`TaskError`] (see [`TaskError::panicked`]) of the [`Error::Task`] the driver then stops
-/// with.
+/// A panic in [`SinkTask::put`](crate::SinkTask::put) (or `put_transactional`), caught by
+/// the driver: the cause of the [`TaskError`] (see [`TaskError::panicked`]) of the
+/// [`Error::Task`] the driver then stops with. Panics in the task's other methods are not
+/// caught.
 ///
 /// A panic is taken as the task crashing, not as the records being bad: the driver RELEASEs
 /// the batch it had given (the share group delivers it again, to this task after a restart or
 /// to another member) instead of rejecting it as it does for [`TaskError::fatal`], and stops.
-/// Built with `panic = "abort"`, a panic aborts the process as it always does.
+/// When releasing trips the dead-letter circuit breaker, the driver stops with that error
+/// instead (the panic is in the log). Built with `panic = "abort"`, a panic aborts the
+/// process as it always does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the sink task panicked in {method}: {message}")]
 #[non_exhaustive]

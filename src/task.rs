@@ -204,7 +204,9 @@ pub trait SinkTask: Send {
     ///
     /// `Ok` means the records are written: the driver ACCEPTs them. A retriable error makes
     /// the driver RELEASE the whole batch for redelivery; a fatal one makes it REJECT the
-    /// batch and stop. The driver owns the batch; clone what you keep.
+    /// batch and stop. A panic is caught: the driver RELEASEs the batch and stops with the
+    /// error [`TaskError::panicked`] tells apart. The driver owns the batch; clone what you
+    /// keep.
     async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError>;
 
     /// Makes everything written so far durable. The default does nothing.
@@ -239,10 +241,11 @@ pub trait SinkTask: Send {
     ///
     /// It may be called again with the same records after an aborted attempt (the transaction
     /// then discarded the earlier outputs), so it must not have side effects outside
-    /// `output`. A retriable error aborts the transaction and releases the batch; a fatal one
-    /// aborts it, rejects the batch (dead-lettered first when a queue is set) and stops the
-    /// driver. The default fails fatally: implement it, or use
-    /// [`MirrorTask`](crate::exactly_once::MirrorTask).
+    /// `output`. Its transaction begins after it returns. A retriable error releases the
+    /// batch (a record on its last allowed delivery is dead-lettered in a transaction when a
+    /// queue is set); a fatal one, or a panic (caught, see [`TaskError::panicked`]), releases
+    /// the whole batch, last deliveries included, and stops the driver. The default fails
+    /// fatally: implement it, or use [`MirrorTask`](crate::exactly_once::MirrorTask).
     #[cfg(feature = "exactly-once")]
     async fn put_transactional(
         &mut self,

@@ -216,6 +216,8 @@ async fn assert_missing(driver: &mut Driver, needle: &str) {
 
 // ---- 1. Refusals at initialize ------------------------------------------------------------
 
+// ---- 1. Refusals at initialize ------------------------------------------------------------
+
 #[tokio::test]
 async fn a_panic_in_put_transactional_releases_the_batch_and_stops() {
     // KIP-1289 (the embedded default) and ledger mode (Kafka 4.4).
@@ -1129,4 +1131,62 @@ async fn atomic_mode_the_breaker_releases_the_unit() {
         ExactlyOnceMode::AtomicAcknowledgements,
     )
     .await;
+}
+
+// ---- A panic in put_transactional -------------------------------------------------------
+
+#[tokio::test]
+async fn a_panic_on_the_last_delivery_is_counted_as_released_at_the_limit() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    broker
+        .set_group_config(
+            GROUP,
+            GroupConfig::new()
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .record_lock_duration(LOCK)
+                .delivery_count_limit(2),
+        )
+        .expect("group");
+    // Two tasks in turn, each panicking in its first put: the records' first and last
+    // deliveries.
+    for delivery in 1..=2u16 {
+        let eos = eos(0, 1);
+        let producer = transactional(&broker, &eos);
+        let task = CopyOffsets {
+            panic_first: true,
+            ..CopyOffsets::default()
+        };
+        let mut d = driver_with(
+            &broker,
+            task,
+            broker.share_consumer(GROUP),
+            Arc::new(producer),
+            eos,
+            config(),
+        );
+        d.initialize().await.expect("initialize");
+        assert!(matches!(
+            d.iteration_exactly_once().await,
+            Err(Error::Task { .. })
+        ));
+        let (at_limit, expected) = match delivery {
+            1 => (0, RecordState::Available),
+            // Released on their last delivery: the group archives them, and the driver says so.
+            _ => (3, RecordState::Archived),
+        };
+        assert_eq!(
+            d.metrics().records_released_at_limit,
+            at_limit,
+            "delivery {delivery}"
+        );
+        for offset in 0..3 {
+            assert_eq!(
+                state(&broker, offset),
+                (expected, delivery),
+                "delivery {delivery}"
+            );
+        }
+        d.close().await.expect("close");
+    }
 }

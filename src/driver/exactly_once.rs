@@ -579,6 +579,23 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         .map(ConsumerRecord::id)
                         .collect();
                     tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
+                    // Not silent: released on their last delivery, the group archives them.
+                    let last = self.group_delivery_limit();
+                    let at_limit = processed
+                        .iter()
+                        .chain(dead.iter().map(|(r, _)| r))
+                        .filter(|r| r.delivery_count() >= last)
+                        .count();
+                    if at_limit > 0 {
+                        self.metrics.records_released_at_limit += at_limit as u64;
+                        tracing::warn!(
+                            records = at_limit,
+                            delivery_count_limit = last,
+                            broker_dead_letter_queue = ?self.consumer.broker_dead_letter_queue(),
+                            "released on their last allowed delivery: the group archives them \
+                             (into its broker dead-letter queue, if it has one)"
+                        );
+                    }
                     self.release_all(ids.into_iter(), report)?;
                     if let Err(e) = self.commit_acknowledgements().await {
                         tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");

@@ -898,8 +898,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.release_failed_batch(&error, report).await
     }
 
-    /// RELEASEs the batch that failed with the retriable `error` (at once, or after its
-    /// redelivery backoff); a record on its last allowed delivery is dead-lettered and
+    /// RELEASEs the batch that failed with `error` (retriable, or a panic: at once, or after
+    /// its redelivery backoff); a record on its last allowed delivery is dead-lettered and
     /// REJECTed instead when the settings say so.
     async fn release_failed_batch(
         &mut self,
@@ -1744,9 +1744,9 @@ fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<bool> {
     settle(consumer, id, AcknowledgeType::Accept)
 }
 
-/// `future`, a task method's, with a panic in it caught as the fatal [`TaskError`] that stands
-/// for it ([`TaskError::panicked`]). The driver does not call the task again after one, but
-/// `close` (its `stop`).
+/// `future`, the task's `put` or `put_transactional`, with a panic in it caught as the fatal
+/// [`TaskError`] that stands for it ([`TaskError::panicked`]). The driver does not call the
+/// task again after one, but `close` (its `stop`).
 pub(crate) async fn caught<F>(method: &'static str, future: F) -> std::result::Result<(), TaskError>
 where
     F: Future<Output = std::result::Result<(), TaskError>>,
