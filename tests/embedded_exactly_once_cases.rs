@@ -51,18 +51,21 @@ fn broker_with(n: i64, record: impl Fn(i64) -> ProduceRecord) -> EmbeddedBroker 
     broker.create_topic("in", 1).expect("in");
     broker.create_topic("out", 1).expect("out");
     broker
-        .set_group_config(
-            GROUP,
-            GroupConfig::new()
-                .auto_offset_reset(AutoOffsetReset::Earliest)
-                .record_lock_duration(LOCK)
-                .delivery_count_limit(5),
-        )
+        .set_group_config(GROUP, group_config(5))
         .expect("group");
     for i in 0..n {
         broker.produce("in", record(i)).expect("produce");
     }
     broker
+}
+
+/// Group `mirror`'s settings: from the earliest record, 30 s locks, `delivery_limit`
+/// deliveries.
+fn group_config(delivery_limit: u16) -> GroupConfig {
+    GroupConfig::new()
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .record_lock_duration(LOCK)
+        .delivery_count_limit(delivery_limit)
 }
 
 /// What Kafka 4.4 offers: transactions v2 and RENEW, no KIP-1289.
@@ -215,59 +218,6 @@ async fn assert_missing(driver: &mut Driver, needle: &str) {
 }
 
 // ---- 1. Refusals at initialize ------------------------------------------------------------
-
-// ---- 1. Refusals at initialize ------------------------------------------------------------
-
-#[tokio::test]
-async fn a_panic_in_put_transactional_releases_the_batch_and_stops() {
-    // KIP-1289 (the embedded default) and ledger mode (Kafka 4.4).
-    for ledger in [false, true] {
-        let broker = broker(3);
-        if ledger {
-            broker.set_capabilities(kafka_4_4());
-        }
-        let eos = eos(0, 1);
-        let producer = transactional(&broker, &eos);
-        let task = CopyOffsets {
-            panic_first: true,
-            ..CopyOffsets::default()
-        };
-        let mut d = driver_with(
-            &broker,
-            task,
-            broker.share_consumer(GROUP),
-            Arc::new(producer),
-            eos,
-            config(),
-        );
-        d.initialize().await.expect("initialize");
-        // The panic does not unwind through the iteration: it is the task's error.
-        match d.iteration_exactly_once().await {
-            Err(Error::Task { source, .. }) => {
-                let panicked = source.panicked().expect("the error says it was a panic");
-                assert_eq!(panicked.method, "put_transactional", "ledger {ledger}");
-                assert_eq!(panicked.message, "a bug in the sink");
-            }
-            other => panic!("ledger {ledger}: expected the task's error, got {other:?}"),
-        }
-        // Released, nothing written: the records are delivered again.
-        for offset in 0..3 {
-            assert_eq!(
-                state(&broker, offset),
-                (RecordState::Available, 1),
-                "ledger {ledger}, offset {offset}"
-            );
-        }
-        assert!(
-            committed(&broker, "out").await.is_empty(),
-            "ledger {ledger}"
-        );
-        assert!(matches!(
-            d.iteration_exactly_once().await,
-            Err(Error::Failed)
-        ));
-    }
-}
 
 #[tokio::test]
 async fn kafka_4_1_is_refused_for_want_of_renew() {
@@ -1045,14 +995,7 @@ async fn with_a_broker_queue_the_dead_letter_is_accepted(mode: ExactlyOnceMode) 
     // The group has a broker dead-letter queue: a REJECT would be written there too.
     broker.create_topic("dlq.in", 1).expect("broker dlq");
     broker
-        .set_group_config(
-            GROUP,
-            GroupConfig::new()
-                .auto_offset_reset(AutoOffsetReset::Earliest)
-                .record_lock_duration(LOCK)
-                .delivery_count_limit(5)
-                .dead_letter_queue("dlq.in", true),
-        )
+        .set_group_config(GROUP, group_config(5).dead_letter_queue("dlq.in", true))
         .expect("group");
     d.initialize().await.expect("initialize");
     let report = d.iteration_exactly_once().await.expect("iteration");
@@ -1135,36 +1078,73 @@ async fn atomic_mode_the_breaker_releases_the_unit() {
 
 // ---- A panic in put_transactional -------------------------------------------------------
 
+/// Task 0 of 1 with its transactional producer, whose first `put_transactional` panics.
+fn panicking_driver(broker: &EmbeddedBroker) -> Driver {
+    let eos = eos(0, 1);
+    let producer = transactional(broker, &eos);
+    let task = CopyOffsets {
+        panic_first: true,
+        ..CopyOffsets::default()
+    };
+    driver_with(
+        broker,
+        task,
+        broker.share_consumer(GROUP),
+        Arc::new(producer),
+        eos,
+        config(),
+    )
+}
+
+#[tokio::test]
+async fn a_panic_in_put_transactional_releases_the_batch_and_stops() {
+    // KIP-1289 (the embedded default) and ledger mode (Kafka 4.4).
+    for ledger in [false, true] {
+        let broker = broker(3);
+        if ledger {
+            broker.set_capabilities(kafka_4_4());
+        }
+        let mut d = panicking_driver(&broker);
+        d.initialize().await.expect("initialize");
+        // The panic does not unwind through the iteration: it is the task's error.
+        match d.iteration_exactly_once().await {
+            Err(Error::Task { source, .. }) => {
+                let panicked = source.panicked().expect("the error says it was a panic");
+                assert_eq!(panicked.method, "put_transactional", "ledger {ledger}");
+                assert_eq!(panicked.message, "a bug in the sink");
+            }
+            other => panic!("ledger {ledger}: expected the task's error, got {other:?}"),
+        }
+        // Released, nothing written: the records are delivered again.
+        for offset in 0..3 {
+            assert_eq!(
+                state(&broker, offset),
+                (RecordState::Available, 1),
+                "ledger {ledger}, offset {offset}"
+            );
+        }
+        assert!(
+            committed(&broker, "out").await.is_empty(),
+            "ledger {ledger}"
+        );
+        assert!(matches!(
+            d.iteration_exactly_once().await,
+            Err(Error::Failed)
+        ));
+    }
+}
+
 #[tokio::test]
 async fn a_panic_on_the_last_delivery_is_counted_as_released_at_the_limit() {
     let broker = broker(3);
     broker.set_capabilities(kafka_4_4());
     broker
-        .set_group_config(
-            GROUP,
-            GroupConfig::new()
-                .auto_offset_reset(AutoOffsetReset::Earliest)
-                .record_lock_duration(LOCK)
-                .delivery_count_limit(2),
-        )
+        .set_group_config(GROUP, group_config(2))
         .expect("group");
     // Two tasks in turn, each panicking in its first put: the records' first and last
     // deliveries.
     for delivery in 1..=2u16 {
-        let eos = eos(0, 1);
-        let producer = transactional(&broker, &eos);
-        let task = CopyOffsets {
-            panic_first: true,
-            ..CopyOffsets::default()
-        };
-        let mut d = driver_with(
-            &broker,
-            task,
-            broker.share_consumer(GROUP),
-            Arc::new(producer),
-            eos,
-            config(),
-        );
+        let mut d = panicking_driver(&broker);
         d.initialize().await.expect("initialize");
         assert!(matches!(
             d.iteration_exactly_once().await,
