@@ -86,30 +86,29 @@ impl Chunks {
         len: Option<usize>,
         short: bool,
     ) -> Result<(), ProduceEncodeError> {
-        let too_long = |len| ProduceEncodeError::TooLong { field, len };
+        let too_long = || ProduceEncodeError::TooLong {
+            field,
+            len: len.unwrap_or(0),
+        };
+        // Null is -1; a length past its field's type (Java's `short` or `int`) is refused,
+        // compact or classic.
+        let max = if short { i32::from(i16::MAX) } else { i32::MAX };
+        let wire = match len {
+            None => -1,
+            Some(len) => i32::try_from(len)
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(too_long)?,
+        };
         if self.flexible() {
-            let prefix = match len {
-                None => 0,
-                Some(len) => len
-                    .checked_add(1)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|_| short || i32::try_from(len).is_ok())
-                    .filter(|_| !short || i16::try_from(len).is_ok())
-                    .ok_or_else(|| too_long(len))?,
-            };
+            // Compact: `length + 1`, so 0 is null.
+            let prefix = u32::try_from(i64::from(wire) + 1).map_err(|_| too_long())?;
             self.uvarint(prefix);
         } else if short {
-            let value = match len {
-                None => -1,
-                Some(len) => i16::try_from(len).map_err(|_| too_long(len))?,
-            };
-            self.current.put_i16(value);
+            self.current
+                .put_i16(i16::try_from(wire).map_err(|_| too_long())?);
         } else {
-            let value = match len {
-                None => -1,
-                Some(len) => i32::try_from(len).map_err(|_| too_long(len))?,
-            };
-            self.current.put_i32(value);
+            self.current.put_i32(wire);
         }
         Ok(())
     }

@@ -578,20 +578,23 @@ impl Accumulator {
         sender: DeliverySender,
         now: Instant,
     ) -> bool {
-        self.append_with(tp, id, record, sender, || now).closed
+        let size = record_size(&record);
+        self.append_with(tp, id, record, size, sender, || now)
+            .closed
     }
 
-    /// [`append`](Self::append), reading the clock (`now`) only when the record starts a
-    /// batch, and saying whether it joined an open batch.
+    /// [`append`](Self::append) of a record whose [`record_size`] the caller knows, reading
+    /// the clock (`now`) only when the record starts a batch, and saying whether it joined an
+    /// open batch.
     pub(crate) fn append_with(
         &mut self,
         tp: Tp,
         id: u64,
         record: NewRecord,
+        size: usize,
         sender: DeliverySender,
         now: impl FnOnce() -> Instant,
     ) -> Appended {
-        let size = record_size(&record);
         let state = self.partitions.entry(tp.clone()).or_default();
         // Past `batch.size` only while the partition could not send the batch now anyway.
         let batch_size = if state.backed_up(&self.config, self.bump_pending) {
@@ -1258,7 +1261,9 @@ mod tests {
         let mut acc = Accumulator::new(growing(false));
         let mut append = |i: usize, clock: &dyn Fn() -> Instant| {
             let (sender, _future) = DeliveryFuture::channel();
-            acc.append_with(tp(), i as u64, record(i % 10), sender, clock)
+            let record = record(i % 10);
+            let size = record_size(&record);
+            acc.append_with(tp(), i as u64, record, size, sender, clock)
         };
         let first = append(0, &|| now);
         assert_eq!(

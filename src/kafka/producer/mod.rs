@@ -483,7 +483,8 @@ impl Producer for KafkaProducer {
                 .map(|h| (h.key().to_owned(), h.value().cloned()))
                 .collect(),
         };
-        let size = record_size(&new).saturating_add(BATCH_OVERHEAD);
+        let record_bytes = record_size(&new);
+        let size = record_bytes.saturating_add(BATCH_OVERHEAD);
         if size > self.shared.config.max_request_size {
             return Err(ProducerError::RecordTooLarge {
                 size,
@@ -534,9 +535,14 @@ impl Producer for KafkaProducer {
                         None => state.sticky.partition(&topic, new.key.as_deref(), count),
                     };
                     let tp = (Arc::clone(&topic), partition);
-                    let appended = state
-                        .accumulator
-                        .append_with(tp, id, new, sender, Instant::now);
+                    let appended = state.accumulator.append_with(
+                        tp,
+                        id,
+                        new,
+                        record_bytes,
+                        sender,
+                        Instant::now,
+                    );
                     if appended.closed {
                         state.sticky.batch_closed(&topic, partition);
                     }
@@ -545,7 +551,7 @@ impl Producer for KafkaProducer {
                     wake = appended.closed || !appended.joined;
                 }
                 None => {
-                    state.accumulator.track(id, record_size(&new));
+                    state.accumulator.track(id, record_bytes);
                     state.metadata_wanted.insert(Arc::clone(&topic));
                     state.waiting.entry(topic).or_default().push_back(Waiting {
                         id,
