@@ -20,7 +20,8 @@ pub enum TaskErrorKind {
     /// RELEASEs the batch so the share group delivers it again.
     Retriable,
     /// Anything else: the task cannot go on. The driver REJECTs the batch and stops (the
-    /// exactly-once iteration, and a caught panic, RELEASE it instead).
+    /// exactly-once iteration, and a caught panic, RELEASE it instead, except records on
+    /// their last delivery when a dead-letter queue is set: those are dead-lettered).
     Fatal,
 }
 

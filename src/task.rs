@@ -244,8 +244,9 @@ pub trait SinkTask: Send {
     /// `output`. Its transaction begins after it returns. A retriable error releases the
     /// batch (a record on its last allowed delivery is dead-lettered in a transaction when a
     /// queue is set); a fatal one, or a panic (caught, see [`TaskError::panicked`]), releases
-    /// the whole batch, last deliveries included, and stops the driver. The default fails
-    /// fatally: implement it, or use [`MirrorTask`](crate::exactly_once::MirrorTask).
+    /// the batch and stops the driver, nothing of `output` written (with a queue set, a record
+    /// on its last delivery is first dead-lettered in a transaction of its own). The default
+    /// fails fatally: implement it, or use [`MirrorTask`](crate::exactly_once::MirrorTask).
     #[cfg(feature = "exactly-once")]
     async fn put_transactional(
         &mut self,

@@ -1080,6 +1080,11 @@ async fn atomic_mode_the_breaker_releases_the_unit() {
 
 /// Task 0 of 1 with its transactional producer, whose first `put_transactional` panics.
 fn panicking_driver(broker: &EmbeddedBroker) -> Driver {
+    panicking_driver_with(broker, config())
+}
+
+/// [`panicking_driver`] with the driver settings `config`.
+fn panicking_driver_with(broker: &EmbeddedBroker, config: DriverConfig) -> Driver {
     let eos = eos(0, 1);
     let producer = transactional(broker, &eos);
     let task = CopyOffsets {
@@ -1092,7 +1097,7 @@ fn panicking_driver(broker: &EmbeddedBroker) -> Driver {
         broker.share_consumer(GROUP),
         Arc::new(producer),
         eos,
-        config(),
+        config,
     )
 }
 
@@ -1168,5 +1173,65 @@ async fn a_panic_on_the_last_delivery_is_counted_as_released_at_the_limit() {
             );
         }
         d.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_on_the_last_delivery_dead_letters_the_records_when_a_queue_is_set() {
+    for mode in [
+        ExactlyOnceMode::AtomicAcknowledgements,
+        ExactlyOnceMode::Ledger,
+    ] {
+        let broker = broker(3);
+        if mode == ExactlyOnceMode::Ledger {
+            broker.set_capabilities(kafka_4_4());
+        }
+        broker
+            .set_group_config(GROUP, group_config(2))
+            .expect("group");
+        for delivery in 1..=2u16 {
+            let dlq = broker.dead_letter_queue("dlq").expect("dlq");
+            let config = config().dead_letter_queue(Arc::new(dlq), true);
+            let mut d = panicking_driver_with(&broker, config);
+            d.initialize().await.expect("initialize");
+            // Whatever becomes of the records, the driver stops with the task's panic.
+            match d.iteration_exactly_once().await {
+                Err(Error::Task { source, .. }) => assert!(
+                    source.panicked().is_some(),
+                    "{mode:?}, delivery {delivery}: {source:?}"
+                ),
+                other => panic!("{mode:?}, delivery {delivery}: {other:?}"),
+            }
+            let m = d.metrics();
+            let dead_letters = committed(&broker, "dlq").await;
+            if delivery == 1 {
+                // Released: the group delivers them again.
+                assert!(dead_letters.is_empty(), "{mode:?}: {dead_letters:?}");
+                assert_eq!(m.records_dead_lettered, 0, "{mode:?}");
+                for offset in 0..3 {
+                    assert_eq!(state(&broker, offset), (RecordState::Available, 1));
+                }
+            } else {
+                // Their last delivery: written to the queue in a transaction (committed),
+                // then rejected, not released for the group to archive unseen.
+                assert_eq!(dead_letters.len(), 3, "{mode:?}: {dead_letters:?}");
+                assert_eq!(m.records_dead_lettered, 3, "{mode:?}");
+                assert_eq!(m.records_released_at_limit, 0, "{mode:?}");
+                for offset in 0..3 {
+                    assert_eq!(
+                        state(&broker, offset),
+                        (RecordState::Archived, 2),
+                        "{mode:?}, offset {offset}"
+                    );
+                }
+            }
+            // Nothing the task staged before it panicked was written.
+            assert!(committed(&broker, "out").await.is_empty(), "{mode:?}");
+            assert!(matches!(
+                d.iteration_exactly_once().await,
+                Err(Error::Failed)
+            ));
+            d.close().await.expect("close");
+        }
     }
 }

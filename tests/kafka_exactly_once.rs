@@ -3,7 +3,8 @@
 //! work, and a task that dies after its commit (before its ACCEPTs) or before its commit
 //! neither duplicates nor loses records. A group with RENEW turned off is refused, task 0
 //! fences the transactional ids of task slots a shrunk task count left (found with
-//! ListTransactions), and dead letters are written in the transaction. The output is read
+//! ListTransactions), and dead letters are written in the transaction, also those of a fatal
+//! `put_transactional` on the records' last delivery. The output is read
 //! `read_committed` by the test's own Fetch reader (`support/read_committed.rs`),
 //! independent of the crate's.
 #![cfg(feature = "exactly-once")]
@@ -890,4 +891,150 @@ async fn refused_once(d: &mut ShareSinkTask<KafkaShareConsumer>) -> (Option<Stri
         }) => (topic, partition),
         other => panic!("expected OutputRefused, got {other:?}"),
     }
+}
+
+/// A sink that cannot work: every `put_transactional` fails fatally, after staging an output.
+struct AlwaysFails {
+    target: String,
+}
+
+#[async_trait]
+impl SinkTask for AlwaysFails {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Err(TaskError::fatal("exactly-once only"))
+    }
+
+    async fn put_transactional(
+        &mut self,
+        records: &[SinkRecord],
+        output: &mut TransactionalOutput,
+    ) -> Result<(), TaskError> {
+        for record in records {
+            output
+                .send(ProducerRecord::new(self.target.as_str()).value(record.offset().to_string()));
+        }
+        Err(TaskError::fatal("the sink's schema does not match"))
+    }
+}
+
+/// A fatal `put_transactional` error under a group limit of 2 deliveries: each task stops at
+/// its first batch and releases it, but records on their last delivery are written to the
+/// dead-letter queue in a transaction first, not released for the group to archive. Tasks
+/// are started until the group finished every record: each source record is in the queue
+/// exactly once, none was released at its limit, and nothing the task staged was written.
+/// One source partition, so that each task's first poll holds every record (records a
+/// consumer fetched ahead and never handed out go back with its close, see
+/// `KafkaShareConsumer::close`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_put_on_the_last_delivery_dead_letters_the_records() {
+    let Some(bootstrap) =
+        support::bootstrap("a_fatal_put_on_the_last_delivery_dead_letters_the_records")
+    else {
+        return;
+    };
+    let s = eos::Setup {
+        source: support::unique("eos-fatal"),
+        target: support::unique("eos-fatal-out"),
+        group: support::unique("eos-fatal-group"),
+        bootstrap,
+    };
+    let admin = KafkaAdmin::connect(&s.bootstrap).await.expect("admin");
+    let dlq = format!("{}.dlq", s.source);
+    for topic in [&s.source, &s.target, &dlq] {
+        admin.create_topic(topic, 1, 1).await.expect("topic");
+    }
+    admin
+        .set_share_group_config(
+            &s.group,
+            &[
+                ("share.auto.offset.reset", "earliest"),
+                ("share.delivery.count.limit", "2"),
+            ],
+        )
+        .await
+        .expect("group config");
+    let records = 30;
+    let producer = KafkaProducer::connect(KafkaProducerConfig::new(s.bootstrap.clone()))
+        .await
+        .expect("producer");
+    let sends: Vec<_> = (0..records)
+        .map(|i| {
+            producer
+                .send(ProducerRecord::new(s.source.as_str()).value(format!("r-{i}")))
+                .expect("send")
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("written");
+    }
+    let settled = || async {
+        let offsets = admin.share_group_offsets(&s.group).await.expect("offsets");
+        offsets.len() == 1 && offsets[0].lag == Some(0)
+    };
+    let queue = Arc::new(TopicOnly {
+        topic: dlq.clone(),
+        sends: AtomicUsize::new(0),
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let (mut stops, mut dead_lettered, mut at_limit) = (0, 0, 0);
+    while !settled().await {
+        let sink = Box::new(AlwaysFails {
+            target: s.target.clone(),
+        });
+        let queue = Arc::clone(&queue) as Arc<dyn DeadLetterQueue>;
+        let mut d = build_task(
+            &s,
+            0,
+            1,
+            sink,
+            |p| Arc::new(p),
+            |c| c.dead_letter_queue(queue, true),
+        )
+        .await;
+        d.initialize().await.expect("initialize");
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not settled after 120 s: {stops} stops, {dead_lettered} dead-lettered"
+            );
+            match d.iteration_exactly_once().await {
+                Err(Error::Task { source, .. }) => {
+                    assert!(!source.is_retriable(), "{source:?}");
+                    stops += 1;
+                    break;
+                }
+                Err(e) if e.is_retriable() => eprintln!("retriable: {e}"),
+                Err(e) => panic!("iteration failed: {e:?}"),
+                Ok(_) if settled().await => break,
+                Ok(_) => {}
+            }
+        }
+        let m = d.metrics();
+        dead_lettered += m.records_dead_lettered;
+        at_limit += m.records_released_at_limit;
+        d.close().await.expect("close");
+    }
+    assert!(stops >= 2, "a first and a last delivery: {stops}");
+    assert_eq!(at_limit, 0, "none released on its last delivery");
+    let letters = committed(&s, &dlq, 1).await;
+    assert_eq!(dead_lettered, records as u64, "{letters:?}");
+    assert_eq!(
+        queue.sends.load(Ordering::SeqCst),
+        0,
+        "not written outside a transaction"
+    );
+    assert_eq!(letters.len(), records, "{letters:?}");
+    assert!(letters.values().all(|n| *n == 1), "once each: {letters:?}");
+    assert!(
+        (0..records).all(|i| letters.contains_key(&format!("r-{i}"))),
+        "{letters:?}"
+    );
+    assert!(
+        committed(&s, &s.target, 1).await.is_empty(),
+        "the staged outputs were not written"
+    );
 }

@@ -36,7 +36,7 @@ use crate::consumer::{
 };
 use crate::convert::StageFailure;
 use crate::dlq::{DeadLetterReason, ErrorContext};
-use crate::error::{Error, Result, TaskStage};
+use crate::error::{Error, Result, TaskError, TaskStage};
 use crate::exactly_once::ledger::Ledger;
 use crate::exactly_once::{
     ClusterCapabilities, ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
@@ -78,6 +78,13 @@ struct Unit {
     processed: Vec<ConsumerRecord>,
     batch: Vec<SinkRecord>,
     dead: Vec<(ConsumerRecord, Failure)>,
+}
+
+/// A fatal `put_transactional` error, held while the unit's last deliveries (`letters`) are
+/// written to the dead-letter queue.
+struct Stop {
+    error: TaskError,
+    letters: usize,
 }
 
 /// Whether a unit calls `put_transactional`.
@@ -547,7 +554,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ///
     /// `Err` stops the driver; the unit's records were released (or are the group's again
     /// through the abort). [`Settled::Refused`] hands the unit back, still held, when an
-    /// output was refused for itself under `errors.tolerance=all`.
+    /// output was refused for itself under `errors.tolerance=all`. A fatal `put` error
+    /// releases the unit and stops the driver; with a dead-letter queue, the unit's records
+    /// on their last delivery are first written to it in a transaction of their own
+    /// (released, the group would archive them).
     async fn settle_unit(
         &mut self,
         eos: &mut ExactlyOnce,
@@ -555,6 +565,55 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         unit: Unit,
         put: Put,
         report: &mut IterationReport,
+    ) -> Result<Settled> {
+        let mut stop = None;
+        let settled = self
+            .settle_unit_or_stop(eos, mode, unit, put, report, &mut stop)
+            .await;
+        let Some(Stop { error, letters }) = stop else {
+            return settled;
+        };
+        // `put_transactional` failed fatally: the unit was released, its last deliveries (if
+        // any) went to the dead-letter queue in a transaction of their own. Whatever became
+        // of it, the driver stops with the task's error; not committed, those records were
+        // released on their last delivery.
+        let written = match settled {
+            Ok(Settled::Committed) => true,
+            Ok(Settled::Released) => false,
+            Ok(Settled::Refused { unit, refused }) => {
+                tracing::error!(error = %ErrorChain(&refused.source), "a dead letter was refused");
+                let ids = unit.dead.iter().map(|(r, _)| r.id());
+                self.release_all(ids, report)?;
+                false
+            }
+            Err(e) => {
+                tracing::error!(error = %ErrorChain(&e), "could not write the dead letters");
+                false
+            }
+        };
+        if !written {
+            self.note_released_at_limit(letters);
+        }
+        if let Err(e) = self.commit_acknowledgements().await {
+            tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+        }
+        Err(Error::Task {
+            stage: TaskStage::Put,
+            source: error,
+        })
+    }
+
+    /// [`settle_unit`](Self::settle_unit); after a fatal `put` error, writes only the unit's
+    /// last deliveries to the dead-letter queue (when it has one and they have any) and
+    /// leaves the error in `stop`.
+    async fn settle_unit_or_stop(
+        &mut self,
+        eos: &mut ExactlyOnce,
+        mode: ExactlyOnceMode,
+        unit: Unit,
+        put: Put,
+        report: &mut IterationReport,
+        stop: &mut Option<Stop>,
     ) -> Result<Settled> {
         let Unit {
             mut processed,
@@ -573,60 +632,43 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if let Err(error) = result {
                 self.metrics.put_failures += 1;
                 if !error.is_retriable() {
-                    let ids: Vec<RecordId> = processed
-                        .iter()
-                        .chain(dead.iter().map(|(r, _)| r))
-                        .map(ConsumerRecord::id)
-                        .collect();
-                    tracing::error!(records = ids.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
-                    // Not silent: released on their last delivery, the group archives them.
-                    let last = self.group_delivery_limit();
-                    let at_limit = processed
-                        .iter()
-                        .chain(dead.iter().map(|(r, _)| r))
-                        .filter(|r| r.delivery_count() >= last)
-                        .count();
-                    if at_limit > 0 {
-                        self.metrics.records_released_at_limit += at_limit as u64;
-                        tracing::warn!(
-                            records = at_limit,
-                            delivery_count_limit = last,
-                            broker_dead_letter_queue = ?self.consumer.broker_dead_letter_queue(),
-                            "released on their last allowed delivery: the group archives them \
-                             (into its broker dead-letter queue, if it has one)"
-                        );
+                    tracing::error!(records = processed.len() + dead.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
+                    dead = self.release_on_fatal(processed.drain(..), dead, &error, report)?;
+                    let letters = dead.len();
+                    *stop = Some(Stop { error, letters });
+                    if letters == 0 {
+                        return Ok(Settled::Released);
                     }
-                    self.release_all(ids.into_iter(), report)?;
-                    if let Err(e) = self.commit_acknowledgements().await {
-                        tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
+                    // Those on their last delivery are dead-lettered in a transaction of
+                    // their own (nothing the task staged goes with them); then the driver
+                    // stops.
+                    output = TransactionalOutput::new();
+                } else {
+                    // Released for another attempt, except records on their last allowed
+                    // delivery when a dead-letter queue is set: released, the group would archive
+                    // them (lost), so they are dead-lettered in this transaction instead.
+                    let last = self.last_delivery_limit();
+                    let dead_letter = self.config.dead_letter.is_some();
+                    let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
+                    let mut released = Vec::new();
+                    for record in processed.drain(..) {
+                        if dead_letter && record.delivery_count() >= last {
+                            dead.push((record, failure.clone()));
+                        } else {
+                            released.push(record.id());
+                        }
                     }
-                    return Err(Error::Task {
-                        stage: TaskStage::Put,
-                        source: error,
-                    });
-                }
-                // Released for another attempt, except records on their last allowed
-                // delivery when a dead-letter queue is set: released, the group would archive
-                // them (lost), so they are dead-lettered in this transaction instead.
-                let last = self.last_delivery_limit();
-                let dead_letter = self.config.dead_letter.is_some();
-                let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
-                let mut released = Vec::new();
-                for record in processed.drain(..) {
-                    if dead_letter && record.delivery_count() >= last {
-                        dead.push((record, failure.clone()));
-                    } else {
-                        released.push(record.id());
-                    }
-                }
-                tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
-                self.release_all(released.into_iter(), report)?;
-                if dead.is_empty() {
-                    tokio::time::sleep(error.backoff().unwrap_or(self.config.retriable_backoff))
+                    tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+                    self.release_all(released.into_iter(), report)?;
+                    if dead.is_empty() {
+                        tokio::time::sleep(
+                            error.backoff().unwrap_or(self.config.retriable_backoff),
+                        )
                         .await;
-                    return Ok(Settled::Released);
+                        return Ok(Settled::Released);
+                    }
+                    output = TransactionalOutput::new();
                 }
-                output = TransactionalOutput::new();
             } else {
                 self.metrics.put_batches += 1;
                 self.metrics.put_time_total += elapsed;
@@ -1417,6 +1459,41 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         eos.needs_init = true;
         Aborted::retry(error)
+    }
+
+    /// After a fatal `put_transactional` error: RELEASEs the unit's records (the task failed,
+    /// not they), except those on the group's last delivery when a dead-letter queue is set,
+    /// which are returned to be dead-lettered (released, the group would archive them). Without
+    /// a queue those are released too, counted and said.
+    fn release_on_fatal(
+        &mut self,
+        processed: impl Iterator<Item = ConsumerRecord>,
+        dead: Vec<(ConsumerRecord, Failure)>,
+        error: &TaskError,
+        report: &mut IterationReport,
+    ) -> Result<Vec<(ConsumerRecord, Failure)>> {
+        let last = self.group_delivery_limit();
+        let dead_letter = self.config.dead_letter.is_some();
+        let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
+        let mut letters = Vec::new();
+        let mut released = Vec::new();
+        let mut at_limit = 0;
+        let unit = processed
+            .map(|r| (r, None))
+            .chain(dead.into_iter().map(|(r, f)| (r, Some(f))));
+        for (record, own) in unit {
+            if record.delivery_count() >= last {
+                if dead_letter {
+                    letters.push((record, own.unwrap_or_else(|| failure.clone())));
+                    continue;
+                }
+                at_limit += 1;
+            }
+            released.push(record.id());
+        }
+        self.note_released_at_limit(at_limit);
+        self.release_all(released.into_iter(), report)?;
+        Ok(letters)
     }
 
     /// RELEASEs records of the last poll (or held ones).

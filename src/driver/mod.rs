@@ -935,16 +935,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 at_limit += 1;
             }
         }
-        if at_limit > 0 {
-            self.metrics.records_released_at_limit += at_limit;
-            tracing::warn!(
-                records = at_limit,
-                delivery_count_limit = group_limit,
-                broker_dead_letter_queue = ?self.consumer.broker_dead_letter_queue(),
-                "put failed on the records' last allowed delivery and no dead-letter queue is set: \
-                 released, the group archives them (into its broker dead-letter queue, if it has one)"
-            );
-        }
+        self.note_released_at_limit(at_limit);
         self.metrics.records_released += released as u64;
         report.released += released;
         self.acknowledged_since_commit += released as u64;
@@ -963,8 +954,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // as a REJECT, so the dead-letter circuit breaker counts them. It cannot save
             // these (held or released, they are archived), but it stops the task before more
             // follow.
-            let n = usize::try_from(at_limit).unwrap_or(usize::MAX);
-            if let Err(tripped) = self.admit_dead_letters(n) {
+            if let Err(tripped) = self.admit_dead_letters(at_limit) {
                 if let Err(e) = self.commit_acknowledgements().await {
                     tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
                 }
@@ -1027,6 +1017,22 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             stage: TaskStage::Put,
             source: error,
         }
+    }
+
+    /// Counts and says that `n` records were RELEASEd on their last allowed delivery: the
+    /// group archives them, into its broker dead-letter queue if it has one.
+    pub(super) fn note_released_at_limit(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.metrics.records_released_at_limit += n as u64;
+        tracing::warn!(
+            records = n,
+            delivery_count_limit = self.group_delivery_limit(),
+            broker_dead_letter_queue = ?self.consumer.broker_dead_letter_queue(),
+            "released on their last allowed delivery: the group archives them \
+             (into its broker dead-letter queue, if it has one)"
+        );
     }
 
     /// The group's delivery-count limit as the consumer reports it, else Kafka's default.
