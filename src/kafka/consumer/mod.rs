@@ -199,6 +199,28 @@ pub struct KafkaShareConsumer {
 }
 
 impl KafkaShareConsumer {
+    /// At close: records fetched ahead and never polled go back to the group with the
+    /// session, their delivery counted; one on its last delivery is archived by the group
+    /// unseen by the application. Says how many, so that it is not silent.
+    fn warn_of_buffered_last_deliveries(&mut self) {
+        let inbox = &mut self.engine.inbox;
+        inbox.drain();
+        let limit = self
+            .group_configs
+            .delivery_count_limit()
+            .unwrap_or(crate::consumer::DEFAULT_DELIVERY_COUNT_LIMIT);
+        let at_limit = inbox.records.count(|r| r.delivery_count() >= limit);
+        if at_limit > 0 {
+            tracing::warn!(
+                records = at_limit,
+                delivery_count_limit = limit,
+                broker_dead_letter_queue = ?self.group_configs.dead_letter_queue(),
+                "closing with records fetched ahead on their last allowed delivery and never \
+                 polled: the group archives them (into its broker dead-letter queue, if it has one)"
+            );
+        }
+    }
+
     /// Connects to the cluster and checks that it speaks the share-group protocol, then reads
     /// the group's delivery-count limit and dead-letter queue (see
     /// [`delivery_count_limit`](ShareConsumer::delivery_count_limit)), which takes at most
@@ -862,7 +884,9 @@ impl ShareConsumer for KafkaShareConsumer {
     /// time runs out: what could not be done is logged at WARN, and `Ok` is returned. The
     /// records this consumer held then come back to the group when the broker sees its
     /// connections close (Kafka 4.2+ releases a closed session's records at once) or, at the
-    /// latest, when their locks expire. Every connection the consumer opened is closed before
+    /// latest, when their locks expire. Records fetched ahead and never polled go back so too,
+    /// their delivery counted: those on their last allowed delivery are archived by the group,
+    /// and their number is logged at WARN. Every connection the consumer opened is closed before
     /// this returns, except fetch connections still waiting for an answer after a timeout,
     /// which close within the request timeout.
     ///
@@ -877,6 +901,7 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.closed = true;
         self.group_configs.stop();
+        self.warn_of_buffered_last_deliveries();
         let handed = self.hand_over_acks(false);
         self.batch.clear();
         let (reply, answer) = oneshot::channel();

@@ -85,6 +85,15 @@ impl Buffer {
         self.len == 0
     }
 
+    /// How many waiting records `f` says yes to.
+    pub(crate) fn count(&self, f: impl Fn(&ConsumerRecord) -> bool) -> usize {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.records.as_slice())
+            .filter(|r| f(r))
+            .count()
+    }
+
     /// Drops everything.
     pub(crate) fn clear(&mut self) {
         self.chunks.clear();
@@ -191,7 +200,9 @@ mod tests {
         buffer.push(t0 + Duration::from_secs(1), records(3..5), singles(2));
         assert_eq!(buffer.len(), 5);
         assert_eq!(buffer.oldest(), Some(t0));
+        assert_eq!(buffer.count(|r| r.offset() % 2 == 0), 3);
         assert_eq!(offsets(&buffer.take(2)), [0, 1]);
+        assert_eq!(buffer.count(|r| r.offset() % 2 == 0), 2);
         assert_eq!(
             buffer.oldest(),
             Some(t0),
