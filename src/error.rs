@@ -98,8 +98,8 @@ impl TaskError {
         &*self.source
     }
 
-    /// The panic the driver caught in the task's `put` or `put_transactional`, when this
-    /// error stands for one (other methods' panics are not caught).
+    /// The panic the driver caught in one of the task's methods (see [`TaskPanicked`]), when
+    /// this error stands for one.
     pub fn panicked(&self) -> Option<&TaskPanicked> {
         self.source.downcast_ref::<TaskPanicked>()
     }
@@ -115,10 +115,12 @@ impl TaskError {
     }
 }
 
-/// A panic in [`SinkTask::put`](crate::SinkTask::put) (or `put_transactional`), caught by
-/// the driver: the cause of the [`TaskError`] (see [`TaskError::panicked`]) of the
-/// [`Error::Task`] the driver then stops with. Panics in the task's other methods are not
-/// caught.
+/// A panic in a [`SinkTask`](crate::SinkTask)'s `put`, `put_transactional`, `start`,
+/// `pre_commit` (which calls `flush` by default) or `stop`, caught by the driver: the cause
+/// of the fatal [`TaskError`] (see [`TaskError::panicked`]) of the [`Error::Task`] the
+/// driver then stops with, as for that method's fatal error, except in `put` (below). A
+/// panic in `stop` does not keep `close` from closing the consumer. Panics in the task's
+/// other methods (`initialize`, `transactional_outputs`) are not caught.
 ///
 /// A panic is taken as the task crashing, not as the records being bad: the driver RELEASEs
 /// the batch it had given (the share group delivers it again, to this task after a restart or

@@ -367,6 +367,97 @@ async fn a_panic_in_put_releases_the_batch_and_stops_the_driver() {
     assert!(log.lock().unwrap().stopped, "stop runs after a panic too");
 }
 
+/// Panics in the named method (`start`, `pre_commit` or `stop`); everything else succeeds.
+struct PanicsIn(&'static str);
+
+#[async_trait]
+impl SinkTask for PanicsIn {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        if self.0 == "start" {
+            panic!("a bug in start");
+        }
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
+        if self.0 == "pre_commit" {
+            panic!("a bug in pre_commit");
+        }
+        Ok(Durability::All)
+    }
+
+    async fn stop(&mut self) -> Result<(), TaskError> {
+        if self.0 == "stop" {
+            panic!("a bug in stop");
+        }
+        Ok(())
+    }
+}
+
+/// Asserts that `error` is the task's error of `stage`, a caught panic in `method`.
+fn assert_panicked(error: &Error, stage: TaskStage, method: &str) {
+    match error {
+        Error::Task { stage: s, source } if *s == stage => {
+            let panicked = source.panicked().expect("the error says it was a panic");
+            assert_eq!(panicked.method, method);
+            assert_eq!(panicked.message, format!("a bug in {method}"));
+        }
+        other => panic!("expected the task's error in {method}, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_start_pre_commit_or_stop_is_that_stage_s_task_error() {
+    let b = broker(3, 1);
+    let consumer = || b.share_consumer_with(GROUP, ConsumerOptions::new());
+
+    // start: initialize fails with it; nothing was read.
+    let mut d = ShareSinkTask::new(Box::new(PanicsIn("start")), consumer(), config());
+    assert_panicked(
+        &d.initialize().await.unwrap_err(),
+        TaskStage::Start,
+        "start",
+    );
+    d.close().await.unwrap();
+
+    // pre_commit under after.flush: the iteration fails with it, nothing put is accepted,
+    // and close gives the records back.
+    let config_after_flush = config().ack_policy(AckPolicy::AfterFlush);
+    let mut d = ShareSinkTask::new(
+        Box::new(PanicsIn("pre_commit")),
+        consumer(),
+        config_after_flush,
+    );
+    d.initialize().await.unwrap();
+    assert_panicked(
+        &d.iteration().await.unwrap_err(),
+        TaskStage::PreCommit,
+        "pre_commit",
+    );
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    let _ = d.close().await;
+    for offset in 0..3 {
+        assert_eq!(state(&b, 0, offset), (RecordState::Available, 1));
+    }
+
+    // stop: close reports it, and still closes the consumer.
+    let b = broker(3, 1);
+    let consumer = || b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(PanicsIn("stop")), consumer(), config());
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().accepted, 3);
+    assert_panicked(&d.close().await.unwrap_err(), TaskStage::Stop, "stop");
+    assert_eq!(
+        d.consumer().group_metadata().member_epoch(),
+        -1,
+        "the consumer was closed"
+    );
+}
+
 /// A consumer that loses every acknowledgement: the driver must not hide what follows.
 struct ForgetfulConsumer(EmbeddedShareConsumer);
 

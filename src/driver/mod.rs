@@ -353,7 +353,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.task.initialize(context.clone());
         self.context = Some(context);
         self.start_lag_reader();
-        if let Err(source) = self.task.start(&self.config.task_config).await {
+        if let Err(source) = caught("start", self.task.start(&self.config.task_config)).await {
             self.state = State::Failed;
             return Err(Error::Task {
                 stage: TaskStage::Start,
@@ -1354,7 +1354,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         // Taken only once `pre_commit` returned: dropped while it runs, the commit leaves the
         // list for the next one (taken before, the records waiting for a flush were
         // forgotten, held and renewed until close).
-        let durability = match self.task.pre_commit(&self.delivered).await {
+        let durability = match caught("pre_commit", self.task.pre_commit(&self.delivered)).await {
             Ok(d) => d,
             Err(source) if source.is_retriable() => {
                 tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; trying again at the next commit");
@@ -1536,7 +1536,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // Implicit mode with a batch not put (kept after a retriable error, or its
             // iteration dropped): no commit, which would accept it; the records put before
             // were accepted by the last poll, and the task still flushes them.
-            if let Err(source) = self.task.pre_commit(&self.delivered).await {
+            if let Err(source) = caught("pre_commit", self.task.pre_commit(&self.delivered)).await {
                 first_error.get_or_insert(Error::Task {
                     stage: TaskStage::PreCommit,
                     source,
@@ -1545,7 +1545,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.delivered.clear();
         }
         if previous != State::Created {
-            if let Err(source) = self.task.stop().await {
+            if let Err(source) = caught("stop", self.task.stop()).await {
                 first_error.get_or_insert(Error::Task {
                     stage: TaskStage::Stop,
                     source,
@@ -1750,12 +1750,15 @@ fn accept<C: ShareConsumer>(consumer: &mut C, id: &RecordId) -> Result<bool> {
     settle(consumer, id, AcknowledgeType::Accept)
 }
 
-/// `future`, the task's `put` or `put_transactional`, with a panic in it caught as the fatal
+/// `future`, a call of the task's `method`, with a panic in it caught as the fatal
 /// [`TaskError`] that stands for it ([`TaskError::panicked`]). The driver does not call the
 /// task again after one, but `close` (its `stop`).
-pub(crate) async fn caught<F>(method: &'static str, future: F) -> std::result::Result<(), TaskError>
+pub(crate) async fn caught<F, T>(
+    method: &'static str,
+    future: F,
+) -> std::result::Result<T, TaskError>
 where
-    F: Future<Output = std::result::Result<(), TaskError>>,
+    F: Future<Output = std::result::Result<T, TaskError>>,
 {
     use futures::FutureExt;
     std::panic::AssertUnwindSafe(future)
