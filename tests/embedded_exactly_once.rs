@@ -30,7 +30,7 @@ use kafka_share_sink::{
     AcknowledgeType, AcknowledgementMode, CommitResults, ConsumerCapabilities, ConsumerCapability,
     ConsumerError, ConsumerRecord, DriverConfig, Error, ErrorHandling, ErrorTolerance,
     GroupMetadata, PendingCommit, ShareConsumer, ShareSinkTask, SinkRecord, SinkTask, TaskConfig,
-    TaskError,
+    TaskError, TaskStage,
 };
 use proptest::prelude::*;
 use tokio::sync::Notify;
@@ -1199,6 +1199,8 @@ const TOO_LARGE: usize = 7;
 struct OneTooLarge {
     slow: Duration,
     calls: Arc<AtomicUsize>,
+    /// Fails its `n`th call, retriably or not: `(n, retriable)`.
+    fail_on: Option<(usize, bool)>,
 }
 
 #[async_trait]
@@ -1214,7 +1216,12 @@ impl SinkTask for OneTooLarge {
         records: &[SinkRecord],
         output: &mut TransactionalOutput,
     ) -> Result<(), TaskError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        match self.fail_on {
+            Some((n, true)) if n == call => return Err(TaskError::retriable("the sink is away")),
+            Some((n, false)) if n == call => return Err(TaskError::fatal("the sink broke")),
+            _ => {}
+        }
         if !self.slow.is_zero() {
             tokio::time::sleep(self.slow).await;
         }
@@ -1247,6 +1254,18 @@ fn too_large_driver(
     slow: Duration,
     calls: &Arc<AtomicUsize>,
 ) -> ShareSinkTask<EmbeddedShareConsumer> {
+    too_large_driver_failing(broker, tolerance, slow, calls, None)
+}
+
+/// [`too_large_driver`], whose task fails its `fail_on.0`th call (retriably when
+/// `fail_on.1`).
+fn too_large_driver_failing(
+    broker: &EmbeddedBroker,
+    tolerance: ErrorTolerance,
+    slow: Duration,
+    calls: &Arc<AtomicUsize>,
+    fail_on: Option<(usize, bool)>,
+) -> ShareSinkTask<EmbeddedShareConsumer> {
     let eos = ExactlyOnceConfig::new("eos", 0, 1);
     let producer = broker
         .producer_with(
@@ -1264,6 +1283,7 @@ fn too_large_driver(
     let task = OneTooLarge {
         slow,
         calls: Arc::clone(calls),
+        fail_on,
     };
     ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config).with_exactly_once(
         Arc::new(producer),
@@ -1444,6 +1464,81 @@ async fn an_output_refused_for_itself_stops_the_task_under_tolerance_none() {
         );
         assert!(committed_values(&broker, "out").await.is_empty(), "{mode}");
         assert!(committed_values(&broker, "dlq").await.is_empty(), "{mode}");
+    }
+}
+
+/// A fatal `put_transactional` in the middle of an isolation, on the records' last delivery:
+/// the record being put and those still waiting for their turn are dead-lettered in a
+/// transaction, not released for the group to archive; those settled before stay settled.
+#[tokio::test(start_paused = true)]
+async fn a_fatal_put_during_an_isolation_dead_letters_the_waiting_last_deliveries() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        broker
+            .set_group_config(
+                GROUP,
+                GroupConfig::new()
+                    .auto_offset_reset(AutoOffsetReset::Earliest)
+                    .record_lock_duration(LOCK)
+                    .delivery_count_limit(2),
+            )
+            .expect("group");
+        // First delivery: the put fails retriably and the batch is released.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let failing = Some((1, true));
+        let mut d = too_large_driver_failing(
+            &broker,
+            ErrorTolerance::All,
+            Duration::ZERO,
+            &calls,
+            failing,
+        );
+        d.initialize().await.expect("initialize");
+        let report = d.iteration_exactly_once().await.expect("retriable");
+        assert_eq!(report.released, INPUTS, "{mode}: {report:?}");
+        d.close().await.expect("close");
+        // Last delivery: the batch's transaction is refused for one output, the isolation
+        // puts one record per transaction, and the third call fails fatally.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let failing = Some((3, false));
+        let mut d = too_large_driver_failing(
+            &broker,
+            ErrorTolerance::All,
+            Duration::ZERO,
+            &calls,
+            failing,
+        );
+        d.initialize().await.expect("initialize");
+        let error = d.iteration_exactly_once().await.expect_err("fatal");
+        assert!(
+            matches!(
+                error,
+                Error::Task {
+                    stage: TaskStage::Put,
+                    ..
+                }
+            ),
+            "{mode}: {error:?}"
+        );
+        let m = d.metrics();
+        d.close().await.expect("close");
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "{mode}");
+        assert_eq!(m.records_released_at_limit, 0, "{mode}: {m:?}");
+        let letters = committed_values(&broker, "dlq").await;
+        assert!(letters.values().all(|n| *n == 1), "{mode}: {letters:?}");
+        let counts = broker.state_counts(GROUP);
+        // Every record settled: accepted (its outputs committed) or dead-lettered and
+        // rejected; none archived without its dead letter.
+        assert_eq!(
+            counts.acknowledged + counts.archived,
+            INPUTS as u64,
+            "{mode}: {counts:?}"
+        );
+        assert_eq!(counts.archived, letters.len() as u64, "{mode}: {counts:?}");
+        assert!(letters.len() >= INPUTS - 2, "{mode}: {letters:?}");
     }
 }
 

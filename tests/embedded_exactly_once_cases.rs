@@ -1176,6 +1176,56 @@ async fn a_panic_on_the_last_delivery_is_counted_as_released_at_the_limit() {
     }
 }
 
+/// Three records panicked on twice under a delivery limit of 2, with a dead-letter queue
+/// (and `breaker` as its circuit breaker); a fourth record arrives between the two
+/// deliveries, so the second poll mixes last and first deliveries. Returns the driver after
+/// its second iteration's error.
+async fn panic_twice_with_a_queue(
+    broker: &EmbeddedBroker,
+    mode: ExactlyOnceMode,
+    breaker: kafka_share_sink::DeadLetterBreaker,
+) -> (Driver, Error) {
+    if mode == ExactlyOnceMode::Ledger {
+        broker.set_capabilities(kafka_4_4());
+    }
+    broker
+        .set_group_config(GROUP, group_config(2))
+        .expect("group");
+    let mut last = None;
+    for delivery in 1..=2u16 {
+        if delivery == 2 {
+            broker
+                .produce("in", ProduceRecord::new().value("v3"))
+                .expect("produce");
+        }
+        let dlq = broker.dead_letter_queue("dlq").expect("dlq");
+        let config = config()
+            .dead_letter_queue(Arc::new(dlq), true)
+            .dead_letter_breaker(breaker);
+        let mut d = panicking_driver_with(broker, config);
+        d.initialize().await.expect("initialize");
+        let error = d.iteration_exactly_once().await.expect_err("the panic");
+        assert!(
+            matches!(d.iteration_exactly_once().await, Err(Error::Failed)),
+            "{mode:?}: stopped"
+        );
+        if delivery == 1 {
+            // Released: delivered again.
+            assert!(matches!(error, Error::Task { .. }), "{mode:?}: {error:?}");
+            assert!(committed(broker, "dlq").await.is_empty(), "{mode:?}");
+            for offset in 0..3 {
+                assert_eq!(state(broker, offset), (RecordState::Available, 1));
+            }
+            d.close().await.expect("close");
+        } else {
+            last = Some((d, error));
+        }
+    }
+    // Nothing the task staged before it panicked was written.
+    assert!(committed(broker, "out").await.is_empty(), "{mode:?}");
+    last.expect("the second delivery")
+}
+
 #[tokio::test]
 async fn a_panic_on_the_last_delivery_dead_letters_the_records_when_a_queue_is_set() {
     for mode in [
@@ -1183,55 +1233,53 @@ async fn a_panic_on_the_last_delivery_dead_letters_the_records_when_a_queue_is_s
         ExactlyOnceMode::Ledger,
     ] {
         let broker = broker(3);
-        if mode == ExactlyOnceMode::Ledger {
-            broker.set_capabilities(kafka_4_4());
+        let breaker = kafka_share_sink::DeadLetterBreaker::disabled();
+        let (mut d, error) = panic_twice_with_a_queue(&broker, mode, breaker).await;
+        // The driver stops with the task's panic.
+        match &error {
+            Error::Task { source, .. } => assert!(source.panicked().is_some(), "{source:?}"),
+            other => panic!("{mode:?}: {other:?}"),
         }
-        broker
-            .set_group_config(GROUP, group_config(2))
-            .expect("group");
-        for delivery in 1..=2u16 {
-            let dlq = broker.dead_letter_queue("dlq").expect("dlq");
-            let config = config().dead_letter_queue(Arc::new(dlq), true);
-            let mut d = panicking_driver_with(&broker, config);
-            d.initialize().await.expect("initialize");
-            // Whatever becomes of the records, the driver stops with the task's panic.
-            match d.iteration_exactly_once().await {
-                Err(Error::Task { source, .. }) => assert!(
-                    source.panicked().is_some(),
-                    "{mode:?}, delivery {delivery}: {source:?}"
-                ),
-                other => panic!("{mode:?}, delivery {delivery}: {other:?}"),
-            }
-            let m = d.metrics();
-            let dead_letters = committed(&broker, "dlq").await;
-            if delivery == 1 {
-                // Released: the group delivers them again.
-                assert!(dead_letters.is_empty(), "{mode:?}: {dead_letters:?}");
-                assert_eq!(m.records_dead_lettered, 0, "{mode:?}");
-                for offset in 0..3 {
-                    assert_eq!(state(&broker, offset), (RecordState::Available, 1));
-                }
-            } else {
-                // Their last delivery: written to the queue in a transaction (committed),
-                // then rejected, not released for the group to archive unseen.
-                assert_eq!(dead_letters.len(), 3, "{mode:?}: {dead_letters:?}");
-                assert_eq!(m.records_dead_lettered, 3, "{mode:?}");
-                assert_eq!(m.records_released_at_limit, 0, "{mode:?}");
-                for offset in 0..3 {
-                    assert_eq!(
-                        state(&broker, offset),
-                        (RecordState::Archived, 2),
-                        "{mode:?}, offset {offset}"
-                    );
-                }
-            }
-            // Nothing the task staged before it panicked was written.
-            assert!(committed(&broker, "out").await.is_empty(), "{mode:?}");
-            assert!(matches!(
-                d.iteration_exactly_once().await,
-                Err(Error::Failed)
-            ));
-            d.close().await.expect("close");
+        // The last deliveries: written to the queue in a transaction (committed), then
+        // rejected, not released for the group to archive unseen. The first delivery
+        // among them: released.
+        let m = d.metrics();
+        assert_eq!(committed(&broker, "dlq").await.len(), 3, "{mode:?}");
+        assert_eq!(m.records_dead_lettered, 3, "{mode:?}");
+        assert_eq!(m.records_released_at_limit, 0, "{mode:?}");
+        for offset in 0..3 {
+            assert_eq!(
+                state(&broker, offset),
+                (RecordState::Archived, 2),
+                "{mode:?}, offset {offset}"
+            );
         }
+        assert_eq!(state(&broker, 3), (RecordState::Available, 1), "{mode:?}");
+        d.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn a_breaker_that_trips_on_a_panic_s_last_deliveries_is_the_error_stopped_with() {
+    for mode in [
+        ExactlyOnceMode::AtomicAcknowledgements,
+        ExactlyOnceMode::Ledger,
+    ] {
+        let broker = broker(3);
+        let breaker = kafka_share_sink::DeadLetterBreaker::disabled().max_records(Some(0));
+        let (mut d, error) = panic_twice_with_a_queue(&broker, mode, breaker).await;
+        assert!(
+            matches!(error, Error::DeadLetterBreaker(_)),
+            "{mode:?}: {error:?}"
+        );
+        // Nothing written; released on their last delivery, said and counted.
+        let m = d.metrics();
+        assert!(committed(&broker, "dlq").await.is_empty(), "{mode:?}");
+        assert_eq!(m.records_released_at_limit, 3, "{mode:?}");
+        for offset in 0..3 {
+            assert_eq!(state(&broker, offset), (RecordState::Archived, 2));
+        }
+        assert_eq!(state(&broker, 3), (RecordState::Available, 1), "{mode:?}");
+        d.close().await.expect("close");
     }
 }

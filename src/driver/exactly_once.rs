@@ -575,20 +575,39 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         };
         // `put_transactional` failed fatally: the unit was released, its last deliveries (if
         // any) went to the dead-letter queue in a transaction of their own. Whatever became
-        // of it, the driver stops with the task's error; not committed, those records were
-        // released on their last delivery.
-        let written = match settled {
-            Ok(Settled::Committed) => true,
-            Ok(Settled::Released) => false,
+        // of it, the driver stops with the task's error (or the breaker's, had it tripped).
+        if let Some(tripped) = self.after_last_letters(settled, letters, report).await? {
+            return Err(tripped);
+        }
+        Err(Error::Task {
+            stage: TaskStage::Put,
+            source: error,
+        })
+    }
+
+    /// After the transaction that dead-letters the `letters` last deliveries of a task that
+    /// stops (`settled`, its outcome): releases what it left held, counts as released at the
+    /// limit those it did not write, and commits the releases. Returns a tripped dead-letter
+    /// breaker's error, which stops the driver in the task error's place.
+    async fn after_last_letters(
+        &mut self,
+        settled: Result<Settled>,
+        letters: usize,
+        report: &mut IterationReport,
+    ) -> Result<Option<Error>> {
+        let (written, tripped) = match settled {
+            Ok(Settled::Committed) => (true, None),
+            Ok(Settled::Released) => (false, None),
             Ok(Settled::Refused { unit, refused }) => {
                 tracing::error!(error = %ErrorChain(&refused.source), "a dead letter was refused");
                 let ids = unit.dead.iter().map(|(r, _)| r.id());
                 self.release_all(ids, report)?;
-                false
+                (false, None)
             }
+            Err(e @ Error::DeadLetterBreaker(_)) => (false, Some(e)),
             Err(e) => {
                 tracing::error!(error = %ErrorChain(&e), "could not write the dead letters");
-                false
+                (false, None)
             }
         };
         if !written {
@@ -597,10 +616,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if let Err(e) = self.commit_acknowledgements().await {
             tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
         }
-        Err(Error::Task {
-            stage: TaskStage::Put,
-            source: error,
-        })
+        Ok(tripped)
+    }
+
+    /// Atomic mode, before a transaction that follows releases: a transaction carries only
+    /// ACCEPT and REJECT, so the RELEASEs are committed first.
+    async fn commit_releases_before_transaction(&mut self, mode: ExactlyOnceMode) {
+        if mode != ExactlyOnceMode::AtomicAcknowledgements {
+            return;
+        }
+        if let Err(e) = self.commit_acknowledgements().await {
+            tracing::warn!(error = %ErrorChain(&e), "could not commit the releases before the transaction");
+        }
     }
 
     /// [`settle_unit`](Self::settle_unit); after a fatal `put` error, writes only the unit's
@@ -642,6 +669,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     // Those on their last delivery are dead-lettered in a transaction of
                     // their own (nothing the task staged goes with them); then the driver
                     // stops.
+                    self.commit_releases_before_transaction(mode).await;
                     output = TransactionalOutput::new();
                 } else {
                     // Released for another attempt, except records on their last allowed
@@ -659,6 +687,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         }
                     }
                     tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
+                    let any_released = !released.is_empty();
                     self.release_all(released.into_iter(), report)?;
                     if dead.is_empty() {
                         tokio::time::sleep(
@@ -666,6 +695,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         )
                         .await;
                         return Ok(Settled::Released);
+                    }
+                    if any_released {
+                        self.commit_releases_before_transaction(mode).await;
                     }
                     output = TransactionalOutput::new();
                 }
@@ -708,7 +740,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 dead_lettered = dead.len();
                 ack = self.acknowledgement_after_dead_letter();
             }
-            self.metrics.records_skipped += dead.len() as u64;
             finished.extend(dead.iter().map(|(r, _)| Finished { id: r.id(), ack }));
         }
         match self.transact(eos, mode, sends, &finished).await {
@@ -716,6 +747,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.metrics.transactions_committed += 1;
                 self.metrics.records_put += processed.len() as u64;
                 self.metrics.records_dead_lettered += dead_lettered as u64;
+                // Counted once committed: an aborted transaction's records come back.
+                self.metrics.records_skipped += dead.len() as u64;
                 report.dead_lettered += dead_lettered;
                 let mut rejected = 0;
                 let mut settled = 0;
@@ -872,7 +905,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             };
             match self.settle_unit(eos, mode, unit, Put::IfAny, report).await {
                 Ok(Settled::Committed) => {}
-                other => return self.end_isolation(mode, other, queue, report).await,
+                other => return self.end_isolation(eos, mode, other, queue, report).await,
             }
         }
         while let Some((record, sink)) = queue.pop_front() {
@@ -896,7 +929,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         };
                         (record, refused)
                     }
-                    other => return self.end_isolation(mode, other, queue, report).await,
+                    other => return self.end_isolation(eos, mode, other, queue, report).await,
                 }
             };
             tracing::warn!(record = %record.id(), error = %ErrorChain(&refused), "an output of this record is refused for itself: dead-lettering the record (errors.tolerance=all)");
@@ -907,17 +940,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             };
             match self.settle_unit(eos, mode, unit, Put::IfAny, report).await {
                 Ok(Settled::Committed) => {}
-                other => return self.end_isolation(mode, other, queue, report).await,
+                other => return self.end_isolation(eos, mode, other, queue, report).await,
             }
         }
         Ok(true)
     }
 
     /// Ends an isolation after a unit that did not commit: releases the records still
-    /// waiting, and stops when the unit's outcome says so (a dead letter refused in turn
+    /// waiting (after a fatal `put`, their last deliveries dead-lettered first, see
+    /// [`release_on_fatal`](Self::release_on_fatal)), and stops when the unit's outcome says so (a dead letter refused in turn
     /// stops the task: there is nothing left to isolate).
     async fn end_isolation(
         &mut self,
+        eos: &mut ExactlyOnce,
         mode: ExactlyOnceMode,
         settled: Result<Settled>,
         queue: VecDeque<(ConsumerRecord, SinkRecord)>,
@@ -939,6 +974,34 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     .chain(waiting)
                     .collect();
                 Err(self.refused_stop(mode, ids, refused, report).await)
+            }
+            Err(Error::Task {
+                stage: TaskStage::Put,
+                source,
+            }) if !queue.is_empty() => {
+                // A fatal put: the records waiting are released as the unit was, their last
+                // deliveries dead-lettered first.
+                let records = queue.into_iter().map(|(r, _)| r);
+                let dead = self.release_on_fatal(records, Vec::new(), &source, report)?;
+                let letters = dead.len();
+                let settled = if letters == 0 {
+                    Ok(Settled::Released)
+                } else {
+                    self.commit_releases_before_transaction(mode).await;
+                    let unit = Unit {
+                        processed: Vec::new(),
+                        batch: Vec::new(),
+                        dead,
+                    };
+                    self.settle_unit(eos, mode, unit, Put::IfAny, report).await
+                };
+                if let Some(tripped) = self.after_last_letters(settled, letters, report).await? {
+                    return Err(tripped);
+                }
+                Err(Error::Task {
+                    stage: TaskStage::Put,
+                    source,
+                })
             }
             Err(error) => {
                 if !waiting.is_empty() {
