@@ -671,6 +671,41 @@ async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
     assert_eq!(b.state_counts(GROUP).acknowledged, 8);
 }
 
+#[tokio::test(start_paused = true)]
+async fn close_with_last_deliveries_queued_counts_them_as_released_at_the_limit() {
+    // A group limit of 2: after one crash the records are on their last delivery, put one
+    // at a time. `close` (unlike `run`) does not drain the queue: what is left is released,
+    // archived by the group, and counted.
+    let b = broker(8);
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    assert!(one_life(&b, 3, config(), &Puts::default()).await);
+    let puts = Puts::default();
+    let sink = DiesOn {
+        poison: -1,
+        puts: Arc::clone(&puts),
+        died: Arc::default(),
+        broker: b.clone(),
+        acknowledged_at_put: Arc::default(),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    d.initialize().await.unwrap();
+    d.iteration().await.unwrap();
+    assert_eq!(puts.lock().unwrap().len(), 1);
+    assert_eq!(puts.lock().unwrap()[0].1.len(), 1, "one at a time");
+    d.close().await.unwrap();
+    let counts = b.state_counts(GROUP);
+    assert_eq!((counts.acknowledged, counts.archived), (1, 7), "{counts:?}");
+    assert_eq!(d.metrics().records_released_at_limit, 7);
+}
+
 /// Puts its first non-empty batch after `first_put_takes`, then fails every one.
 struct FailsAfterFirst {
     first_put_takes: Duration,

@@ -1512,6 +1512,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     first_error.get_or_insert(e);
                 }
             }
+            // Released, a queued record on its last delivery is archived by the group:
+            // counted and said.
+            let at_limit = self
+                .redelivered_arrivals
+                .queued_at(self.group_delivery_limit());
             let queued = self.redelivered_arrivals.clear_queue();
             if queued > 0 {
                 tracing::info!(
@@ -1519,6 +1524,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing with redelivered records queued; they are released"
                 );
             }
+            self.note_released_at_limit(at_limit);
             match self.commit().await {
                 Ok(_) => {}
                 // As the consumer's close: a cluster out of reach is no reason to fail the

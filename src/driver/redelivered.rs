@@ -39,7 +39,8 @@
 //! one delivery later, as it would have anyway. An iteration dropped during a `put` leaves
 //! its batch to the next, which puts it again. [`run`](super::ShareSinkTask::run) takes a
 //! shutdown only once the queue is drained; [`close`](super::ShareSinkTask::close) releases
-//! what is still queued (a record on its last delivery is then archived by the group).
+//! what is still queued (a record on its last delivery is then archived by the group: counted
+//! in `records_released_at_limit` and said at WARN).
 
 use std::collections::{HashSet, VecDeque};
 
@@ -128,6 +129,14 @@ impl RedeliveredArrivals {
     }
 
     /// Forgets the queue (at close, where the consumer releases what it holds).
+    /// How many queued records are on their `last` delivery or past it.
+    pub(crate) fn queued_at(&self, last: u16) -> usize {
+        self.queue
+            .iter()
+            .filter(|q| q.sink.delivery_count() >= last)
+            .count()
+    }
+
     pub(crate) fn clear_queue(&mut self) -> usize {
         self.commit_requested = false;
         self.batch_redelivered = false;
