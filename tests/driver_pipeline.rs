@@ -116,6 +116,45 @@ async fn a_value_converter_failure_under_tolerance_none_releases_the_poll_and_st
     assert_eq!(d.metrics().record_errors, 1);
 }
 
+/// The same failure, task restarted each time, under a group limit of 2: on the second
+/// delivery the poll is released on its last delivery and archived, the failing record and
+/// the good ones beside it. Not silently: counted as released at the limit (use
+/// `errors.tolerance=all` with a dead-letter queue to keep the good ones).
+#[tokio::test(start_paused = true)]
+async fn a_poll_released_by_a_record_error_on_its_last_delivery_is_counted() {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value(r#"{"id":1}"#),
+            ProduceRecord::new().value("{not json"),
+            ProduceRecord::new().value(r#"{"id":3}"#),
+        ],
+    );
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    for delivery in 1..=2u16 {
+        let (mut d, _) = driver(&b, "t", |c| c.converters(json_values()));
+        d.initialize().await.unwrap();
+        assert!(matches!(d.iteration().await, Err(Error::Record { .. })));
+        let at_limit = if delivery == 2 { 3 } else { 0 };
+        assert_eq!(d.metrics().records_released_at_limit, at_limit);
+        let expected = if delivery == 2 {
+            RecordState::Archived
+        } else {
+            RecordState::Available
+        };
+        for offset in 0..3 {
+            assert_eq!(state(&b, "t", offset), (expected, delivery));
+        }
+        d.close().await.unwrap();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn bad_utf8_under_tolerance_all_skips_the_record_and_writes_the_rest() {
     let b = broker(

@@ -83,6 +83,8 @@ fn kafka_4_4() -> ClusterCapabilities {
 struct CopyOffsets {
     slow_first: Option<Duration>,
     panic_first: bool,
+    /// Fails its first call retriably (a sink briefly away).
+    away_first: bool,
     calls: usize,
 }
 
@@ -108,6 +110,9 @@ impl SinkTask for CopyOffsets {
         }
         if self.calls == 1 && self.panic_first {
             panic!("a bug in the sink");
+        }
+        if self.calls == 1 && self.away_first {
+            return Err(TaskError::retriable("the sink is away"));
         }
         Ok(())
     }
@@ -1281,5 +1286,47 @@ async fn a_breaker_that_trips_on_a_panic_s_last_deliveries_is_the_error_stopped_
         }
         assert_eq!(state(&broker, 3), (RecordState::Available, 1), "{mode:?}");
         d.close().await.expect("close");
+    }
+}
+
+/// A retriable `put_transactional` failure on the records' last delivery, without a
+/// dead-letter queue: released, the group archives them; counted, not silent.
+#[tokio::test]
+async fn a_retriable_failure_on_the_last_delivery_without_a_queue_is_counted() {
+    for mode in [
+        ExactlyOnceMode::AtomicAcknowledgements,
+        ExactlyOnceMode::Ledger,
+    ] {
+        let broker = broker(3);
+        if mode == ExactlyOnceMode::Ledger {
+            broker.set_capabilities(kafka_4_4());
+        }
+        broker
+            .set_group_config(GROUP, group_config(2))
+            .expect("group");
+        for delivery in 1..=2u16 {
+            let eos = eos(0, 1);
+            let producer = transactional(&broker, &eos);
+            let task = CopyOffsets {
+                away_first: true,
+                ..CopyOffsets::default()
+            };
+            let config = config().retriable_backoff(Duration::from_millis(1));
+            let consumer = broker.share_consumer(GROUP);
+            let mut d = driver_with(&broker, task, consumer, Arc::new(producer), eos, config);
+            d.initialize().await.expect("initialize");
+            let report = d.iteration_exactly_once().await.expect("retriable");
+            assert_eq!(report.released, 3, "{mode:?}");
+            let (at_limit, expected) = match delivery {
+                1 => (0, RecordState::Available),
+                _ => (3, RecordState::Archived),
+            };
+            assert_eq!(d.metrics().records_released_at_limit, at_limit, "{mode:?}");
+            // The releases go with the close's commit.
+            d.close().await.expect("close");
+            for offset in 0..3 {
+                assert_eq!(state(&broker, offset), (expected, delivery), "{mode:?}");
+            }
+        }
     }
 }

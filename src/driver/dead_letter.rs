@@ -10,7 +10,33 @@ use crate::consumer::{AcknowledgeType, BrokerDeadLetterQueue, ShareConsumer};
 use crate::dlq::BreakerTripped;
 use crate::dlq::breaker::{BreakerWindow, SharedBreakerWindow};
 use crate::error::Error;
-use crate::record::RecordId;
+use crate::record::{ConsumerRecord, RecordId, SinkRecord};
+
+/// A record given up on and RELEASEd: its id and the delivery it is on, so that one on its
+/// last allowed delivery (which the group archives when it comes back) is counted.
+#[derive(Debug, Clone)]
+pub(super) struct GivenUp {
+    pub(super) id: RecordId,
+    pub(super) delivery: u16,
+}
+
+impl From<&ConsumerRecord> for GivenUp {
+    fn from(record: &ConsumerRecord) -> Self {
+        Self {
+            id: record.id(),
+            delivery: record.delivery_count(),
+        }
+    }
+}
+
+impl From<&SinkRecord> for GivenUp {
+    fn from(record: &SinkRecord) -> Self {
+        Self {
+            id: record.original_id().clone(),
+            delivery: record.delivery_count(),
+        }
+    }
+}
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
     /// The records finished with otherwise than given up on, as the counters have them: put
@@ -70,16 +96,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Err(tripped)
     }
 
-    /// The breaker tripped: RELEASEs `ids` (nothing is rejected or dead-lettered: the group
-    /// delivers them again), commits so that the releases take effect at once, and returns
-    /// the error that stops the driver. Records it holds besides are released when it is
-    /// closed, or come back when their locks expire.
+    /// The breaker tripped: RELEASEs `records` (nothing is rejected or dead-lettered: the
+    /// group delivers them again, or archives those on their last delivery), commits so that
+    /// the releases take effect at once, and returns the error that stops the driver. Records
+    /// it holds besides are released when it is closed, or come back when their locks expire.
     pub(super) async fn trip_dead_letter_breaker(
         &mut self,
         tripped: BreakerTripped,
-        ids: Vec<RecordId>,
+        records: Vec<GivenUp>,
     ) -> Error {
-        let released = self.release_given_up(&ids);
+        let released = self.release_given_up(&records);
         if let Err(e) = self.commit_acknowledgements().await {
             // Releases that did not reach the broker expire with their locks: the records
             // come back all the same.
@@ -92,11 +118,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Error::DeadLetterBreaker(tripped)
     }
 
-    /// RELEASEs `ids` (and forgets them as held); one no longer ours (a lock lost, already
-    /// acknowledged, staged in a transaction) is skipped. Returns how many were released.
-    pub(super) fn release_given_up(&mut self, ids: &[RecordId]) -> u64 {
+    /// RELEASEs `records` (and forgets them as held); one no longer ours (a lock lost, already
+    /// acknowledged, staged in a transaction) is skipped. Those on their last allowed delivery
+    /// are counted as released at the limit, also when skipped: given up on, the group
+    /// archives them however they go back. Returns how many were released.
+    pub(super) fn release_given_up(&mut self, records: &[GivenUp]) -> u64 {
+        let last = self.group_delivery_limit();
+        let at_limit = records.iter().filter(|r| r.delivery >= last).count();
+        self.note_released_at_limit(at_limit);
         let mut released = 0;
-        for id in ids {
+        for GivenUp { id, .. } in records {
             self.held.remove(id);
             match self.consumer.acknowledge_offset(
                 id.topic(),

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::dead_letter::GivenUp;
 use super::failure::{Captured, Failure};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
@@ -70,6 +71,17 @@ pub(crate) struct ExactlyOnce {
 struct Finished {
     id: RecordId,
     ack: AcknowledgeType,
+    /// The delivery the record is on.
+    delivery: u16,
+}
+
+impl From<&Finished> for GivenUp {
+    fn from(f: &Finished) -> Self {
+        Self {
+            id: f.id.clone(),
+            delivery: f.delivery,
+        }
+    }
 }
 
 /// Records settled by one transaction: those put (`processed`, with their converted form in
@@ -80,11 +92,10 @@ struct Unit {
     dead: Vec<(ConsumerRecord, Failure)>,
 }
 
-/// A fatal `put_transactional` error, held while the unit's last deliveries (`letters`) are
-/// written to the dead-letter queue.
+/// A fatal `put_transactional` error, held while the unit's last deliveries are written to
+/// the dead-letter queue.
 struct Stop {
     error: TaskError,
-    letters: usize,
 }
 
 /// Whether a unit calls `put_transactional`.
@@ -476,7 +487,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Ok(n) => report.accepted += n,
                 Err(error) => {
                     // The check could not finish: process nothing unchecked.
-                    self.release_all(records.iter().map(ConsumerRecord::id), &mut report)?;
+                    self.release_all(records.iter().map(GivenUp::from), &mut report)?;
                     return Err(error.into());
                 }
             }
@@ -570,13 +581,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let settled = self
             .settle_unit_or_stop(eos, mode, unit, put, report, &mut stop)
             .await;
-        let Some(Stop { error, letters }) = stop else {
+        let Some(Stop { error }) = stop else {
             return settled;
         };
         // `put_transactional` failed fatally: the unit was released, its last deliveries (if
         // any) went to the dead-letter queue in a transaction of their own. Whatever became
         // of it, the driver stops with the task's error (or the breaker's, had it tripped).
-        if let Some(tripped) = self.after_last_letters(settled, letters, report).await? {
+        if let Some(tripped) = self.after_last_letters(settled, report).await? {
             return Err(tripped);
         }
         Err(Error::Task {
@@ -585,34 +596,29 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         })
     }
 
-    /// After the transaction that dead-letters the `letters` last deliveries of a task that
-    /// stops (`settled`, its outcome): releases what it left held, counts as released at the
-    /// limit those it did not write, and commits the releases. Returns a tripped dead-letter
-    /// breaker's error, which stops the driver in the task error's place.
+    /// After the transaction that dead-letters the last deliveries of a task that stops
+    /// (`settled`, its outcome): releases what it left held (a record released on its last
+    /// delivery is counted where it is released), and commits the releases. Returns a tripped
+    /// dead-letter breaker's error, which stops the driver in the task error's place.
     async fn after_last_letters(
         &mut self,
         settled: Result<Settled>,
-        letters: usize,
         report: &mut IterationReport,
     ) -> Result<Option<Error>> {
-        let (written, tripped) = match settled {
-            Ok(Settled::Committed) => (true, None),
-            Ok(Settled::Released) => (false, None),
+        let tripped = match settled {
+            Ok(Settled::Committed | Settled::Released) => None,
             Ok(Settled::Refused { unit, refused }) => {
                 tracing::error!(error = %ErrorChain(&refused.source), "a dead letter was refused");
-                let ids = unit.dead.iter().map(|(r, _)| r.id());
-                self.release_all(ids, report)?;
-                (false, None)
+                let given_up = unit.dead.iter().map(|(r, _)| r.into());
+                self.release_all(given_up, report)?;
+                None
             }
-            Err(e @ Error::DeadLetterBreaker(_)) => (false, Some(e)),
+            Err(e @ Error::DeadLetterBreaker(_)) => Some(e),
             Err(e) => {
                 tracing::error!(error = %ErrorChain(&e), "could not write the dead letters");
-                (false, None)
+                None
             }
         };
-        if !written {
-            self.note_released_at_limit(letters);
-        }
         if let Err(e) = self.commit_acknowledgements().await {
             tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
         }
@@ -661,9 +667,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 if !error.is_retriable() {
                     tracing::error!(records = processed.len() + dead.len(), error = %ErrorChain(&error), "put_transactional failed fatally; releasing the batch and stopping");
                     dead = self.release_on_fatal(processed.drain(..), dead, &error, report)?;
-                    let letters = dead.len();
-                    *stop = Some(Stop { error, letters });
-                    if letters == 0 {
+                    *stop = Some(Stop { error });
+                    if dead.is_empty() {
                         return Ok(Settled::Released);
                     }
                     // Those on their last delivery are dead-lettered in a transaction of
@@ -683,7 +688,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         if dead_letter && record.delivery_count() >= last {
                             dead.push((record, failure.clone()));
                         } else {
-                            released.push(record.id());
+                            released.push(GivenUp::from(&record));
                         }
                     }
                     tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
@@ -716,18 +721,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .map(|r| Finished {
                 id: r.id(),
                 ack: AcknowledgeType::Accept,
+                delivery: r.delivery_count(),
             })
             .collect();
         let mut dead_lettered = 0;
         if !dead.is_empty() {
             if let Err(tripped) = self.admit_dead_letters(dead.len()) {
                 // Nothing of the unit is written: all of it is released.
-                let ids = processed
+                let given_up = processed
                     .iter()
                     .chain(dead.iter().map(|(r, _)| r))
-                    .map(ConsumerRecord::id)
+                    .map(GivenUp::from)
                     .collect();
-                return Err(self.trip_dead_letter_breaker(tripped, ids).await);
+                return Err(self.trip_dead_letter_breaker(tripped, given_up).await);
             }
             // One home: a record in the queue of its own is ACCEPTed after the commit (see
             // `acknowledgement_after_dead_letter`); without one, REJECTed.
@@ -740,7 +746,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 dead_lettered = dead.len();
                 ack = self.acknowledgement_after_dead_letter();
             }
-            finished.extend(dead.iter().map(|(r, _)| Finished { id: r.id(), ack }));
+            finished.extend(dead.iter().map(|(r, _)| Finished {
+                id: r.id(),
+                ack,
+                delivery: r.delivery_count(),
+            }));
         }
         match self.transact(eos, mode, sends, &finished).await {
             Ok(()) => {
@@ -816,7 +826,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         // failed before staging are still in the consumer's hands, released
                         // here (the others are no longer the consumer's to release).
                         let before = report.released;
-                        self.release_all(finished.iter().map(|f| f.id.clone()), report)?;
+                        self.release_all(finished.iter().map(GivenUp::from), report)?;
                         if mode == ExactlyOnceMode::AtomicAcknowledgements {
                             report.released = before + finished.len();
                         }
@@ -843,15 +853,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                                 "the refused transaction had staged its acknowledgements: its records are the group's again, and the record whose output was refused cannot be found here"
                             );
                         }
-                        let ids: Vec<RecordId> = finished.iter().map(|f| f.id.clone()).collect();
-                        Err(self.refused_stop(mode, ids, refused, report).await)
+                        let given_up = finished.iter().map(GivenUp::from).collect();
+                        Err(self.refused_stop(mode, given_up, refused, report).await)
                     }
                     Aborted::Fatal(error) => {
                         if mode == ExactlyOnceMode::Ledger {
-                            let _ = self.release_all(finished.iter().map(|f| f.id.clone()), report);
+                            let _ = self.release_all(finished.iter().map(GivenUp::from), report);
                             if let Err(e) = self.commit_acknowledgements().await {
                                 tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
                             }
+                        } else {
+                            // Staged, they go back with the abort: those on their last
+                            // delivery are archived.
+                            let last = self.group_delivery_limit();
+                            let at_limit = finished.iter().filter(|f| f.delivery >= last).count();
+                            self.note_released_at_limit(at_limit);
                         }
                         Err(error)
                     }
@@ -958,7 +974,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         queue: VecDeque<(ConsumerRecord, SinkRecord)>,
         report: &mut IterationReport,
     ) -> Result<bool> {
-        let waiting: Vec<RecordId> = queue.iter().map(|(r, _)| r.id()).collect();
+        let waiting: Vec<GivenUp> = queue.iter().map(|(r, _)| r.into()).collect();
         match settled {
             Ok(Settled::Committed) => Ok(true),
             Ok(Settled::Released) => {
@@ -966,14 +982,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 Ok(false)
             }
             Ok(Settled::Refused { unit, refused }) => {
-                let ids: Vec<RecordId> = unit
+                let given_up = unit
                     .processed
                     .iter()
                     .chain(unit.dead.iter().map(|(r, _)| r))
-                    .map(ConsumerRecord::id)
+                    .map(GivenUp::from)
                     .chain(waiting)
                     .collect();
-                Err(self.refused_stop(mode, ids, refused, report).await)
+                Err(self.refused_stop(mode, given_up, refused, report).await)
             }
             Err(Error::Task {
                 stage: TaskStage::Put,
@@ -983,8 +999,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 // deliveries dead-lettered first.
                 let records = queue.into_iter().map(|(r, _)| r);
                 let dead = self.release_on_fatal(records, Vec::new(), &source, report)?;
-                let letters = dead.len();
-                let settled = if letters == 0 {
+                let settled = if dead.is_empty() {
                     Ok(Settled::Released)
                 } else {
                     self.commit_releases_before_transaction(mode).await;
@@ -995,7 +1010,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     };
                     self.settle_unit(eos, mode, unit, Put::IfAny, report).await
                 };
-                if let Some(tripped) = self.after_last_letters(settled, letters, report).await? {
+                if let Some(tripped) = self.after_last_letters(settled, report).await? {
                     return Err(tripped);
                 }
                 Err(Error::Task {
@@ -1021,7 +1036,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     async fn refused_stop(
         &mut self,
         mode: ExactlyOnceMode,
-        ids: Vec<RecordId>,
+        records: Vec<GivenUp>,
         refused: RefusedOutput,
         report: &mut IterationReport,
     ) -> Error {
@@ -1031,7 +1046,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             source: error,
         } = refused;
         tracing::error!(topic, partition, ?mode, error = %ErrorChain(&error), "an output of the transaction cannot be written and retrying would not help; the transaction was aborted, the records are released and the task stops");
-        let _ = self.release_all(ids.into_iter(), report);
+        let _ = self.release_all(records.into_iter(), report);
         if let Err(e) = self.commit_acknowledgements().await {
             tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
         }
@@ -1540,21 +1555,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
         let mut letters = Vec::new();
         let mut released = Vec::new();
-        let mut at_limit = 0;
         let unit = processed
             .map(|r| (r, None))
             .chain(dead.into_iter().map(|(r, f)| (r, Some(f))));
         for (record, own) in unit {
-            if record.delivery_count() >= last {
-                if dead_letter {
-                    letters.push((record, own.unwrap_or_else(|| failure.clone())));
-                    continue;
-                }
-                at_limit += 1;
+            if dead_letter && record.delivery_count() >= last {
+                letters.push((record, own.unwrap_or_else(|| failure.clone())));
+                continue;
             }
-            released.push(record.id());
+            released.push(GivenUp::from(&record));
         }
-        self.note_released_at_limit(at_limit);
         self.release_all(released.into_iter(), report)?;
         Ok(letters)
     }
@@ -1562,13 +1572,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// RELEASEs records of the last poll (or held ones).
     fn release_all(
         &mut self,
-        ids: impl Iterator<Item = RecordId>,
+        records: impl Iterator<Item = GivenUp>,
         report: &mut IterationReport,
     ) -> Result<()> {
         // A record not ours any more (a failed renewal, a staged record) is skipped: the
-        // group has it.
-        let ids: Vec<RecordId> = ids.collect();
-        let n = self.release_given_up(&ids);
+        // group has it (and one on its last delivery is counted all the same).
+        let records: Vec<GivenUp> = records.collect();
+        let n = self.release_given_up(&records);
         report.released += usize::try_from(n).unwrap_or(usize::MAX);
         Ok(())
     }

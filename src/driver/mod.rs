@@ -1262,8 +1262,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         let n = records.len();
         if let Err(tripped) = self.admit_dead_letters(n) {
-            let ids = records.iter().map(|(r, _)| r.id()).collect();
-            return Err(self.trip_dead_letter_breaker(tripped, ids).await);
+            let given_up = records.iter().map(|(r, _)| r.into()).collect();
+            return Err(self.trip_dead_letter_breaker(tripped, given_up).await);
         }
         let mut settle = AcknowledgeType::Reject;
         if let Some(queue) = self.config.dead_letter.clone() {
@@ -1277,6 +1277,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     error = %ErrorChain(&error),
                     "dead-letter write failed; releasing the records instead of rejecting them"
                 );
+                let last = self.group_delivery_limit();
+                let at_limit = records
+                    .iter()
+                    .filter(|(r, _)| r.delivery_count() >= last)
+                    .count();
+                self.note_released_at_limit(at_limit);
                 for (record, _) in &records {
                     self.consumer
                         .acknowledge(record, AcknowledgeType::Release)?;

@@ -10,6 +10,7 @@
 
 use tokio::time::Instant;
 
+use super::dead_letter::GivenUp;
 use super::failure::Failure;
 use super::held::retry_backoff;
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, Unfinished};
@@ -250,6 +251,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ) -> Error {
         let id = record.id();
         if self.consumer.acknowledgement_mode() == AcknowledgementMode::Explicit {
+            // Released on their last delivery (the failing record and the others of its
+            // poll, which share its count when it failed before), the group archives them.
+            let last = self.group_delivery_limit();
+            let at_limit = std::iter::once(record.delivery_count())
+                .chain(self.batch.iter().map(SinkRecord::delivery_count))
+                .chain(rest.iter().map(ConsumerRecord::delivery_count))
+                .filter(|d| *d >= last)
+                .count();
+            self.note_released_at_limit(at_limit);
             let ids = std::iter::once(id.clone())
                 .chain(self.batch.iter().map(|r| r.original_id().clone()))
                 .chain(rest.iter().map(ConsumerRecord::id));
@@ -300,8 +310,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // Implicit mode releases nothing one by one: the stopped driver's close does.
             Err(error @ Error::DeadLetterBreaker(_)) if !self.implicit() => {
                 // The records converted beside the failed ones were not put: released too.
-                let ids: Vec<_> = self.batch.iter().map(|r| r.original_id().clone()).collect();
-                self.release_given_up(&ids);
+                let given_up: Vec<GivenUp> = self.batch.iter().map(GivenUp::from).collect();
+                self.release_given_up(&given_up);
                 self.batch.clear();
                 self.raw.clear();
                 if let Err(e) = self.commit_acknowledgements().await {
