@@ -992,8 +992,10 @@ async fn record_limit_makes_max_poll_records_strict() {
 /// `max.partition.fetch.bytes`: ShareFetch has no per-partition limit since v1, and the
 /// broker splits a request's `MaxBytes` evenly over its partitions, so the consumer asks for
 /// at most this much per partition. 40 batches of 10 records of about 1 KiB in one partition:
-/// with 16 KiB per partition a poll gets a couple of batches, not the 500 records
-/// `max.poll.records` and `fetch.max.bytes` would allow.
+/// with 16 KiB per partition a fetch gets a couple of batches, not the 500 records
+/// `max.poll.records` and `fetch.max.bytes` would allow. Without fetching ahead (at most one
+/// answer waits between polls), each poll holds at most two answers, also when the test polls
+/// slowly on a busy machine (fetched ahead, 24 answers waited for one poll).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_partition_fetch_bytes_bounds_what_one_fetch_returns() {
     let Some(f) = fixture_with_lock("partition_fetch_bytes", 1, 30_000).await else {
@@ -1016,7 +1018,9 @@ async fn max_partition_fetch_bytes_bounds_what_one_fetch_returns() {
     }
     let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
         .max_partition_fetch_bytes(16 * 1024)
-        .fetch_max_wait(Duration::from_millis(200));
+        .fetch_max_wait(Duration::from_millis(200))
+        .acquisition_sizing(AcquisitionSizing::Fixed)
+        .prefetch_records(0);
     let mut c = KafkaShareConsumer::connect(config).await.expect("connects");
     c.subscribe(vec![f.topic.clone()]).await.expect("subscribe");
     let mut sizes = Vec::new();
