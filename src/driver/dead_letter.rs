@@ -121,7 +121,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// RELEASEs `records` (and forgets them as held); one no longer ours (a lock lost, already
     /// acknowledged, staged in a transaction) is skipped. Those on their last allowed delivery
     /// are counted as released at the limit, also when skipped: given up on, the group
-    /// archives them however they go back. Returns how many were released.
+    /// archives them however they go back (where the driver releases records one by one, as
+    /// `release_failed_batch` does, it counts only those it released). Returns how many were
+    /// released.
     pub(super) fn release_given_up(&mut self, records: &[GivenUp]) -> u64 {
         let last = self.group_delivery_limit();
         let at_limit = records.iter().filter(|r| r.delivery >= last).count();

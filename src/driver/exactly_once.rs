@@ -863,8 +863,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                                 tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
                             }
                         } else {
-                            // Staged, they go back with the abort: those on their last
-                            // delivery are archived.
+                            // Staged, they go back with the abort; not staged yet (the
+                            // transaction failed before), with the close: either way those on
+                            // their last delivery are archived.
                             let last = self.group_delivery_limit();
                             let at_limit = finished.iter().filter(|f| f.delivery >= last).count();
                             self.note_released_at_limit(at_limit);
@@ -964,8 +965,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Ends an isolation after a unit that did not commit: releases the records still
     /// waiting (after a fatal `put`, their last deliveries dead-lettered first, see
-    /// [`release_on_fatal`](Self::release_on_fatal)), and stops when the unit's outcome says so (a dead letter refused in turn
-    /// stops the task: there is nothing left to isolate).
+    /// [`release_on_fatal`](Self::release_on_fatal)), and stops when the unit's outcome says
+    /// so (a dead letter refused in turn stops the task: there is nothing left to isolate).
     async fn end_isolation(
         &mut self,
         eos: &mut ExactlyOnce,

@@ -128,7 +128,6 @@ impl RedeliveredArrivals {
         std::mem::take(&mut self.commit_requested)
     }
 
-    /// Forgets the queue (at close, where the consumer releases what it holds).
     /// How many queued records are on their `last` delivery or past it.
     pub(crate) fn queued_at(&self, last: u16) -> usize {
         self.queue
@@ -137,6 +136,7 @@ impl RedeliveredArrivals {
             .count()
     }
 
+    /// Forgets the queue (at close, where the consumer releases what it holds).
     pub(crate) fn clear_queue(&mut self) -> usize {
         self.commit_requested = false;
         self.batch_redelivered = false;
