@@ -957,6 +957,9 @@ async fn a_fatal_put_on_the_last_delivery_dead_letters_the_records() {
         )
         .await
         .expect("group config");
+    // The tasks must read the limit when they connect.
+    support::share_group_config_until(&admin, &s.group, |c| c.delivery_count_limit() == Some(2))
+        .await;
     let records = 30;
     let producer = KafkaProducer::connect(KafkaProducerConfig::new(s.bootstrap.clone()))
         .await

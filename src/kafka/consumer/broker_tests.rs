@@ -42,6 +42,20 @@ async fn topic_and_group(
     let mut all = vec![("share.auto.offset.reset", "earliest")];
     all.extend_from_slice(configs);
     admin.set_share_group_config(&group, &all).await.unwrap();
+    // The change reaches the broker's view of the configs a moment after the call returns
+    // (on a busy machine, after a consumer connected and read the old values): wait for it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = admin.share_group_config(&group).await.unwrap();
+        if all.iter().all(|(k, v)| described.get(k) == Some(*v)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group's configs never showed {all:?}: {described:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     (topic, group)
 }
 
