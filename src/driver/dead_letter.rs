@@ -125,9 +125,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// `release_failed_batch` does, it counts only those it released). Returns how many were
     /// released.
     pub(super) fn release_given_up(&mut self, records: &[GivenUp]) -> u64 {
-        let last = self.group_delivery_limit();
-        let at_limit = records.iter().filter(|r| r.delivery >= last).count();
-        self.note_released_at_limit(at_limit);
+        self.note_released_among(records.iter().map(|r| r.delivery));
         let mut released = 0;
         for GivenUp { id, .. } in records {
             self.held.remove(id);

@@ -680,17 +680,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     // Released for another attempt, except records on their last allowed
                     // delivery when a dead-letter queue is set: released, the group would archive
                     // them (lost), so they are dead-lettered in this transaction instead.
-                    let last = self.last_delivery_limit();
-                    let dead_letter = self.config.dead_letter.is_some();
                     let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
-                    let mut released = Vec::new();
-                    for record in processed.drain(..) {
-                        if dead_letter && record.delivery_count() >= last {
-                            dead.push((record, failure.clone()));
-                        } else {
-                            released.push(GivenUp::from(&record));
-                        }
-                    }
+                    let (letters, released) = self.split_last_deliveries(
+                        processed.drain(..).map(|r| (r, None)),
+                        self.last_delivery_limit(),
+                        &failure,
+                    );
+                    dead.extend(letters);
                     tracing::warn!(records = released.len(), last_delivery = dead.len(), error = %ErrorChain(&error), "put_transactional failed; releasing the batch");
                     let any_released = !released.is_empty();
                     self.release_all(released.into_iter(), report)?;
@@ -866,9 +862,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                             // Staged, they go back with the abort; not staged yet (the
                             // transaction failed before), with the close: either way those on
                             // their last delivery are archived.
-                            let last = self.group_delivery_limit();
-                            let at_limit = finished.iter().filter(|f| f.delivery >= last).count();
-                            self.note_released_at_limit(at_limit);
+                            self.note_released_among(finished.iter().map(|f| f.delivery));
                         }
                         Err(error)
                     }
@@ -1551,23 +1545,36 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         error: &TaskError,
         report: &mut IterationReport,
     ) -> Result<Vec<(ConsumerRecord, Failure)>> {
-        let last = self.group_delivery_limit();
-        let dead_letter = self.config.dead_letter.is_some();
         let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
-        let mut letters = Vec::new();
-        let mut released = Vec::new();
         let unit = processed
             .map(|r| (r, None))
             .chain(dead.into_iter().map(|(r, f)| (r, Some(f))));
-        for (record, own) in unit {
-            if dead_letter && record.delivery_count() >= last {
-                letters.push((record, own.unwrap_or_else(|| failure.clone())));
-                continue;
-            }
-            released.push(GivenUp::from(&record));
-        }
+        let (letters, released) =
+            self.split_last_deliveries(unit, self.group_delivery_limit(), &failure);
         self.release_all(released.into_iter(), report)?;
         Ok(letters)
+    }
+
+    /// Splits records whose `put` failed into those to dead-letter (on their `last` delivery
+    /// or past it, when a dead-letter queue is set: released, the group would archive them),
+    /// each with its own failure or else `failure`, and those to release.
+    fn split_last_deliveries(
+        &self,
+        records: impl Iterator<Item = (ConsumerRecord, Option<Failure>)>,
+        last: u16,
+        failure: &Failure,
+    ) -> (Vec<(ConsumerRecord, Failure)>, Vec<GivenUp>) {
+        let dead_letter = self.config.dead_letter.is_some();
+        let mut letters = Vec::new();
+        let mut released = Vec::new();
+        for (record, own) in records {
+            if dead_letter && record.delivery_count() >= last {
+                letters.push((record, own.unwrap_or_else(|| failure.clone())));
+            } else {
+                released.push(GivenUp::from(&record));
+            }
+        }
+        (letters, released)
     }
 
     /// RELEASEs records of the last poll (or held ones).

@@ -1035,6 +1035,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
     }
 
+    /// [`note_released_at_limit`](Self::note_released_at_limit) for records RELEASEd on
+    /// these `deliveries`: those at the group's limit or past it.
+    pub(super) fn note_released_among(&mut self, deliveries: impl IntoIterator<Item = u16>) {
+        let last = self.group_delivery_limit();
+        let n = deliveries.into_iter().filter(|d| *d >= last).count();
+        self.note_released_at_limit(n);
+    }
+
     /// The group's delivery-count limit as the consumer reports it, else Kafka's default.
     fn group_delivery_limit(&self) -> u16 {
         self.consumer
@@ -1277,12 +1285,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     error = %ErrorChain(&error),
                     "dead-letter write failed; releasing the records instead of rejecting them"
                 );
-                let last = self.group_delivery_limit();
-                let at_limit = records
-                    .iter()
-                    .filter(|(r, _)| r.delivery_count() >= last)
-                    .count();
-                self.note_released_at_limit(at_limit);
+                self.note_released_among(records.iter().map(|(r, _)| r.delivery_count()));
                 for (record, _) in &records {
                     self.consumer
                         .acknowledge(record, AcknowledgeType::Release)?;

@@ -253,18 +253,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if self.consumer.acknowledgement_mode() == AcknowledgementMode::Explicit {
             // Released on their last delivery (the failing record and the others of its
             // poll, which share its count when it failed before), the group archives them.
-            let last = self.group_delivery_limit();
-            let at_limit = std::iter::once(record.delivery_count())
-                .chain(self.batch.iter().map(SinkRecord::delivery_count))
-                .chain(rest.iter().map(ConsumerRecord::delivery_count))
-                .filter(|d| *d >= last)
-                .count();
-            self.note_released_at_limit(at_limit);
-            let ids = std::iter::once(id.clone())
-                .chain(self.batch.iter().map(|r| r.original_id().clone()))
-                .chain(rest.iter().map(ConsumerRecord::id));
+            let poll: Vec<GivenUp> = std::iter::once(GivenUp::from(&record))
+                .chain(self.batch.iter().map(GivenUp::from))
+                .chain(rest.iter().map(GivenUp::from))
+                .collect();
+            self.note_released_among(poll.iter().map(|r| r.delivery));
             let mut released = 0;
-            for r in ids {
+            for GivenUp { id: r, .. } in &poll {
                 if let Err(e) = self.consumer.acknowledge_offset(
                     r.topic(),
                     r.partition(),
