@@ -462,6 +462,19 @@ async fn one_life(b: &EmbeddedBroker, poison: i64, config: DriverConfig, puts: &
     }
 }
 
+/// A driver whose sink never dies, noting its puts in `puts`, with the default settings.
+fn healthy_driver(b: &EmbeddedBroker, puts: &Puts) -> ShareSinkTask<EmbeddedShareConsumer> {
+    let sink = DiesOn {
+        poison: -1,
+        puts: Arc::clone(puts),
+        died: Arc::default(),
+        broker: b.clone(),
+        acknowledged_at_put: Arc::default(),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    ShareSinkTask::new(Box::new(sink), consumer, config())
+}
+
 #[tokio::test(start_paused = true)]
 async fn after_a_crash_redelivered_records_are_put_first_in_halving_batches() {
     // Eight records went to a process that died putting them; four more arrived since.
@@ -643,15 +656,7 @@ async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
     let b = broker(8);
     assert!(one_life(&b, 3, config(), &Puts::default()).await);
     let puts = Puts::default();
-    let sink = DiesOn {
-        poison: -1,
-        puts: Arc::clone(&puts),
-        died: Arc::default(),
-        broker: b.clone(),
-        acknowledged_at_put: Arc::default(),
-    };
-    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
-    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    let mut d = healthy_driver(&b, &puts);
     // Shut down as soon as the first queued batch was put (run polls the signal between
     // iterations).
     let seen = Arc::clone(&puts);
@@ -687,15 +692,7 @@ async fn close_with_last_deliveries_queued_counts_them_as_released_at_the_limit(
     .unwrap();
     assert!(one_life(&b, 3, config(), &Puts::default()).await);
     let puts = Puts::default();
-    let sink = DiesOn {
-        poison: -1,
-        puts: Arc::clone(&puts),
-        died: Arc::default(),
-        broker: b.clone(),
-        acknowledged_at_put: Arc::default(),
-    };
-    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
-    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
+    let mut d = healthy_driver(&b, &puts);
     d.initialize().await.unwrap();
     d.iteration().await.unwrap();
     assert_eq!(puts.lock().unwrap().len(), 1);

@@ -455,6 +455,11 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn broker(mode: ExactlyOnceMode) -> EmbeddedBroker {
+    broker_with_limit(mode, 10)
+}
+
+/// [`broker`], with a delivery-count limit of `limit`.
+fn broker_with_limit(mode: ExactlyOnceMode, limit: u16) -> EmbeddedBroker {
     let broker = EmbeddedBroker::new();
     broker.create_topic("in", PARTITIONS as usize).expect("in");
     broker
@@ -466,7 +471,7 @@ fn broker(mode: ExactlyOnceMode) -> EmbeddedBroker {
             GroupConfig::new()
                 .auto_offset_reset(AutoOffsetReset::Earliest)
                 .record_lock_duration(LOCK)
-                .delivery_count_limit(10),
+                .delivery_count_limit(limit),
         )
         .expect("group");
     if mode == ExactlyOnceMode::Ledger {
@@ -1476,42 +1481,29 @@ async fn a_fatal_put_during_an_isolation_dead_letters_the_waiting_last_deliverie
         ExactlyOnceMode::Ledger,
         ExactlyOnceMode::AtomicAcknowledgements,
     ] {
-        let broker = broker(mode);
-        broker
-            .set_group_config(
-                GROUP,
-                GroupConfig::new()
-                    .auto_offset_reset(AutoOffsetReset::Earliest)
-                    .record_lock_duration(LOCK)
-                    .delivery_count_limit(2),
-            )
-            .expect("group");
+        let broker = broker_with_limit(mode, 2);
+        // An initialized driver whose task fails its `fail_on.0`th call, and its call count.
+        let shared = &broker;
+        let failing = |fail_on| async move {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut d = too_large_driver_failing(
+                shared,
+                ErrorTolerance::All,
+                Duration::ZERO,
+                &calls,
+                Some(fail_on),
+            );
+            d.initialize().await.expect("initialize");
+            (d, calls)
+        };
         // First delivery: the put fails retriably and the batch is released.
-        let calls = Arc::new(AtomicUsize::new(0));
-        let failing = Some((1, true));
-        let mut d = too_large_driver_failing(
-            &broker,
-            ErrorTolerance::All,
-            Duration::ZERO,
-            &calls,
-            failing,
-        );
-        d.initialize().await.expect("initialize");
+        let (mut d, _) = failing((1, true)).await;
         let report = d.iteration_exactly_once().await.expect("retriable");
         assert_eq!(report.released, INPUTS, "{mode}: {report:?}");
         d.close().await.expect("close");
         // Last delivery: the batch's transaction is refused for one output, the isolation
         // puts one record per transaction, and the third call fails fatally.
-        let calls = Arc::new(AtomicUsize::new(0));
-        let failing = Some((3, false));
-        let mut d = too_large_driver_failing(
-            &broker,
-            ErrorTolerance::All,
-            Duration::ZERO,
-            &calls,
-            failing,
-        );
-        d.initialize().await.expect("initialize");
+        let (mut d, calls) = failing((3, false)).await;
         let error = d.iteration_exactly_once().await.expect_err("fatal");
         assert!(
             matches!(
