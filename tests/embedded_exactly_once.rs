@@ -215,10 +215,11 @@ struct FaultyConsumer {
     fault: FaultSlot,
     /// A capability this consumer says it lacks.
     withheld: Option<ConsumerCapability>,
-    /// The first acknowledgement of this kind of this record (partition, offset) finds it
+    /// The next acknowledgement of this kind of this record (partition, offset) finds it
     /// gone, as when its lock ran out or its session was reset: `NotInBatch`, and the record
-    /// stays acquired until its lock expires and the group delivers it again.
-    lost_at: Option<(i32, i64, AcknowledgeType)>,
+    /// stays acquired until its lock expires and the group delivers it again. Each entry
+    /// fires once, in order.
+    lost_at: Vec<(i32, i64, AcknowledgeType)>,
 }
 
 fn dead_consumer() -> ConsumerError {
@@ -247,8 +248,12 @@ impl ShareConsumer for FaultyConsumer {
         if current(&self.fault).dead() {
             return Err(dead_consumer());
         }
-        if self.lost_at == Some((partition, offset, ack)) {
-            self.lost_at = None;
+        if let Some(at) = self
+            .lost_at
+            .iter()
+            .position(|lost| *lost == (partition, offset, ack))
+        {
+            self.lost_at.remove(at);
             // Held (it may be already): no longer in the way of the next poll, and left to
             // its lock.
             let _ = self.inner.hold_offset(topic, partition, offset);
@@ -355,7 +360,7 @@ async fn worker(
         inner,
         fault: Arc::clone(&slot),
         withheld: None,
-        lost_at: None,
+        lost_at: Vec::new(),
     };
     let producer = FaultyProducer {
         inner: producer,
@@ -931,13 +936,13 @@ async fn a_refused_send_aborts_releases_and_stops_and_a_fixed_task_goes_on() {
 }
 
 /// A driver of `Fanout` over a `FaultyConsumer` without faults that says it lacks `withheld`
-/// and loses record (partition, offset) at its first ACCEPT (`lost_at_accept`); not
-/// initialized.
+/// and loses the records (partition, offset) of `lost_at_accept` at an ACCEPT, each entry
+/// once, in order; not initialized.
 fn fanout_driver(
     broker: &EmbeddedBroker,
     eos: ExactlyOnceConfig,
     withheld: Option<ConsumerCapability>,
-    lost_at_accept: Option<(i32, i64)>,
+    lost_at_accept: &[(i32, i64)],
 ) -> Driver {
     let task = Fanout {
         slow: Arc::default(),
@@ -948,7 +953,10 @@ fn fanout_driver(
         inner: broker.share_consumer(GROUP),
         fault: Arc::default(),
         withheld,
-        lost_at: lost_at_accept.map(|(p, o)| (p, o, AcknowledgeType::Accept)),
+        lost_at: lost_at_accept
+            .iter()
+            .map(|&(p, o)| (p, o, AcknowledgeType::Accept))
+            .collect(),
     };
     exactly_once_driver(broker, eos, Box::new(task), consumer, config)
 }
@@ -984,7 +992,7 @@ async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its
         &broker,
         ExactlyOnceConfig::new("eos", 0, 1),
         None,
-        Some((0, 0)),
+        &[(0, 0)],
     );
     driver.initialize().await.expect("initialize");
     assert_eq!(driver.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
@@ -1026,6 +1034,64 @@ async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its
     );
 }
 
+/// Ledger mode: a record the ledger finds claimed whose ACCEPT finds it gone (its lock ran
+/// out or its session was reset since the poll) is skipped, as after a commit: the check goes
+/// on and settles the records after it, and the lost one is accepted by its claim when the
+/// group delivers it again. (It used to fail the iteration and leave the records after it
+/// held, unchecked, until the driver closed.)
+#[tokio::test(start_paused = true)]
+async fn ledger_mode_skips_a_claimed_record_lost_before_its_accept() {
+    let broker = broker(ExactlyOnceMode::Ledger);
+    // (0, 0) and (0, 1) are lost at their ACCEPT after the commit; (0, 0) once more when the
+    // ledger check finds it claimed.
+    let mut driver = fanout_driver(
+        &broker,
+        ExactlyOnceConfig::new("eos", 0, 1),
+        None,
+        &[(0, 0), (0, 1), (0, 0)],
+    );
+    driver.initialize().await.expect("initialize");
+    let first = driver.iteration_exactly_once().await.expect("committed");
+    assert!(
+        first.records > 2 && first.accepted + 2 == first.records,
+        "all but the two lost records accepted: {first:?}"
+    );
+    // Both come back once their locks have run out, (0, 0) first.
+    tokio::time::advance(LOCK).await;
+    let second = driver
+        .iteration_exactly_once()
+        .await
+        .expect("a claimed record lost before its ACCEPT does not fail the iteration");
+    assert_eq!(
+        second.accepted, 1,
+        "(0, 1), after the lost one, is settled by its claim: {second:?}"
+    );
+    let mut settled = first.accepted + second.accepted;
+    for _ in 0..5 {
+        if settled == INPUTS {
+            break;
+        }
+        tokio::time::advance(LOCK).await;
+        settled += driver
+            .iteration_exactly_once()
+            .await
+            .expect("iteration")
+            .accepted;
+    }
+    assert_eq!(settled, INPUTS, "every input accepted once");
+    assert_eq!(
+        driver.metrics().records_already_claimed,
+        2,
+        "both settled by their claims, not processed again"
+    );
+    driver.close().await.expect("close");
+    assert_eq!(
+        committed_values(&broker, "out").await,
+        outputs_but(None),
+        "each output once"
+    );
+}
+
 /// Ledger mode: records given up on at their last delivery are dead-lettered in the
 /// transaction and, the group having no broker dead-letter queue, REJECTed after the commit;
 /// one the consumer no longer has is skipped (and logged), and the iteration goes on. (The
@@ -1037,7 +1103,7 @@ async fn ledger_mode_skips_a_record_lost_before_its_reject() {
         inner: broker.share_consumer(GROUP),
         fault: Arc::default(),
         withheld: None,
-        lost_at: Some((0, 0, AcknowledgeType::Reject)),
+        lost_at: vec![(0, 0, AcknowledgeType::Reject)],
     };
     let mut driver = exactly_once_driver(
         &broker,
@@ -1084,7 +1150,7 @@ async fn initialize_without(
 ) -> (Result<(), Error>, Option<ExactlyOnceMode>) {
     let broker = broker(cluster);
     let eos = ExactlyOnceConfig::new("eos", 0, 1).with_mode(preference);
-    let mut driver = fanout_driver(&broker, eos, withheld, None);
+    let mut driver = fanout_driver(&broker, eos, withheld, &[]);
     let result = driver.initialize().await;
     let mode = driver.exactly_once_mode();
     driver.close().await.expect("close");

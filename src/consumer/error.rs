@@ -137,6 +137,16 @@ impl ConsumerError {
         matches!(self, Self::Connection(error) if error.is_authentication())
     }
 
+    /// True when the record acknowledged is not this consumer's to settle (any more): its
+    /// lock was lost or its session reset ([`ConsumerError::NotInBatch`]), or it was settled
+    /// already ([`ConsumerError::AlreadyAcknowledged`]). The group has it; nothing to undo.
+    pub(crate) fn is_not_held(&self) -> bool {
+        matches!(
+            self,
+            Self::NotInBatch { .. } | Self::AlreadyAcknowledged { .. }
+        )
+    }
+
     /// The broker's error code answer, if this is one.
     pub fn broker_error(&self) -> Option<&BrokerError> {
         match self {

@@ -1113,7 +1113,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// Ledger mode: checks the records that may have been finished before, accepts those
-    /// already claimed and removes them from `records`. Returns how many were accepted.
+    /// already claimed and removes them from `records`. Returns how many were accepted. A
+    /// claimed record no longer held is skipped (its claim settles it when it comes back); on
+    /// any other error, `records` keeps every record not settled, for the caller to release.
     async fn settle_claimed(
         &mut self,
         ledger: &mut Ledger,
@@ -1162,22 +1164,38 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.ledger_check_time += started.elapsed();
         let mut accepted = 0;
         let mut kept = Vec::with_capacity(records.len());
-        for record in records.drain(..) {
+        let mut pending = std::mem::take(records).into_iter();
+        let mut failed = None;
+        while let Some(record) = pending.next() {
             let tp = record.topic_partition();
-            if ledger.is_claimed(&tp, record.offset()) {
-                tracing::debug!(record = %record.id(), delivery_count = record.delivery_count(), "already claimed by a committed transaction; accepting without processing");
-                self.consumer
-                    .acknowledge(&record, AcknowledgeType::Accept)
-                    .map_err(ExactlyOnceError::Read)?;
-                accepted += 1;
-            } else {
+            if !ledger.is_claimed(&tp, record.offset()) {
                 kept.push(record);
+                continue;
+            }
+            tracing::debug!(record = %record.id(), delivery_count = record.delivery_count(), "already claimed by a committed transaction; accepting without processing");
+            match self.consumer.acknowledge(&record, AcknowledgeType::Accept) {
+                Ok(()) => accepted += 1,
+                // Its lock ran out or its session was reset since the poll: the group
+                // delivers it again, and this check accepts it then.
+                Err(error) if error.is_not_held() => {
+                    tracing::debug!(record = %record.id(), error = %ErrorChain(&error), "claimed, but no longer ours; accepted when delivered again");
+                }
+                Err(error) => {
+                    // Hand this record and every one not looked at back to the caller, which
+                    // releases them: none may stay held, unprocessed, until the lock expires.
+                    kept.push(record);
+                    kept.extend(pending.by_ref());
+                    failed = Some(ExactlyOnceError::Read(error));
+                }
             }
         }
         *records = kept;
         self.metrics.records_already_claimed += accepted as u64;
         self.acknowledged_since_commit += accepted as u64;
-        Ok(accepted)
+        match failed {
+            None => Ok(accepted),
+            Some(error) => Err(error),
+        }
     }
 
     /// The transaction of one round. `Ok`: committed.

@@ -1787,10 +1787,7 @@ where
 fn settle<C: ShareConsumer>(consumer: &mut C, id: &RecordId, ack: AcknowledgeType) -> Result<bool> {
     match consumer.acknowledge_offset(id.topic(), id.partition(), id.offset(), ack) {
         Ok(()) => Ok(true),
-        Err(
-            e @ (crate::consumer::ConsumerError::NotInBatch { .. }
-            | crate::consumer::ConsumerError::AlreadyAcknowledged { .. }),
-        ) => {
+        Err(e) if e.is_not_held() => {
             tracing::debug!(record = %id, ?ack, error = %ErrorChain(&e), "no longer ours; not acknowledged");
             Ok(false)
         }
