@@ -761,6 +761,54 @@ async fn implicit_mode_fatal_error_leaves_the_batch_to_be_released() {
     );
 }
 
+/// Implicit mode: a batch on its last delivery that is never put — its put failed for good,
+/// or retriably and the driver closed with it kept — goes back to the group with the
+/// consumer's close, which archives it: the close counts it in `records_released_at_limit`.
+#[tokio::test(start_paused = true)]
+async fn implicit_mode_a_batch_given_back_at_close_on_its_last_delivery_is_counted() {
+    for outcome in [Outcome::Fatal, Outcome::Retriable] {
+        let b = broker(2, 1);
+        let limit_two = GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2);
+        b.set_group_config(GROUP, limit_two).unwrap();
+        // A first delivery, given back by a consumer that goes away.
+        let mut first = b.share_consumer(GROUP);
+        first.subscribe(vec!["t".to_owned()]).await.unwrap();
+        assert_eq!(
+            first.poll(Duration::from_millis(10)).await.unwrap().len(),
+            2
+        );
+        drop(first);
+        assert_eq!(state(&b, 0, 1), (RecordState::Available, 1));
+
+        let (sink, _log) = ScriptedSink::new(&[outcome]);
+        let options = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
+        let mut d = driver(&b, sink, options);
+        d.initialize().await.unwrap();
+        let result = d.iteration().await;
+        match outcome {
+            Outcome::Fatal => assert!(result.is_err(), "{result:?}"),
+            _ => assert_eq!(result.unwrap().retained, 2),
+        }
+        assert_eq!(d.metrics().records_released_at_limit, 0, "{outcome:?}");
+        d.close().await.unwrap();
+        assert_eq!(
+            d.metrics().records_released_at_limit,
+            2,
+            "{outcome:?}: given back by the consumer's close, on their last delivery"
+        );
+        for offset in 0..2 {
+            assert_eq!(
+                state(&b, 0, offset),
+                (RecordState::Archived, 2),
+                "{outcome:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn life_cycle_misuse_returns_errors_not_panics() {
     let b = broker(1, 1);

@@ -197,6 +197,26 @@ async fn without_a_dead_letter_queue_a_last_delivery_stays_held_until_a_flush() 
     assert_eq!(state(&b, 0), (RecordState::Acknowledged, 2));
 }
 
+/// A last delivery still held for a flush that has not come when the driver closes goes back
+/// to the group with the consumer's close, which archives it: counted in
+/// `records_released_at_limit`.
+#[tokio::test(start_paused = true)]
+async fn a_last_delivery_still_held_for_a_flush_at_close_is_counted() {
+    let b = broker(1);
+    let limit_two = GroupConfig::new()
+        .auto_offset_reset(AutoOffsetReset::Earliest)
+        .record_lock_duration(LOCK)
+        .delivery_count_limit(2);
+    b.set_group_config(GROUP, limit_two).unwrap();
+    crash_once(&b).await;
+    let (mut d, _store) = driver(&b, |c| c);
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().awaiting_flush, 1);
+    d.close().await.unwrap();
+    assert_eq!(d.metrics().records_released_at_limit, 1);
+    assert_eq!(state(&b, 0), (RecordState::Archived, 2));
+}
+
 #[tokio::test(start_paused = true)]
 async fn past_the_flush_bound_the_driver_stops_polling_until_the_task_flushes() {
     let b = broker(30);

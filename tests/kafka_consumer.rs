@@ -1219,6 +1219,116 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
     c.close(Duration::from_secs(10)).await.unwrap();
 }
 
+/// A driver that stops right after a poll gives back what its consumer fetched ahead: on
+/// their last allowed delivery, the group archives those records unseen. The consumer's close
+/// counts exactly them and the driver adds them to `records_released_at_limit`: every record
+/// is put, taken by a later member, or counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
+    const N: usize = 40;
+    let limit = [("share.delivery.count.limit", "2")];
+    let Some(f) = fixture_with("unseen_at_limit", 1, 30_000, &limit).await else {
+        return;
+    };
+    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
+    support::share_group_config_until(&admin, &f.group, |c| c.delivery_count_limit() == Some(2))
+        .await;
+    // One log batch: acquired whole.
+    produce(
+        &f,
+        0,
+        (0..N).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    // A first member takes it in one poll and releases it: its next delivery is its last.
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .acquisition_sizing(AcquisitionSizing::Fixed)
+        .share_acquire_mode(ShareAcquireMode::RecordLimit)
+        .max_poll_records(N as i32);
+    let mut first = KafkaShareConsumer::connect(config).await.expect("connects");
+    first
+        .subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let mut released = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while released.is_empty() && tokio::time::Instant::now() < deadline {
+        released = first.poll(Duration::from_millis(500)).await.expect("poll");
+    }
+    assert!(!released.is_empty(), "nothing acquired");
+    for r in &released {
+        first.acknowledge(r, AcknowledgeType::Release).unwrap();
+    }
+    let results = first.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    first.close(Duration::from_secs(10)).await.unwrap();
+
+    // The driver: sized acquisition (the default) fetches the batch whole, a poll hands out
+    // 10; it stops after its first batch.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let consumer = KafkaShareConsumer::connect(
+        KafkaShareConsumerConfig::new(&f.bootstrap, &f.group).max_poll_records(10),
+    )
+    .await
+    .expect("connects");
+    let config = DriverConfig::new([f.topic.clone()]).poll_timeout(Duration::from_millis(500));
+    let mut driver = ShareSinkTask::new(Box::new(Collect(Arc::clone(&seen))), consumer, config);
+    driver.initialize().await.expect("initialize");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seen.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "nothing polled");
+        driver.iteration().await.expect("iteration");
+    }
+    driver.close().await.expect("close");
+    let put = seen.lock().unwrap().len();
+    let unseen = driver.metrics().records_released_at_limit;
+
+    // A last member takes what is left, up to a record produced after the close: a fetch
+    // acquires the records available before it first, so what has not come by then was
+    // archived.
+    produce(&f, 0, vec![record(N)], Compression::NoCompression).await;
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .acquisition_sizing(AcquisitionSizing::Fixed)
+        .prefetch_records(0);
+    let mut last = KafkaShareConsumer::connect(config).await.expect("connects");
+    last.subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let mut taken = 0;
+    let mut marker = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !marker {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the record produced after the close never came"
+        );
+        for r in last.poll(Duration::from_millis(500)).await.expect("poll") {
+            last.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+            if r.offset() == N as i64 {
+                marker = true;
+            } else {
+                taken += 1;
+            }
+        }
+    }
+    let results = last.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    last.close(Duration::from_secs(10)).await.unwrap();
+    let archived = N - put - taken;
+    assert!(
+        archived > 10,
+        "no record fetched ahead past the driver's one poll of 10 was given back at close \
+         (put {put}, taken {taken}): the test tested nothing"
+    );
+    assert_eq!(
+        unseen, archived as u64,
+        "archived unseen at close, counted (put {put}, taken {taken})"
+    );
+}
+
 /// The broker cuts what it acquires into ranges at log batch starts, each at least the
 /// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
 /// acknowledgement covers only part of it (then per offset, at far more cost). With batches

@@ -15,12 +15,19 @@ struct Entry {
     sent: bool,
     /// Kept past the next poll without a final acknowledgement (see `hold`).
     held: bool,
+    /// The record's delivery count, saturated (a group allows at most 10).
+    delivery: u8,
 }
 
 impl Entry {
     /// A final acknowledgement (ACCEPT, RELEASE, REJECT) went out: nothing more to do.
     fn settled(&self) -> bool {
         self.sent && matches!(self.ack, Some(a) if a != AcknowledgeType::Renew)
+    }
+
+    /// An ACCEPT, RELEASE or REJECT was given, sent or not.
+    fn finally_acknowledged(&self) -> bool {
+        matches!(self.ack, Some(a) if a != AcknowledgeType::Renew)
     }
 
     /// Still waiting for the application to acknowledge it before the next poll.
@@ -148,6 +155,7 @@ impl InFlightBatch {
                 ack: None,
                 sent: false,
                 held: false,
+                delivery: u8::try_from(record.delivery_count()).unwrap_or(u8::MAX),
             }
         }));
         self.cursor = 0;
@@ -402,6 +410,16 @@ impl InFlightBatch {
             .iter()
             .filter(|e| e.held && !e.settled())
             .map(|e| &self.partitions[e.partition as usize])
+    }
+
+    /// How many records of the batch, held ones included, have no final acknowledgement and
+    /// are on delivery `limit` or later: what a close gives back to the group for it to
+    /// archive (a group's limit is at most 10, far below the saturation of the count).
+    pub(crate) fn unsettled_at(&self, limit: u16) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| !e.finally_acknowledged() && u16::from(e.delivery) >= limit)
+            .count()
     }
 
     /// Forgets the batch except the held records that are not settled.
@@ -784,6 +802,31 @@ mod tests {
             b.acknowledge("b", 0, 5, AcknowledgeType::Accept),
             Err(ConsumerError::NotInBatch { .. })
         ));
+    }
+
+    #[test]
+    fn unsettled_records_at_the_limit_are_those_without_a_final_acknowledgement() {
+        let at = |offset, count| ConsumerRecord::new("t", 0, offset).with_delivery_count(count);
+        let mut b = InFlightBatch::default();
+        b.reset(&[at(0, 3), at(1, 3), at(2, 2), at(3, 3), at(4, 300)]);
+        assert_eq!(b.unsettled_at(3), 4, "nothing acknowledged yet");
+        b.acknowledge("t", 0, 0, AcknowledgeType::Accept).unwrap();
+        b.acknowledge("t", 0, 1, AcknowledgeType::Release).unwrap();
+        b.acknowledge("t", 0, 3, AcknowledgeType::Renew).unwrap();
+        b.hold("t", 0, 4).unwrap();
+        assert_eq!(
+            b.unsettled_at(3),
+            2,
+            "a renewed record and a held one (its count saturated) go back at close"
+        );
+        b.take_unsent(false);
+        b.clear_unheld();
+        assert_eq!(
+            b.unsettled_at(3),
+            1,
+            "the held one stays with the application"
+        );
+        assert_eq!(b.unsettled_at(2), 1);
     }
 
     #[test]

@@ -512,6 +512,18 @@ pub trait ShareConsumer: Send {
         None
     }
 
+    /// After [`close`](Self::close): how many records it gave back to the group on their last
+    /// allowed delivery ([`delivery_count_limit`](Self::delivery_count_limit)) without a final
+    /// acknowledgement — polled and neither acknowledged nor released, held
+    /// ([`hold_offset`](Self::hold_offset)), renewed, or fetched ahead and never polled. The
+    /// group archives them (into its broker dead-letter queue, if it has one); the driver adds
+    /// them to its `records_released_at_limit`. Records the application RELEASEd are not
+    /// counted here: whoever released them knew. 0 before `close`, and the default
+    /// implementation's answer.
+    fn released_at_limit_by_close(&self) -> u64 {
+        0
+    }
+
     /// The group's broker-side dead-letter queue (KIP-1191), as far as known. The default
     /// implementation does not know.
     ///
@@ -726,6 +738,10 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
 
     fn delivery_count_limit(&self) -> Option<u16> {
         (**self).delivery_count_limit()
+    }
+
+    fn released_at_limit_by_close(&self) -> u64 {
+        (**self).released_at_limit_by_close()
     }
 
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {

@@ -66,9 +66,16 @@ pub struct DriverMetrics {
     /// Records polled on their last allowed delivery: the group's delivery-count limit, or
     /// `max.delivery.attempts` when lower (`share-records-last-delivery-total`).
     pub records_last_delivery: u64,
-    /// Records on their last delivery that the driver released after a failed `put`, with no
-    /// dead-letter queue of its own to write them to: the group archives them, into its
-    /// broker dead-letter queue when it has one (`share-records-released-at-limit-total`).
+    /// Records on their last allowed delivery that went back to the group without an ACCEPT
+    /// or REJECT: released by the driver when it gave up on them with no dead-letter queue of
+    /// its own to write them to (a failed `put`, a record error under
+    /// `errors.tolerance=none`, a tripped breaker, a close with a batch still retried or
+    /// redelivered records queued), or given back by the consumer's close without a final
+    /// acknowledgement (fetched ahead and never polled, a batch never put in implicit mode,
+    /// records held for a flush that did not come:
+    /// [`ShareConsumer::released_at_limit_by_close`](crate::ShareConsumer::released_at_limit_by_close)).
+    /// The group archives them, into its broker dead-letter queue when it has one
+    /// (`share-records-released-at-limit-total`).
     pub records_released_at_limit: u64,
     /// Held records on their last delivery that came back because their lock ran out: the
     /// driver lost them (a stall), or a crash did before (`share-last-delivery-lock-losses-total`).

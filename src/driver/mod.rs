@@ -1523,17 +1523,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             // Released, a queued record on its last delivery is archived by the group:
             // counted and said.
-            let at_limit = self
-                .redelivered_arrivals
-                .queued_at(self.group_delivery_limit());
             let queued = self.redelivered_arrivals.clear_queue();
-            if queued > 0 {
+            if !queued.is_empty() {
                 tracing::info!(
-                    records = queued,
+                    records = queued.len(),
                     "closing with redelivered records queued; they are released"
                 );
+                self.release_given_up(&queued);
             }
-            self.note_released_at_limit(at_limit);
             match self.commit().await {
                 Ok(_) => {}
                 // As the consumer's close: a cluster out of reach is no reason to fail the
@@ -1570,6 +1567,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if let Err(e) = self.consumer.close(self.config.close_timeout).await {
             first_error.get_or_insert(e.into());
         }
+        // What the consumer's close gave back without a final acknowledgement, archived on
+        // its last delivery: fetched ahead, or left with the consumer (a batch not put in
+        // implicit mode, records held for a flush that did not come, a failed driver's).
+        let given_back = self.consumer.released_at_limit_by_close();
+        self.metrics.records_released_at_limit = self
+            .metrics
+            .records_released_at_limit
+            .saturating_add(given_back);
         // Stops the driver's own reading (a supervisor's reader goes on for its other tasks).
         self.lag = None;
         self.batch.clear();

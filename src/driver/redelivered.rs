@@ -40,13 +40,15 @@
 //! its batch to the next, which puts it again. [`run`](super::ShareSinkTask::run) takes a
 //! shutdown only once the queue is drained; [`close`](super::ShareSinkTask::close) releases
 //! what is still queued (a record on its last delivery is then archived by the group: counted
-//! in `records_released_at_limit` and said at WARN).
+//! in `records_released_at_limit` and said at WARN). A driver that failed leaves the queue
+//! to the consumer's close, which counts those records itself.
 
 use std::collections::{HashSet, VecDeque};
 
 use tokio::time::Instant;
 
 use super::ShareSinkTask;
+use super::dead_letter::GivenUp;
 use crate::consumer::ShareConsumer;
 use crate::error::Result;
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
@@ -128,23 +130,16 @@ impl RedeliveredArrivals {
         std::mem::take(&mut self.commit_requested)
     }
 
-    /// How many queued records are on their `last` delivery or past it.
-    pub(crate) fn queued_at(&self, last: u16) -> usize {
-        self.queue
-            .iter()
-            .filter(|q| q.sink.delivery_count() >= last)
-            .count()
-    }
-
-    /// Forgets the queue (at close, where the consumer releases what it holds).
-    pub(crate) fn clear_queue(&mut self) -> usize {
+    /// Empties the queue (at close), with what the driver needs to release its records.
+    pub(crate) fn clear_queue(&mut self) -> Vec<GivenUp> {
         self.commit_requested = false;
         self.batch_redelivered = false;
         self.in_flight = false;
         self.drain_by = None;
-        let n = self.queue.len();
-        self.queue.clear();
-        n
+        self.queue
+            .drain(..)
+            .map(|q| GivenUp::from(&q.sink))
+            .collect()
     }
 }
 

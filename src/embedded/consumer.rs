@@ -83,6 +83,8 @@ pub struct EmbeddedShareConsumer {
     /// The acknowledgement commit callback, if set.
     callback: CallbackSlot,
     closed: bool,
+    /// Counted by `close`: records it gave back on their last allowed delivery.
+    released_at_limit_by_close: u64,
 }
 
 impl EmbeddedShareConsumer {
@@ -101,6 +103,7 @@ impl EmbeddedShareConsumer {
             first_poll: None,
             callback: CallbackSlot::default(),
             closed: false,
+            released_at_limit_by_close: 0,
         }
     }
 
@@ -312,7 +315,10 @@ impl ShareConsumer for EmbeddedShareConsumer {
             return Ok(());
         }
         // Commit what was acknowledged; everything else (in implicit mode, the whole last
-        // poll) is released by leaving.
+        // poll) is released by leaving, and archived on its last delivery.
+        let limit = self.shared.lock().group_settings(&self.group_id).0;
+        self.released_at_limit_by_close =
+            u64::try_from(self.batch.unsettled_at(limit)).unwrap_or(u64::MAX);
         let results = self.send_acknowledgements(false);
         for (partition, error) in results.failures() {
             tracing::warn!(%partition, %error, "acknowledgement failed during close");
@@ -334,6 +340,10 @@ impl ShareConsumer for EmbeddedShareConsumer {
     /// [`GroupConfig::delivery_count_limit`]: super::GroupConfig::delivery_count_limit
     fn delivery_count_limit(&self) -> Option<u16> {
         Some(self.shared.lock().group_settings(&self.group_id).0)
+    }
+
+    fn released_at_limit_by_close(&self) -> u64 {
+        self.released_at_limit_by_close
     }
 
     /// The group's dead-letter topic ([`GroupConfig::dead_letter_queue`]) when it exists in

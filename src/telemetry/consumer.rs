@@ -323,6 +323,10 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
         self.inner.delivery_count_limit()
     }
 
+    fn released_at_limit_by_close(&self) -> u64 {
+        self.inner.released_at_limit_by_close()
+    }
+
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {
         self.inner.broker_dead_letter_queue()
     }

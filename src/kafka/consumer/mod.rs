@@ -194,29 +194,43 @@ pub struct KafkaShareConsumer {
     /// When the last poll handed records out, and how many.
     handed_out: Option<(Instant, usize)>,
     closed: bool,
+    /// Counted by `close`: records it gave back on their last allowed delivery.
+    released_at_limit_by_close: u64,
     /// The reconnect backoff of every connection of the consumer, and its counts.
     dialer: Arc<Dialer>,
 }
 
 impl KafkaShareConsumer {
-    /// At close: records fetched ahead and never polled go back to the group with the
-    /// session, their delivery counted; one on its last delivery is archived by the group
-    /// unseen by the application. Says how many, so that it is not silent.
-    fn warn_of_buffered_last_deliveries(&mut self) {
+    /// The group's delivery-count limit as read, else Kafka's default.
+    fn last_delivery(&self) -> u16 {
+        self.group_configs
+            .delivery_count_limit()
+            .unwrap_or(crate::consumer::DEFAULT_DELIVERY_COUNT_LIMIT)
+    }
+
+    /// At close, once the engine finished what was in flight: the records on their last
+    /// delivery that the session's end gives back to the group, which archives them — the
+    /// `unacknowledged` ones the application had (counted before the batch was cleared) and
+    /// those fetched ahead and never polled (their delivery counted all the same). Keeps the
+    /// number ([`released_at_limit_by_close`](ShareConsumer::released_at_limit_by_close))
+    /// and says it, so that it is not silent.
+    fn count_last_deliveries_given_back(&mut self, unacknowledged: usize) {
+        let limit = self.last_delivery();
         let inbox = &mut self.engine.inbox;
         inbox.drain();
-        let limit = self
-            .group_configs
-            .delivery_count_limit()
-            .unwrap_or(crate::consumer::DEFAULT_DELIVERY_COUNT_LIMIT);
-        let at_limit = inbox.records.count(|r| r.delivery_count() >= limit);
-        if at_limit > 0 {
+        let unseen = inbox.records.count(|r| r.delivery_count() >= limit);
+        let total = unacknowledged.saturating_add(unseen);
+        self.released_at_limit_by_close = u64::try_from(total).unwrap_or(u64::MAX);
+        if total > 0 {
             tracing::warn!(
-                records = at_limit,
+                records = total,
+                held_or_unacknowledged = unacknowledged,
+                fetched_ahead = unseen,
                 delivery_count_limit = limit,
                 broker_dead_letter_queue = ?self.group_configs.dead_letter_queue(),
-                "closing with records fetched ahead on their last allowed delivery and never \
-                 polled: the group archives them (into its broker dead-letter queue, if it has one)"
+                "closing with records on their last allowed delivery and no final \
+                 acknowledgement: the group archives them (into its broker dead-letter queue, \
+                 if it has one)"
             );
         }
     }
@@ -347,6 +361,7 @@ impl KafkaShareConsumer {
             pace: SinkPace::for_polls_of(max_poll_records),
             handed_out: None,
             closed: false,
+            released_at_limit_by_close: 0,
             dialer,
         })
     }
@@ -885,8 +900,9 @@ impl ShareConsumer for KafkaShareConsumer {
     /// records this consumer held then come back to the group when the broker sees its
     /// connections close (Kafka 4.2+ releases a closed session's records at once) or, at the
     /// latest, when their locks expire. Records fetched ahead and never polled go back so too,
-    /// their delivery counted: those on their last allowed delivery are archived by the group,
-    /// and their number is logged at WARN. Every connection the consumer opened is closed before
+    /// their delivery counted. Those on their last allowed delivery, held, unacknowledged or
+    /// never polled, are archived by the group: their number is logged at WARN and kept in
+    /// [`released_at_limit_by_close`](ShareConsumer::released_at_limit_by_close). Every connection the consumer opened is closed before
     /// this returns, except fetch connections still waiting for an answer after a timeout,
     /// which close within the request timeout.
     ///
@@ -901,7 +917,7 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.closed = true;
         self.group_configs.stop();
-        self.warn_of_buffered_last_deliveries();
+        let unacknowledged = self.batch.unsettled_at(self.last_delivery());
         let handed = self.hand_over_acks(false);
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
@@ -920,6 +936,8 @@ impl ShareConsumer for KafkaShareConsumer {
             self.membership.leave(timeout).await
         };
         let outcome = tokio::time::timeout(timeout, work).await;
+        // With what fetches in flight brought before the engine's answer.
+        self.count_last_deliveries_given_back(unacknowledged);
         // Also when the leave was cut short by the timeout.
         self.membership.close_connections();
         self.take_settled();
@@ -982,6 +1000,10 @@ impl ShareConsumer for KafkaShareConsumer {
     /// failed read later keeps the last value read.
     fn delivery_count_limit(&self) -> Option<u16> {
         self.group_configs.delivery_count_limit()
+    }
+
+    fn released_at_limit_by_close(&self) -> u64 {
+        self.released_at_limit_by_close
     }
 
     /// The group's `errors.deadletterqueue.topic.name` and
