@@ -218,7 +218,7 @@ struct FaultyConsumer {
     /// The next acknowledgement of this kind of this record (partition, offset) finds it
     /// gone, as when its lock ran out or its session was reset: `NotInBatch`, and the record
     /// stays acquired until its lock expires and the group delivers it again. Each entry
-    /// fires once, in order.
+    /// fires once; of equal entries, one per acknowledgement.
     lost_at: Vec<(i32, i64, AcknowledgeType)>,
 }
 
@@ -308,6 +308,9 @@ impl ShareConsumer for FaultyConsumer {
     }
     fn delivery_count_limit(&self) -> Option<u16> {
         self.inner.delivery_count_limit()
+    }
+    fn released_at_limit_by_close(&self) -> u64 {
+        self.inner.released_at_limit_by_close()
     }
     fn broker_dead_letter_queue(&self) -> kafka_share_sink::BrokerDeadLetterQueue {
         self.inner.broker_dead_letter_queue()
@@ -1090,6 +1093,59 @@ async fn ledger_mode_skips_a_claimed_record_lost_before_its_accept() {
         outputs_but(None),
         "each output once"
     );
+}
+
+/// A transaction that fails for good on the records' last delivery because another producer
+/// fenced this one: the records are released and each is counted once in
+/// `records_released_at_limit` — in atomic mode too, where the transaction failed before
+/// staging the acknowledgements (counted by the driver, and not again by the consumer's close,
+/// which gives back only records without a final acknowledgement).
+#[tokio::test(start_paused = true)]
+async fn a_fenced_transaction_on_the_last_delivery_counts_each_record_once() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker_with_limit(mode, 2);
+        // A first delivery, given back by a consumer that goes away.
+        let mut first = broker.share_consumer(GROUP);
+        first.subscribe(vec!["in".to_owned()]).await.unwrap();
+        let mut polled = 0;
+        while polled < INPUTS {
+            let records = first.poll(Duration::from_millis(10)).await.unwrap();
+            assert!(!records.is_empty(), "{mode}: {polled} of {INPUTS}");
+            for r in &records {
+                first
+                    .hold_offset(r.topic(), r.partition(), r.offset())
+                    .unwrap();
+            }
+            polled += records.len();
+        }
+        drop(first);
+        let eos = ExactlyOnceConfig::new("eos", 0, 1);
+        let mut driver = fanout_driver(&broker, eos.clone(), None, &[]);
+        driver.initialize().await.expect("initialize");
+        let other = broker
+            .transactional_producer(&eos.transactional_id())
+            .unwrap();
+        other
+            .init_transactions()
+            .await
+            .expect("fences the driver's");
+        driver
+            .iteration_exactly_once()
+            .await
+            .expect_err("the driver's producer is fenced");
+        driver.close().await.expect("close");
+        let m = driver.metrics();
+        assert_eq!(m.transactions_committed, 0, "{mode}: {m:?}");
+        assert_eq!(
+            m.records_released_at_limit, INPUTS as u64,
+            "{mode}: each record counted once: {m:?}"
+        );
+        let counts = broker.state_counts(GROUP);
+        assert_eq!(counts.archived, INPUTS as u64, "{mode}: {counts:?}");
+    }
 }
 
 /// Ledger mode: records given up on at their last delivery are dead-lettered in the

@@ -1219,10 +1219,11 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
     c.close(Duration::from_secs(10)).await.unwrap();
 }
 
-/// A driver that stops right after a poll gives back what its consumer fetched ahead: on
-/// their last allowed delivery, the group archives those records unseen. The consumer's close
-/// counts exactly them and the driver adds them to `records_released_at_limit`: every record
-/// is put, taken by a later member, or counted.
+/// A driver that stops right after its first put gives back what its consumer fetched ahead:
+/// on their last allowed delivery, the group archives those records unseen. The consumer's
+/// close counts them and the driver adds them to `records_released_at_limit`, next to the
+/// records of its own poll it released: every record is put, taken by a later member, or
+/// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     const N: usize = 40;
@@ -1265,8 +1266,10 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     assert!(results.is_success(), "{results:?}");
     first.close(Duration::from_secs(10)).await.unwrap();
 
-    // The driver: sized acquisition (the default) fetches the batch whole, a poll hands out
-    // 10; it stops after its first batch.
+    // The driver: sized acquisition (the default) fetches the batch whole and a poll hands
+    // out 10, the rest waits in the consumer. Redelivered, the 10 are put one by one; the
+    // driver stops after its first put, releasing the 9 it queued (counted by the driver),
+    // and its consumer's close gives back the 30 it fetched ahead (counted by the consumer).
     let seen = Arc::new(Mutex::new(Vec::new()));
     let consumer = KafkaShareConsumer::connect(
         KafkaShareConsumerConfig::new(&f.bootstrap, &f.group).max_poll_records(10),

@@ -519,7 +519,10 @@ pub trait ShareConsumer: Send {
     /// group archives them (into its broker dead-letter queue, if it has one); the driver adds
     /// them to its `records_released_at_limit`. Records the application RELEASEd are not
     /// counted here: whoever released them knew. 0 before `close`, and the default
-    /// implementation's answer.
+    /// implementation's answer: a wrapper around another consumer must forward it.
+    ///
+    /// Kafka counts a closed session's records as delivered since 4.2 (KAFKA-19972); a 4.1
+    /// broker gave the delivery back, and delivered them again instead of archiving them.
     fn released_at_limit_by_close(&self) -> u64 {
         0
     }

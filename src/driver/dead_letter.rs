@@ -122,12 +122,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// acknowledged, staged in a transaction) is skipped. Those on their last allowed delivery
     /// are counted as released at the limit, also when skipped: given up on, the group
     /// archives them however they go back (where the driver releases records one by one, as
-    /// `release_failed_batch` does, it counts only those it released). Returns how many were
+    /// `release_failed_batch` does, it counts only those it released). One whose RELEASE
+    /// failed otherwise stays with the consumer, whose close counts it. Returns how many were
     /// released.
     pub(super) fn release_given_up(&mut self, records: &[GivenUp]) -> u64 {
-        self.note_released_among(records.iter().map(|r| r.delivery));
         let mut released = 0;
-        for GivenUp { id, .. } in records {
+        let mut gone_back = Vec::with_capacity(records.len());
+        for GivenUp { id, delivery } in records {
             self.held.remove(id);
             match self.consumer.acknowledge_offset(
                 id.topic(),
@@ -135,10 +136,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 id.offset(),
                 AcknowledgeType::Release,
             ) {
-                Ok(()) => released += 1,
-                Err(e) => tracing::debug!(record = %id, error = %ErrorChain(&e), "not released"),
+                Ok(()) => {
+                    released += 1;
+                    gone_back.push(*delivery);
+                }
+                Err(e) => {
+                    if e.is_not_held() {
+                        gone_back.push(*delivery);
+                    }
+                    tracing::debug!(record = %id, error = %ErrorChain(&e), "not released");
+                }
             }
         }
+        self.note_released_among(gone_back);
         self.metrics.records_released += released;
         self.acknowledged_since_commit += released;
         released

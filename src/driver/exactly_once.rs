@@ -853,16 +853,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         Err(self.refused_stop(mode, given_up, refused, report).await)
                     }
                     Aborted::Fatal(error) => {
-                        if mode == ExactlyOnceMode::Ledger {
-                            let _ = self.release_all(finished.iter().map(GivenUp::from), report);
-                            if let Err(e) = self.commit_acknowledgements().await {
-                                tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
-                            }
-                        } else {
-                            // Staged, they go back with the abort; not staged yet (the
-                            // transaction failed before), with the close: either way those on
-                            // their last delivery are archived.
-                            self.note_released_among(finished.iter().map(|f| f.delivery));
+                        // Ledger mode: still held. Atomic mode: staged, they went back with
+                        // the abort (skipped here, counted all the same); not staged, or
+                        // ACCEPTed by a staging cut short, the RELEASE replaces what was not
+                        // sent, so the consumer's close neither sends an ACCEPT of an aborted
+                        // transaction nor counts them a second time.
+                        let _ = self.release_all(finished.iter().map(GivenUp::from), report);
+                        if let Err(e) = self.commit_acknowledgements().await {
+                            tracing::warn!(error = %ErrorChain(&e), "could not commit the releases");
                         }
                         Err(error)
                     }

@@ -1285,14 +1285,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     error = %ErrorChain(&error),
                     "dead-letter write failed; releasing the records instead of rejecting them"
                 );
-                self.note_released_among(records.iter().map(|(r, _)| r.delivery_count()));
-                for (record, _) in &records {
-                    self.consumer
-                        .acknowledge(record, AcknowledgeType::Release)?;
-                }
-                self.metrics.records_released += n as u64;
-                report.released += n;
-                self.acknowledged_since_commit += n as u64;
+                let given_up: Vec<dead_letter::GivenUp> =
+                    records.iter().map(|(r, _)| r.into()).collect();
+                let released = self.release_given_up(&given_up);
+                report.released += usize::try_from(released).unwrap_or(usize::MAX);
                 return Ok(0);
             }
             self.metrics.records_dead_lettered += n as u64;

@@ -257,20 +257,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .chain(self.batch.iter().map(GivenUp::from))
                 .chain(rest.iter().map(GivenUp::from))
                 .collect();
-            self.note_released_among(poll.iter().map(|r| r.delivery));
-            let mut released = 0;
-            for GivenUp { id: r, .. } in &poll {
-                if let Err(e) = self.consumer.acknowledge_offset(
-                    r.topic(),
-                    r.partition(),
-                    r.offset(),
-                    AcknowledgeType::Release,
-                ) {
-                    return e.into();
-                }
-                released += 1;
-            }
-            self.metrics.records_released += released;
+            self.release_given_up(&poll);
             if let Err(e) = self.commit_acknowledgements().await {
                 // The task's own error matters more. Releases that did not reach the broker
                 // expire with their locks and the records come back: nothing is lost.

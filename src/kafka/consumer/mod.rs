@@ -585,6 +585,22 @@ impl KafkaShareConsumer {
         });
     }
 
+    /// How many renewed records waiting to be presented again (out of the batch since the
+    /// poll that took their RENEW) are on delivery `limit` or later.
+    fn renewed_waiting_at(&self, limit: u16) -> usize {
+        self.last_records
+            .iter()
+            .filter(|r| {
+                r.delivery_count() >= limit
+                    && self.to_present.iter().any(|id| {
+                        id.offset() == r.offset()
+                            && id.partition() == r.partition()
+                            && id.topic() == r.topic()
+                    })
+            })
+            .count()
+    }
+
     /// The renewed records of the last poll that are still ours, to present again.
     fn renewed_again(&mut self) -> Vec<ConsumerRecord> {
         let renewed = std::mem::take(&mut self.to_present);
@@ -917,7 +933,11 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.closed = true;
         self.group_configs.stop();
-        let unacknowledged = self.batch.unsettled_at(self.last_delivery());
+        let limit = self.last_delivery();
+        let unacknowledged = self
+            .batch
+            .unsettled_at(limit)
+            .saturating_add(self.renewed_waiting_at(limit));
         let handed = self.hand_over_acks(false);
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
