@@ -983,6 +983,31 @@ fn exactly_once_driver(
     )
 }
 
+/// Iterates, letting locks run out in between, until every input is accepted (`settled` so
+/// far), checks that `claimed` of them were settled by their claims rather than processed
+/// again, and closes.
+async fn settle_the_rest_by_claims(driver: &mut Driver, mut settled: usize, claimed: u64) {
+    for _ in 0..20 {
+        if settled == INPUTS {
+            break;
+        }
+        // A lost record comes back once its lock has run out.
+        tokio::time::advance(LOCK).await;
+        settled += driver
+            .iteration_exactly_once()
+            .await
+            .expect("iteration")
+            .accepted;
+    }
+    assert_eq!(settled, INPUTS, "every input accepted once");
+    assert_eq!(
+        driver.metrics().records_already_claimed,
+        claimed,
+        "settled by their claims, not processed again"
+    );
+    driver.close().await.expect("close");
+}
+
 /// Ledger mode: a record the consumer no longer has when its ACCEPT comes after the commit
 /// (its lock ran out after the renewal, or its session was reset) is skipped, and the
 /// iteration reports the committed transaction with the others accepted; when the group
@@ -1008,26 +1033,7 @@ async fn ledger_mode_skips_a_record_lost_before_its_accept_and_settles_it_by_its
         "all but the lost record accepted: {first:?}"
     );
     assert_eq!(driver.metrics().transactions_committed, 1);
-    let mut settled = first.accepted;
-    for _ in 0..20 {
-        if settled == INPUTS {
-            break;
-        }
-        // The lost record comes back once its lock has run out.
-        tokio::time::advance(LOCK).await;
-        settled += driver
-            .iteration_exactly_once()
-            .await
-            .expect("iteration")
-            .accepted;
-    }
-    assert_eq!(settled, INPUTS, "every input accepted once");
-    assert_eq!(
-        driver.metrics().records_already_claimed,
-        1,
-        "the lost record is settled by its claim, not processed again"
-    );
-    driver.close().await.expect("close");
+    settle_the_rest_by_claims(&mut driver, first.accepted, 1).await;
     let counts = broker.state_counts(GROUP);
     assert_eq!(counts.acknowledged, INPUTS as u64, "{counts:?}");
     assert_eq!(
@@ -1069,25 +1075,7 @@ async fn ledger_mode_skips_a_claimed_record_lost_before_its_accept() {
         second.accepted, 1,
         "(0, 1), after the lost one, is settled by its claim: {second:?}"
     );
-    let mut settled = first.accepted + second.accepted;
-    for _ in 0..5 {
-        if settled == INPUTS {
-            break;
-        }
-        tokio::time::advance(LOCK).await;
-        settled += driver
-            .iteration_exactly_once()
-            .await
-            .expect("iteration")
-            .accepted;
-    }
-    assert_eq!(settled, INPUTS, "every input accepted once");
-    assert_eq!(
-        driver.metrics().records_already_claimed,
-        2,
-        "both settled by their claims, not processed again"
-    );
-    driver.close().await.expect("close");
+    settle_the_rest_by_claims(&mut driver, first.accepted + second.accepted, 2).await;
     assert_eq!(
         committed_values(&broker, "out").await,
         outputs_but(None),

@@ -1138,6 +1138,33 @@ async fn records_fetched_ahead_are_not_handed_out_after_their_lock_ran_out() {
     c.close(Duration::from_secs(10)).await.unwrap();
 }
 
+/// A member that takes what one poll of up to `max_poll_records` brings (no fetch ahead),
+/// releases it and leaves: the next delivery of those records is their second.
+async fn release_one_poll(f: &Fixture, max_poll_records: i32) {
+    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .acquisition_sizing(AcquisitionSizing::Fixed)
+        .share_acquire_mode(ShareAcquireMode::RecordLimit)
+        .max_poll_records(max_poll_records);
+    let mut first = KafkaShareConsumer::connect(config).await.expect("connects");
+    first
+        .subscribe(vec![f.topic.clone()])
+        .await
+        .expect("subscribe");
+    let mut released = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while released.is_empty() && tokio::time::Instant::now() < deadline {
+        released = first.poll(Duration::from_millis(500)).await.expect("poll");
+    }
+    assert!(!released.is_empty(), "nothing acquired");
+    for r in &released {
+        first.acknowledge(r, AcknowledgeType::Release).unwrap();
+    }
+    let results = first.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    first.close(Duration::from_secs(10)).await.unwrap();
+}
+
 /// Records fetched ahead that wait unpolled for half their lock are released, except those on
 /// their last allowed delivery: released, the group would archive them unseen. Those are
 /// handed out, and every record comes.
@@ -1156,28 +1183,7 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
     .await;
     // A first member takes what it can in one poll and releases it: delivered once, the next
     // delivery of those records is their last.
-    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
-        .acknowledgement_mode(AcknowledgementMode::Explicit)
-        .acquisition_sizing(AcquisitionSizing::Fixed)
-        .share_acquire_mode(ShareAcquireMode::RecordLimit)
-        .max_poll_records(200);
-    let mut first = KafkaShareConsumer::connect(config).await.expect("connects");
-    first
-        .subscribe(vec![f.topic.clone()])
-        .await
-        .expect("subscribe");
-    let mut released = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while released.is_empty() && tokio::time::Instant::now() < deadline {
-        released = first.poll(Duration::from_millis(500)).await.expect("poll");
-    }
-    assert!(!released.is_empty(), "nothing acquired");
-    for r in &released {
-        first.acknowledge(r, AcknowledgeType::Release).unwrap();
-    }
-    let results = first.commit_sync(Duration::from_secs(10)).await.unwrap();
-    assert!(results.is_success(), "{results:?}");
-    first.close(Duration::from_secs(10)).await.unwrap();
+    release_one_poll(&f, 200).await;
 
     // The second member polls quickly (so it acquires ahead), then stalls past half the lock.
     let mut c = consumer_polling(&f, 50).await;
@@ -1243,28 +1249,7 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     )
     .await;
     // A first member takes it in one poll and releases it: its next delivery is its last.
-    let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
-        .acknowledgement_mode(AcknowledgementMode::Explicit)
-        .acquisition_sizing(AcquisitionSizing::Fixed)
-        .share_acquire_mode(ShareAcquireMode::RecordLimit)
-        .max_poll_records(N as i32);
-    let mut first = KafkaShareConsumer::connect(config).await.expect("connects");
-    first
-        .subscribe(vec![f.topic.clone()])
-        .await
-        .expect("subscribe");
-    let mut released = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while released.is_empty() && tokio::time::Instant::now() < deadline {
-        released = first.poll(Duration::from_millis(500)).await.expect("poll");
-    }
-    assert!(!released.is_empty(), "nothing acquired");
-    for r in &released {
-        first.acknowledge(r, AcknowledgeType::Release).unwrap();
-    }
-    let results = first.commit_sync(Duration::from_secs(10)).await.unwrap();
-    assert!(results.is_success(), "{results:?}");
-    first.close(Duration::from_secs(10)).await.unwrap();
+    release_one_poll(&f, N as i32).await;
 
     // The driver: sized acquisition (the default) fetches the batch whole and a poll hands
     // out 10, the rest waits in the consumer. Redelivered, the 10 are put one by one; the
