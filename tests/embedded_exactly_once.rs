@@ -1127,6 +1127,7 @@ async fn a_fenced_transaction_on_the_last_delivery_counts_each_record_once() {
         driver.close().await.expect("close");
         let m = driver.metrics();
         assert_eq!(m.transactions_committed, 0, "{mode}: {m:?}");
+        assert_eq!(m.records_last_delivery, INPUTS as u64, "{mode}: {m:?}");
         assert_eq!(
             m.records_released_at_limit, INPUTS as u64,
             "{mode}: each record counted once: {m:?}"

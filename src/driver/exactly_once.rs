@@ -467,6 +467,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let records = self.consumer.poll(self.config.poll_timeout).await?;
         let polled = Instant::now();
         self.metrics.records_read += records.len() as u64;
+        let last_delivery = self.last_delivery_limit();
+        let last = records
+            .iter()
+            .filter(|r| r.delivery_count() >= last_delivery)
+            .count();
+        self.metrics.records_last_delivery += last as u64;
+        report.last_delivery += last;
         tracing::Span::current().record("records", records.len());
         if records.is_empty() {
             self.commit_if_due(&mut report).await?;
