@@ -309,8 +309,8 @@ impl ShareConsumer for FaultyConsumer {
     fn delivery_count_limit(&self) -> Option<u16> {
         self.inner.delivery_count_limit()
     }
-    fn released_at_limit_by_close(&self) -> u64 {
-        self.inner.released_at_limit_by_close()
+    fn given_back_at_limit(&self) -> u64 {
+        self.inner.given_back_at_limit()
     }
     fn broker_dead_letter_queue(&self) -> kafka_share_sink::BrokerDeadLetterQueue {
         self.inner.broker_dead_letter_queue()

@@ -1317,6 +1317,86 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     );
 }
 
+/// Records fetched ahead on their last allowed delivery that wait unpolled past their lock
+/// are archived by the group before a poll can hand them out: the consumer counts them in
+/// `given_back_at_limit` when it drops them. Every record is polled, taken after the stall,
+/// or counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_deliveries_fetched_ahead_past_their_lock_are_counted() {
+    const N: usize = 40;
+    let limit = [("share.delivery.count.limit", "2")];
+    let Some(f) = fixture_with("expired_at_limit", 1, LOCK_MS, &limit).await else {
+        return;
+    };
+    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
+    support::share_group_config_until(&admin, &f.group, |c| c.delivery_count_limit() == Some(2))
+        .await;
+    // One log batch: acquired whole.
+    produce(
+        &f,
+        0,
+        (0..N).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    release_one_poll(&f, N as i32).await;
+    // Sized acquisition (the default) fetches the batch whole; a poll hands out 10, the rest
+    // waits in the buffer while the application stalls past the lock.
+    let mut c = consumer_polling(&f, 10).await;
+    let mut polled = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while polled.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "nothing polled");
+        polled = c.poll(Duration::from_millis(500)).await.expect("poll");
+    }
+    for r in &polled {
+        c.acknowledge(r, AcknowledgeType::Accept).unwrap();
+    }
+    assert!(
+        c.commit_sync(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_success()
+    );
+    assert_eq!(c.given_back_at_limit(), 0);
+    tokio::time::sleep(Duration::from_millis(LOCK_MS + 1000)).await;
+    // Then it polls on, up to a record produced after the stall.
+    produce(&f, 0, vec![record(N)], Compression::NoCompression).await;
+    let mut taken = 0;
+    let mut marker = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !marker {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the record produced after the stall never came"
+        );
+        for r in c.poll(Duration::from_millis(500)).await.expect("poll") {
+            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+            if r.offset() == N as i64 {
+                marker = true;
+            } else {
+                taken += 1;
+            }
+        }
+    }
+    let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    let archived = N - polled.len() - taken;
+    assert!(
+        archived > 0,
+        "nothing fetched ahead waited past its lock (polled {}, taken {taken}): the test \
+         tested nothing",
+        polled.len()
+    );
+    assert_eq!(
+        c.given_back_at_limit(),
+        archived as u64,
+        "dropped past their lock on their last delivery, counted (polled {}, taken {taken})",
+        polled.len()
+    );
+    c.close(Duration::from_secs(10)).await.unwrap();
+}
+
 /// The broker cuts what it acquires into ranges at log batch starts, each at least the
 /// ShareFetch `BatchSize` long, and tracks each range as one in-flight batch until an
 /// acknowledgement covers only part of it (then per offset, at far more cost). With batches

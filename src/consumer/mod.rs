@@ -512,18 +512,20 @@ pub trait ShareConsumer: Send {
         None
     }
 
-    /// After [`close`](Self::close): how many records it gave back to the group on their last
-    /// allowed delivery ([`delivery_count_limit`](Self::delivery_count_limit)) without a final
-    /// acknowledgement — polled and neither acknowledged nor released, held
-    /// ([`hold_offset`](Self::hold_offset)), renewed, or fetched ahead and never polled. The
-    /// group archives them (into its broker dead-letter queue, if it has one); the driver adds
-    /// them to its `records_released_at_limit`. Records the application RELEASEd are not
-    /// counted here: whoever released them knew. 0 before `close`, and the default
-    /// implementation's answer: a wrapper around another consumer must forward it.
+    /// How many records this consumer has given back to the group on their last allowed
+    /// delivery ([`delivery_count_limit`](Self::delivery_count_limit)) without a final
+    /// acknowledgement, since it was created: at [`close`](Self::close), those polled and
+    /// neither acknowledged nor released, held ([`hold_offset`](Self::hold_offset)), renewed,
+    /// or fetched ahead and never polled; before, records it fetched ahead whose locks ran out
+    /// before a poll could hand them out. The group archives them (into its broker dead-letter
+    /// queue, if it has one) unprocessed; the driver adds them to its
+    /// `records_released_at_limit` after each poll and at close. Records the application
+    /// RELEASEd are not counted here: whoever released them knew. The default implementation
+    /// answers 0: a wrapper around another consumer must forward it.
     ///
     /// Kafka counts a closed session's records as delivered since 4.2 (KAFKA-19972); a 4.1
     /// broker gave the delivery back, and delivered them again instead of archiving them.
-    fn released_at_limit_by_close(&self) -> u64 {
+    fn given_back_at_limit(&self) -> u64 {
         0
     }
 
@@ -743,8 +745,8 @@ impl<C: ShareConsumer + ?Sized> ShareConsumer for Box<C> {
         (**self).delivery_count_limit()
     }
 
-    fn released_at_limit_by_close(&self) -> u64 {
-        (**self).released_at_limit_by_close()
+    fn given_back_at_limit(&self) -> u64 {
+        (**self).given_back_at_limit()
     }
 
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {

@@ -70,10 +70,11 @@ pub struct DriverMetrics {
     /// or REJECT: released by the driver when it gave up on them with no dead-letter queue of
     /// its own to write them to (a failed `put`, a record error under
     /// `errors.tolerance=none`, a tripped breaker, a close with a batch still retried or
-    /// redelivered records queued), or given back by the consumer's close without a final
-    /// acknowledgement (fetched ahead and never polled, a batch never put in implicit mode,
-    /// records held for a flush that did not come:
-    /// [`ShareConsumer::released_at_limit_by_close`](crate::ShareConsumer::released_at_limit_by_close)).
+    /// redelivered records queued), or given back by the consumer without a final
+    /// acknowledgement: at close (fetched ahead and never polled, a batch never put in
+    /// implicit mode, records held for a flush that did not come), or fetched ahead and kept
+    /// unpolled past their lock
+    /// ([`ShareConsumer::given_back_at_limit`](crate::ShareConsumer::given_back_at_limit)).
     /// The group archives them, into its broker dead-letter queue when it has one
     /// (`share-records-released-at-limit-total`).
     pub records_released_at_limit: u64,

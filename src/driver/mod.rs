@@ -197,6 +197,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     redelivery: Option<PendingRelease>,
     /// Explicit mode: a poll that brought redelivered records, put in small batches.
     redelivered_arrivals: redelivered::RedeliveredArrivals,
+    /// The consumer's [`given_back_at_limit`](ShareConsumer::given_back_at_limit) as last
+    /// added to the metrics.
+    given_back_seen: u64,
     /// Records put and not yet reported to `pre_commit` (after put), or put and not yet
     /// durable (after flush).
     delivered: Delivered,
@@ -263,6 +266,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retry: None,
             redelivery: None,
             redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
+            given_back_seen: 0,
             delivered: Delivered::new(),
             batch_delivered: Delivered::new(),
             delivered_bytes: Vec::new(),
@@ -1035,6 +1039,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
     }
 
+    /// Adds to `records_released_at_limit` what the consumer gave back on the last delivery
+    /// since it was last asked (it says so itself, at WARN): records it fetched ahead whose
+    /// locks ran out before a poll, and at close what had no final acknowledgement.
+    pub(super) fn note_given_back_by_consumer(&mut self) {
+        let total = self.consumer.given_back_at_limit();
+        let new = total.saturating_sub(self.given_back_seen);
+        self.given_back_seen = total;
+        self.metrics.records_released_at_limit =
+            self.metrics.records_released_at_limit.saturating_add(new);
+    }
+
     /// [`note_released_at_limit`](Self::note_released_at_limit) for records RELEASEd on
     /// these `deliveries`: those at the group's limit or past it.
     pub(super) fn note_released_among(&mut self, deliveries: impl IntoIterator<Item = u16>) {
@@ -1566,11 +1581,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         // What the consumer's close gave back without a final acknowledgement, archived on
         // its last delivery: fetched ahead, or left with the consumer (a batch not put in
         // implicit mode, records held for a flush that did not come, a failed driver's).
-        let given_back = self.consumer.released_at_limit_by_close();
-        self.metrics.records_released_at_limit = self
-            .metrics
-            .records_released_at_limit
-            .saturating_add(given_back);
+        self.note_given_back_by_consumer();
         // Stops the driver's own reading (a supervisor's reader goes on for its other tasks).
         self.lag = None;
         self.batch.clear();

@@ -83,8 +83,9 @@ pub struct EmbeddedShareConsumer {
     /// The acknowledgement commit callback, if set.
     callback: CallbackSlot,
     closed: bool,
-    /// Counted by `close`: records it gave back on their last allowed delivery.
-    released_at_limit_by_close: u64,
+    /// Records given back at close on their last allowed delivery (see
+    /// [`ShareConsumer::given_back_at_limit`]).
+    given_back_at_limit: u64,
 }
 
 impl EmbeddedShareConsumer {
@@ -103,7 +104,7 @@ impl EmbeddedShareConsumer {
             first_poll: None,
             callback: CallbackSlot::default(),
             closed: false,
-            released_at_limit_by_close: 0,
+            given_back_at_limit: 0,
         }
     }
 
@@ -317,8 +318,8 @@ impl ShareConsumer for EmbeddedShareConsumer {
         // Commit what was acknowledged; everything else (in implicit mode, the whole last
         // poll) is released by leaving, and archived on its last delivery.
         let limit = self.shared.lock().group_settings(&self.group_id).0;
-        self.released_at_limit_by_close =
-            u64::try_from(self.batch.unsettled_at(limit)).unwrap_or(u64::MAX);
+        let at_limit = u64::try_from(self.batch.unsettled_at(limit)).unwrap_or(u64::MAX);
+        self.given_back_at_limit = self.given_back_at_limit.saturating_add(at_limit);
         let results = self.send_acknowledgements(false);
         for (partition, error) in results.failures() {
             tracing::warn!(%partition, %error, "acknowledgement failed during close");
@@ -342,8 +343,8 @@ impl ShareConsumer for EmbeddedShareConsumer {
         Some(self.shared.lock().group_settings(&self.group_id).0)
     }
 
-    fn released_at_limit_by_close(&self) -> u64 {
-        self.released_at_limit_by_close
+    fn given_back_at_limit(&self) -> u64 {
+        self.given_back_at_limit
     }
 
     /// The group's dead-letter topic ([`GroupConfig::dead_letter_queue`]) when it exists in

@@ -323,8 +323,8 @@ impl<C: ShareConsumer> ShareConsumer for MeteredConsumer<C> {
         self.inner.delivery_count_limit()
     }
 
-    fn released_at_limit_by_close(&self) -> u64 {
-        self.inner.released_at_limit_by_close()
+    fn given_back_at_limit(&self) -> u64 {
+        self.inner.given_back_at_limit()
     }
 
     fn broker_dead_letter_queue(&self) -> BrokerDeadLetterQueue {

@@ -194,8 +194,9 @@ pub struct KafkaShareConsumer {
     /// When the last poll handed records out, and how many.
     handed_out: Option<(Instant, usize)>,
     closed: bool,
-    /// Counted by `close`: records it gave back on their last allowed delivery.
-    released_at_limit_by_close: u64,
+    /// Records given back on their last allowed delivery without a final acknowledgement
+    /// (see [`ShareConsumer::given_back_at_limit`]).
+    given_back_at_limit: u64,
     /// The reconnect backoff of every connection of the consumer, and its counts.
     dialer: Arc<Dialer>,
 }
@@ -212,7 +213,7 @@ impl KafkaShareConsumer {
     /// delivery that the session's end gives back to the group, which archives them — the
     /// `unacknowledged` ones the application had (counted before the batch was cleared) and
     /// those fetched ahead and never polled (their delivery counted all the same). Keeps the
-    /// number ([`released_at_limit_by_close`](ShareConsumer::released_at_limit_by_close))
+    /// number ([`given_back_at_limit`](ShareConsumer::given_back_at_limit))
     /// and says it, so that it is not silent.
     fn count_last_deliveries_given_back(&mut self, unacknowledged: usize) {
         let limit = self.last_delivery();
@@ -220,7 +221,9 @@ impl KafkaShareConsumer {
         inbox.drain();
         let unseen = inbox.records.count(|r| r.delivery_count() >= limit);
         let total = unacknowledged.saturating_add(unseen);
-        self.released_at_limit_by_close = u64::try_from(total).unwrap_or(u64::MAX);
+        self.given_back_at_limit = self
+            .given_back_at_limit
+            .saturating_add(u64::try_from(total).unwrap_or(u64::MAX));
         if total > 0 {
             tracing::warn!(
                 records = total,
@@ -361,7 +364,7 @@ impl KafkaShareConsumer {
             pace: SinkPace::for_polls_of(max_poll_records),
             handed_out: None,
             closed: false,
-            released_at_limit_by_close: 0,
+            given_back_at_limit: 0,
             dialer,
         })
     }
@@ -479,10 +482,19 @@ impl KafkaShareConsumer {
             return Ok(());
         }
         if !expired.is_empty() {
+            let limit = self.last_delivery();
+            let at_limit = expired
+                .iter()
+                .filter(|r| r.delivery_count() >= limit)
+                .count();
+            self.given_back_at_limit = self
+                .given_back_at_limit
+                .saturating_add(u64::try_from(at_limit).unwrap_or(u64::MAX));
             tracing::warn!(
                 records = expired.len(),
+                on_last_delivery = at_limit,
                 "records fetched ahead waited unpolled past their acquisition lock: dropped, \
-                 the group delivers them again (or archives those on their last delivery: \
+                 the group delivers them again (and archives those on their last delivery: \
                  poll more often than the acquisition lock)"
             );
         }
@@ -918,7 +930,7 @@ impl ShareConsumer for KafkaShareConsumer {
     /// latest, when their locks expire. Records fetched ahead and never polled go back so too,
     /// their delivery counted. Those on their last allowed delivery, held, unacknowledged or
     /// never polled, are archived by the group: their number is logged at WARN and kept in
-    /// [`released_at_limit_by_close`](ShareConsumer::released_at_limit_by_close). Every connection the consumer opened is closed before
+    /// [`given_back_at_limit`](ShareConsumer::given_back_at_limit). Every connection the consumer opened is closed before
     /// this returns, except fetch connections still waiting for an answer after a timeout,
     /// which close within the request timeout.
     ///
@@ -1022,8 +1034,8 @@ impl ShareConsumer for KafkaShareConsumer {
         self.group_configs.delivery_count_limit()
     }
 
-    fn released_at_limit_by_close(&self) -> u64 {
-        self.released_at_limit_by_close
+    fn given_back_at_limit(&self) -> u64 {
+        self.given_back_at_limit
     }
 
     /// The group's `errors.deadletterqueue.topic.name` and
