@@ -1358,6 +1358,11 @@ async fn last_deliveries_fetched_ahead_past_their_lock_are_counted() {
             .unwrap()
             .is_success()
     );
+    assert_eq!(
+        c.delivery_count_limit(),
+        Some(2),
+        "the group's limit as read"
+    );
     assert_eq!(c.given_back_at_limit(), 0);
     tokio::time::sleep(Duration::from_millis(LOCK_MS + 1000)).await;
     // Then it polls on, up to a record produced after the stall.

@@ -520,8 +520,9 @@ pub trait ShareConsumer: Send {
     /// before a poll could hand them out. The group archives them (into its broker dead-letter
     /// queue, if it has one) unprocessed; the driver adds them to its
     /// `records_released_at_limit` after each poll and at close. Records the application
-    /// RELEASEd are not counted here: whoever released them knew. The default implementation
-    /// answers 0: a wrapper around another consumer must forward it.
+    /// RELEASEd are not counted here: whoever released them knew; nor are records an
+    /// [`unsubscribe`](Self::unsubscribe) gives back. The default implementation answers 0: a
+    /// wrapper around another consumer must forward it.
     ///
     /// Kafka counts a closed session's records as delivered since 4.2 (KAFKA-19972); a 4.1
     /// broker gave the delivery back, and delivered them again instead of archiving them.

@@ -68,9 +68,10 @@ pub struct DriverMetrics {
     pub records_last_delivery: u64,
     /// Records on their last allowed delivery that went back to the group without an ACCEPT
     /// or REJECT: released by the driver when it gave up on them with no dead-letter queue of
-    /// its own to write them to (a failed `put`, a record error under
-    /// `errors.tolerance=none`, a tripped breaker, a close with a batch still retried or
-    /// redelivered records queued), or given back by the consumer without a final
+    /// its own to write them to, or one that failed (a failed `put`, a record error under
+    /// `errors.tolerance=none`, a tripped breaker, a failed dead-letter write, an exactly-once
+    /// transaction that failed for good, a close with a batch still retried or redelivered
+    /// records queued), or given back by the consumer without a final
     /// acknowledgement: at close (fetched ahead and never polled, a batch never put in
     /// implicit mode, records held for a flush that did not come), or fetched ahead and kept
     /// unpolled past their lock

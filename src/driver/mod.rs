@@ -248,6 +248,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// [`initialize`](Self::initialize).
     pub fn new(task: Box<dyn SinkTask>, consumer: C, config: DriverConfig) -> Self {
         let now = Instant::now();
+        // What the consumer gave back before it was the driver's is not the driver's to count.
+        let given_back_seen = consumer.given_back_at_limit();
         let breaker = Arc::new(std::sync::Mutex::new(
             crate::dlq::breaker::BreakerWindow::new(config.dead_letter_breaker, now),
         ));
@@ -266,7 +268,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retry: None,
             redelivery: None,
             redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
-            given_back_seen: 0,
+            given_back_seen,
             delivered: Delivered::new(),
             batch_delivered: Delivered::new(),
             delivered_bytes: Vec::new(),

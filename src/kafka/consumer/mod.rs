@@ -209,25 +209,41 @@ impl KafkaShareConsumer {
             .unwrap_or(crate::consumer::DEFAULT_DELIVERY_COUNT_LIMIT)
     }
 
-    /// At close, once the engine finished what was in flight: the records on their last
-    /// delivery that the session's end gives back to the group, which archives them — the
-    /// `unacknowledged` ones the application had (counted before the batch was cleared) and
-    /// those fetched ahead and never polled (their delivery counted all the same). Keeps the
-    /// number ([`given_back_at_limit`](ShareConsumer::given_back_at_limit))
-    /// and says it, so that it is not silent.
-    fn count_last_deliveries_given_back(&mut self, unacknowledged: usize) {
+    /// At close, before anything is awaited: the records on their last delivery the
+    /// application had without a final acknowledgement (held, unacknowledged, renewed), which
+    /// the session's end gives back to the group for it to archive. Added to
+    /// [`given_back_at_limit`](ShareConsumer::given_back_at_limit) at once, so that a close
+    /// cut short still counts them.
+    fn count_unsettled_last_deliveries(&mut self) -> usize {
+        let limit = self.last_delivery();
+        let unsettled = self
+            .batch
+            .unsettled_at(limit)
+            .saturating_add(self.renewed_waiting_at(limit));
+        self.given_back_at_limit = self
+            .given_back_at_limit
+            .saturating_add(u64::try_from(unsettled).unwrap_or(u64::MAX));
+        unsettled
+    }
+
+    /// At close, once the engine finished what was in flight: adds to
+    /// [`given_back_at_limit`](ShareConsumer::given_back_at_limit) the records on their last
+    /// delivery fetched ahead and never polled (their delivery counted all the same), and says
+    /// how many records on their last delivery the close gives back with the `unsettled`
+    /// ones, so that it is not silent.
+    fn count_last_deliveries_given_back(&mut self, unsettled: usize) {
         let limit = self.last_delivery();
         let inbox = &mut self.engine.inbox;
         inbox.drain();
         let unseen = inbox.records.count(|r| r.delivery_count() >= limit);
-        let total = unacknowledged.saturating_add(unseen);
         self.given_back_at_limit = self
             .given_back_at_limit
-            .saturating_add(u64::try_from(total).unwrap_or(u64::MAX));
+            .saturating_add(u64::try_from(unseen).unwrap_or(u64::MAX));
+        let total = unsettled.saturating_add(unseen);
         if total > 0 {
             tracing::warn!(
                 records = total,
-                held_or_unacknowledged = unacknowledged,
+                held_or_unacknowledged = unsettled,
                 fetched_ahead = unseen,
                 delivery_count_limit = limit,
                 broker_dead_letter_queue = ?self.group_configs.dead_letter_queue(),
@@ -742,13 +758,15 @@ impl ShareConsumer for KafkaShareConsumer {
             self.to_present = renewed;
         }
         self.forget_unrenewed();
+        // Before anything can fail: a renewed record is either in `to_present` or in the
+        // batch, never both (a close counts each).
+        self.batch.clear_unheld();
         if renewing {
             // Present them again only once the broker said the RENEW held.
             let (reply, answer) = oneshot::channel();
             self.engine.send(Command::Commit(reply))?;
             self.renew_answer = Some(answer);
         }
-        self.batch.clear_unheld();
         let now = Instant::now();
         self.app_done(now)?;
         self.engine.inbox.drain();
@@ -929,10 +947,10 @@ impl ShareConsumer for KafkaShareConsumer {
     /// connections close (Kafka 4.2+ releases a closed session's records at once) or, at the
     /// latest, when their locks expire. Records fetched ahead and never polled go back so too,
     /// their delivery counted. Those on their last allowed delivery, held, unacknowledged or
-    /// never polled, are archived by the group: their number is logged at WARN and kept in
-    /// [`given_back_at_limit`](ShareConsumer::given_back_at_limit). Every connection the consumer opened is closed before
-    /// this returns, except fetch connections still waiting for an answer after a timeout,
-    /// which close within the request timeout.
+    /// never polled, are archived by the group: their number is logged at WARN and added to
+    /// [`given_back_at_limit`](ShareConsumer::given_back_at_limit). Every connection the
+    /// consumer opened is closed before this returns, except fetch connections still waiting
+    /// for an answer after a timeout, which close within the request timeout.
     ///
     /// # Cancel safety
     ///
@@ -945,11 +963,7 @@ impl ShareConsumer for KafkaShareConsumer {
         }
         self.closed = true;
         self.group_configs.stop();
-        let limit = self.last_delivery();
-        let unacknowledged = self
-            .batch
-            .unsettled_at(limit)
-            .saturating_add(self.renewed_waiting_at(limit));
+        let unsettled = self.count_unsettled_last_deliveries();
         let handed = self.hand_over_acks(false);
         self.batch.clear();
         let (reply, answer) = oneshot::channel();
@@ -969,7 +983,7 @@ impl ShareConsumer for KafkaShareConsumer {
         };
         let outcome = tokio::time::timeout(timeout, work).await;
         // With what fetches in flight brought before the engine's answer.
-        self.count_last_deliveries_given_back(unacknowledged);
+        self.count_last_deliveries_given_back(unsettled);
         // Also when the leave was cut short by the timeout.
         self.membership.close_connections();
         self.take_settled();
