@@ -1138,6 +1138,58 @@ async fn records_fetched_ahead_are_not_handed_out_after_their_lock_ran_out() {
     c.close(Duration::from_secs(10)).await.unwrap();
 }
 
+/// The records of the tests of a batch on its last delivery.
+const BATCH: usize = 40;
+
+/// A group with a delivery-count limit of 2 (seen by the broker) and locks of `lock_ms`, and a
+/// topic of one log batch of [`BATCH`] records (acquired whole) that a first member took in one
+/// poll and released: their next delivery is their last.
+async fn one_batch_on_its_last_delivery(test: &str, lock_ms: u64) -> Option<Fixture> {
+    let limit = [("share.delivery.count.limit", "2")];
+    let f = fixture_with(test, 1, lock_ms, &limit).await?;
+    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
+    support::share_group_config_until(&admin, &f.group, |c| c.delivery_count_limit() == Some(2))
+        .await;
+    produce(
+        &f,
+        0,
+        (0..BATCH).map(record).collect(),
+        Compression::NoCompression,
+    )
+    .await;
+    release_one_poll(&f, BATCH as i32).await;
+    Some(f)
+}
+
+/// Polls and ACCEPTs until the record at `marker` (produced last) comes, commits, and returns
+/// how many records came before it: a fetch acquires the records available before the marker
+/// first, so what has not come by then is not available (archived, or still locked).
+async fn accept_up_to(c: &mut KafkaShareConsumer, marker: i64) -> usize {
+    let mut taken = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the record produced last ({marker}) never came"
+        );
+        let mut seen = false;
+        for r in c.poll(Duration::from_millis(500)).await.expect("poll") {
+            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+            if r.offset() == marker {
+                seen = true;
+            } else {
+                taken += 1;
+            }
+        }
+        if seen {
+            break;
+        }
+    }
+    let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
+    assert!(results.is_success(), "{results:?}");
+    taken
+}
+
 /// A member that takes what one poll of up to `max_poll_records` brings (no fetch ahead),
 /// releases it and leaves: the next delivery of those records is their second.
 async fn release_one_poll(f: &Fixture, max_poll_records: i32) {
@@ -1232,24 +1284,9 @@ async fn records_on_their_last_delivery_are_not_released_from_the_buffer() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
-    const N: usize = 40;
-    let limit = [("share.delivery.count.limit", "2")];
-    let Some(f) = fixture_with("unseen_at_limit", 1, 30_000, &limit).await else {
+    let Some(f) = one_batch_on_its_last_delivery("unseen_at_limit", 30_000).await else {
         return;
     };
-    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
-    support::share_group_config_until(&admin, &f.group, |c| c.delivery_count_limit() == Some(2))
-        .await;
-    // One log batch: acquired whole.
-    produce(
-        &f,
-        0,
-        (0..N).map(record).collect(),
-        Compression::NoCompression,
-    )
-    .await;
-    // A first member takes it in one poll and releases it: its next delivery is its last.
-    release_one_poll(&f, N as i32).await;
 
     // The driver: sized acquisition (the default) fetches the batch whole and a poll hands
     // out 10, the rest waits in the consumer. Redelivered, the 10 are put one by one; the
@@ -1276,7 +1313,7 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     // A last member takes what is left, up to a record produced after the close: a fetch
     // acquires the records available before it first, so what has not come by then was
     // archived.
-    produce(&f, 0, vec![record(N)], Compression::NoCompression).await;
+    produce(&f, 0, vec![record(BATCH)], Compression::NoCompression).await;
     let config = KafkaShareConsumerConfig::new(&f.bootstrap, &f.group)
         .acknowledgement_mode(AcknowledgementMode::Explicit)
         .acquisition_sizing(AcquisitionSizing::Fixed)
@@ -1285,27 +1322,9 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
     last.subscribe(vec![f.topic.clone()])
         .await
         .expect("subscribe");
-    let mut taken = 0;
-    let mut marker = false;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !marker {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the record produced after the close never came"
-        );
-        for r in last.poll(Duration::from_millis(500)).await.expect("poll") {
-            last.acknowledge(&r, AcknowledgeType::Accept).unwrap();
-            if r.offset() == N as i64 {
-                marker = true;
-            } else {
-                taken += 1;
-            }
-        }
-    }
-    let results = last.commit_sync(Duration::from_secs(10)).await.unwrap();
-    assert!(results.is_success(), "{results:?}");
+    let taken = accept_up_to(&mut last, BATCH as i64).await;
     last.close(Duration::from_secs(10)).await.unwrap();
-    let archived = N - put - taken;
+    let archived = BATCH - put - taken;
     assert!(
         archived > 10,
         "no record fetched ahead past the driver's one poll of 10 was given back at close \
@@ -1323,23 +1342,9 @@ async fn a_close_counts_the_last_deliveries_it_gives_back_unseen() {
 /// or counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_deliveries_fetched_ahead_past_their_lock_are_counted() {
-    const N: usize = 40;
-    let limit = [("share.delivery.count.limit", "2")];
-    let Some(f) = fixture_with("expired_at_limit", 1, LOCK_MS, &limit).await else {
+    let Some(f) = one_batch_on_its_last_delivery("expired_at_limit", LOCK_MS).await else {
         return;
     };
-    let admin = KafkaAdmin::connect(&f.bootstrap).await.expect("admin");
-    support::share_group_config_until(&admin, &f.group, |c| c.delivery_count_limit() == Some(2))
-        .await;
-    // One log batch: acquired whole.
-    produce(
-        &f,
-        0,
-        (0..N).map(record).collect(),
-        Compression::NoCompression,
-    )
-    .await;
-    release_one_poll(&f, N as i32).await;
     // Sized acquisition (the default) fetches the batch whole; a poll hands out 10, the rest
     // waits in the buffer while the application stalls past the lock.
     let mut c = consumer_polling(&f, 10).await;
@@ -1366,27 +1371,9 @@ async fn last_deliveries_fetched_ahead_past_their_lock_are_counted() {
     assert_eq!(c.given_back_at_limit(), 0);
     tokio::time::sleep(Duration::from_millis(LOCK_MS + 1000)).await;
     // Then it polls on, up to a record produced after the stall.
-    produce(&f, 0, vec![record(N)], Compression::NoCompression).await;
-    let mut taken = 0;
-    let mut marker = false;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !marker {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the record produced after the stall never came"
-        );
-        for r in c.poll(Duration::from_millis(500)).await.expect("poll") {
-            c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
-            if r.offset() == N as i64 {
-                marker = true;
-            } else {
-                taken += 1;
-            }
-        }
-    }
-    let results = c.commit_sync(Duration::from_secs(10)).await.unwrap();
-    assert!(results.is_success(), "{results:?}");
-    let archived = N - polled.len() - taken;
+    produce(&f, 0, vec![record(BATCH)], Compression::NoCompression).await;
+    let taken = accept_up_to(&mut c, BATCH as i64).await;
+    let archived = BATCH - polled.len() - taken;
     assert!(
         archived > 0,
         "nothing fetched ahead waited past its lock (polled {}, taken {taken}): the test \
