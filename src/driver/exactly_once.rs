@@ -464,9 +464,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .await;
             }
         }
-        let records = self.consumer.poll(self.config.poll_timeout).await;
-        self.note_given_back_by_consumer();
-        let records = records?;
+        let records = self.poll_consumer().await?;
         let polled = Instant::now();
         self.metrics.records_read += records.len() as u64;
         let last_delivery = self.last_delivery_limit();

@@ -1041,6 +1041,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
     }
 
+    /// Polls the consumer for the iteration's records, then counts what it gave back on the
+    /// last delivery meanwhile (also when the poll fails).
+    ///
+    /// # Cancel safety
+    ///
+    /// As the consumer's `poll`: what a dropped poll gave back is counted by the next one.
+    pub(super) async fn poll_consumer(&mut self) -> Result<Vec<ConsumerRecord>> {
+        let records = self.consumer.poll(self.config.poll_timeout).await;
+        self.note_given_back_by_consumer();
+        Ok(records?)
+    }
+
     /// Adds to `records_released_at_limit` what the consumer gave back on the last delivery
     /// since it was last asked (it says so itself, at WARN): records it fetched ahead whose
     /// locks ran out before a poll, and at close what had no final acknowledgement.

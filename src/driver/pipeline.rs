@@ -32,9 +32,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.batch_is_poll = false;
         self.batch_delivered.clear();
         let polled_at = Instant::now();
-        let records = self.consumer.poll(self.config.poll_timeout).await;
-        self.note_given_back_by_consumer();
-        let records = records?;
+        let records = self.poll_consumer().await?;
         if !records.is_empty() {
             // Until `put` returned: see `resume_unfinished`.
             self.unfinished = Some(Unfinished::Converting);

@@ -202,6 +202,12 @@ pub struct KafkaShareConsumer {
 }
 
 impl KafkaShareConsumer {
+    /// Adds `records` to [`given_back_at_limit`](ShareConsumer::given_back_at_limit).
+    fn add_given_back(&mut self, records: usize) {
+        let records = u64::try_from(records).unwrap_or(u64::MAX);
+        self.given_back_at_limit = self.given_back_at_limit.saturating_add(records);
+    }
+
     /// The group's delivery-count limit as read, else Kafka's default.
     fn last_delivery(&self) -> u16 {
         self.group_configs
@@ -220,9 +226,7 @@ impl KafkaShareConsumer {
             .batch
             .unsettled_at(limit)
             .saturating_add(self.renewed_waiting_at(limit));
-        self.given_back_at_limit = self
-            .given_back_at_limit
-            .saturating_add(u64::try_from(unsettled).unwrap_or(u64::MAX));
+        self.add_given_back(unsettled);
         unsettled
     }
 
@@ -236,9 +240,7 @@ impl KafkaShareConsumer {
         let inbox = &mut self.engine.inbox;
         inbox.drain();
         let unseen = inbox.records.count(|r| r.delivery_count() >= limit);
-        self.given_back_at_limit = self
-            .given_back_at_limit
-            .saturating_add(u64::try_from(unseen).unwrap_or(u64::MAX));
+        self.add_given_back(unseen);
         let total = unsettled.saturating_add(unseen);
         if total > 0 {
             tracing::warn!(
@@ -503,9 +505,7 @@ impl KafkaShareConsumer {
                 .iter()
                 .filter(|r| r.delivery_count() >= limit)
                 .count();
-            self.given_back_at_limit = self
-                .given_back_at_limit
-                .saturating_add(u64::try_from(at_limit).unwrap_or(u64::MAX));
+            self.add_given_back(at_limit);
             tracing::warn!(
                 records = expired.len(),
                 on_last_delivery = at_limit,
@@ -604,13 +604,8 @@ impl KafkaShareConsumer {
             return;
         }
         let keep = &self.to_present;
-        self.last_records.retain(|r| {
-            keep.iter().any(|id| {
-                id.offset() == r.offset()
-                    && id.partition() == r.partition()
-                    && id.topic() == r.topic()
-            })
-        });
+        self.last_records
+            .retain(|r| keep.iter().any(|id| names(id, r)));
     }
 
     /// How many renewed records waiting to be presented again (out of the batch since the
@@ -619,12 +614,7 @@ impl KafkaShareConsumer {
         self.last_records
             .iter()
             .filter(|r| {
-                r.delivery_count() >= limit
-                    && self.to_present.iter().any(|id| {
-                        id.offset() == r.offset()
-                            && id.partition() == r.partition()
-                            && id.topic() == r.topic()
-                    })
+                r.delivery_count() >= limit && self.to_present.iter().any(|id| names(id, r))
             })
             .count()
     }
@@ -639,12 +629,7 @@ impl KafkaShareConsumer {
         self.last_records
             .iter()
             .filter(|r| {
-                !lost.contains(&r.topic_partition())
-                    && renewed.iter().any(|id| {
-                        id.offset() == r.offset()
-                            && id.partition() == r.partition()
-                            && id.topic() == r.topic()
-                    })
+                !lost.contains(&r.topic_partition()) && renewed.iter().any(|id| names(id, r))
             })
             .cloned()
             .collect()
@@ -659,6 +644,13 @@ impl KafkaShareConsumer {
         }
         records
     }
+}
+
+/// Whether `id` names `record` (no allocation, unlike comparing with `record.id()`).
+fn names(id: &RecordId, record: &ConsumerRecord) -> bool {
+    id.offset() == record.offset()
+        && id.partition() == record.partition()
+        && id.topic() == record.topic()
 }
 
 #[async_trait]
