@@ -1,4 +1,4 @@
-//! Client "A" of `scripts/bench.sh` (see BENCHMARKS.md): drains a topic with
+//! Client "A" of `scripts/bench.sh` (see benches/BENCHMARKS.md): drains a topic with
 //! `KafkaShareConsumer` under `ShareSinkTask`, a sink that does nothing, and explicit
 //! acknowledgements, then prints one `BENCH` line the script reads.
 //!

@@ -1,4 +1,4 @@
-//! Client "F" of the mirror row of `scripts/bench.sh` (see BENCHMARKS.md): the at-least-once
+//! Client "F" of the mirror row of `scripts/bench.sh` (see benches/BENCHMARKS.md): the at-least-once
 //! twin of `eos_mirror`. `ShareSinkTask` drains a topic into a sink whose `put` copies each
 //! record with `MirrorTask::mirror` (same key, value, headers, timestamp and partition, topic
 //! `<prefix><topic>`), sends it through the crate's idempotent `KafkaProducer` and waits for

@@ -1,4 +1,4 @@
-//! Producer "P" of `scripts/bench.sh` (see BENCHMARKS.md): writes N records of S bytes (null
+//! Producer "P" of `scripts/bench.sh` (see benches/BENCHMARKS.md): writes N records of S bytes (null
 //! keys, one random payload of capital letters, as Java's `ProducerPerformance`) with the
 //! crate's `KafkaProducer`, then prints the line Java's tool prints last, so the script reads
 //! both alike.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end share-consumer benchmark (see BENCHMARKS.md): one broker started by scripts/kafka.sh,
+# End-to-end share-consumer benchmark (see benches/BENCHMARKS.md): one broker started by scripts/kafka.sh,
 # one topic produced once, then the clients drain it in turns A B C A B C ..., each run with a
 # fresh share group set to share.auto.offset.reset=earliest:
 #

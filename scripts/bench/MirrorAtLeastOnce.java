@@ -1,4 +1,4 @@
-// Client "G" of the mirror row of scripts/bench.sh (see BENCHMARKS.md): an at-least-once mirror
+// Client "G" of the mirror row of scripts/bench.sh (see benches/BENCHMARKS.md): an at-least-once mirror
 // with the Java clients. A KafkaShareConsumer (explicit acknowledgements) reads the source topic;
 // each record is sent to the target topic, same partition, key, value, headers and timestamp,
 // through a KafkaProducer with its defaults (idempotent, acks=all); after each poll the producer

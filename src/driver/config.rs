@@ -21,7 +21,7 @@ pub const DEFAULT_COMMIT_RECORDS: u64 = 100_000;
 /// [`KafkaShareConsumer`](crate::KafkaShareConsumer): on its next fetch, or alone within a
 /// second); a commit makes them durable on the broker, reports lost locks and calls
 /// [`SinkTask::pre_commit`](crate::SinkTask::pre_commit). [`DriverConfig`] commits once a
-/// second or every [`DEFAULT_COMMIT_RECORDS`] records by default: measured on one Kafka 4.4 broker (BENCHMARKS.md), committing every
+/// second or every [`DEFAULT_COMMIT_RECORDS`] records by default: measured on one Kafka 4.4 broker (benches/BENCHMARKS.md), committing every
 /// iteration costs a round trip per batch and held a no-op sink to about half the records/s.
 ///
 /// ```
@@ -132,7 +132,7 @@ impl DriverConfig {
             task_config: TaskConfig::new(),
             // Java's fetch.max.wait.ms.
             poll_timeout: Duration::from_millis(500),
-            // Measured (BENCHMARKS.md): a commit per iteration is a round trip per batch;
+            // Measured (benches/BENCHMARKS.md): a commit per iteration is a round trip per batch;
             // acknowledgements ride on fetches in between. The record bound keeps what waits
             // for a commit's confirmation bounded at any pace.
             commit_policy: CommitPolicy::interval(Duration::from_secs(1))

@@ -8,7 +8,7 @@
 //! free, but raises its mmap threshold to the size of a freed block, so later buffers come from
 //! its heaps, one per thread that allocates (any tokio worker), where freed buffers leave holes
 //! that stay resident. Measured on the consumer benchmark, that was more resident memory than
-//! the answers themselves (see BENCHMARKS.md, "Peak RSS of the share consumer").
+//! the answers themselves (see benches/BENCHMARKS.md, "Peak RSS of the share consumer").
 //!
 //! So the reader of a connection takes the buffers of large frames from a [`FramePool`]:
 //! a frame's buffer goes back to the pool when the frame's last slice is dropped, and the next

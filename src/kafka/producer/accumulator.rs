@@ -60,7 +60,7 @@ const RECORD_OVERHEAD: usize = 21;
 pub(crate) const BATCH_OVERHEAD: usize = 61;
 /// The most an open batch grows past `batch.size` while its partition is backed up. Within
 /// the broker's default `message.max.bytes` (1 MiB plus a batch header), so a grown batch fits
-/// any topic with the default limit; 256 KiB because, measured side by side (BENCHMARKS.md,
+/// any topic with the default limit; 256 KiB because, measured side by side (benches/BENCHMARKS.md,
 /// 2026-12-05), it sends as fast as 1 MiB (producer and exactly-once mirror rows) with 30 %
 /// less peak memory and CPU per record, where 128 KiB slows the mirror's transactions.
 pub(crate) const GROWN_BATCH_MAX: usize = 1 << 18;
