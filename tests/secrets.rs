@@ -516,7 +516,9 @@ struct Case {
     /// password, bit 2 the OAuth client secret, bit 3 the keystore file and inline key both.
     extras: u8,
     /// How the `.properties` text is written: 0 escaped, 1 PEM over continuation lines,
-    /// 2 non-ASCII as `\uXXXX`, 3 a malformed `\uXXXX` inside the password.
+    /// 2 non-ASCII as `\uXXXX`, 3 a malformed `\uXXXX` inside the password, 4 line breaks
+    /// written as they are, without the `\` that makes a value go on (a PEM key pasted
+    /// into the file: Java reads each next line as a key of its own).
     text_form: u8,
     /// Where the settings go: 0 alone, 1 the worker's `consumer.*`, 2 the connector's
     /// `consumer.override.*`, 3 the connector's `producer.override.*` with a DLQ.
@@ -560,7 +562,7 @@ fn case() -> impl Strategy<Value = Case> {
                 .prop_map(|(a, b, c, d)| {
                     u8::from(a) | u8::from(b) << 1 | u8::from(c) << 2 | u8::from(d) << 3
                 }),
-            0u8..4,
+            0u8..5,
             0u8..4,
             prop::bool::weighted(0.4),
         ),
@@ -597,15 +599,26 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// How [`properties_value`] writes a line break.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Breaks {
+    /// `\n`, as Java's `store` does.
+    Escaped,
+    /// As continuation lines (the break is then lost: Java joins the lines without one).
+    Continued,
+    /// As it is: the value ends there, and the next line is read as an entry of its own.
+    Bare,
+}
+
 /// A value as `.properties` text: escaped as Java's `store` does, non-ASCII as `\uXXXX` when
-/// `unicode`, line breaks as continuation lines when `continued` (they are then lost: Java
-/// joins the lines without a separator).
-fn properties_value(value: &str, unicode: bool, continued: bool) -> String {
+/// `unicode`, line breaks as `breaks` says.
+fn properties_value(value: &str, unicode: bool, breaks: Breaks) -> String {
     let mut out = String::new();
     for (i, c) in value.chars().enumerate() {
         match c {
             '\\' => out.push_str("\\\\"),
-            '\n' if continued => out.push_str("\\\n    "),
+            '\n' if breaks == Breaks::Continued => out.push_str("\\\n    "),
+            '\n' if breaks == Breaks::Bare => out.push('\n'),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -689,7 +702,12 @@ fn settings(case: &Case) -> Settings {
 fn properties_text(pairs: &[(&str, String)], prefix: &str, case: &Case) -> String {
     let mut text = String::new();
     for (key, value) in pairs {
-        let mut written = properties_value(value, case.text_form == 2, case.text_form == 1);
+        let breaks = match case.text_form {
+            1 => Breaks::Continued,
+            4 => Breaks::Bare,
+            _ => Breaks::Escaped,
+        };
+        let mut written = properties_value(value, case.text_form == 2, breaks);
         if case.text_form == 3 && *key == "sasl.jaas.config" {
             // A malformed escape in the middle of the secret.
             let middle = written.len() / 2;
@@ -912,7 +930,7 @@ fn run(case: &Case) -> (Outputs, Needles) {
         let _ = writeln!(
             connector,
             "connection.password={}",
-            properties_value(&password(&case.core, case.style), false, false)
+            properties_value(&password(&case.core, case.style), false, Breaks::Escaped)
         );
         let worker = Properties::parse(&worker);
         let connector = Properties::parse(&connector);

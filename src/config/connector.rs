@@ -29,6 +29,7 @@ use super::keys::{
 use super::override_policy::ClientOverridePolicy;
 use super::plugin::{self, Chain, PluginSpec, PredicateSpec, TransformSpec};
 use super::properties::Properties;
+use super::secret::shown_key;
 use super::value;
 
 /// Connect's default `offset.flush.timeout.ms`.
@@ -262,7 +263,7 @@ impl ConnectorConfig {
             );
             tracing::warn!(
                 connector = %name,
-                key = %key,
+                key = %shown_key(key),
                 "unknown config key, not used by the share sink runtime: {hint}"
             );
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use super::error::ConfigError;
-use super::secret::RedactedMap;
+use super::secret::{RedactedMap, shown_key};
 
 /// String settings in the order they were first set, as a Kafka worker or connector reads
 /// them from a `.properties` file.
@@ -57,9 +57,18 @@ impl Properties {
     ///   `\#`, `\ `).
     ///
     /// A key set twice keeps its last value. Every text Java reads is read the same, except
-    /// one: fails with [`ConfigError::Syntax`] on a malformed `\uXXXX` escape (as Java does)
-    /// and on one that encodes a lone surrogate (which Java accepts but a Rust string cannot
-    /// hold); the error gives the line, never the value.
+    /// where Java would go on with a secret spilled over several keys. Fails with
+    /// [`ConfigError::Syntax`], which gives the line and the key, never the value:
+    ///
+    /// - on a malformed `\uXXXX` escape (as Java does), and on one that encodes a lone
+    ///   surrogate (which Java accepts but a Rust string cannot hold);
+    /// - on a value cut at a line end that was meant to go on: a PEM block (a key or
+    ///   certificates) whose `-----BEGIN` has no `-----END` after it in the entry (in its
+    ///   value, or on a line of its own), or a `sasl.jaas.config` that does not end with the
+    ///   `;` every JAAS entry ends with. Java
+    ///   would read each following line of the block as a key of its own (and a key is shown
+    ///   in logs and errors: an unknown one is warned about), so a private key or a password
+    ///   written across lines without a `\` at their ends would reach the logs line by line.
     ///
     /// ```
     /// use kafka_share_sink::Properties;
@@ -80,6 +89,12 @@ impl Properties {
                 line: line_no,
                 problem: format!("{problem} in the value of `{}`", key.escape_debug()),
             })?;
+            if let Some(problem) = cut_at_line_end(&key, &value) {
+                return Err(ConfigError::Syntax {
+                    line: line_no,
+                    problem,
+                });
+            }
             props.insert(key, value);
         }
         Ok(props)
@@ -310,6 +325,42 @@ impl Iterator for LogicalLines<'_> {
     }
 }
 
+/// What is wrong with an entry that was cut at a line end, if it looks so: see
+/// [`Properties::parse`]. Names the key when it is one, never shows the value.
+fn cut_at_line_end(key: &str, value: &str) -> Option<String> {
+    const CONTINUE: &str = "in a .properties file a value goes on at the next line only when its \
+                            line ends with `\\`, so the next lines of the block would be read \
+                            as keys of their own; end every line of the PEM text but the last \
+                            with `\\` (or write the line breaks as `\\n`)";
+    let begins = key.matches("-----BEGIN").count() + value.matches("-----BEGIN").count();
+    let ends = key.matches("-----END").count() + value.matches("-----END").count();
+    if begins > ends {
+        if key.contains("-----BEGIN") {
+            // The line of the marker is no entry: the value it belongs to ended a line early.
+            return Some(format!(
+                "a PEM block (`-----BEGIN ...`) starts a line of its own, cut from the value \
+                 it belongs to: {CONTINUE}"
+            ));
+        }
+        return Some(format!(
+            "the value of `{}` starts a PEM block (`-----BEGIN ...`) that does not end in it: \
+             {CONTINUE}",
+            shown_key(key)
+        ));
+    }
+    let jaas = key.to_ascii_lowercase().ends_with("sasl.jaas.config");
+    let trimmed = value.trim_end();
+    if jaas && !trimmed.is_empty() && !trimmed.ends_with(';') {
+        return Some(format!(
+            "the value of `{}` does not end with the `;` that ends a JAAS entry: if it goes \
+             on at the next line, end its lines with `\\` (a value goes on at the next line only \
+             then, and the next line would be read as a key of its own)",
+            shown_key(key)
+        ));
+    }
+    None
+}
+
 fn is_blank(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\u{c}')
 }
@@ -503,6 +554,72 @@ mod tests {
         assert!(err.to_string().contains("lone UTF-16 surrogate"), "{err}");
         let err = Properties::parse("\\u00=1").unwrap_err();
         assert!(err.to_string().contains("in a key"), "{err}");
+    }
+
+    /// A PEM key or a JAAS entry pasted over several lines without a `\\` at their ends:
+    /// Java would read each next line as a key (and keys are shown); the parse refuses it,
+    /// naming the line and the key, never a byte of the value or of the lines after it.
+    #[test]
+    fn a_secret_cut_at_a_line_end_is_refused_without_its_text() {
+        let body = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQghzPtCG1OS3q9tSgj";
+        let pem =
+            format!("-----BEGIN PRIVATE KEY-----\n{body}\nSECRETSECRET\n-----END PRIVATE KEY-----");
+        for (text, line, key) in [
+            (
+                format!("a=1\nssl.keystore.key={pem}\n"),
+                2,
+                "ssl.keystore.key",
+            ),
+            (
+                format!("consumer.override.ssl.truststore.certificates = {pem}"),
+                1,
+                "consumer.override.ssl.truststore.certificates",
+            ),
+            // `openssl pkcs12` output: the value is its first line, the block a line later.
+            (
+                format!("ssl.keystore.key=Bag Attributes\n    localKeyID: 01\n{pem}"),
+                3,
+                "",
+            ),
+            (
+                "x=y\n\nsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+                 required\n  username=\"alice\"\n  password=\"SECRETSECRET\";\n"
+                    .to_owned(),
+                3,
+                "sasl.jaas.config",
+            ),
+            (
+                "producer.override.sasl.jaas.config=M required password=\"SECRETSECRET\"\n"
+                    .to_owned(),
+                1,
+                "producer.override.sasl.jaas.config",
+            ),
+        ] {
+            let err = Properties::parse(&text).expect_err(&text);
+            let shown = format!("{err} {err:?}");
+            assert!(shown.starts_with(&format!("line {line}: ")), "{shown}");
+            if key.is_empty() {
+                assert!(shown.contains("starts a line of its own"), "{shown}");
+            } else {
+                assert!(shown.contains(&format!("`{key}`")), "{shown}");
+            }
+            assert!(shown.contains("`\\`"), "{shown}");
+            for secret in [body, "SECRETSECRET", "MIGH", "alice"] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
+        }
+        // Whole values read, on one line, with `\n` escapes or over continuation lines.
+        let continued = pem.replace('\n', "\\\n    ");
+        let escaped = pem.replace('\n', "\\n");
+        for text in [
+            format!("ssl.keystore.key={continued}"),
+            format!("ssl.keystore.key={escaped}"),
+            format!("ssl.keystore.key={}", pem.replace('\n', " ")),
+            "sasl.jaas.config=M required \\\n  password=\"p\";  \n".to_owned(),
+            "sasl.jaas.config=\nnot.a.pem=-----END X".to_owned(),
+        ] {
+            Properties::parse(&text).expect(&text);
+        }
     }
 
     #[test]

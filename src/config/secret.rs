@@ -1,5 +1,6 @@
 //! Which settings are secrets, and how their values are shown: never.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// What a secret value is replaced with wherever a setting is shown.
@@ -7,9 +8,12 @@ pub(crate) const REDACTED: &str = "[redacted]";
 
 /// True when the value of `key` must never be shown, with or without a client or plugin
 /// prefix: `sasl.jaas.config`, any `*.password` and `*.passphrase`, `basic.auth.user.info`,
-/// `bearer.auth.token`, `ssl.keystore.key`, `ssl.keystore.certificate.chain`,
-/// `ssl.truststore.certificates` (Java classes these as passwords too), and any key
-/// containing `secret`. Case is ignored.
+/// `ssl.keystore.key`, `ssl.keystore.certificate.chain`, `ssl.truststore.certificates` (Java
+/// classes these as passwords too), any `*.key` (`snowflake.private.key`,
+/// `azblob.account.key`), and any key containing `secret`, `token`, `credential` or
+/// `apikey` (`bearer.auth.token`, `splunk.hec.token`). Case is ignored. A sink's own
+/// settings are not declared to this crate, so the rule errs on the side of hiding: a value
+/// hidden for nothing costs a look at the file, a value shown can cost a credential.
 pub(crate) fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     let named = |name: &str| {
@@ -21,22 +25,101 @@ pub(crate) fn is_secret(key: &str) -> bool {
     named("sasl.jaas.config")
         || named("password")
         || named("basic.auth.user.info")
-        || named("bearer.auth.token")
         || named("passphrase")
-        || named("ssl.keystore.key")
+        || named("key")
         || named("ssl.keystore.certificate.chain")
         || named("ssl.truststore.certificates")
-        || key.contains("secret")
+        || ["secret", "token", "credential", "apikey", "api.key"]
+            .iter()
+            .any(|part| key.contains(part))
 }
 
 /// The value of `key` as it may be shown in a message or log: redacted for a secret,
-/// otherwise with control characters escaped (so a value cannot forge log lines).
+/// otherwise with the password of any `scheme://user:password@host` hidden and control
+/// characters escaped (so a value cannot forge log lines).
 pub(crate) fn shown(key: &str, value: &str) -> String {
+    visible(key, value).escape_debug().to_string()
+}
+
+/// The value of `key` with what must not be shown replaced: [`REDACTED`] for a secret, the
+/// password of a URL's user information otherwise.
+pub(crate) fn visible<'a>(key: &str, value: &'a str) -> Cow<'a, str> {
     if is_secret(key) {
-        REDACTED.to_owned()
+        Cow::Borrowed(REDACTED)
     } else {
-        value.escape_debug().to_string()
+        without_url_passwords(value)
     }
+}
+
+/// `value` with the password of every `scheme://user:password@host` in it replaced by
+/// [`REDACTED`] (`connection.url=mongodb://app:hunter2@db:27017`).
+fn without_url_passwords(value: &str) -> Cow<'_, str> {
+    if !value.contains("://") {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    let mut changed = false;
+    while let Some(at) = rest.find("://") {
+        let authority_start = at + 3;
+        out.push_str(&rest[..authority_start]);
+        let after = &rest[authority_start..];
+        // The authority ends at the path, the query, the fragment, a blank or a list's comma.
+        let authority_len = after
+            .find(|c: char| matches!(c, '/' | '?' | '#' | ',' | ';') || c.is_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..authority_len];
+        match authority.rfind('@') {
+            Some(user_end) => {
+                let userinfo = &authority[..user_end];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..=colon]);
+                        out.push_str(REDACTED);
+                        changed = true;
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[user_end..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &after[authority_len..];
+    }
+    out.push_str(rest);
+    if changed {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+/// A key as it may be shown in a message or log: as written when it reads like the name of
+/// a setting, otherwise only its length. A value cut at a line end goes on as keys of its own
+/// (the second line of a PEM key, of a JAAS entry, see [`Properties::parse`]): such a key is
+/// secret material, and an unknown key is warned about.
+///
+/// [`Properties::parse`]: super::Properties::parse
+pub(crate) fn shown_key(key: &str) -> String {
+    if reads_like_a_setting(key) {
+        key.to_owned()
+    } else {
+        format!(
+            "[a key of {} characters that is no setting's name: a value cut at a line end?]",
+            key.chars().count()
+        )
+    }
+}
+
+/// True for a setting's name: letters, digits, `.`, `-` and `_`, at most 128 of them, and a
+/// `.` in it unless it is short (`name`, `topics`, a sink's `file`).
+fn reads_like_a_setting(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        && (key.contains('.') || key.len() <= 24)
 }
 
 /// `Debug` of key/value pairs as a map, with secret values redacted.
@@ -52,7 +135,7 @@ where
             if is_secret(key) {
                 map.entry(&key, &Redacted);
             } else {
-                map.entry(&key, &value);
+                map.entry(&key, &without_url_passwords(value));
             }
         }
         map.finish()
@@ -101,6 +184,81 @@ mod tests {
             "xsasl.jaas.config",
         ] {
             assert!(!is_secret(key), "{key} should not be secret");
+        }
+    }
+
+    #[test]
+    fn secrets_a_sink_may_have_are_recognised_too() {
+        for key in [
+            "snowflake.private.key",
+            "azblob.account.key",
+            "splunk.hec.token",
+            "auth.token",
+            "gcs.credentials.json",
+            "datadog.apikey",
+            "http.api.key",
+            "key",
+        ] {
+            assert!(is_secret(key), "{key} should be secret");
+        }
+        for key in [
+            "key.converter",
+            "ssl.key.type",
+            "keys",
+            "topics",
+            "connection.url",
+        ] {
+            assert!(!is_secret(key), "{key} should not be secret");
+        }
+    }
+
+    #[test]
+    fn url_passwords_are_hidden_in_values_that_are_no_secret() {
+        assert_eq!(
+            shown(
+                "connection.url",
+                "mongodb://app:hunter2@db:27017/orders?x=1"
+            ),
+            "mongodb://app:[redacted]@db:27017/orders?x=1"
+        );
+        assert_eq!(
+            shown(
+                "hosts",
+                "http://a:p1@h1:9200,https://b:p:2@h2, http://h3, ftp://user@h4"
+            ),
+            "http://a:[redacted]@h1:9200,https://b:[redacted]@h2, http://h3, ftp://user@h4"
+        );
+        assert_eq!(
+            shown("bootstrap.servers", "k1:9092,k2:9092"),
+            "k1:9092,k2:9092"
+        );
+        let pairs = [("connection.url", "jdbc:postgresql://u:hunter2@db/x")];
+        let debug = format!("{:?}", RedactedMap(pairs.iter().copied()));
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("u:[redacted]@db"), "{debug}");
+    }
+
+    #[test]
+    fn keys_that_are_no_settings_name_are_shown_by_length_only() {
+        for key in [
+            "name",
+            "topics",
+            "file",
+            "consumer.override.max.poll.records",
+            "a-b_c.d",
+        ] {
+            assert_eq!(shown_key(key), key);
+        }
+        for key in [
+            "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQghzPtCG1OS3q9tSgj",
+            "9UfN1CWv2pKCL1RcZFQApzLzt87QS8aigPAMXC++zgy8Wse1Xj3n7jlz",
+            "Ab3+",
+            "username=\"alice\"",
+            "",
+        ] {
+            let shown = shown_key(key);
+            assert!(shown.starts_with("[a key of"), "{shown}");
+            assert!(key.is_empty() || !shown.contains(key), "{shown}");
         }
     }
 

@@ -141,11 +141,7 @@ impl PluginError {
         reason: impl Into<String>,
     ) -> Self {
         let key = key.into();
-        let value = if crate::config::secret::is_secret(&key) {
-            crate::config::secret::REDACTED.to_owned()
-        } else {
-            value.into()
-        };
+        let value = crate::config::secret::visible(&key, &value.into()).into_owned();
         Self::InvalidConfig {
             plugin: String::new(),
             key,

@@ -1,9 +1,13 @@
 //! [`ChainStageSpec`]: one configured transform stage, borrowed from a parsed config.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-/// A configured predicate: Connect's `predicates.<alias>.type` and its configs.
-#[derive(Debug, Clone, Copy)]
+use crate::config::secret::RedactedMap;
+
+/// A configured predicate: Connect's `predicates.<alias>.type` and its configs. `Debug`
+/// shows secret values (`*.password`, keys containing `secret`, ...) as `[redacted]`.
+#[derive(Clone, Copy)]
 pub struct PredicateStageSpec<'a> {
     pub(crate) alias: &'a str,
     pub(crate) class: &'a str,
@@ -22,7 +26,10 @@ pub struct PredicateStageSpec<'a> {
 ///     .with_predicate("isTombstone", "RecordIsTombstone", &no_configs, false);
 /// assert_eq!(stage.alias(), "dropTombstones");
 /// ```
-#[derive(Debug, Clone, Copy)]
+///
+/// `Debug` shows secret values (`*.password`, keys containing `secret`, ...) as
+/// `[redacted]`, as the configs' own `Debug` does.
+#[derive(Clone, Copy)]
 pub struct ChainStageSpec<'a> {
     pub(crate) alias: &'a str,
     pub(crate) class: &'a str,
@@ -65,5 +72,67 @@ impl<'a> ChainStageSpec<'a> {
     /// The transform's alias.
     pub fn alias(&self) -> &'a str {
         self.alias
+    }
+}
+
+/// `Debug` of configs with secret values redacted.
+struct Configs<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for Configs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        RedactedMap(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))).fmt(f)
+    }
+}
+
+impl fmt::Debug for PredicateStageSpec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PredicateStageSpec")
+            .field("alias", &self.alias)
+            .field("class", &self.class)
+            .field("configs", &Configs(self.configs))
+            .finish()
+    }
+}
+
+impl fmt::Debug for ChainStageSpec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChainStageSpec")
+            .field("alias", &self.alias)
+            .field("class", &self.class)
+            .field("configs", &Configs(self.configs))
+            .field("predicate", &self.predicate)
+            .field("negate", &self.negate)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_secret_configs() {
+        let configs: BTreeMap<String, String> = [
+            ("connection.password", "hunter2"),
+            ("connection.url", "jdbc:postgresql://app:hunter3@db/orders"),
+            ("field", "amount"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let stage = ChainStageSpec::new("mask", "MaskField", &configs).with_predicate(
+            "p",
+            "TopicNameMatches",
+            &configs,
+            true,
+        );
+        let debug = format!("{stage:?} {stage:#?}");
+        for secret in ["hunter2", "hunter3"] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        assert!(
+            debug.contains("amount") && debug.contains("TopicNameMatches"),
+            "{debug}"
+        );
     }
 }

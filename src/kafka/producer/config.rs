@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::config::Properties;
+use crate::config::secret::shown_key;
 use crate::kafka::codec::record_batch::Compression;
 use crate::kafka::security::Security;
 use crate::producer::ProducerError;
@@ -251,7 +252,7 @@ impl KafkaProducerConfig {
             | "value.serializer" => {}
             _ => {
                 return Err(config_error(
-                    key,
+                    &shown_key(key),
                     "is not a producer setting this client knows (see KafkaProducerConfig::set)",
                 ));
             }

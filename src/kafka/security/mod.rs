@@ -281,9 +281,16 @@ pub(crate) enum Mechanism {
     },
 }
 
-/// A shared token provider; equal to another handle of the same provider.
-#[derive(Clone, Debug)]
+/// A shared token provider; equal to another handle of the same provider. `Debug` does not
+/// ask the provider: a derived `Debug` of a provider would show the client secret it holds.
+#[derive(Clone)]
 pub(crate) struct ProviderHandle(pub(crate) Arc<dyn TokenProvider>);
+
+impl fmt::Debug for ProviderHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProviderHandle(<TokenProvider>)")
+    }
+}
 
 impl PartialEq for ProviderHandle {
     fn eq(&self, other: &Self) -> bool {
@@ -573,6 +580,37 @@ mod tests {
             assert!(!debug.contains("hunter2"), "{debug}");
             assert!(debug.contains("alice"), "{debug}");
         }
+    }
+
+    /// A provider that derives `Debug` over its client secret, as a user may write one.
+    #[derive(Debug)]
+    struct SecretHolder {
+        client_secret: String,
+    }
+
+    #[async_trait::async_trait]
+    impl TokenProvider for SecretHolder {
+        async fn token(&self) -> Result<OAuthToken, crate::error::BoxError> {
+            Err(format!(
+                "no token ({} characters of secret)",
+                self.client_secret.len()
+            )
+            .into())
+        }
+    }
+
+    #[test]
+    fn a_token_providers_own_debug_is_never_called() {
+        let provider = Arc::new(SecretHolder {
+            client_secret: "hunter2".to_owned(),
+        });
+        let security = Security::sasl_ssl(
+            SaslSettings::oauthbearer(provider),
+            TlsSettings::ca_pem("ca"),
+        );
+        let debug = format!("{security:?} {security:#?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("<TokenProvider>"), "{debug}");
     }
 
     #[test]

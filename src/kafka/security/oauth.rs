@@ -89,7 +89,9 @@ impl OAuthToken {
 /// re-authentication, so it should cache a token until shortly before it expires.
 ///
 /// An error fails the connection with [`ConnectionError::Authentication`](crate::ConnectionError::Authentication)
-/// (its text is shown, so it must not contain secrets).
+/// (its text is shown, so it must not contain secrets). The `Debug` this trait asks for is
+/// never called by this crate's own `Debug` output (a configuration holding a provider shows
+/// `<TokenProvider>`); still, do not derive it on a provider that holds a client secret.
 #[async_trait]
 pub trait TokenProvider: Send + Sync + fmt::Debug {
     /// A token valid now.

@@ -6,6 +6,8 @@
 //! The crypto is ring's (already built for rustls): PBKDF2, HMAC, digests, and the random
 //! client nonce.
 
+use std::fmt;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
@@ -67,8 +69,8 @@ impl ScramHash {
 }
 
 /// A client exchange in progress: after the client-first message, then after the
-/// client-final one.
-#[derive(Debug)]
+/// client-final one. `Debug` leaves out the expected server signature, which is derived from
+/// the password.
 pub(crate) struct ScramClient {
     hash: ScramHash,
     /// `n=<user>,r=<nonce>[,tokenauth=true]`, part of the signed message.
@@ -77,6 +79,21 @@ pub(crate) struct ScramClient {
     nonce: String,
     /// The server signature to expect, once the client-final message was made.
     expected_signature: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramClient")
+            .field("hash", &self.hash)
+            .field("client_first_bare", &self.client_first_bare)
+            .field("signature_expected", &self.expected_signature.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The server's `e=` refusal, escaped: a broker's text cannot forge log lines.
+fn refused(value: &str) -> ScramError {
+    format!("the server refused: {}", value.escape_debug())
 }
 
 /// Why a SCRAM exchange failed on the client side.
@@ -130,7 +147,7 @@ impl ScramClient {
                 Some(("r", value)) => nonce = Some(value),
                 Some(("s", value)) => salt = Some(value),
                 Some(("i", value)) => iterations = Some(value),
-                Some(("e", value)) => return Err(format!("the server refused: {value}")),
+                Some(("e", value)) => return Err(refused(value)),
                 _ => {}
             }
         }
@@ -204,7 +221,7 @@ impl ScramClient {
         let mut signature = None;
         for attribute in server_final.split(',') {
             match attribute.split_once('=') {
-                Some(("e", value)) => return Err(format!("the server refused: {value}")),
+                Some(("e", value)) => return Err(refused(value)),
                 Some(("v", value)) => signature = Some(value),
                 _ => {}
             }

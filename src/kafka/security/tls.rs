@@ -82,12 +82,9 @@ impl TlsContext {
                     ClientIdentity::File(_) => "ssl.keystore.location",
                     ClientIdentity::Inline { .. } => "ssl.keystore.key",
                 };
-                let config = builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    SettingError::new(
-                        key_name,
-                        format!("the client key and certificate cannot be used together: {e}"),
-                    )
-                })?;
+                let config = builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| SettingError::new(key_name, identity_refused(&e)))?;
                 (config, true)
             }
         };
@@ -250,13 +247,28 @@ fn pem_failure(error: &rustls::pki_types::pem::Error) -> &'static str {
     }
 }
 
+/// Why the client key and certificate chain cannot be used together, and what to check.
+fn identity_refused(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            "the private key does not belong to the client certificate (the first one of the \
+             chain): check that the key and certificate files are a pair, and that the chain \
+             starts with the client's own certificate, not its issuer's"
+                .to_owned()
+        }
+        e => format!("the client key and certificate cannot be used together: {e}"),
+    }
+}
+
 /// A hint for PEM text without a single line break, or nothing.
 fn lines_lost(raw: &[u8]) -> &'static str {
     if raw.iter().any(|b| *b == b'\n' || *b == b'\r') {
         ""
     } else {
         " (the text has no line breaks; markers and base64 on one line are read, so the \
-         text itself is damaged: copy the file as `openssl` wrote it)"
+         text itself is damaged: copy the file as `openssl` wrote it; in a .properties file, \
+         end every line of the PEM text but the last with `\\`, or write its line breaks as \
+         `\\n`)"
     }
 }
 
@@ -615,6 +627,31 @@ mod tests {
         assert_eq!(error.key, "ssl.keystore.key");
         assert!(error.reason.contains("openssl pkey"), "{}", error.reason);
         assert!(!error.reason.contains("pw\""));
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_says_so() {
+        // A P-256 key of its own (`openssl genpkey -algorithm EC`), not TEST_CERT's.
+        let other_key = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQghzPtCG1OS3q9tSgj
+Aj5g6jbK9bXUr68auJvOjxsqkXChRANCAAQn18dSgpTWNJ7Cq56FUi14xD5peYkP
+9UfN1CWv2pKCL1RcZFQApzLzt87QS8aigPAMXC++zgy8Wse1Xj3n7jlz
+-----END PRIVATE KEY-----
+";
+        let settings = TlsSettings::system_roots().client_pem(other_key, TEST_CERT);
+        let error = TlsContext::build(&settings).expect_err("a key of another certificate");
+        assert_eq!(error.key, "ssl.keystore.key");
+        assert!(
+            error
+                .reason
+                .contains("the private key does not belong to the client certificate"),
+            "{}",
+            error.reason
+        );
+        assert!(!error.reason.contains("MIGH"), "{}", error.reason);
+        // The pair itself is accepted.
+        TlsContext::build(&TlsSettings::system_roots().client_pem(TEST_KEY, TEST_CERT))
+            .expect("the test key and its certificate");
     }
 
     /// The ways users flatten PEM text, each read as Java's Kafka client reads it.
