@@ -272,6 +272,19 @@ pub trait SinkTask: Send {
         let _ = source;
         Vec::new()
     }
+
+    /// True when the task writes only through
+    /// [`put_transactional`](Self::put_transactional) (its `put` fails for every batch).
+    /// [`ShareSinkTask::initialize`](crate::ShareSinkTask::initialize) then refuses a driver
+    /// not set up with
+    /// [`with_exactly_once`](crate::ShareSinkTask::with_exactly_once), before it subscribes:
+    /// `iteration()` would hand the task a poll it cannot write, and a fatal `put` rejects its
+    /// batch (the group archives it). The default is false;
+    /// [`MirrorTask`](crate::exactly_once::MirrorTask) says true.
+    #[cfg(feature = "exactly-once")]
+    fn requires_exactly_once(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait]
@@ -307,6 +320,11 @@ impl<T: SinkTask + ?Sized> SinkTask for Box<T> {
     #[cfg(feature = "exactly-once")]
     fn transactional_outputs(&self, source: &str) -> Vec<crate::exactly_once::OutputTarget> {
         (**self).transactional_outputs(source)
+    }
+
+    #[cfg(feature = "exactly-once")]
+    fn requires_exactly_once(&self) -> bool {
+        (**self).requires_exactly_once()
     }
 }
 

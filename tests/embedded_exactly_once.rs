@@ -20,8 +20,8 @@ use kafka_share_sink::embedded::{
     EmbeddedShareConsumer, GroupConfig, ProduceRecord,
 };
 use kafka_share_sink::exactly_once::{
-    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, ModePreference,
-    ShareAcknowledgements, TransactionalOutput,
+    ClusterCapabilities, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode, MirrorTask,
+    ModePreference, ShareAcknowledgements, TransactionalOutput,
 };
 use kafka_share_sink::producer::{
     DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
@@ -1272,6 +1272,61 @@ async fn initialize_refuses_a_consumer_without_a_capability_the_mode_needs() {
             "{cluster} {preference:?} without {withheld:?}"
         );
     }
+}
+
+/// A task that writes only in the exactly-once iteration ([`MirrorTask`]) under a driver not
+/// set up for it is refused at `initialize`, before the subscription: its `put` would fail
+/// fatally on the first poll, whose records the driver would REJECT (archived by the group).
+/// Nothing is acquired: every input is there afterwards on its first delivery.
+#[tokio::test(start_paused = true)]
+async fn a_plain_driver_refuses_a_task_that_writes_only_in_the_exactly_once_iteration() {
+    let broker = broker(ExactlyOnceMode::Ledger);
+    let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+    let task: Box<dyn SinkTask> = Box::new(MirrorTask::with_prefix("copy."));
+    let mut driver = ShareSinkTask::new(task, broker.share_consumer(GROUP), config);
+    let err = driver.initialize().await.expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            Error::Config {
+                key: "exactly.once",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_config() && !err.is_retriable(), "{err:?}");
+    assert!(err.to_string().contains("with_exactly_once"), "{err}");
+    driver.close().await.expect("close");
+
+    let mut consumer = broker.share_consumer(GROUP);
+    consumer
+        .subscribe(vec!["in".to_owned()])
+        .await
+        .expect("subscribe");
+    let mut seen = 0;
+    for _ in 0..20 {
+        for record in consumer
+            .poll(Duration::from_millis(50))
+            .await
+            .expect("poll")
+        {
+            assert_eq!(record.delivery_count(), 1, "{record:?}");
+            consumer
+                .acknowledge(&record, AcknowledgeType::Accept)
+                .expect("accept");
+            seen += 1;
+        }
+        consumer
+            .commit_sync(Duration::from_secs(1))
+            .await
+            .expect("commit");
+        if seen == INPUTS {
+            break;
+        }
+    }
+    assert_eq!(seen, INPUTS);
+    consumer.close(Duration::from_secs(1)).await.expect("close");
 }
 
 /// `run_exactly_once` initializes, iterates until the shutdown future completes, and closes.

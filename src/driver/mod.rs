@@ -292,7 +292,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Subscribes the consumer, then calls the task's `initialize` and `start`.
     ///
     /// Fails with [`Error::Config`] when `ack.policy=after.flush` meets a consumer in implicit
-    /// acknowledgement mode, which cannot hold records back, and with
+    /// acknowledgement mode, which cannot hold records back, or (feature `exactly-once`) when
+    /// the task [requires the exactly-once iteration](SinkTask::requires_exactly_once) and
+    /// the driver was not set up with `with_exactly_once`, and with
     /// [`Error::MissingCapability`] before subscribing when the consumer lacks a
     /// [capability](ShareConsumer#capabilities) the settings need (in explicit mode,
     /// `ack.policy=after.flush` and `put.retriable.policy=retry.in.place` need
@@ -339,6 +341,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                  put.retriable.policy=release (after its redelivery backoff). Set \
                  errors.retry.timeout to how long to retry a put (-1: for ever)"
             );
+        }
+        #[cfg(feature = "exactly-once")]
+        if !self.is_exactly_once() && self.task.requires_exactly_once() {
+            return Err(Error::Config {
+                key: "exactly.once",
+                reason: "the task writes only in the exactly-once iteration \
+                         (SinkTask::requires_exactly_once): set the driver up with \
+                         with_exactly_once and call iteration_exactly_once (or \
+                         run_exactly_once); iteration() would hand it records it cannot write"
+                    .to_owned(),
+            });
         }
         self.check_capabilities()?;
         self.log_redelivery_backoff();

@@ -141,6 +141,10 @@ impl SinkTask for MirrorTask {
     fn transactional_outputs(&self, source: &str) -> Vec<OutputTarget> {
         vec![OutputTarget::new(self.target_topic(source)).keeping_partitions(self.keep_partition)]
     }
+
+    fn requires_exactly_once(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
