@@ -101,6 +101,11 @@ pub(crate) fn metadata(
             TopicMetadata::Failed(error) => {
                 if let Some(queue) = state.waiting.remove(&topic) {
                     let error = ProducerError::from_client(error);
+                    // Failed after `send` returned: the commit must not go through
+                    // without them (as when a broker refuses a batch).
+                    if let Some(txn) = state.txn.as_mut() {
+                        txn.batch_failed(&error);
+                    }
                     for w in queue {
                         state.accumulator.untrack(&[w.id]);
                         let _ = w.sender.send(Err(error.clone()));

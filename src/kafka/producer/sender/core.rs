@@ -497,13 +497,18 @@ fn expire_waiting(state: &mut State, now: Instant, timeout: Duration) -> bool {
         while queue.front().is_some_and(|w| w.deadline <= now) {
             if let Some(w) = queue.pop_front() {
                 state.accumulator.untrack(&[w.id]);
-                let _ = w.sender.send(Err(ProducerError::Timeout {
+                let error = ProducerError::Timeout {
                     timeout,
                     last: Some(Arc::new(ProducerError::UnknownPartition {
                         topic: topic.to_string(),
                         partition: w.partition.unwrap_or(-1),
                     })),
-                }));
+                };
+                // Failed after `send` returned: the commit must not go through without it.
+                if let Some(txn) = state.txn.as_mut() {
+                    txn.batch_failed(&error);
+                }
+                let _ = w.sender.send(Err(error));
                 any = true;
             }
         }

@@ -697,3 +697,62 @@ fn a_refusal_resolves_the_lost_answers_after_it() {
     }
     harness.settle().unwrap();
 }
+
+/// Records of a transaction that fail after `send` returned, before any batch held them —
+/// their topic's metadata refused, or never found within the delivery timeout — spoil the
+/// transaction, as a batch the broker refuses does: a commit would otherwise go through
+/// without them, and a caller that did not await each delivery would lose them unseen.
+#[test]
+fn records_failed_while_waiting_for_their_topic_make_the_transaction_abortable() {
+    let committable = |harness: &Harness| {
+        matches!(
+            harness.state.txn.as_ref().map(|t| &t.phase),
+            Some(Phase::InTransaction)
+        )
+    };
+    // Refused by the Metadata answer.
+    let mut harness = Harness::new(true);
+    harness.send(0, Some(0), 10);
+    harness.turn().unwrap();
+    let topics = harness.metadata.take().expect("a Metadata request");
+    assert!(committable(&harness));
+    let answers = topics
+        .iter()
+        .map(|t| {
+            let refused = ClientError::Broker(crate::kafka::error::BrokerError {
+                api: "Metadata",
+                code: 29,
+                name: "TOPIC_AUTHORIZATION_FAILED",
+                message: None,
+                retriable: false,
+            });
+            (t.to_string(), TopicMetadata::Failed(Arc::new(refused)))
+        })
+        .collect();
+    harness
+        .core
+        .on_metadata(&mut harness.state, &topics, Ok(answers), &[], harness.now);
+    assert!(!committable(&harness), "{:?}", harness.state.txn);
+    assert!(
+        harness
+            .state
+            .txn
+            .as_ref()
+            .is_some_and(|t| t.check_send().is_err())
+    );
+
+    // Never found within the delivery timeout.
+    let mut harness = Harness::new(true);
+    harness.send(1, Some(0), 10);
+    harness.turn().unwrap();
+    harness.metadata.take();
+    let future = harness.futures.pop().expect("the record");
+    harness.now += DELIVERY_TIMEOUT + Duration::from_millis(1);
+    harness.turn().unwrap();
+    let failed = future.now_or_never();
+    assert!(
+        matches!(failed, Some(Err(ProducerError::Timeout { .. }))),
+        "{failed:?}"
+    );
+    assert!(!committable(&harness), "{:?}", harness.state.txn);
+}
