@@ -1274,6 +1274,108 @@ async fn initialize_refuses_a_consumer_without_a_capability_the_mode_needs() {
     }
 }
 
+/// A producer whose next commit fails (the transaction must be aborted) and whose abort
+/// then fails too, as when the coordinator does not answer in time: neither reaches the
+/// embedded producer, whose transaction stays open.
+#[derive(Debug)]
+struct AbortUnanswered {
+    inner: EmbeddedProducer,
+    fail_commit: AtomicBool,
+    fail_abort: AtomicBool,
+}
+
+#[async_trait]
+impl Producer for AbortUnanswered {
+    fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProducerError> {
+        self.inner.send(record)
+    }
+    async fn flush(&self) -> Result<(), ProducerError> {
+        self.inner.flush().await
+    }
+    fn transactional_id(&self) -> Option<&str> {
+        self.inner.transactional_id()
+    }
+    async fn init_transactions(&self) -> Result<(), ProducerError> {
+        self.inner.init_transactions().await
+    }
+    fn begin_transaction(&self) -> Result<(), ProducerError> {
+        self.inner.begin_transaction()
+    }
+    async fn commit_transaction(&self) -> Result<(), ProducerError> {
+        if self.fail_commit.swap(false, Ordering::SeqCst) {
+            return Err(ProducerError::Abortable {
+                reason: "the coordinator answered CONCURRENT_TRANSACTIONS too long".to_owned(),
+                source: None,
+            });
+        }
+        self.inner.commit_transaction().await
+    }
+    async fn abort_transaction(&self) -> Result<(), ProducerError> {
+        if self.fail_abort.swap(false, Ordering::SeqCst) {
+            return Err(ProducerError::Timeout {
+                timeout: Duration::from_secs(30),
+                last: None,
+            });
+        }
+        self.inner.abort_transaction().await
+    }
+    async fn send_share_acknowledgements(
+        &self,
+        acknowledgements: &ShareAcknowledgements,
+        group: &GroupMetadata,
+    ) -> Result<(), ProducerError> {
+        self.inner
+            .send_share_acknowledgements(acknowledgements, group)
+            .await
+    }
+}
+
+/// An abort that fails (the coordinator did not answer) leaves the transaction open; the
+/// driver initializes the producer again, which aborts it, and goes on: every input's
+/// outputs committed once, nothing of the failed transaction visible. It used to stop the
+/// driver: the producer refused a second `init_transactions` ("initialised already").
+#[tokio::test(start_paused = true)]
+async fn an_abort_the_coordinator_did_not_answer_is_recovered_by_initializing_again() {
+    for mode in [
+        ExactlyOnceMode::Ledger,
+        ExactlyOnceMode::AtomicAcknowledgements,
+    ] {
+        let broker = broker(mode);
+        let eos = ExactlyOnceConfig::new("eos", 0, 1);
+        let producer = AbortUnanswered {
+            inner: broker
+                .transactional_producer(&eos.transactional_id())
+                .expect("producer"),
+            fail_commit: AtomicBool::new(true),
+            fail_abort: AtomicBool::new(true),
+        };
+        let task = Fanout {
+            slow: Arc::default(),
+            refuse: false,
+        };
+        let config = DriverConfig::new(["in"]).poll_timeout(Duration::from_millis(50));
+        let mut driver = ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config)
+            .with_exactly_once(Arc::new(producer), Arc::new(broker.clone()), eos);
+        driver.initialize().await.expect("initialize");
+        for _ in 0..20 {
+            driver
+                .iteration_exactly_once()
+                .await
+                .unwrap_or_else(|e| panic!("{mode}: the driver goes on: {e:?}"));
+            if broker.state_counts(GROUP).acknowledged == INPUTS as u64 {
+                break;
+            }
+        }
+        assert_eq!(driver.metrics().transactions_aborted, 1, "{mode}");
+        driver.close().await.expect("close");
+        assert_eq!(
+            committed_values(&broker, "out").await,
+            outputs_but(None),
+            "{mode}"
+        );
+    }
+}
+
 /// A task that writes only in the exactly-once iteration ([`MirrorTask`]) under a driver not
 /// set up for it is refused at `initialize`, before the subscription: its `put` would fail
 /// fatally on the first poll, whose records the driver would REJECT (archived by the group).

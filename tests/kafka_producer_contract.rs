@@ -76,6 +76,7 @@ contract!(
     zombie_is_fenced,
     refused_sends_and_aborts,
     calls_out_of_turn_are_refused,
+    init_again_aborts_the_open_transaction,
 );
 
 /// A write the broker refuses (a 2 MB record, over the broker's `message.max.bytes`) fails

@@ -64,6 +64,7 @@ contract!(
     zombie_is_fenced,
     refused_sends_and_aborts,
     calls_out_of_turn_are_refused,
+    init_again_aborts_the_open_transaction,
 );
 
 const NO_WAIT: Duration = Duration::ZERO;

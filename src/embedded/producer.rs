@@ -645,7 +645,9 @@ impl Producer for EmbeddedProducer {
         let mut inner = self.inner();
         match &inner.phase {
             Phase::Fatal(error) => return Err(error.clone()),
-            Phase::Uninitialized => {}
+            // A transaction left open (its abort failed, or was never sent): the coordinator
+            // aborts it below, as Kafka's does for InitProducerId.
+            Phase::Uninitialized | Phase::InTransaction { .. } => {}
             _ => {
                 return Err(ProducerError::TransactionState {
                     operation: "init_transactions",

@@ -284,6 +284,17 @@ impl RefusedOutput {
     }
 }
 
+/// CLUSTER_AUTHORIZATION_FAILED, INVALID_TRANSACTION_TIMEOUT,
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+const REFUSED_FOR_GOOD: [i16; 3] = [31, 50, 53];
+
+/// True when the cluster refused the producer in a way no retry changes.
+fn refused_for_good(e: &ProducerError) -> bool {
+    e.is_authentication()
+        || e.broker_error()
+            .is_some_and(|b| REFUSED_FOR_GOOD.contains(&b.code))
+}
+
 impl ExactlyOnceError {
     /// A failed cluster request.
     pub(crate) fn cluster(
@@ -296,9 +307,14 @@ impl ExactlyOnceError {
         }
     }
 
-    /// Whether trying again later may succeed.
+    /// Whether trying again later may succeed. Not when the cluster refused the producer
+    /// for good: its credentials ([`ProducerError::is_authentication`]), or an answer no
+    /// retry changes — TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
+    /// INVALID_TRANSACTION_TIMEOUT (Java's producer makes these fatal); the driver stops
+    /// with the error instead of trying round after round.
     pub fn is_retriable(&self) -> bool {
         match self {
+            Self::Producer(e) if refused_for_good(e) => false,
             Self::Producer(e) => e.is_retriable() || e.requires_abort(),
             Self::Read(e) => e.is_retriable(),
             Self::Cluster { .. } | Self::LedgerWait { .. } => true,
@@ -340,6 +356,41 @@ mod tests {
         ProducerError::Abortable {
             reason: "a send failed".to_owned(),
             source: Some(Arc::new(inner)),
+        }
+    }
+
+    /// A refusal no retry changes stops the driver; a transient one is tried again.
+    #[test]
+    fn refusals_for_good_are_not_retried_round_after_round() {
+        let kafka = |code, name, retriable| ProducerError::Kafka {
+            source: broker(code, name, retriable),
+        };
+        let for_good = [
+            kafka(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", false),
+            kafka(31, "CLUSTER_AUTHORIZATION_FAILED", false),
+            kafka(50, "INVALID_TRANSACTION_TIMEOUT", false),
+            abortable(kafka(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", false)),
+            ProducerError::Authentication {
+                source: Arc::new(ClientError::Connection(
+                    crate::kafka::error::ConnectionError::Authentication {
+                        broker: "k1:9093".to_owned(),
+                        reason: "SASL PLAIN: invalid credentials".to_owned(),
+                    },
+                )),
+            },
+        ];
+        for error in for_good {
+            let eos = ExactlyOnceError::Producer(error);
+            assert!(!eos.is_retriable(), "{eos:?}");
+        }
+        let transient = [
+            kafka(51, "CONCURRENT_TRANSACTIONS", true),
+            kafka(15, "COORDINATOR_NOT_AVAILABLE", true),
+            abortable(rejected(7, "REQUEST_TIMED_OUT", true)),
+        ];
+        for error in transient {
+            let eos = ExactlyOnceError::Producer(error);
+            assert!(eos.is_retriable(), "{eos:?}");
         }
     }
 

@@ -111,7 +111,9 @@ pub trait Producer: Send + Sync + fmt::Debug {
 
     /// Registers the transactional id with its coordinator, fencing every older producer of
     /// the same id and aborting a transaction it left open. Call once, before the first
-    /// transaction.
+    /// transaction; or again with a transaction of this producer still open (its abort
+    /// failed, or was never sent): what the transaction still holds is failed, and the
+    /// coordinator aborts it and starts a new epoch.
     ///
     /// # Errors
     ///

@@ -490,6 +490,53 @@ pub(crate) async fn refused_sends_and_aborts(backend: &dyn Backend) {
     assert_eq!(values(&committed), ["kept", "next"]);
 }
 
+/// `init_transactions` called again with a transaction open (as after an abort the
+/// coordinator did not answer) aborts that transaction: its records are never committed,
+/// and the producer goes on with the next one under the new epoch.
+pub(crate) async fn init_again_aborts_the_open_transaction(backend: &dyn Backend) {
+    let topic = unique("contract-init-again");
+    backend.create_topic(&topic, 1).await;
+    let producer = backend
+        .producer(Some(&unique("contract-init-again-tx")))
+        .await;
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    send(
+        &*producer,
+        ProducerRecord::new(topic.as_str())
+            .partition(0)
+            .value("left-open"),
+    )
+    .await;
+    producer
+        .init_transactions()
+        .await
+        .expect("init again, a transaction open");
+    producer.begin_transaction().expect("begin after it");
+    send(
+        &*producer,
+        ProducerRecord::new(topic.as_str())
+            .partition(0)
+            .value("next"),
+    )
+    .await;
+    producer.commit_transaction().await.expect("commit");
+    let reader = backend.reader().await;
+    let committed = read_until(
+        &*reader,
+        &topic,
+        0,
+        IsolationLevel::ReadCommitted,
+        has("next"),
+    )
+    .await;
+    assert_eq!(
+        values(&committed),
+        ["next"],
+        "the open transaction was aborted"
+    );
+}
+
 /// Calls out of turn fail with [`ProducerError::TransactionState`] and change nothing; a
 /// transaction call on a producer without a transactional id fails with
 /// [`ProducerError::NotTransactional`].

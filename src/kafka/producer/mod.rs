@@ -420,6 +420,21 @@ impl KafkaProducer {
     }
 
     async fn abort(&self) -> Result<bool, ProducerError> {
+        self.drop_open_transaction().await;
+        let (version, sent_any, producer) = {
+            let state = self.shared.lock();
+            let Some(txn) = state.txn.as_ref() else {
+                return Err(Self::not_transactional("abort_transaction"));
+            };
+            (txn.version, txn.sent_any, state.accumulator.producer())
+        };
+        self.end_transaction(false, version, sent_any, producer)
+            .await
+    }
+
+    /// Fails every record of the open transaction not yet sent, and waits until the batches
+    /// in flight are answered.
+    async fn drop_open_transaction(&self) {
         let aborted = ProducerError::Abortable {
             reason: "the transaction was aborted".to_owned(),
             source: None,
@@ -450,15 +465,6 @@ impl KafkaProducer {
             notified.await;
         }
         self.shared.progress.notify_waiters();
-        let (version, sent_any, producer) = {
-            let state = self.shared.lock();
-            let Some(txn) = state.txn.as_ref() else {
-                return Err(Self::not_transactional("abort_transaction"));
-            };
-            (txn.version, txn.sent_any, state.accumulator.producer())
-        };
-        self.end_transaction(false, version, sent_any, producer)
-            .await
     }
 }
 
@@ -615,6 +621,22 @@ impl Producer for KafkaProducer {
     }
 
     async fn init_transactions(&self) -> Result<(), ProducerError> {
+        let abandoned = {
+            let state = self.shared.lock();
+            let Some(txn) = state.txn.as_ref() else {
+                return Err(Self::not_transactional("init_transactions"));
+            };
+            matches!(
+                txn.phase,
+                Phase::InTransaction | Phase::Abortable(_) | Phase::Aborting
+            )
+        };
+        if abandoned {
+            // A transaction left open (its abort failed, or was never sent): its records are failed
+            // and its batches in flight answered before the new epoch starts, so that no
+            // answer of the old one lands in the next transaction.
+            self.drop_open_transaction().await;
+        }
         {
             let mut state = self.shared.lock();
             let Some(txn) = state.txn.as_mut() else {

@@ -191,10 +191,21 @@ impl TxnState {
         }
     }
 
-    /// May `init_transactions` start?
+    /// May `init_transactions` start? Also with a transaction open, one that must be aborted,
+    /// or one whose abort failed or was cut short: InitProducerId for the transactional id
+    /// aborts the transaction left open and bumps the epoch, so a driver recovers from an
+    /// abort the coordinator did not answer by initializing again (Java retries the abort
+    /// instead). The caller first fails what the transaction still has queued. Not during a
+    /// commit: its outcome is for the commit to report.
     pub(crate) fn start_init(&mut self) -> Result<(), ProducerError> {
         match &self.phase {
             Phase::Uninitialized => Ok(()),
+            Phase::InTransaction | Phase::Abortable(_) | Phase::Aborting => {
+                self.phase = Phase::Uninitialized;
+                self.added.clear();
+                self.sent_any = false;
+                Ok(())
+            }
             Phase::Fatal(ProducerError::CommitOutcomeUnknown { .. }) => {
                 self.phase = Phase::Uninitialized;
                 Ok(())
@@ -363,6 +374,36 @@ mod tests {
             message: None,
             retriable: false,
         })
+    }
+
+    /// `init_transactions` may start again with a transaction left open (its abort failed
+    /// or was cut short), not during a commit nor between transactions.
+    #[test]
+    fn init_may_start_again_over_a_transaction_left_open() {
+        let failed = ProducerError::Abortable {
+            reason: "x".to_owned(),
+            source: None,
+        };
+        for phase in [
+            Phase::InTransaction,
+            Phase::Abortable(failed.clone()),
+            Phase::Aborting,
+        ] {
+            let mut txn = TxnState::new();
+            txn.phase = phase;
+            txn.sent_any = true;
+            txn.start_init().expect("init over an open transaction");
+            assert!(matches!(txn.phase, Phase::Uninitialized));
+            assert!(!txn.sent_any);
+        }
+        for phase in [Phase::Ready, Phase::Committing] {
+            let mut txn = TxnState::new();
+            txn.phase = phase;
+            assert!(matches!(
+                txn.start_init(),
+                Err(ProducerError::TransactionState { .. })
+            ));
+        }
     }
 
     #[test]
