@@ -233,6 +233,17 @@ pub(crate) enum BatchErrorKind {
         /// The limit, [`MAX_DECOMPRESSED_BATCH`].
         limit: usize,
     },
+    /// `recordsCount` is more than the offsets the batch spans (`lastOffsetDelta + 1`).
+    #[error(
+        "record count {count} is more than the {} offsets the batch spans (lastOffsetDelta {last_offset_delta})",
+        last_offset_delta.saturating_add(1).max(0)
+    )]
+    MoreRecordsThanOffsets {
+        /// The `recordsCount` field.
+        count: i32,
+        /// The `lastOffsetDelta` field.
+        last_offset_delta: i64,
+    },
     /// `recordsCount` is negative or more than the records' bytes can hold.
     #[error("record count {count} cannot be held by {bytes} bytes of records")]
     ImplausibleRecordCount {
@@ -554,6 +565,7 @@ impl RawBatch {
                     count,
                     RecordBase {
                         offset: base_offset,
+                        last_delta: i64::from(be_i32(&batch, LAST_OFFSET_DELTA_AT)),
                         timestamp: base_timestamp,
                         log_append_time: (timestamp_type == TimestampType::LogAppendTime)
                             .then_some(max_timestamp),
@@ -595,6 +607,8 @@ fn count_fits(count: i32, bytes: usize) -> bool {
 #[derive(Debug, Clone, Copy)]
 struct RecordBase {
     offset: i64,
+    /// `lastOffsetDelta`: every record's `offsetDelta` is within `0..=last_delta`.
+    last_delta: i64,
     timestamp: i64,
     /// `maxTimestamp` of a log-append-time batch, every record's timestamp.
     log_append_time: Option<i64>,
@@ -612,12 +626,25 @@ fn decode_records(
     if !count_fits(count, data.len()) {
         return Err(implausible);
     }
+    // A batch spans `lastOffsetDelta + 1` offsets, one record each at most.
+    if i64::from(count) > base.last_delta.saturating_add(1) {
+        return Err(BatchErrorKind::MoreRecordsThanOffsets {
+            count,
+            last_offset_delta: base.last_delta,
+        });
+    }
     let count = usize::try_from(count).map_err(|_| implausible)?;
-    let mut records = Vec::with_capacity(count.min(MAX_INITIAL_RECORDS));
+    let mut records: Vec<Record> = Vec::with_capacity(count.min(MAX_INITIAL_RECORDS));
     let mut cursor = Cursor::new(data);
     for index in 0..count {
-        let record = decode_record(&mut cursor, base)
-            .map_err(|reason| BatchErrorKind::MalformedRecord { index, reason })?;
+        let malformed = |reason| BatchErrorKind::MalformedRecord { index, reason };
+        let record = decode_record(&mut cursor, base).map_err(malformed)?;
+        if records
+            .last()
+            .is_some_and(|last| record.offset <= last.offset)
+        {
+            return Err(malformed("offsets do not increase"));
+        }
         records.push(record);
     }
     match cursor.remaining() {
@@ -674,8 +701,17 @@ fn decode_record(cursor: &mut Cursor<'_>, base: RecordBase) -> Result<Record, &'
     if r.remaining() != 0 {
         return Err("bytes follow the headers within the record length");
     }
+    if offset_delta < 0 || i64::from(offset_delta) > base.last_delta {
+        return Err("offsetDelta is outside the batch's offsets (0..=lastOffsetDelta)");
+    }
+    let offset = base
+        .offset
+        .checked_add(i64::from(offset_delta))
+        .ok_or("baseOffset + offsetDelta overflows")?;
     Ok(Record {
-        offset: base.offset.wrapping_add(i64::from(offset_delta)),
+        offset,
+        // Wrapping, as Java's client adds them: any two i64 timestamps round-trip through a
+        // batch (the producer's delta wraps too).
         timestamp: base
             .log_append_time
             .unwrap_or_else(|| base.timestamp.wrapping_add(timestamp_delta)),
@@ -1824,6 +1860,90 @@ mod tests {
         let record = &the_only_batch(&fine).records[0];
         assert_eq!(record.value, Some(b("v")));
         assert_eq!(record.headers, vec![("h".to_owned(), None)]);
+    }
+
+    /// A record's offset comes from the batch: its `offsetDelta` within
+    /// `0..=lastOffsetDelta`, increasing record after record, and no more records than
+    /// offsets. A broker that says otherwise gets its batch refused, not offsets wrapped or
+    /// jumped (a log reader would skip ahead by what `offsetDelta` said).
+    #[test]
+    fn offsets_outside_their_batch_or_out_of_order_are_refused() {
+        let null = varint(-1);
+        let record = |offset_delta: i32, timestamp_delta: i64| {
+            let mut body = vec![0];
+            put_varlong(&mut body, timestamp_delta);
+            body.extend(varint(offset_delta));
+            body.extend([&null[..], &null[..], &varint(0)[..]].concat());
+            let mut framed = varint(wire_len(body.len()));
+            framed.extend(body);
+            framed
+        };
+        let template = encode_batch(
+            &[NewRecord::default(), NewRecord::default()],
+            &EncodeOptions::default(),
+        );
+        let batch_of = |records: &[Vec<u8>], last_delta: i32| {
+            rebuild(&template, &records.concat(), |h| {
+                set_i32(LAST_OFFSET_DELTA_AT, last_delta)(h);
+                set_i32(RECORDS_COUNT_AT, i32::try_from(records.len()).unwrap())(h);
+            })
+        };
+        let error_of = |bytes: Bytes| the_only_error(&decode_batches(bytes)).kind.clone();
+        // Sound: deltas 0 and 1 of a batch spanning two offsets, or 0 and 5 of six.
+        for (deltas, last) in [([0, 1], 1), ([0, 5], 5)] {
+            let records: Vec<Vec<u8>> = deltas.iter().map(|d| record(*d, 0)).collect();
+            let decoded = decode_batches(batch_of(&records, last));
+            let offsets: Vec<i64> = the_only_batch(&decoded)
+                .records
+                .iter()
+                .map(|r| r.offset)
+                .collect();
+            assert_eq!(offsets, deltas.map(i64::from));
+        }
+        assert_eq!(
+            error_of(batch_of(&[record(0, 0), record(1, 0)], 0)),
+            BatchErrorKind::MoreRecordsThanOffsets {
+                count: 2,
+                last_offset_delta: 0
+            }
+        );
+        for (records, reason) in [
+            (
+                vec![record(0, 0), record(i32::MAX, 0)],
+                "offsetDelta is outside the batch's offsets (0..=lastOffsetDelta)",
+            ),
+            (
+                vec![record(-1, 0), record(1, 0)],
+                "offsetDelta is outside the batch's offsets (0..=lastOffsetDelta)",
+            ),
+            (vec![record(1, 0), record(1, 0)], "offsets do not increase"),
+            (vec![record(1, 0), record(0, 0)], "offsets do not increase"),
+        ] {
+            let kind = error_of(batch_of(&records, 1));
+            assert!(
+                matches!(kind, BatchErrorKind::MalformedRecord { reason: r, .. } if r == reason),
+                "{reason}: {kind:?}"
+            );
+        }
+        // baseOffset near i64::MAX: the record's offset would wrap.
+        let near_max = rebuild(
+            &batch_of(&[record(0, 0), record(1, 0)], 1),
+            &[record(0, 0), record(1, 0)].concat(),
+            |h| {
+                h[..8].copy_from_slice(&(i64::MAX).to_be_bytes());
+            },
+        );
+        let kind = error_of(near_max);
+        assert!(
+            matches!(
+                kind,
+                BatchErrorKind::MalformedRecord {
+                    index: 1,
+                    reason: "baseOffset + offsetDelta overflows"
+                }
+            ),
+            "{kind:?}"
+        );
     }
 
     #[test]

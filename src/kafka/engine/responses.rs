@@ -175,6 +175,13 @@ pub(crate) fn fetch_answer(
             for error in &extracted.errors {
                 tracing::error!(%tp, error, "rejecting records of a corrupt batch");
             }
+            if extracted.more_errors > 0 {
+                tracing::error!(
+                    %tp,
+                    batches = extracted.more_errors,
+                    "rejecting records of more corrupt batches of this answer (their reasons not logged)"
+                );
+            }
             if extracted.over_budget_batches > 0 {
                 tracing::warn!(
                     %tp,

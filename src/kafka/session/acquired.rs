@@ -174,8 +174,12 @@ pub(crate) struct Extracted {
     /// batch the [`DecodeBudget`] could not pay for: acknowledge as RELEASE, so they come back
     /// at once instead of waiting for their lock.
     pub(crate) cut: Vec<OffsetRange>,
-    /// Why batches holding acquired offsets could not be decoded, for the log.
+    /// Why batches holding acquired offsets could not be decoded, for the log: the first
+    /// [`MAX_ERRORS_KEPT`] of them.
     pub(crate) errors: Vec<String>,
+    /// How many more batches could not be decoded than `errors` holds (a frame of corrupt
+    /// 12-byte batches would otherwise make a string and a log line of each).
+    pub(crate) more_errors: usize,
     /// Compressed batches of this partition decompressed (or tried).
     pub(crate) decompressed_batches: usize,
     /// Compressed batches of this partition whose acquired offsets were released because the
@@ -185,6 +189,21 @@ pub(crate) struct Extracted {
     /// offset); 0 when there was none. The broker cuts its acquisitions at batch starts, so
     /// this bounds how far past the requested batch size an acquired range can reach.
     pub(crate) widest_batch: u64,
+}
+
+/// How many reasons for undecodable batches one partition's extraction keeps for the log.
+pub(crate) const MAX_ERRORS_KEPT: usize = 8;
+
+impl Extracted {
+    /// Notes a batch that could not be decoded: its reason kept (made only then) while fewer
+    /// than [`MAX_ERRORS_KEPT`] are, counted after that.
+    fn note_error(&mut self, reason: impl FnOnce() -> String) {
+        if self.errors.len() < MAX_ERRORS_KEPT {
+            self.errors.push(reason());
+        } else {
+            self.more_errors = self.more_errors.saturating_add(1);
+        }
+    }
 }
 
 fn convert(
@@ -380,7 +399,7 @@ pub(crate) fn extract(
         match batch {
             Err(error) => {
                 if acquired.any_within(share) {
-                    out.errors.push(undecodable(topic, partition, &error));
+                    out.note_error(|| undecodable(topic, partition, &error));
                     acquired.each_within(share, &mut out.corrupt);
                 }
             }
@@ -475,7 +494,7 @@ fn decode_share(
             return;
         }
         Err(error) => {
-            out.errors.push(undecodable(topic, partition, &error));
+            out.note_error(|| undecodable(topic, partition, &error));
             acquired.each_within(share, &mut out.corrupt);
             return;
         }
@@ -933,6 +952,31 @@ mod tests {
         assert_eq!(budget.left(), 0);
     }
 
+    /// A frame of nothing but corrupt 12-byte batches (a base offset and a zero length each):
+    /// every acquired offset rejected, but only the first reasons kept for the log, the rest
+    /// counted.
+    #[test]
+    fn reasons_for_corrupt_batches_are_kept_up_to_a_few_and_counted_after() {
+        let mut data = Vec::new();
+        for base in 0..20i64 {
+            data.extend_from_slice(&base.to_be_bytes());
+            data.extend_from_slice(&0i32.to_be_bytes());
+        }
+        let topic = TopicName::interned("t");
+        let got = extract(
+            &topic,
+            0,
+            Some(Bytes::from(data)),
+            &[range(0, 19, 1)],
+            &mut DecodeBudget::new(1 << 20),
+        );
+        assert!(got.records.is_empty());
+        assert_eq!(got.errors.len(), MAX_ERRORS_KEPT);
+        assert_eq!(got.errors.len() + got.more_errors, 20);
+        let rejected: i64 = got.corrupt.iter().map(|c| c.last() - c.first() + 1).sum();
+        assert_eq!(rejected, 20, "{:?}", got.corrupt);
+    }
+
     #[test]
     fn the_first_batch_of_an_answer_decodes_even_without_budget_and_a_bomb_is_rejected() {
         let topic = TopicName::interned("t");
@@ -1032,15 +1076,22 @@ mod tests {
 
     #[test]
     fn hostile_batches_deliver_each_offset_once_in_order() {
-        // Records out of order within a batch: those after a higher offset are dropped and
-        // their offsets are gaps.
+        // Records out of order within a batch: the batch is corrupt (no broker writes one),
+        // its acquired offsets rejected with the reason logged, not some of them taken for
+        // gaps unseen.
         let data = encode(
             &[record(5, "5"), record(3, "3"), record(4, "4")],
             Compression::None,
         );
         let got = extract_alone(Some(data), &[range(3, 5, 1)]);
-        assert_eq!(offsets(&got), vec![5]);
-        assert_eq!(got.gaps, vec![r(3, 4)]);
+        assert_eq!(offsets(&got), Vec::<i64>::new());
+        assert_eq!(got.corrupt, vec![r(3, 5)]);
+        assert!(got.gaps.is_empty());
+        assert!(
+            got.errors[0].contains("offsets do not increase"),
+            "{:?}",
+            got.errors
+        );
 
         // A batch sent twice: delivered once.
         let twice = batch(0, 5, record_batch::Compression::None);
