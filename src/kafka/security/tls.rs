@@ -513,10 +513,24 @@ pub(crate) fn authentication_failure(error: &rustls::Error, client_cert: bool) -
             CertificateError::Revoked => "the broker's certificate is revoked".to_owned(),
             other => format!("the broker's certificate was refused: {other:?}"),
         },
+        E::AlertReceived(AlertDescription::HandshakeFailure) if !client_cert => {
+            "the broker refused the TLS handshake (TLS alert HandshakeFailure): most often it \
+             requires a client certificate and none was sent — set ssl.keystore.location (or \
+             ssl.keystore.key and ssl.keystore.certificate.chain); otherwise the broker and this \
+             client share no TLS version or cipher suite (this client speaks TLS 1.2 and 1.3: \
+             check the broker's ssl.enabled.protocols and ssl.cipher.suites)"
+                .to_owned()
+        }
+        E::AlertReceived(AlertDescription::HandshakeFailure) => {
+            "the broker refused the TLS handshake (TLS alert HandshakeFailure): most often it \
+             rejected the client certificate — it must be issued by an authority the broker \
+             trusts (its ssl.truststore), and be valid now; otherwise the broker and this client \
+             share no TLS version or cipher suite (this client speaks TLS 1.2 and 1.3: check the \
+             broker's ssl.enabled.protocols and ssl.cipher.suites)"
+                .to_owned()
+        }
         E::AlertReceived(alert) => match alert {
-            AlertDescription::BadCertificate
-            | AlertDescription::CertificateRequired
-            | AlertDescription::HandshakeFailure
+            AlertDescription::BadCertificate | AlertDescription::CertificateRequired
                 if !client_cert =>
             {
                 format!(
@@ -532,8 +546,7 @@ pub(crate) fn authentication_failure(error: &rustls::Error, client_cert: bool) -
             | AlertDescription::AccessDenied
             | AlertDescription::CertificateExpired
             | AlertDescription::CertificateRevoked
-            | AlertDescription::UnsupportedCertificate
-            | AlertDescription::HandshakeFailure => format!(
+            | AlertDescription::UnsupportedCertificate => format!(
                 "the broker rejected the client certificate (TLS alert {alert:?}): it must be \
                  issued by an authority the broker trusts (its ssl.truststore), and be valid now"
             ),

@@ -19,8 +19,12 @@ use crate::kafka::producer::cluster::TopicMetadata;
 use crate::kafka::producer::txn::{TxnVersion, code};
 use crate::producer::ProducerError;
 
-/// Partition errors after which the leader is looked up again.
-const REFRESH_CODES: [i16; 6] = [3, 5, 6, 74, 75, 103];
+/// Partition errors after which the leader is looked up again: Java's
+/// `InvalidMetadataException`s a Produce answer carries (UNKNOWN_TOPIC_OR_PARTITION,
+/// LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH,
+/// UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_ID — a topic deleted and created again under the same
+/// name has a new id — and INCONSISTENT_TOPIC_ID).
+const REFRESH_CODES: [i16; 8] = [3, 5, 6, 56, 74, 75, 100, 103];
 
 /// What a Produce request carried, to read its answer by.
 #[derive(Debug)]

@@ -350,7 +350,8 @@ impl Harness {
                 source: std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut"),
             }))
         } else {
-            let code = [0, 0, 6, 10, 87][usize::from(how)];
+            // 5 and 6 only in the tests that ask for them (the property test draws 0..=4).
+            let code = [0, 0, 6, 10, 87, 100, 56][usize::from(how)];
             let mut topics: Vec<TopicProduceResponse> = Vec::new();
             for (batch, _) in &plan.batches {
                 let partition = PartitionProduceResponse::default()
@@ -755,4 +756,34 @@ fn records_failed_while_waiting_for_their_topic_make_the_transaction_abortable()
         "{failed:?}"
     );
     assert!(!committable(&harness), "{:?}", harness.state.txn);
+}
+
+/// UNKNOWN_TOPIC_ID (a topic deleted and created again under its name) and
+/// KAFKA_STORAGE_ERROR send the producer for fresh metadata, as NOT_LEADER_OR_FOLLOWER does:
+/// the partition is retried under the topic's new id or its new leader, not for the whole
+/// delivery timeout against the old one.
+#[test]
+fn produce_errors_of_stale_metadata_ask_for_it_again() {
+    for how in [2u8, 5, 6] {
+        let mut harness = Harness::new(false);
+        harness.state.topics.insert(
+            Arc::from("a"),
+            TopicMetadata::Known {
+                id: Uuid::nil(),
+                leaders: vec![1, 2],
+            },
+        );
+        harness.connected.insert(2);
+        harness.send(0, Some(1), 10);
+        harness.state.flushing = 1;
+        harness.turn().unwrap();
+        assert_eq!(harness.produces.len(), 1, "how {how}");
+        assert!(harness.state.metadata_wanted.is_empty());
+        harness.produced(2, how);
+        assert!(
+            harness.state.metadata_wanted.contains("a"),
+            "how {how}: {:?}",
+            harness.state.metadata_wanted
+        );
+    }
 }
