@@ -64,8 +64,8 @@ impl Properties {
     ///   surrogate (which Java accepts but a Rust string cannot hold);
     /// - on a value cut at a line end that was meant to go on: a PEM block (a key or
     ///   certificates) whose `-----BEGIN` has no `-----END` after it in the entry (in its
-    ///   value, or on a line of its own), or a `sasl.jaas.config` that does not end with the
-    ///   `;` every JAAS entry ends with. Java
+    ///   value, or on a line of its own), or a `sasl.jaas.config` without the `;` every JAAS
+    ///   entry ends with. Java
     ///   would read each following line of the block as a key of its own (and a key is shown
     ///   in logs and errors: an unknown one is warned about), so a private key or a password
     ///   written across lines without a `\` at their ends would reach the logs line by line.
@@ -348,11 +348,11 @@ fn cut_at_line_end(key: &str, value: &str) -> Option<String> {
             shown_key(key)
         ));
     }
+    // No `;` at all: every JAAS entry ends with one (a comment may follow it).
     let jaas = key.to_ascii_lowercase().ends_with("sasl.jaas.config");
-    let trimmed = value.trim_end();
-    if jaas && !trimmed.is_empty() && !trimmed.ends_with(';') {
+    if jaas && !value.trim().is_empty() && !value.contains(';') {
         return Some(format!(
-            "the value of `{}` does not end with the `;` that ends a JAAS entry: if it goes \
+            "the value of `{}` has no `;`, which ends every JAAS entry: if it goes \
              on at the next line, end its lines with `\\` (a value goes on at the next line only \
              then, and the next line would be read as a key of its own)",
             shown_key(key)
@@ -616,6 +616,7 @@ mod tests {
             format!("ssl.keystore.key={escaped}"),
             format!("ssl.keystore.key={}", pem.replace('\n', " ")),
             "sasl.jaas.config=M required \\\n  password=\"p\";  \n".to_owned(),
+            "sasl.jaas.config=M required password=\"p\"; // rotated monthly\n".to_owned(),
             "sasl.jaas.config=\nnot.a.pem=-----END X".to_owned(),
         ] {
             Properties::parse(&text).expect(&text);

@@ -10,8 +10,10 @@ pub(crate) const REDACTED: &str = "[redacted]";
 /// prefix: `sasl.jaas.config`, any `*.password` and `*.passphrase`, `basic.auth.user.info`,
 /// `ssl.keystore.key`, `ssl.keystore.certificate.chain`, `ssl.truststore.certificates` (Java
 /// classes these as passwords too), any `*.key` (`snowflake.private.key`,
-/// `azblob.account.key`), and any key containing `secret`, `token`, `credential` or
-/// `apikey` (`bearer.auth.token`, `splunk.hec.token`). Case is ignored. A sink's own
+/// `azblob.account.key`), any key containing `secret`, and any containing `token`,
+/// `credential`, `apikey` or `api.key` (`bearer.auth.token`, `splunk.hec.token`) unless it
+/// names where or what kind a credential is (ending in `.url`, `.uri`, `.endpoint`, `.id`,
+/// `.class`, `.type`: `sasl.oauthbearer.token.endpoint.url`). Case is ignored. A sink's own
 /// settings are not declared to this crate, so the rule errs on the side of hiding: a value
 /// hidden for nothing costs a look at the file, a value shown can cost a credential.
 pub(crate) fn is_secret(key: &str) -> bool {
@@ -29,9 +31,15 @@ pub(crate) fn is_secret(key: &str) -> bool {
         || named("key")
         || named("ssl.keystore.certificate.chain")
         || named("ssl.truststore.certificates")
-        || ["secret", "token", "credential", "apikey", "api.key"]
+        || key.contains("secret")
+        || (["token", "credential", "apikey", "api.key"]
             .iter()
             .any(|part| key.contains(part))
+            // Where to find a credential, or its kind, is no credential (a URL's own
+            // password is hidden anyway, see `shown`).
+            && ![".url", ".uri", ".endpoint", ".id", ".class", ".type"]
+                .iter()
+                .any(|end| key.ends_with(end)))
 }
 
 /// The value of `key` as it may be shown in a message or log: redacted for a secret,
@@ -202,6 +210,9 @@ mod tests {
             assert!(is_secret(key), "{key} should be secret");
         }
         for key in [
+            "sasl.oauthbearer.token.endpoint.url",
+            "sasl.oauthbearer.client.credentials.client.id",
+            "aws.credentials.provider.class",
             "key.converter",
             "ssl.key.type",
             "keys",

@@ -622,19 +622,26 @@ impl Producer for KafkaProducer {
 
     async fn init_transactions(&self) -> Result<(), ProducerError> {
         let abandoned = {
-            let state = self.shared.lock();
-            let Some(txn) = state.txn.as_ref() else {
+            let mut state = self.shared.lock();
+            let Some(txn) = state.txn.as_mut() else {
                 return Err(Self::not_transactional("init_transactions"));
             };
-            matches!(
+            let open = matches!(
                 txn.phase,
                 Phase::InTransaction | Phase::Abortable(_) | Phase::Aborting
-            )
+            );
+            if open {
+                // From here no send or commit of the abandoned transaction is taken (and a
+                // call dropped before the end leaves it so: only an abort or another
+                // init_transactions goes on from there).
+                txn.phase = Phase::Aborting;
+            }
+            open
         };
         if abandoned {
-            // A transaction left open (its abort failed, or was never sent): its records are failed
-            // and its batches in flight answered before the new epoch starts, so that no
-            // answer of the old one lands in the next transaction.
+            // A transaction left open (its abort failed, or was never sent): its records are
+            // failed and its batches in flight answered before the new epoch starts, so that
+            // no answer of the old one lands in the next transaction.
             self.drop_open_transaction().await;
         }
         {

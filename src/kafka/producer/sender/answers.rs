@@ -73,10 +73,16 @@ pub(crate) fn metadata(
                             Some(p) if usize::try_from(p).is_ok_and(|p| p < count) => p,
                             Some(p) => {
                                 state.accumulator.untrack(&[w.id]);
-                                let _ = w.sender.send(Err(ProducerError::UnknownPartition {
+                                let error = ProducerError::UnknownPartition {
                                     topic: topic.to_string(),
                                     partition: p,
-                                }));
+                                };
+                                // Failed after `send` returned (a send refused at once
+                                // leaves the transaction as it is: its caller knows).
+                                if let Some(txn) = state.txn.as_mut() {
+                                    txn.batch_failed(&error);
+                                }
+                                let _ = w.sender.send(Err(error));
                                 continue;
                             }
                             None => state

@@ -424,15 +424,25 @@ impl SenderCore {
         }
     }
 
-    /// AddPartitionsToTxn ended. Returns true when records were failed (the transaction
-    /// cannot go on).
+    /// AddPartitionsToTxn, sent as `producer`, ended. Returns true when records were failed
+    /// (the transaction cannot go on). An answer for an identity the producer has left (an
+    /// `init_transactions` over the open transaction, an epoch bump) is about a transaction
+    /// that is no more: ignored, its partitions are added again under the new one if needed.
     pub(crate) fn on_added(
         &mut self,
         state: &mut State,
+        producer: ProducerIdentity,
         partitions: Vec<Tp>,
         result: Result<(), ProducerError>,
     ) -> bool {
         self.adding = false;
+        if producer != state.accumulator.producer() {
+            debug!(
+                ?result,
+                "AddPartitionsToTxn answered for an epoch this producer has left"
+            );
+            return false;
+        }
         match result {
             Ok(()) => {
                 if let Some(txn) = state.txn.as_mut() {

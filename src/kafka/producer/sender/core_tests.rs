@@ -110,7 +110,7 @@ struct Harness {
     bump_not_before: Option<Instant>,
     /// Per partition and producer epoch, the end of the sequences sent so far.
     sequence_end: HashMap<(Tp, i16), i64>,
-    add: Option<Vec<Tp>>,
+    add: Option<(ProducerIdentity, Vec<Tp>)>,
     /// The outstanding wait for an ended transaction's markers.
     markers: Option<u64>,
     futures: Vec<DeliveryFuture>,
@@ -175,6 +175,17 @@ impl Harness {
             futures: Vec::new(),
             next_offset: 0,
         }
+    }
+
+    /// Metadata of `topic` known already: its partitions' leaders.
+    fn know(&mut self, topic: &str, leaders: Vec<i32>) {
+        self.state.topics.insert(
+            Arc::from(topic),
+            TopicMetadata::Known {
+                id: Uuid::nil(),
+                leaders,
+            },
+        );
     }
 
     /// What `KafkaProducer::send` does with a record.
@@ -246,7 +257,7 @@ impl Harness {
                     }
                     self.bump = Some(current);
                 }
-                Action::AddPartitions(_, partitions) => {
+                Action::AddPartitions(producer, partitions) => {
                     prop_assert!(self.add.is_none(), "two AddPartitionsToTxn at once");
                     prop_assert!(
                         self.state
@@ -254,7 +265,7 @@ impl Harness {
                             .as_ref()
                             .is_some_and(|t| t.version == TxnVersion::V1)
                     );
-                    self.add = Some(partitions);
+                    self.add = Some((producer, partitions));
                 }
                 Action::AwaitMarkers { ended, deadline } => {
                     prop_assert!(self.markers.is_none(), "two waits for the markers at once");
@@ -447,13 +458,14 @@ impl Harness {
                 }
             }
             Op::Added(ok) => {
-                if let Some(partitions) = self.add.take() {
+                if let Some((producer, partitions)) = self.add.take() {
                     let result = if ok {
                         Ok(())
                     } else {
                         Err(ProducerError::Closed)
                     };
-                    self.core.on_added(&mut self.state, partitions, result);
+                    self.core
+                        .on_added(&mut self.state, producer, partitions, result);
                 }
             }
             Op::Flush(on) => self.state.flushing = usize::from(on),
@@ -511,8 +523,9 @@ impl Harness {
                 self.bump_not_before = None;
                 answered = true;
             }
-            if let Some(partitions) = self.add.take() {
-                self.core.on_added(&mut self.state, partitions, Ok(()));
+            if let Some((producer, partitions)) = self.add.take() {
+                self.core
+                    .on_added(&mut self.state, producer, partitions, Ok(()));
                 answered = true;
             }
             if let Some(ended) = self.markers.take() {
@@ -624,20 +637,8 @@ proptest! {
 #[test]
 fn one_turn_opens_no_more_requests_than_the_connection_has_room_for() {
     let mut harness = Harness::new(false);
-    harness.state.topics.insert(
-        Arc::from("b"),
-        TopicMetadata::Known {
-            id: Uuid::nil(),
-            leaders: vec![2, 2],
-        },
-    );
-    harness.state.topics.insert(
-        Arc::from("a"),
-        TopicMetadata::Known {
-            id: Uuid::nil(),
-            leaders: vec![1, 2],
-        },
-    );
+    harness.know("b", vec![2, 2]);
+    harness.know("a", vec![1, 2]);
     harness.connected.insert(2);
     // Three partitions led by broker 2, a batch of ~530 bytes each: three requests' worth.
     for (topic, partition) in [(1, 0), (1, 1), (0, 1)] {
@@ -742,6 +743,22 @@ fn records_failed_while_waiting_for_their_topic_make_the_transaction_abortable()
             .is_some_and(|t| t.check_send().is_err())
     );
 
+    // A partition the topic turns out not to have.
+    let mut harness = Harness::new(true);
+    harness.send(0, Some(7), 10);
+    harness.turn().unwrap();
+    let future = harness.futures.pop().expect("the record");
+    harness.metadata(true);
+    let failed = future.now_or_never();
+    assert!(
+        matches!(
+            failed,
+            Some(Err(ProducerError::UnknownPartition { partition: 7, .. }))
+        ),
+        "{failed:?}"
+    );
+    assert!(!committable(&harness), "{:?}", harness.state.txn);
+
     // Never found within the delivery timeout.
     let mut harness = Harness::new(true);
     harness.send(1, Some(0), 10);
@@ -766,13 +783,7 @@ fn records_failed_while_waiting_for_their_topic_make_the_transaction_abortable()
 fn produce_errors_of_stale_metadata_ask_for_it_again() {
     for how in [2u8, 5, 6] {
         let mut harness = Harness::new(false);
-        harness.state.topics.insert(
-            Arc::from("a"),
-            TopicMetadata::Known {
-                id: Uuid::nil(),
-                leaders: vec![1, 2],
-            },
-        );
+        harness.know("a", vec![1, 2]);
         harness.connected.insert(2);
         harness.send(0, Some(1), 10);
         harness.state.flushing = 1;

@@ -63,7 +63,7 @@ enum Work {
         Vec<(Arc<str>, usize)>,
     ),
     Bumped(Result<ProducerIdentity, ProducerError>),
-    Added(Vec<Tp>, Result<(), ProducerError>),
+    Added(ProducerIdentity, Vec<Tp>, Result<(), ProducerError>),
     /// The wait for an ended transaction's markers is over.
     Markers(u64),
 }
@@ -122,7 +122,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         core.on_bumped(&mut state, result, now);
                         false
                     }
-                    Work::Added(partitions, result) => core.on_added(&mut state, partitions, result),
+                    Work::Added(producer, partitions, result) => {
+                        core.on_added(&mut state, producer, partitions, result)
+                    }
                     Work::Markers(ended) => {
                         core.on_markers(&mut state, ended);
                         false
@@ -188,7 +190,7 @@ fn start(
                 .await
                 .add_partitions(&shared2.cluster, producer, &new, shared2.retry())
                 .await;
-            Work::Added(new, result)
+            Work::Added(producer, new, result)
         }
         .boxed(),
         Action::AwaitMarkers { ended, deadline } => async move {
