@@ -106,6 +106,11 @@ fn has(value: &'static str) -> impl Fn(&[ConsumerRecord]) -> bool {
     move |records| values(records).iter().any(|v| v == value)
 }
 
+/// A record of `value` for partition 0 of `topic`.
+fn on_partition_0(topic: &str, value: &'static str) -> ProducerRecord {
+    ProducerRecord::new(topic).partition(0).value(value)
+}
+
 async fn send(producer: &dyn Producer, record: ProducerRecord) -> i64 {
     producer
         .send(record)
@@ -238,32 +243,16 @@ pub(crate) async fn committed_visible_aborted_not(backend: &dyn Backend) {
     producer.init_transactions().await.expect("init");
 
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str()).partition(0).value("c1"),
-    )
-    .await;
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str()).partition(0).value("c2"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "c1")).await;
+    send(&*producer, on_partition_0(&topic, "c2")).await;
     producer.commit_transaction().await.expect("commit");
 
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str()).partition(0).value("a1"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "a1")).await;
     producer.abort_transaction().await.expect("abort");
 
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str()).partition(0).value("c3"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "c3")).await;
     producer.commit_transaction().await.expect("commit");
 
     let reader = backend.reader().await;
@@ -292,28 +281,10 @@ pub(crate) async fn read_committed_stops_at_open_transaction(backend: &dyn Backe
     let transactional = backend.producer(Some(&unique("contract-lso-tx"))).await;
     transactional.init_transactions().await.expect("init");
 
-    let before = send(
-        &*plain,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("before"),
-    )
-    .await;
+    let before = send(&*plain, on_partition_0(&topic, "before")).await;
     transactional.begin_transaction().expect("begin");
-    let open = send(
-        &*transactional,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("open"),
-    )
-    .await;
-    send(
-        &*plain,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("after"),
-    )
-    .await;
+    let open = send(&*transactional, on_partition_0(&topic, "open")).await;
+    send(&*plain, on_partition_0(&topic, "after")).await;
 
     let reader = backend.reader().await;
     let everything = read_until(
@@ -369,13 +340,7 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     let zombie = backend.producer(Some(&id)).await;
     zombie.init_transactions().await.expect("init");
     zombie.begin_transaction().expect("begin");
-    send(
-        &*zombie,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("zombie"),
-    )
-    .await;
+    send(&*zombie, on_partition_0(&topic, "zombie")).await;
 
     let successor = backend.producer(Some(&id)).await;
     successor
@@ -399,13 +364,7 @@ pub(crate) async fn zombie_is_fenced(backend: &dyn Backend) {
     assert!(fenced.is_fatal());
 
     successor.begin_transaction().expect("begin");
-    send(
-        &*successor,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("successor"),
-    )
-    .await;
+    send(&*successor, on_partition_0(&topic, "successor")).await;
     successor.commit_transaction().await.expect("commit");
     let reader = backend.reader().await;
     let committed = read_until(
@@ -436,13 +395,7 @@ pub(crate) async fn refused_sends_and_aborts(backend: &dyn Backend) {
     producer.init_transactions().await.expect("init");
 
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("kept"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "kept")).await;
     let refused = producer
         .send(
             ProducerRecord::new(topic.as_str())
@@ -460,23 +413,11 @@ pub(crate) async fn refused_sends_and_aborts(backend: &dyn Backend) {
     producer.commit_transaction().await.expect("commit");
 
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("dropped"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "dropped")).await;
     producer.abort_transaction().await.expect("abort");
 
     producer.begin_transaction().expect("begin after the abort");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("next"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "next")).await;
     producer.commit_transaction().await.expect("commit");
     let reader = backend.reader().await;
     let committed = read_until(
@@ -501,25 +442,13 @@ pub(crate) async fn init_again_aborts_the_open_transaction(backend: &dyn Backend
         .await;
     producer.init_transactions().await.expect("init");
     producer.begin_transaction().expect("begin");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("left-open"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "left-open")).await;
     producer
         .init_transactions()
         .await
         .expect("init again, a transaction open");
     producer.begin_transaction().expect("begin after it");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("next"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "next")).await;
     producer.commit_transaction().await.expect("commit");
     let reader = backend.reader().await;
     let committed = read_until(
@@ -564,13 +493,7 @@ pub(crate) async fn calls_out_of_turn_are_refused(backend: &dyn Backend) {
 
     producer.begin_transaction().expect("begin");
     assert!(is_state(producer.begin_transaction()), "begin twice");
-    send(
-        &*producer,
-        ProducerRecord::new(topic.as_str())
-            .partition(0)
-            .value("inside"),
-    )
-    .await;
+    send(&*producer, on_partition_0(&topic, "inside")).await;
     producer
         .commit_transaction()
         .await
