@@ -466,6 +466,113 @@ async fn share_fetch_of_the_share_consumer() {
     assert_small(&region);
 }
 
+/// A ShareFetch answer that names one partition twice: its records reach the application once
+/// (the second entry is not read), and each offset is acknowledged once.
+#[tokio::test]
+async fn a_partition_named_twice_in_one_share_fetch_answer_is_delivered_once() {
+    use kafka_protocol::messages::ShareFetchResponse;
+    use kafka_protocol::messages::share_fetch_response::{
+        AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
+    };
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let _turn = SERIAL.lock().await;
+    let broker = FakeBroker::start().await;
+    let topic_id = broker.add_topic("orders", 1);
+    let answered = std::sync::Arc::new(AtomicBool::new(false));
+    broker.on(ApiKey::ShareFetch, move |request| {
+        let body = request.share_fetch().expect("ShareFetch decodes");
+        if body.request.topics.is_empty() || answered.swap(true, Ordering::SeqCst) {
+            return Reply::Default;
+        }
+        let entry = PartitionData::default()
+            .with_partition_index(0)
+            .with_records(Some(fake_broker::record_batch(0..3)))
+            .with_acquired_records(vec![
+                AcquiredRecords::default()
+                    .with_first_offset(0)
+                    .with_last_offset(2)
+                    .with_delivery_count(1),
+            ]);
+        Reply::share_fetch(
+            &ShareFetchResponse::default()
+                .with_acquisition_lock_timeout_ms(fake_broker::LOCK_TIMEOUT_MS)
+                .with_responses(vec![
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(vec![entry.clone(), entry]),
+                ]),
+        )
+    });
+    let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
+        .await
+        .expect("connect");
+    consumer
+        .subscribe(vec!["orders".to_owned()])
+        .await
+        .expect("subscribe");
+    let mut offsets = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // Past the answer: polls until a few fetches after it came back empty.
+    let mut fetches_after = None;
+    while fetches_after.is_none_or(|n| broker.count(ApiKey::ShareFetch) < n) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} ShareFetch requests in {WAIT:?}; offsets polled: {offsets:?}",
+            broker.count(ApiKey::ShareFetch)
+        );
+        let records = consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+        for record in &records {
+            consumer
+                .acknowledge(record, kafka_share_sink::AcknowledgeType::Accept)
+                .expect("acknowledge");
+            offsets.push(record.offset());
+        }
+        if fetches_after.is_none() && !offsets.is_empty() {
+            fetches_after = Some(broker.count(ApiKey::ShareFetch) + 3);
+        }
+    }
+    assert_eq!(offsets, [0, 1, 2], "each record once");
+    let results = consumer.commit_sync(WAIT).await.expect("commit");
+    assert_eq!(results.failures().count(), 0, "{results:?}");
+    let mut acknowledged: Vec<i64> = broker
+        .requests()
+        .iter()
+        .flat_map(|request| {
+            let batches: Vec<(i64, i64)> = if request.is(ApiKey::ShareFetch) {
+                let body = request.share_fetch().expect("ShareFetch decodes");
+                body.request
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .flat_map(|p| p.acknowledgement_batches.iter())
+                    .map(|b| (b.first_offset, b.last_offset))
+                    .collect()
+            } else if request.is(ApiKey::ShareAcknowledge) {
+                let body = request
+                    .share_acknowledge()
+                    .expect("ShareAcknowledge decodes");
+                body.request
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .flat_map(|p| p.acknowledgement_batches.iter())
+                    .map(|b| (b.first_offset, b.last_offset))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            batches.into_iter().flat_map(|(first, last)| first..=last)
+        })
+        .collect();
+    acknowledged.sort_unstable();
+    assert_eq!(acknowledged, [0, 1, 2], "each offset acknowledged once");
+    let _ = consumer.close(WAIT).await;
+}
+
 // The decoders themselves, without a network.
 
 #[test]

@@ -1,6 +1,7 @@
 //! Reading ShareFetch and ShareAcknowledge answers: the records acquired, the acknowledgements
 //! the consumer makes itself, and what the session book needs to know.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::cluster::Cluster;
@@ -123,6 +124,10 @@ pub(crate) fn fetch_answer(
         }
         return out;
     }
+    // A broker names each partition once; a second entry for one is not read (its records would
+    // reach the application twice, and be acknowledged twice). What it acquired stays locked
+    // until the lock expires, and is delivered again then.
+    let mut seen: HashSet<SessionPartition> = HashSet::new();
     for topic in response.responses {
         let Some(meta) = cluster.by_id.get(&topic.topic_id) else {
             // Not for a topic this session fetched; its acquired records (if any) stay locked
@@ -134,6 +139,17 @@ pub(crate) fn fetch_answer(
         let name = meta.name.clone();
         for p in topic.partitions {
             let tp = TopicPartition::new(name.clone(), p.partition_index);
+            if !seen.insert((topic.topic_id, p.partition_index)) {
+                tracing::warn!(
+                    %tp,
+                    acquired = p.acquired_records.len(),
+                    "the broker's ShareFetch answer names this partition more than once; the \
+                     entries after the first are ignored (what they acquired is delivered \
+                     again when its lock expires)"
+                );
+                out.errors = true;
+                continue;
+            }
             out.answer.partitions.push(PartitionAnswer {
                 partition: tp.clone(),
                 ack_code: p.acknowledge_error_code,
