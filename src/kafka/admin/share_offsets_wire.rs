@@ -19,6 +19,7 @@
 //!
 //! Counts and lengths come from the wire: no allocation is sized beyond the bytes left.
 
+use crate::kafka::codec::share_v2::MAX_PREALLOCATED_ITEMS;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::DescribeShareGroupOffsetsRequest;
 use kafka_protocol::protocol::{
@@ -259,7 +260,9 @@ fn read_array<T>(
             buf.remaining()
         );
     }
-    let mut items = Vec::with_capacity(count);
+    // Each element decoded may be larger than its bytes on the wire: room for the first few
+    // only, the rest as they decode.
+    let mut items = Vec::with_capacity(count.min(MAX_PREALLOCATED_ITEMS));
     for _ in 0..count {
         items.push(read(buf)?);
     }

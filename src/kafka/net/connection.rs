@@ -1499,9 +1499,10 @@ async fn read_frames(
         }
         // A large frame (a ShareFetch answer) reuses the buffer of one whose records are all
         // gone: allocated and freed each time, such buffers cost the allocator far more
-        // resident memory than they hold.
+        // resident memory than they hold. Room is made as the bytes arrive, not for the length
+        // announced.
         let mut frame = pool.buffer(len);
-        if let Err(error) = read.read_exact(frame.as_mut()).await {
+        if let Err(error) = frame.read_from(&mut read, len).await {
             return CloseReason::read_error("reading a response", &error, &hints, frames_read);
         }
         frames_read += 1;

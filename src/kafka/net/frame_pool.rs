@@ -20,9 +20,11 @@
 //! record batches into ([`take`](FramePool::take), [`freeze`](FramePool::freeze),
 //! [`recycle`](FramePool::recycle)).
 
+use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Frames shorter than this are allocated one by one (the allocator handles small blocks well).
 pub(crate) const POOLED_FRAME_MIN: usize = 64 << 10;
@@ -31,6 +33,11 @@ pub(crate) const POOLED_FRAME_MIN: usize = 64 << 10;
 /// largest mmap threshold (32 MiB on 64-bit targets) and unmaps them on free, so they leave no
 /// holes, and an idle pool does not keep such large buffers.
 pub(crate) const POOLED_FRAME_MAX: usize = 32 << 20;
+
+/// The room a frame's buffer starts with when no idle buffer holds the whole frame; it
+/// doubles as the bytes arrive (a frame's length is what the broker announced, not what it
+/// sent).
+pub(crate) const FIRST_ROOM: usize = 64 << 10;
 
 /// The most idle buffers a pool keeps; more go back to the allocator.
 pub(crate) const IDLE_BUFFERS: usize = 2;
@@ -102,16 +109,22 @@ impl FramePool {
         (self.limits.min..=self.limits.max).contains(&capacity)
     }
 
-    /// A zeroed buffer of `len` bytes to read a frame into: for a frame of a size the pool
-    /// keeps (a connection's: [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of
-    /// the pool (see [`take`](Self::take)), which [`freeze`](FrameBuffer::freeze) turns into
-    /// the frame.
+    /// An empty buffer to read a frame of `len` bytes into with
+    /// [`read_from`](FrameBuffer::read_from); for a frame of a size the pool keeps (a
+    /// connection's: [`POOLED_FRAME_MIN`] to [`POOLED_FRAME_MAX`] bytes), a buffer of the pool,
+    /// which [`freeze`](FrameBuffer::freeze) turns into the frame.
+    ///
+    /// The buffer holds room for the whole frame only when an idle one that large is at hand;
+    /// else it starts at [`FIRST_ROOM`] and grows as the bytes arrive, so what a frame's
+    /// announced length makes this allocate stays within twice what was received.
     pub(crate) fn buffer(self: &Arc<Self>, len: usize) -> FrameBuffer {
+        let room = len.min(FIRST_ROOM);
         if !self.pools(len) {
-            return FrameBuffer::Plain(BytesMut::zeroed(len));
+            return FrameBuffer::Plain(Vec::with_capacity(room));
         }
-        let mut buf = self.take(len);
-        buf.resize(len, 0);
+        let mut buf = self.take_idle(len).unwrap_or_default();
+        buf.clear();
+        buf.reserve_exact(room);
         FrameBuffer::Pooled(PooledBuffer {
             buf,
             pool: Arc::clone(self),
@@ -122,30 +135,34 @@ impl FramePool {
     /// one that fits, else the largest idle one grown to `capacity`) when the pool keeps
     /// buffers of that size, else a new one.
     pub(crate) fn take(&self, capacity: usize) -> Vec<u8> {
-        let reused = if self.pools(capacity) {
-            let mut idle = self.lock();
-            let fits = idle
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= capacity)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            let largest = || {
-                idle.iter()
-                    .enumerate()
-                    .max_by_key(|(_, b)| b.capacity())
-                    .map(|(i, _)| i)
-            };
-            fits.or_else(largest).map(|i| idle.swap_remove(i))
-        } else {
-            None
-        };
-        let mut buf = reused.unwrap_or_default();
+        let mut buf = self.take_idle(capacity).unwrap_or_default();
         buf.clear();
         // Exactly the room asked for: a grown buffer does not double (the allocator may
         // round up).
         buf.reserve_exact(capacity);
         buf
+    }
+
+    /// When the pool keeps buffers of `capacity` bytes: the smallest idle buffer that holds
+    /// `capacity`, else the largest idle one (still holding its old bytes).
+    fn take_idle(&self, capacity: usize) -> Option<Vec<u8>> {
+        if !self.pools(capacity) {
+            return None;
+        }
+        let mut idle = self.lock();
+        let fits = idle
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        let largest = || {
+            idle.iter()
+                .enumerate()
+                .max_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i)
+        };
+        fits.or_else(largest).map(|i| idle.swap_remove(i))
     }
 
     /// `buf` as `Bytes` whose last slice, when dropped, gives the buffer back to the pool (a
@@ -215,24 +232,56 @@ impl FramePool {
 /// A buffer to read one frame into.
 #[derive(Debug)]
 pub(crate) enum FrameBuffer {
-    /// A small frame, allocated on its own.
-    Plain(BytesMut),
+    /// A small (or very large) frame, allocated on its own.
+    Plain(Vec<u8>),
     /// A large frame, in a buffer of the pool.
     Pooled(PooledBuffer),
 }
 
 impl FrameBuffer {
-    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
+    fn vec_mut(&mut self) -> &mut Vec<u8> {
         match self {
             Self::Plain(b) => b,
             Self::Pooled(b) => &mut b.buf,
         }
     }
 
+    /// The bytes the buffer has room for (for tests).
+    #[cfg(test)]
+    pub(crate) fn capacity(&mut self) -> usize {
+        self.vec_mut().capacity()
+    }
+
+    /// Reads from `read` until the buffer holds `len` bytes, making room as they arrive:
+    /// doubling it, from [`FIRST_ROOM`], whenever it is full, up to `len`. Reads nothing past
+    /// `len`. An end of the stream before `len` bytes is [`io::ErrorKind::UnexpectedEof`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: the bytes read so far stay in the buffer, but a caller that drops
+    /// this future has lost its place in the stream (the reader task gives up the connection).
+    pub(crate) async fn read_from<R>(&mut self, read: &mut R, len: usize) -> io::Result<()>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+    {
+        let buf = self.vec_mut();
+        while buf.len() < len {
+            if buf.len() == buf.capacity() {
+                let room = buf.capacity().saturating_mul(2).max(FIRST_ROOM).min(len);
+                buf.reserve_exact(room.saturating_sub(buf.len()));
+            }
+            let want = buf.capacity().min(len).saturating_sub(buf.len());
+            if read.read_buf(&mut (&mut *buf).limit(want)).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
+    }
+
     /// The frame, read: its slices keep the buffer, which goes back to the pool after the last.
     pub(crate) fn freeze(self) -> Bytes {
         match self {
-            Self::Plain(b) => b.freeze(),
+            Self::Plain(b) => Bytes::from(b),
             Self::Pooled(b) => b.freeze(),
         }
     }
@@ -278,10 +327,19 @@ mod tests {
 
     const BIG: usize = 1 << 20;
 
+    /// A frame of `len` bytes of `fill`, read into a buffer of `pool`.
     fn frame(pool: &Arc<FramePool>, len: usize, fill: u8) -> Bytes {
         let mut b = pool.buffer(len);
-        b.as_mut().fill(fill);
+        read_into(&mut b, &vec![fill; len], len).expect("the bytes are all there");
         b.freeze()
+    }
+
+    /// Reads `len` bytes of `bytes` into `b`.
+    fn read_into(b: &mut FrameBuffer, bytes: &[u8], len: usize) -> io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(b.read_from(&mut &bytes[..], len))
     }
 
     #[test]
@@ -317,17 +375,53 @@ mod tests {
     }
 
     #[test]
-    fn a_reused_buffer_is_zeroed_and_as_long_as_the_new_frame() {
+    fn a_reused_buffer_holds_only_the_new_frame() {
         let pool = FramePool::new();
         drop(frame(&pool, BIG, 0xff));
-        let mut b = pool.buffer(BIG / 2);
-        assert_eq!(b.as_mut().len(), BIG / 2);
-        assert!(b.as_mut().iter().all(|&x| x == 0));
-        let f = b.freeze();
+        let f = frame(&pool, BIG / 2, 3);
         assert_eq!(f.len(), BIG / 2);
+        assert!(f.iter().all(|&x| x == 3));
         assert_eq!(pool.idle(), (0, 0), "the idle buffer was reused");
         drop(f);
         assert_eq!(pool.idle(), (1, BIG), "with its capacity");
+    }
+
+    #[test]
+    fn room_is_made_as_the_bytes_arrive_not_for_the_length_announced() {
+        let pool = FramePool::new();
+        for announced in [POOLED_FRAME_MAX, POOLED_FRAME_MAX + 1, 100 << 20] {
+            let mut b = pool.buffer(announced);
+            assert!(b.capacity() <= FIRST_ROOM, "{}", b.capacity());
+            // 300 KiB arrive, then the stream ends.
+            let sent = vec![9; 300 << 10];
+            let error = read_into(&mut b, &sent, announced).expect_err("cut short");
+            assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+            let room = b.capacity();
+            assert!(
+                (sent.len()..=2 * sent.len()).contains(&room),
+                "{room} bytes of room for {} received, {announced} announced",
+                sent.len()
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_past_the_frame_is_read() {
+        let pool = FramePool::new();
+        let mut bytes = vec![1; 200 << 10];
+        bytes.extend_from_slice(&[2; 1000]);
+        let mut stream = &bytes[..];
+        let mut b = pool.buffer(200 << 10);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime
+            .block_on(b.read_from(&mut stream, 200 << 10))
+            .expect("read");
+        let f = b.freeze();
+        assert_eq!(f.len(), 200 << 10);
+        assert!(f.iter().all(|&x| x == 1));
+        assert_eq!(stream, &[2; 1000][..], "the next frame's bytes are left");
     }
 
     #[test]
