@@ -25,6 +25,9 @@ pub(crate) enum TopicMetadata {
     Unknown,
     /// An error no wait fixes (e.g. authorization).
     Failed(Arc<ClientError>),
+    /// A retriable error for the topic (a leader being elected for a topic just created,
+    /// a broker busy loading): asked again.
+    Retry(Arc<ClientError>),
 }
 
 /// The cluster-wide connection and the broker connections.
@@ -175,12 +178,13 @@ impl Cluster {
                             leaders,
                         }
                     }
-                    0 | LEADER_NOT_AVAILABLE | UNKNOWN_TOPIC_OR_PARTITION => TopicMetadata::Unknown,
+                    0 | UNKNOWN_TOPIC_OR_PARTITION => TopicMetadata::Unknown,
                     _ => match entry.error(topic) {
                         Some(error) if !error.is_retriable() => {
                             TopicMetadata::Failed(Arc::new(error))
                         }
-                        _ => TopicMetadata::Unknown,
+                        Some(error) => TopicMetadata::Retry(Arc::new(error)),
+                        None => TopicMetadata::Unknown,
                     },
                 },
             };

@@ -54,12 +54,33 @@ pub(crate) struct Waiting {
     pub(crate) deadline: Instant,
 }
 
+impl Waiting {
+    /// Fails this record, which waited for its topic's metadata. `send` had returned, so an
+    /// open transaction (`txn`) must not commit without it.
+    pub(crate) fn fail(
+        self,
+        accumulator: &mut Accumulator,
+        txn: Option<&mut TxnState>,
+        error: ProducerError,
+    ) {
+        accumulator.untrack(&[self.id]);
+        if let Some(txn) = txn {
+            txn.batch_failed(&error);
+        }
+        let _ = self.sender.send(Err(error));
+    }
+}
+
 /// What the producer's calls and its sender task share, under one lock.
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) accumulator: Accumulator,
     pub(crate) topics: FastMap<Arc<str>, TopicMetadata>,
     pub(crate) waiting: FastMap<Arc<str>, VecDeque<Waiting>>,
+    /// Why the records of a topic in `waiting` still wait, when the last Metadata answer (or
+    /// request) for it failed with a retriable error: what their delivery timeout reports.
+    /// Absent: the cluster does not know the topic.
+    pub(crate) waiting_because: FastMap<Arc<str>, Arc<ProducerError>>,
     /// Topics whose metadata must be (re)fetched.
     pub(crate) metadata_wanted: std::collections::HashSet<Arc<str>>,
     pub(crate) sticky: Sticky,
@@ -208,6 +229,7 @@ impl KafkaProducer {
                 accumulator,
                 topics: FastMap::default(),
                 waiting: FastMap::default(),
+                waiting_because: FastMap::default(),
                 metadata_wanted: Default::default(),
                 sticky: Sticky::new(seed),
                 next_record: 0,
@@ -442,9 +464,9 @@ impl KafkaProducer {
         {
             let mut state = self.shared.lock();
             let done = state.accumulator.fail_waiting(&aborted);
+            state.waiting_because.clear();
             for waiting in std::mem::take(&mut state.waiting).into_values().flatten() {
-                state.accumulator.untrack(&[waiting.id]);
-                let _ = waiting.sender.send(Err(aborted.clone()));
+                waiting.fail(&mut state.accumulator, None, aborted.clone());
             }
             let _ = done;
         }

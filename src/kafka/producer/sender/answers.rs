@@ -48,6 +48,14 @@ pub(crate) fn metadata(
         Ok(answers) => answers,
         Err(error) => {
             debug!(%error, "metadata failed, retrying");
+            let because = Arc::new(ProducerError::from_client(Arc::new(error)));
+            for topic in topics {
+                if state.waiting.contains_key(topic) {
+                    state
+                        .waiting_because
+                        .insert(Arc::clone(topic), Arc::clone(&because));
+                }
+            }
             state.metadata_wanted.extend(topics.iter().cloned());
             return true;
         }
@@ -67,22 +75,19 @@ pub(crate) fn metadata(
                 state
                     .topics
                     .insert(Arc::clone(&topic), TopicMetadata::Known { id, leaders });
+                state.waiting_because.remove(&topic);
                 if let Some(queue) = state.waiting.remove(&topic) {
                     for w in queue {
                         let partition = match w.partition {
                             Some(p) if usize::try_from(p).is_ok_and(|p| p < count) => p,
                             Some(p) => {
-                                state.accumulator.untrack(&[w.id]);
+                                // Failed after `send` returned (a send refused at once
+                                // leaves the transaction as it is: its caller knows).
                                 let error = ProducerError::UnknownPartition {
                                     topic: topic.to_string(),
                                     partition: p,
                                 };
-                                // Failed after `send` returned (a send refused at once
-                                // leaves the transaction as it is: its caller knows).
-                                if let Some(txn) = state.txn.as_mut() {
-                                    txn.batch_failed(&error);
-                                }
-                                let _ = w.sender.send(Err(error));
+                                w.fail(&mut state.accumulator, state.txn.as_mut(), error);
                                 continue;
                             }
                             None => state
@@ -102,23 +107,29 @@ pub(crate) fn metadata(
                     }
                 }
             }
-            TopicMetadata::Unknown => {
+            TopicMetadata::Unknown | TopicMetadata::Retry(_) => {
                 if state.waiting.contains_key(&topic) {
                     again = true;
                     state.metadata_wanted.insert(Arc::clone(&topic));
+                    match meta {
+                        TopicMetadata::Retry(error) => {
+                            let because = Arc::new(ProducerError::from_client(error));
+                            state.waiting_because.insert(Arc::clone(&topic), because);
+                        }
+                        _ => {
+                            state.waiting_because.remove(&topic);
+                        }
+                    }
                 }
             }
             TopicMetadata::Failed(error) => {
+                state.waiting_because.remove(&topic);
                 if let Some(queue) = state.waiting.remove(&topic) {
-                    let error = ProducerError::from_client(error);
                     // Failed after `send` returned: the commit must not go through
                     // without them (as when a broker refuses a batch).
-                    if let Some(txn) = state.txn.as_mut() {
-                        txn.batch_failed(&error);
-                    }
+                    let error = ProducerError::from_client(error);
                     for w in queue {
-                        state.accumulator.untrack(&[w.id]);
-                        let _ = w.sender.send(Err(error.clone()));
+                        w.fail(&mut state.accumulator, state.txn.as_mut(), error.clone());
                     }
                 }
             }

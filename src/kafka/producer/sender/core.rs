@@ -499,26 +499,30 @@ pub(crate) fn apply(state: &mut State, effects: &Effects) {
     }
 }
 
-/// Fails records that waited for their topic's metadata past their delivery timeout.
+/// Fails records that waited for their topic's metadata past their delivery timeout, with the
+/// last retriable error of the topic's metadata, or else as a topic (or partition) the cluster
+/// does not know.
 fn expire_waiting(state: &mut State, now: Instant, timeout: Duration) -> bool {
     let mut any = false;
     let mut empty = Vec::new();
     for (topic, queue) in &mut state.waiting {
         while queue.front().is_some_and(|w| w.deadline <= now) {
             if let Some(w) = queue.pop_front() {
-                state.accumulator.untrack(&[w.id]);
+                let last = state
+                    .waiting_because
+                    .get(topic)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        Arc::new(ProducerError::UnknownPartition {
+                            topic: topic.to_string(),
+                            partition: w.partition.unwrap_or(-1),
+                        })
+                    });
                 let error = ProducerError::Timeout {
                     timeout,
-                    last: Some(Arc::new(ProducerError::UnknownPartition {
-                        topic: topic.to_string(),
-                        partition: w.partition.unwrap_or(-1),
-                    })),
+                    last: Some(last),
                 };
-                // Failed after `send` returned: the commit must not go through without it.
-                if let Some(txn) = state.txn.as_mut() {
-                    txn.batch_failed(&error);
-                }
-                let _ = w.sender.send(Err(error));
+                w.fail(&mut state.accumulator, state.txn.as_mut(), error);
                 any = true;
             }
         }
@@ -528,6 +532,7 @@ fn expire_waiting(state: &mut State, now: Instant, timeout: Duration) -> bool {
     }
     for topic in empty {
         state.waiting.remove(&topic);
+        state.waiting_because.remove(&topic);
     }
     any
 }

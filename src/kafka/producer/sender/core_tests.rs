@@ -153,6 +153,7 @@ impl Harness {
                 accumulator,
                 topics: Default::default(),
                 waiting: Default::default(),
+                waiting_because: Default::default(),
                 metadata_wanted: HashSet::new(),
                 sticky: Sticky::new(1),
                 next_record: 0,
@@ -591,12 +592,12 @@ impl Harness {
             source: None,
         };
         self.state.accumulator.fail_waiting(&aborted);
+        self.state.waiting_because.clear();
         for waiting in std::mem::take(&mut self.state.waiting)
             .into_values()
             .flatten()
         {
-            self.state.accumulator.untrack(&[waiting.id]);
-            let _ = waiting.sender.send(Err(aborted.clone()));
+            waiting.fail(&mut self.state.accumulator, None, aborted.clone());
         }
     }
 }
@@ -773,6 +774,79 @@ fn records_failed_while_waiting_for_their_topic_make_the_transaction_abortable()
         "{failed:?}"
     );
     assert!(!committable(&harness), "{:?}", harness.state.txn);
+}
+
+/// A record that waited for its topic's metadata for the whole delivery timeout reports why:
+/// the last retriable error of the topic's Metadata (a request that failed, a leader not
+/// elected yet), and a topic the cluster does not know only when it said so. The exactly-once
+/// driver stops for good on the latter: an outage must not read as a topic gone.
+#[test]
+fn a_record_that_waited_out_its_delivery_timeout_reports_the_last_metadata_error() {
+    let leader_not_available = || {
+        ClientError::Broker(crate::kafka::error::BrokerError {
+            api: "Metadata",
+            code: 5,
+            name: "LEADER_NOT_AVAILABLE",
+            message: None,
+            retriable: true,
+        })
+    };
+    for how in ["request failed", "retriable topic error", "unknown topic"] {
+        let mut harness = Harness::new(true);
+        harness.send(1, Some(0), 10);
+        harness.turn().unwrap();
+        let topics = harness.metadata.take().expect("a Metadata request");
+        let result = match how {
+            "request failed" => Err(ClientError::Timeout(Duration::from_secs(30))),
+            "retriable topic error" => Ok(topics
+                .iter()
+                .map(|t| {
+                    let error = Arc::new(leader_not_available());
+                    (t.to_string(), TopicMetadata::Retry(error))
+                })
+                .collect()),
+            _ => Ok(topics
+                .iter()
+                .map(|t| (t.to_string(), TopicMetadata::Unknown))
+                .collect()),
+        };
+        harness
+            .core
+            .on_metadata(&mut harness.state, &topics, result, &[], harness.now);
+        assert!(
+            harness.state.metadata_wanted.contains(&topics[0]),
+            "{how}: asked again"
+        );
+        let future = harness.futures.pop().expect("the record");
+        harness.now += DELIVERY_TIMEOUT + Duration::from_millis(1);
+        harness.turn().unwrap();
+        let Some(Err(ProducerError::Timeout {
+            last: Some(last), ..
+        })) = future.now_or_never()
+        else {
+            panic!("{how}: a timeout with its last error expected");
+        };
+        match how {
+            "request failed" => assert!(
+                matches!(&*last, ProducerError::Kafka { source }
+                    if matches!(**source, ClientError::Timeout(_))),
+                "{how}: {last:?}"
+            ),
+            "retriable topic error" => assert!(
+                matches!(&*last, ProducerError::Kafka { source }
+                    if matches!(&**source, ClientError::Broker(b) if b.code == 5)),
+                "{how}: {last:?}"
+            ),
+            _ => assert!(
+                matches!(&*last, ProducerError::UnknownPartition { partition: 0, .. }),
+                "{how}: {last:?}"
+            ),
+        }
+        assert!(
+            harness.state.waiting_because.is_empty(),
+            "{how}: nothing waits any more"
+        );
+    }
 }
 
 /// UNKNOWN_TOPIC_ID (a topic deleted and created again under its name) and
