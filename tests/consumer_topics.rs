@@ -115,3 +115,72 @@ async fn a_missing_topic_is_waited_for_and_said_once() {
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("later"), "{said:?}");
 }
+
+/// Polls for `window`, each poll empty or with records (not an error).
+async fn poll_for(consumer: &mut KafkaShareConsumer, window: Duration) {
+    let until = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < until {
+        consumer
+            .poll(Duration::from_millis(100))
+            .await
+            .expect("polls");
+    }
+}
+
+/// A topic dropped from the subscription, or one the cluster answers with an error every time
+/// (deleted while subscribed), does not make the consumer ask for Metadata again and again at
+/// the speed of the network: refreshes are spaced by the retry backoff (100 ms, doubling to
+/// 1 s while a topic keeps erroring), as Java's metadata refresh backoff.
+#[tokio::test]
+async fn metadata_is_not_asked_again_and_again_for_a_topic_left_or_deleted() {
+    const WINDOW: Duration = Duration::from_secs(2);
+    // At most one refresh per 100 ms, and a few more for the change itself.
+    const MOST: usize = 25;
+    for how in ["unsubscribed", "deleted"] {
+        let broker = FakeBroker::start().await;
+        broker.add_topic("orders", 1);
+        broker.add_topic("audit", 1);
+        let mut consumer = consumer(&broker).await;
+        consumer
+            .subscribe(vec!["orders".to_owned(), "audit".to_owned()])
+            .await
+            .expect("subscribes");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while broker.count(ApiKey::ShareFetch) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{how}: no fetch");
+            consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("polls");
+        }
+        if how == "unsubscribed" {
+            consumer
+                .subscribe(vec!["orders".to_owned()])
+                .await
+                .expect("subscribes");
+        } else {
+            let admin = kafka_share_sink::KafkaAdmin::connect(&broker.addr())
+                .await
+                .expect("admin");
+            admin.delete_topic("audit").await.expect("deleted");
+            // A broker that closed its connections sends the consumer for fresh metadata,
+            // which names the deleted topic with an error (so does a fetch of it, from Kafka).
+            let asked = broker.count(ApiKey::Metadata);
+            broker.disconnect_all();
+            while broker.count(ApiKey::Metadata) < asked + 2 {
+                assert!(tokio::time::Instant::now() < deadline, "{how}: no fetch");
+                consumer
+                    .poll(Duration::from_millis(100))
+                    .await
+                    .expect("polls");
+            }
+        }
+        let before = broker.count(ApiKey::Metadata);
+        poll_for(&mut consumer, WINDOW).await;
+        let asked = broker.count(ApiKey::Metadata) - before;
+        assert!(
+            asked <= MOST,
+            "{how}: {asked} Metadata requests in {WINDOW:?}, at most {MOST} expected"
+        );
+    }
+}

@@ -80,12 +80,17 @@ impl Cluster {
         targets
     }
 
-    /// Merges a fresh answer in. A topic that errored this time (a leader election, say)
-    /// keeps what was known of it: records may still arrive for it on an open session.
-    pub(crate) fn update(&mut self, fresh: Cluster) {
+    /// Merges a fresh answer in. A topic the answer named with an error (`errored`: a leader
+    /// election, say) keeps what was known of it, and the metadata stays stale: records may
+    /// still arrive for it on an open session. A topic the answer left out (no longer
+    /// subscribed) is forgotten.
+    pub(crate) fn update(&mut self, fresh: Cluster, errored: &[&str]) {
         let old = std::mem::replace(self, fresh);
         for (id, meta) in old.by_id {
-            if !self.by_id.contains_key(&id) && !self.by_name.contains_key(meta.name.as_str()) {
+            if errored.contains(&meta.name.as_str())
+                && !self.by_id.contains_key(&id)
+                && !self.by_name.contains_key(meta.name.as_str())
+            {
                 self.stale = true;
                 self.by_name.insert(meta.name.to_arc(), id);
                 self.by_id.insert(id, meta);

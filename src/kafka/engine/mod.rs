@@ -156,6 +156,7 @@ impl EngineHandle {
             connecting: BTreeSet::new(),
             metadata_in_flight: false,
             metadata_retry_at: None,
+            stale_refreshes: 0,
             fetch_retry_at: None,
             commits: Vec::new(),
             closing: None,
@@ -235,6 +236,8 @@ struct Engine {
     connecting: BTreeSet<NodeId>,
     metadata_in_flight: bool,
     metadata_retry_at: Option<Instant>,
+    /// Metadata answers in a row that left some topic erroring (their refresh backs off).
+    stale_refreshes: u32,
     /// No fetch before then (backoff after errors).
     fetch_retry_at: Option<Instant>,
     /// Commits waiting for the acknowledgements queued up to their sequence number.
@@ -747,13 +750,27 @@ impl Engine {
                 self.metadata_in_flight = false;
                 match result {
                     Ok(mut fresh) => {
-                        for (topic, code) in std::mem::take(&mut fresh.topic_errors) {
+                        let errors = std::mem::take(&mut fresh.topic_errors);
+                        let errored: Vec<&str> = errors.iter().map(|(t, _)| t.as_str()).collect();
+                        self.cluster.update(fresh, &errored);
+                        for (topic, code) in errors {
                             self.on_topic_error(topic, code);
                         }
-                        self.cluster.update(fresh);
                         self.leaders.learn(&self.cluster.brokers);
-                        self.metadata_retry_at = None;
                         self.failures = 0;
+                        // The next refresh no sooner than the retry backoff, as Java's metadata
+                        // refresh backoff, and longer while answers leave a topic erroring: a
+                        // deleted topic, or one whose leader is being elected, is not asked
+                        // for again at the speed of the network.
+                        self.stale_refreshes = if self.cluster.stale {
+                            self.stale_refreshes.saturating_add(1)
+                        } else {
+                            0
+                        };
+                        self.metadata_retry_at = Some(deadline_after(
+                            now,
+                            retry_backoff(self.stale_refreshes.max(1)),
+                        ));
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "metadata refresh failed");
