@@ -288,3 +288,51 @@ async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker(
     assert_eq!(d.metrics().records_released_at_limit, 8);
     assert_eq!(d.metrics().dead_letter_breaker_trips, 1);
 }
+
+/// A poll the breaker refuses whose records are on their last delivery, without a dead-letter
+/// queue of the driver's: they are released and the group archives them, and
+/// `records_released_at_limit` counts them (the driver keeps no copy of the polled records
+/// then, and counted them as first deliveries).
+#[tokio::test(start_paused = true)]
+async fn a_tripping_poll_on_its_last_delivery_is_counted_as_released_at_the_limit() {
+    let b = EmbeddedBroker::new();
+    b.create_topic("t", 1).unwrap();
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    for _ in 0..4 {
+        b.produce("t", ProduceRecord::new().value("1")).unwrap();
+    }
+    // First deliveries fail and are released; the second (last) ones would pass the bound.
+    let config = ConnectorConfig::builder("archived-sink")
+        .topics(["t"])
+        .set("errors.deadletterqueue.breaker.max.records", "3")
+        .set("redelivery.backoff.ms", "0")
+        .build()
+        .unwrap()
+        .build_driver_config(&Plugins::new())
+        .unwrap()
+        .poll_timeout(Duration::from_millis(10));
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(4));
+    let mut d = ShareSinkTask::new(Box::new(AlwaysDown), Box::new(consumer), config);
+    d.initialize().await.unwrap();
+    let mut outcome = Ok(());
+    for _ in 0..100 {
+        if let Err(error) = d.iteration().await {
+            outcome = Err(error);
+            break;
+        }
+    }
+    let error = outcome.expect_err("the breaker stops the task");
+    assert!(matches!(error, Error::DeadLetterBreaker(_)), "{error:?}");
+    assert_eq!(
+        b.state_counts(GROUP).archived,
+        4,
+        "released on their last delivery"
+    );
+    assert_eq!(d.metrics().records_released_at_limit, 4);
+}

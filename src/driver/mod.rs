@@ -1254,11 +1254,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// The polled record behind `batch[i]`: the original, kept when a dead-letter queue needs
-    /// its bytes, or else a record with its coordinates only, enough to acknowledge it.
+    /// its bytes, or else a record with its coordinates and delivery count only, enough to
+    /// acknowledge it.
     fn polled_record(&self, i: usize) -> ConsumerRecord {
         self.raw.get(i).cloned().unwrap_or_else(|| {
-            let id = self.batch[i].original_id();
+            let record = &self.batch[i];
+            let id = record.original_id();
+            // Its delivery count too: a record on its last delivery is counted when released.
             ConsumerRecord::new(id.topic_name().clone(), id.partition(), id.offset())
+                .with_delivery_count(record.delivery_count())
         })
     }
 

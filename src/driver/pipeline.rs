@@ -97,7 +97,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     }
                     self.consumer
                         .hold_offset(id.topic(), id.partition(), id.offset())?;
-                    self.held.touch(&id, polled_at);
+                    self.held.touch(&id, self.batch_acquired);
                     continue;
                 }
             }
