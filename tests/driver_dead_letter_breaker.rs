@@ -289,8 +289,9 @@ async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker(
     assert_eq!(d.metrics().dead_letter_breaker_trips, 1);
 }
 
-/// A poll the breaker refuses whose records are on their last delivery, without a dead-letter
-/// queue of the driver's: they are released and the group archives them, and
+/// A poll the breaker refuses whose records are on their last delivery (and at
+/// `max.delivery.attempts`, so the driver would reject them), without a dead-letter queue of
+/// the driver's: they are released and the group archives them, and
 /// `records_released_at_limit` counts them (the driver keeps no copy of the polled records
 /// then, and counted them as first deliveries).
 #[tokio::test(start_paused = true)]
@@ -307,9 +308,11 @@ async fn a_tripping_poll_on_its_last_delivery_is_counted_as_released_at_the_limi
     for _ in 0..4 {
         b.produce("t", ProduceRecord::new().value("1")).unwrap();
     }
-    // First deliveries fail and are released; the second (last) ones would pass the bound.
+    // First deliveries fail and are released; the second (last) ones reach
+    // max.delivery.attempts, so the driver would reject them, but they would pass the bound.
     let config = ConnectorConfig::builder("archived-sink")
         .topics(["t"])
+        .set("max.delivery.attempts", "2")
         .set("errors.deadletterqueue.breaker.max.records", "3")
         .set("redelivery.backoff.ms", "0")
         .build()
