@@ -911,3 +911,86 @@ async fn an_unknown_delivery_count_limit_is_warned_about_at_initialize() {
         "the embedded group says its limit"
     );
 }
+
+/// Buffers in `put`; `pre_commit` takes `flush` (a slow flush), then calls everything durable.
+struct SlowFlushSink {
+    flush: Duration,
+}
+
+#[async_trait]
+impl SinkTask for SlowFlushSink {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
+        tokio::time::sleep(self.flush).await;
+        Ok(Durability::All)
+    }
+}
+
+/// `after.flush`: records waiting for a `pre_commit` that takes three lock durations keep
+/// their locks (renewed while it runs), so the flush's records are accepted on their first
+/// delivery instead of going back to the group mid-flush.
+#[tokio::test(start_paused = true)]
+async fn after_flush_a_slow_pre_commit_keeps_the_locks_of_the_records_it_flushes() {
+    let b = broker(5);
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
+    let sink = SlowFlushSink { flush: LOCK * 3 };
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (5, 5), "{report:?}");
+    for offset in 0..5 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acknowledged, 1),
+            "offset {offset}: accepted on its first delivery"
+        );
+    }
+    assert!(d.metrics().records_renewed >= 5 * 3, "{:?}", d.metrics());
+    d.close().await.unwrap();
+}
+
+/// `after.flush` with a poll timeout longer than the lock: a poll that finds nothing waits no
+/// longer than the first held record's renewal, so held records are renewed in time instead
+/// of going back to the group while the driver waits for more.
+#[tokio::test(start_paused = true)]
+async fn a_poll_timeout_longer_than_the_lock_does_not_let_held_locks_run_out() {
+    let b = broker(5);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at: 100,
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(LOCK * 3)
+        .ack_policy(AckPolicy::AfterFlush);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut put = 0;
+    while started.elapsed() < LOCK * 4 {
+        put += d.iteration().await.unwrap().records;
+    }
+    assert_eq!(put, 5, "each record put once");
+    for offset in 0..5 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acquired, 1),
+            "offset {offset}: still held on its first delivery"
+        );
+    }
+    assert_eq!(d.metrics().lock_losses, 0);
+    d.close().await.unwrap();
+}

@@ -1061,7 +1061,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ///
     /// As the consumer's `poll`: what a dropped poll gave back is counted by the next one.
     pub(super) async fn poll_consumer(&mut self) -> Result<Vec<ConsumerRecord>> {
-        let records = self.consumer.poll(self.config.poll_timeout).await;
+        // A poll waits no longer than the first held record's renewal: a long poll timeout
+        // must not let held locks run out.
+        let mut timeout = self.config.poll_timeout;
+        if !self.held.is_empty() && self.can_renew() {
+            if let Some(due) = self.held.next_due(self.lock_duration()) {
+                timeout = timeout.min(due.saturating_duration_since(Instant::now()));
+            }
+        }
+        let records = self.consumer.poll(timeout).await;
         self.note_given_back_by_consumer();
         Ok(records?)
     }
@@ -1405,7 +1413,33 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         // Taken only once `pre_commit` returned: dropped while it runs, the commit leaves the
         // list for the next one (taken before, the records waiting for a flush were
         // forgotten, held and renewed until close).
-        let durability = match caught("pre_commit", self.task.pre_commit(&self.delivered)).await {
+        // Records held for this flush keep their locks while it runs.
+        let renewing = self.can_renew();
+        let lock = self.lock_duration();
+        let Self {
+            task,
+            delivered,
+            consumer,
+            held,
+            metrics,
+            config,
+            ..
+        } = self;
+        let pre_commit = caught("pre_commit", task.pre_commit(delivered));
+        let outcome = if renewing {
+            renewing_held(
+                pre_commit,
+                consumer,
+                held,
+                metrics,
+                lock,
+                config.commit_timeout,
+            )
+            .await
+        } else {
+            pre_commit.await
+        };
+        let durability = match outcome {
             Ok(d) => d,
             Err(source) if source.is_retriable() => {
                 tracing::warn!(error = %ErrorChain(&source), "pre_commit failed; trying again at the next commit");
@@ -1782,6 +1816,36 @@ fn renew<C: ShareConsumer>(
         tracing::debug!(records = ids.len(), "renewing acquisition locks");
     }
     Ok(())
+}
+
+/// `work`, renewing held records at half their lock while it runs and sending the renewals
+/// at once, so a slow `pre_commit` does not lose the locks of the records it flushes. `work`
+/// is never cut short; a renewal the consumer refuses ends the renewing (the records come
+/// back through the group).
+async fn renewing_held<C: ShareConsumer, T>(
+    work: impl Future<Output = T>,
+    consumer: &mut C,
+    held: &mut HeldRecords,
+    metrics: &mut DriverMetrics,
+    lock: Duration,
+    commit_timeout: Duration,
+) -> T {
+    let mut work = pin!(work);
+    while let Some(due) = held.next_due(lock) {
+        tokio::select! {
+            outcome = &mut work => return outcome,
+            () = tokio::time::sleep_until(due) => {
+                let now = Instant::now();
+                let due = held.due(now, lock);
+                if let Err(e) = renew(consumer, held, &due, now, metrics) {
+                    tracing::warn!(error = %ErrorChain(&e), "cannot renew held records during pre_commit");
+                    break;
+                }
+                commit_renewals(consumer, commit_timeout, metrics).await;
+            }
+        }
+    }
+    work.await
 }
 
 /// The first `n` record sizes of a batch (0 for any the batch lacks).
