@@ -254,7 +254,14 @@ impl Member {
             NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE => {
                 lost_coordinator = true;
                 self.send_subscription |= carried;
-                Next::Wait(COORDINATOR_MOVED_PAUSE)
+                // Soon after a move; backing off while the coordinator stays unavailable
+                // (a slow move would otherwise cost a lookup and a beat every 50 ms).
+                if self.backoff.is_none() {
+                    self.backoff = Some(BACKOFF_MIN);
+                    Next::Wait(COORDINATOR_MOVED_PAUSE)
+                } else {
+                    Next::Wait(self.next_backoff())
+                }
             }
             COORDINATOR_LOAD_IN_PROGRESS => {
                 self.send_subscription |= carried;
@@ -268,7 +275,13 @@ impl Member {
                 self.epoch = 0;
                 self.assignment.clear();
                 self.bump();
-                Next::Wait(Duration::ZERO)
+                if beat.epoch == 0 {
+                    // Fenced while joining: a coordinator that fences every join is asked
+                    // again at the backoff, not back to back.
+                    Next::Wait(self.next_backoff())
+                } else {
+                    Next::Wait(Duration::ZERO)
+                }
             }
             TOPIC_AUTHORIZATION_FAILED => {
                 // The coordinator took nothing of this beat: the subscription goes again.
@@ -445,6 +458,61 @@ mod tests {
         assert_eq!(rejoin.epoch, 0);
         assert!(rejoin.subscription.is_some());
         assert!(m.error().is_none());
+    }
+
+    #[test]
+    fn a_coordinator_that_stays_unavailable_or_fences_every_join_is_asked_at_the_backoff() {
+        for answer in [
+            NOT_COORDINATOR,
+            COORDINATOR_NOT_AVAILABLE,
+            UNKNOWN_MEMBER_ID,
+        ] {
+            let mut m = Member::default();
+            m.subscribe(vec!["t".to_owned()]);
+            let waits: Vec<Next> = (0..7)
+                .map(|_| {
+                    let beat = m.beat();
+                    m.answered(&beat, code(answer)).next
+                })
+                .collect();
+            let ms = Duration::from_millis;
+            // Fenced on a join: the backoff from its start; unavailable: soon once, then
+            // the backoff.
+            let expected = if answer == UNKNOWN_MEMBER_ID {
+                [
+                    ms(100),
+                    ms(200),
+                    ms(400),
+                    ms(800),
+                    ms(1000),
+                    ms(1000),
+                    ms(1000),
+                ]
+            } else {
+                [
+                    ms(50),
+                    ms(100),
+                    ms(200),
+                    ms(400),
+                    ms(800),
+                    ms(1000),
+                    ms(1000),
+                ]
+            };
+            let expected: Vec<Next> = expected.map(Next::Wait).to_vec();
+            assert_eq!(waits, expected, "code {answer}");
+            // An answer starts over.
+            let beat = m.beat();
+            m.answered(&beat, ok(3, None));
+            let beat = m.beat();
+            // Fenced with an epoch (not a join): rejoining at once.
+            let again = if answer == UNKNOWN_MEMBER_ID {
+                Duration::ZERO
+            } else {
+                COORDINATOR_MOVED_PAUSE
+            };
+            assert_eq!(m.answered(&beat, code(answer)).next, Next::Wait(again));
+        }
     }
 
     #[test]
