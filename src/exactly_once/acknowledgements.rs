@@ -32,7 +32,8 @@ impl AcknowledgementBatch {
 
     /// `(offset, type)` for every offset of the range.
     pub fn iter(&self) -> impl Iterator<Item = (i64, AcknowledgeType)> + '_ {
-        (self.first_offset..).zip(self.types.iter().copied())
+        // An inclusive range: an open one overflows past a range ending at i64::MAX.
+        (self.first_offset..=self.last_offset).zip(self.types.iter().copied())
     }
 }
 
@@ -152,5 +153,18 @@ mod tests {
         assert_eq!(all, vec![(0, vec![(1, 1)]), (1, vec![(5, 7), (9, 9)])]);
         assert_eq!(acks.len(), 5);
         assert_eq!(acks.offsets().count(), 5);
+    }
+
+    #[test]
+    fn a_range_ending_at_the_last_offset_there_is_iterates_without_overflow() {
+        let mut acks = ShareAcknowledgements::new();
+        for o in [i64::MAX - 1, i64::MAX] {
+            acks.add("t", 0, o, AcknowledgeType::Accept);
+        }
+        let offsets: Vec<i64> = acks.offsets().map(|(_, o, _)| o).collect();
+        assert_eq!(offsets, [i64::MAX - 1, i64::MAX]);
+        let mut copy = ShareAcknowledgements::new();
+        copy.append(acks);
+        assert_eq!(copy.len(), 2);
     }
 }
