@@ -270,6 +270,33 @@ async fn crash_between_put_and_acknowledge_redelivers_after_the_lock_timeout() {
     assert!(all_acknowledged(&b, 5), "nothing lost");
 }
 
+/// An iteration dropped while it waits out the retriable backoff leaves the rest of the wait
+/// to the next one: a caller that cancels iterations on a timer does not poll (and spend
+/// deliveries) faster than the backoff allows.
+#[tokio::test(start_paused = true)]
+async fn an_iteration_dropped_during_the_retriable_backoff_leaves_the_wait_to_the_next() {
+    let b = broker(3, 1);
+    let (sink, log) = ScriptedSink::new(&[Outcome::Retriable]);
+    let config = config()
+        .redelivery_backoff(Duration::ZERO, Duration::ZERO)
+        .retriable_backoff(Duration::from_millis(250));
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.released, 3);
+    let failed = tokio::time::Instant::now();
+    let cut = tokio::time::timeout(Duration::from_millis(10), d.iteration()).await;
+    assert!(cut.is_err(), "dropped while backing off");
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 3);
+    assert!(
+        failed.elapsed() >= Duration::from_millis(250),
+        "put again {:?} after the failure",
+        failed.elapsed()
+    );
+    assert_eq!(log.lock().unwrap().batches.len(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn retriable_error_releases_the_batch_and_it_comes_back_with_count_two() {
     let b = broker(3, 1);

@@ -427,7 +427,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// with [`KafkaShareConsumer`](crate::KafkaShareConsumer), no delivery is spent), and while
     /// it waits out the redelivery backoff of a failed batch
     /// ([`DriverConfig::redelivery_backoff`]): the batch stays held, and the next call waits
-    /// for the rest of the backoff, then releases it. Not cancel
+    /// for the rest of the backoff, then releases it; so too in the pause after a released
+    /// batch ([`DriverConfig::retriable_backoff`]), whose rest the next call waits. Not cancel
     /// safe once the poll returned records: dropped during the conversion, the `put` or the
     /// acknowledgements, the batch stays unacknowledged, its records are delivered again
     /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
@@ -479,12 +480,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if let Some(next_attempt) = self.retry.as_ref().map(|r| r.next_attempt) {
             self.sleep_renewing(next_attempt).await;
         } else if self.retained {
-            if let Some(until) = self.backoff_until.take() {
+            // Cleared once waited out: an iteration dropped in the wait leaves the rest of it
+            // to the next one.
+            if let Some(until) = self.backoff_until {
                 tokio::time::sleep_until(until).await;
+                self.backoff_until = None;
             }
         } else {
-            if let Some(until) = self.backoff_until.take() {
+            if let Some(until) = self.backoff_until {
                 self.sleep_renewing(until).await;
+                self.backoff_until = None;
             }
             self.renew_due_held()?;
             if self.flush_bound_reached() && !self.wait_for_flush(&mut report).await? {
