@@ -499,6 +499,41 @@ fn json_config_errors_name_converter_and_key() {
     );
 }
 
+/// Nested schema defaults whose nulls each take a copy of the level below: ten levels of ten
+/// nulls would make 10^9 copies (some 32 GB) out of an envelope of a few hundred bytes. The
+/// converter refuses the record with an error instead of allocating them (Connect shares one
+/// default object among its uses); ordinary uses of defaults still convert.
+#[test]
+fn defaults_nested_in_defaults_cannot_blow_up_memory() {
+    let mut schema = r#"{"type":"int8","default":0}"#.to_owned();
+    for _ in 0..10 {
+        schema = format!(
+            r#"{{"type":"array","items":{schema},"default":[null,null,null,null,null,null,null,null,null,null]}}"#
+        );
+    }
+    let envelope = format!(r#"{{"schema":{schema},"payload":null}}"#);
+    let cause = value_cause(&JsonConverter::new(), envelope.as_bytes());
+    assert!(cause.contains("copies of the schema's defaults"), "{cause}");
+
+    // A thousand nulls taking a short default, and a default array taking its items'.
+    let envelope = format!(
+        r#"{{"schema":{{"type":"array","items":{{"type":"string","default":"none"}}}},"payload":[{}]}}"#,
+        vec!["null"; 1000].join(",")
+    );
+    let converted = value(&JsonConverter::new(), Some(Bytes::from(envelope))).unwrap();
+    let Value::Array(items) = converted.value() else {
+        panic!("{:?}", converted.value());
+    };
+    assert_eq!(items.len(), 1000);
+    assert!(items.iter().all(|v| v == &Value::from("none")));
+    let envelope = r#"{"schema":{"type":"array","items":{"type":"int32","default":7},"default":[null,1]},"payload":null}"#;
+    let converted = value(&JsonConverter::new(), Some(Bytes::from(envelope))).unwrap();
+    assert_eq!(
+        converted.value(),
+        &Value::Array(vec![Value::Int(7), Value::Int(1)])
+    );
+}
+
 // --- Headers ------------------------------------------------------------------------------
 
 fn record_with_headers() -> ConsumerRecord {

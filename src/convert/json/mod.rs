@@ -245,7 +245,9 @@ impl JsonConverter {
         if let Json::Null = schema_json {
             return Ok(SchemaAndValue::schemaless(payload.into_value()));
         }
-        let schema = schema::parse_schema(&schema_json, &Path::Root("schema"), 0)
+        // Schema and payload share one budget for the copies of defaults.
+        let mut budget = payload::CopyBudget::for_input(data.len());
+        let schema = schema::parse_schema(&schema_json, &Path::Root("schema"), 0, &mut budget)
             .map_err(|e| ConvertError::new(format!("{} has an invalid schema: {e}", what())))?;
         let value = payload::to_value(
             &schema,
@@ -253,6 +255,7 @@ impl JsonConverter {
             &Path::Root("payload"),
             self.replace_null_with_default,
             0,
+            &mut budget,
         )
         .map_err(|e| ConvertError::new(format!("{} does not match its schema: {e}", what())))?;
         Ok(SchemaAndValue::new(Some(Arc::new(schema)), value))

@@ -25,6 +25,78 @@ const DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 /// Objects with more members than this are indexed before struct fields are looked up.
 const INDEX_ABOVE: usize = 16;
 
+/// The bytes the copies of schema defaults may take per byte of the record (see
+/// [`CopyBudget`]), and at least.
+const COPY_PER_INPUT_BYTE: usize = 16;
+const COPY_AT_LEAST: usize = 1 << 20;
+
+/// What the copies of schema defaults may weigh together while one record converts. A null
+/// takes a copy of its schema's default, and a default's own nulls take copies of theirs
+/// (defaults are built the same way), so each level of nesting can multiply the copies: an
+/// envelope of a few hundred bytes could ask for gigabytes. Connect shares one default object
+/// among its uses; here each use owns its copy, so the copies are counted (the size of their
+/// nodes and strings) and a record whose copies would outgrow
+/// `max(16 × its bytes, 1 MiB)` is refused with an error.
+#[derive(Debug)]
+pub(crate) struct CopyBudget {
+    left: usize,
+}
+
+impl CopyBudget {
+    /// The budget of a record of `input` bytes.
+    pub(crate) fn for_input(input: usize) -> Self {
+        Self {
+            left: input.saturating_mul(COPY_PER_INPUT_BYTE).max(COPY_AT_LEAST),
+        }
+    }
+
+    /// Takes the weight of a copy of `value` out of what is left, or says where it ran out.
+    fn copy(&mut self, value: &Value, path: &Path<'_>) -> Result<Value, String> {
+        match weight_within(value, self.left) {
+            Some(weight) => {
+                self.left -= weight;
+                Ok(value.clone())
+            }
+            None => Err(format!(
+                "{path}: the copies of the schema's defaults this record needs would outgrow                  {COPY_PER_INPUT_BYTE} times its size (defaults nested in defaults multiply);                  send the values instead of nulls, or use smaller defaults"
+            )),
+        }
+    }
+}
+
+/// The bytes a copy of `value` takes (its nodes, and the text of its strings and keys), or
+/// `None` when that is more than `limit`.
+fn weight_within(value: &Value, limit: usize) -> Option<usize> {
+    let mut total: usize = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        total = total.checked_add(std::mem::size_of::<Value>())?;
+        match v {
+            Value::String(s) => total = total.checked_add(s.len())?,
+            Value::Array(items) => stack.extend(items),
+            Value::Map(entries) => {
+                for (k, v) in entries {
+                    stack.push(k);
+                    stack.push(v);
+                }
+            }
+            Value::Struct(fields) => {
+                for (name, v) in fields {
+                    total = total.checked_add(name.len())?;
+                    stack.push(v);
+                }
+            }
+            // `Bytes` copies share their buffer.
+            Value::Null | Value::Bytes(_) | Value::Boolean(_) | Value::Int(_) | Value::Float(_) => {
+            }
+        }
+        if total > limit {
+            return None;
+        }
+    }
+    Some(total)
+}
+
 /// The value of `json` under `schema`, as Connect's `JsonConverter.convertToConnect`, but
 /// strict where Java silently truncates or nulls: integers must fit their width, and a
 /// boolean, string or bytes schema needs that JSON type.
@@ -37,6 +109,7 @@ pub(crate) fn to_value(
     path: &Path<'_>,
     replace_null_with_default: bool,
     depth: usize,
+    budget: &mut CopyBudget,
 ) -> Result<Value, String> {
     if depth > MAX_DEPTH {
         return Err(format!("{path}: nested deeper than {MAX_DEPTH} levels"));
@@ -44,7 +117,7 @@ pub(crate) fn to_value(
     let schema_type = schema.schema_type();
     if let Json::Null = json {
         if let (Some(default), true) = (schema.default_value(), replace_null_with_default) {
-            return Ok(default.clone());
+            return budget.copy(default, path);
         }
         if schema.is_optional() {
             return Ok(Value::Null);
@@ -133,6 +206,7 @@ pub(crate) fn to_value(
                     &path.index(i),
                     replace_null_with_default,
                     depth + 1,
+                    budget,
                 )?);
             }
             Ok(Value::Array(values))
@@ -147,13 +221,21 @@ pub(crate) fn to_value(
                 path,
                 replace_null_with_default,
                 depth,
+                budget,
             )
         }
         SchemaType::Struct => {
             let Json::Object(members) = json else {
                 return Err(mismatch("an object", &json));
             };
-            struct_value(schema, members, path, replace_null_with_default, depth)
+            struct_value(
+                schema,
+                members,
+                path,
+                replace_null_with_default,
+                depth,
+                budget,
+            )
         }
     }
 }
@@ -175,6 +257,7 @@ fn map_value(
     path: &Path<'_>,
     replace: bool,
     depth: usize,
+    budget: &mut CopyBudget,
 ) -> Result<Value, String> {
     let mut entries = Vec::new();
     if keys_schema.schema_type() == SchemaType::String {
@@ -186,7 +269,14 @@ fn map_value(
         };
         entries.reserve(members.len());
         for (key, value) in members {
-            let value = to_value(values_schema, value, &path.member(&key), replace, depth + 1)?;
+            let value = to_value(
+                values_schema,
+                value,
+                &path.member(&key),
+                replace,
+                depth + 1,
+                budget,
+            )?;
             entries.push((Value::String(key), value));
         }
     } else {
@@ -214,13 +304,21 @@ fn map_value(
                     ));
                 }
             };
-            let key = to_value(keys_schema, key, &pair_path.index(0), replace, depth + 1)?;
+            let key = to_value(
+                keys_schema,
+                key,
+                &pair_path.index(0),
+                replace,
+                depth + 1,
+                budget,
+            )?;
             let value = to_value(
                 values_schema,
                 value,
                 &pair_path.index(1),
                 replace,
                 depth + 1,
+                budget,
             )?;
             entries.push((key, value));
         }
@@ -236,6 +334,7 @@ fn struct_value(
     path: &Path<'_>,
     replace: bool,
     depth: usize,
+    budget: &mut CopyBudget,
 ) -> Result<Value, String> {
     let positions: Vec<Option<usize>> = if members.len() > INDEX_ABOVE {
         let index: HashMap<&str, usize> = members
@@ -267,6 +366,7 @@ fn struct_value(
             &path.member(field.name()),
             replace,
             depth + 1,
+            budget,
         )?;
         fields.push((field.name().to_owned(), value));
     }
@@ -285,6 +385,7 @@ mod tests {
             &Path::Root("payload"),
             true,
             0,
+            &mut CopyBudget::for_input(payload.len()),
         )
     }
 
@@ -333,7 +434,14 @@ mod tests {
         );
         let with_default = required.with_default(Value::from("n/a"));
         assert_eq!(convert(&with_default, "null"), Ok(Value::from("n/a")));
-        let no_replace = to_value(&with_default, Json::Null, &Path::Root("payload"), false, 0);
+        let no_replace = to_value(
+            &with_default,
+            Json::Null,
+            &Path::Root("payload"),
+            false,
+            0,
+            &mut CopyBudget::for_input(0),
+        );
         assert!(no_replace.is_err());
     }
 

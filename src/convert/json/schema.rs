@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::path::Path;
-use super::payload::to_value;
+use super::payload::{CopyBudget, to_value};
 use super::tree::{Json, MAX_DEPTH};
 use crate::convert::schema::{Field, Schema, SchemaType};
 
@@ -12,7 +12,12 @@ const TYPES: &str = "int8, int16, int32, int64, float, double, boolean, string, 
 
 /// The schema described by `json`, as Connect's `JsonConverter.asConnectSchema` reads it;
 /// the error says where and what is wrong.
-pub(crate) fn parse_schema(json: &Json, path: &Path<'_>, depth: usize) -> Result<Schema, String> {
+pub(crate) fn parse_schema(
+    json: &Json,
+    path: &Path<'_>,
+    depth: usize,
+    budget: &mut CopyBudget,
+) -> Result<Schema, String> {
     if depth > MAX_DEPTH {
         return Err(format!(
             "{path}: schema nested deeper than {MAX_DEPTH} levels"
@@ -39,17 +44,22 @@ pub(crate) fn parse_schema(json: &Json, path: &Path<'_>, depth: usize) -> Result
     let mut schema = match schema_type {
         SchemaType::Array => {
             let items = required_member(json, path, "an array", "items")?;
-            Schema::array(parse_schema(items, &path.member("items"), depth + 1)?)
+            Schema::array(parse_schema(
+                items,
+                &path.member("items"),
+                depth + 1,
+                budget,
+            )?)
         }
         SchemaType::Map => {
             let keys = required_member(json, path, "a map", "keys")?;
             let values = required_member(json, path, "a map", "values")?;
             Schema::map(
-                parse_schema(keys, &path.member("keys"), depth + 1)?,
-                parse_schema(values, &path.member("values"), depth + 1)?,
+                parse_schema(keys, &path.member("keys"), depth + 1, budget)?,
+                parse_schema(values, &path.member("values"), depth + 1, budget)?,
             )
         }
-        SchemaType::Struct => Schema::new_struct(parse_fields(json, path, depth)?),
+        SchemaType::Struct => Schema::new_struct(parse_fields(json, path, depth, budget)?),
         primitive => Schema::new(primitive),
     };
     match json.member("optional") {
@@ -108,7 +118,7 @@ pub(crate) fn parse_schema(json: &Json, path: &Path<'_>, depth: usize) -> Result
         None | Some(Json::Null) => {}
         Some(default) => {
             let default_path = path.member("default");
-            let value = to_value(&schema, default.clone(), &default_path, true, depth)?;
+            let value = to_value(&schema, default.clone(), &default_path, true, depth, budget)?;
             schema = schema.with_default(value);
         }
     }
@@ -138,7 +148,12 @@ fn optional_string(json: &Json, path: &Path<'_>, name: &str) -> Result<Option<St
     }
 }
 
-fn parse_fields(json: &Json, path: &Path<'_>, depth: usize) -> Result<Vec<Field>, String> {
+fn parse_fields(
+    json: &Json,
+    path: &Path<'_>,
+    depth: usize,
+    budget: &mut CopyBudget,
+) -> Result<Vec<Field>, String> {
     let fields_path = path.member("fields");
     let entries = match json.member("fields") {
         Some(Json::Array(entries)) => entries,
@@ -166,7 +181,7 @@ fn parse_fields(json: &Json, path: &Path<'_>, depth: usize) -> Result<Vec<Field>
         }
         fields.push(Field::new(
             name.clone(),
-            parse_schema(entry, &field_path, depth + 1)?,
+            parse_schema(entry, &field_path, depth + 1, budget)?,
         ));
     }
     Ok(fields)
@@ -181,6 +196,7 @@ mod tests {
             &Json::parse(text.as_bytes()).unwrap(),
             &Path::Root("schema"),
             0,
+            &mut CopyBudget::for_input(text.len()),
         )
     }
 
