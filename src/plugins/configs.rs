@@ -4,15 +4,33 @@ use std::collections::BTreeMap;
 
 use super::PluginError;
 
-/// A required string config (surrounding spaces kept, as `ConfigDef` keeps them for strings).
+/// A required string config, surrounding spaces removed: `ConfigDef` trims every string
+/// value (a `.properties` file keeps trailing blanks, so `pattern=orders-.* ` would otherwise
+/// never match).
 pub(crate) fn required<'a>(
     configs: &'a BTreeMap<String, String>,
     key: &str,
 ) -> Result<&'a str, PluginError> {
     configs
         .get(key)
-        .map(String::as_str)
+        .map(|value| value.trim())
         .ok_or_else(|| PluginError::missing_config(key))
+}
+
+/// A required string config that is not empty once trimmed (Connect's `NonEmptyString`).
+pub(crate) fn required_non_empty<'a>(
+    configs: &'a BTreeMap<String, String>,
+    key: &str,
+) -> Result<&'a str, PluginError> {
+    let value = required(configs, key)?;
+    if value.is_empty() {
+        return Err(PluginError::invalid_config(
+            key,
+            value,
+            "expected a non-empty string",
+        ));
+    }
+    Ok(value)
 }
 
 /// A boolean config: `true` or `false`, any case, surrounding spaces ignored.
@@ -61,7 +79,9 @@ pub(crate) fn non_empty_list(
     configs: &BTreeMap<String, String>,
     key: &str,
 ) -> Result<Vec<String>, PluginError> {
-    let raw = required(configs, key)?;
+    let raw = configs
+        .get(key)
+        .ok_or_else(|| PluginError::missing_config(key))?;
     let list: Vec<String> = raw
         .split(',')
         .map(str::trim)
@@ -102,6 +122,24 @@ mod tests {
             err,
             "config `c` has invalid value `yes`: expected true or false"
         );
+    }
+
+    #[test]
+    fn strings_are_trimmed_as_config_def_trims_them() {
+        let c = configs(&[("a", " orders-.* "), ("b", "   "), ("c", "")]);
+        assert_eq!(required(&c, "a").unwrap(), "orders-.*");
+        assert_eq!(required_non_empty(&c, "a").unwrap(), "orders-.*");
+        assert_eq!(required(&c, "b").unwrap(), "");
+        for key in ["b", "c"] {
+            assert!(matches!(
+                required_non_empty(&c, key),
+                Err(PluginError::InvalidConfig { .. })
+            ));
+        }
+        assert!(matches!(
+            required_non_empty(&c, "missing"),
+            Err(PluginError::MissingConfig { .. })
+        ));
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl InsertHeader {
 
     /// Builds the transform from its required configs `header` and `value.literal`.
     pub fn from_configs(configs: &BTreeMap<String, String>) -> Result<Self, PluginError> {
-        let header = configs::required(configs, "header")?;
+        let header = configs::required_non_empty(configs, "header")?;
         let literal = configs::required(configs, "value.literal")?;
         Ok(Self::new(header, Value::String(literal.to_owned())))
     }

@@ -38,7 +38,7 @@ impl HasHeaderKey {
 
     /// Builds the predicate from its required config `name`.
     pub fn from_configs(configs: &BTreeMap<String, String>) -> Result<Self, PluginError> {
-        Ok(Self::new(configs::required(configs, "name")?))
+        Ok(Self::new(configs::required_non_empty(configs, "name")?))
     }
 
     /// The header key looked for.
@@ -88,7 +88,7 @@ impl TopicNameMatches {
     /// [`PluginError::InvalidConfig`] for `pattern` saying why.
     pub fn new(pattern: impl Into<String>) -> Result<Self, PluginError> {
         let pattern = pattern.into();
-        let regex = Regex::new(&format!(r"\A(?:{pattern})\z")).map_err(|e| {
+        let invalid = |e: regex::Error| {
             PluginError::invalid_config(
                 "pattern",
                 pattern.as_str(),
@@ -97,13 +97,17 @@ impl TopicNameMatches {
                     one_line(&e.to_string())
                 ),
             )
-        })?;
+        };
+        // Checked on its own first: wrapped unchecked, `a)|(?:.*` would escape the anchors
+        // and match every topic, where Java refuses it.
+        Regex::new(&pattern).map_err(invalid)?;
+        let regex = Regex::new(&format!(r"\A(?:{pattern})\z")).map_err(invalid)?;
         Ok(Self { pattern, regex })
     }
 
     /// Builds the predicate from its required config `pattern`.
     pub fn from_configs(configs: &BTreeMap<String, String>) -> Result<Self, PluginError> {
-        Self::new(configs::required(configs, "pattern")?)
+        Self::new(configs::required_non_empty(configs, "pattern")?)
     }
 
     /// The pattern, as given.
@@ -181,5 +185,24 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn a_pattern_cannot_escape_its_anchors() {
+        // Wrapped as `\A(?:a)|(?:.*)\z` it would match every topic; Java refuses it.
+        assert!(TopicNameMatches::new("a)|(?:.*").is_err());
+    }
+
+    #[test]
+    fn settings_are_trimmed_and_must_not_be_empty() {
+        let c = configs::configs(&[("pattern", "orders-.* ")]);
+        let p = TopicNameMatches::from_configs(&c).unwrap();
+        assert_eq!(p.pattern(), "orders-.*");
+        assert!(p.test(&SinkRecord::new("orders-eu", 0, 0)));
+        let c = configs::configs(&[("pattern", " "), ("name", "")]);
+        assert!(TopicNameMatches::from_configs(&c).is_err());
+        assert!(HasHeaderKey::from_configs(&c).is_err());
+        let c = configs::configs(&[("name", " trace ")]);
+        assert_eq!(HasHeaderKey::from_configs(&c).unwrap().name(), "trace");
     }
 }
