@@ -687,6 +687,45 @@ async fn a_failed_dead_letter_write_releases_the_record_instead_of_dropping_it()
     );
 }
 
+/// Records whose dead-letter write failed are released and come back: the breaker does not
+/// count them as given up on at each failed write (a short outage of the queue would trip it,
+/// blaming the records). Released on their last delivery, the group archives them: those
+/// count.
+#[tokio::test(start_paused = true)]
+async fn a_failed_dead_letter_write_counts_for_the_breaker_only_on_the_last_delivery() {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value("not json"),
+            ProduceRecord::new().value("nor this"),
+        ],
+    );
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    dlq.fail_next(usize::MAX);
+    let (mut d, _) = driver(&b, "t", |c| {
+        c.converters(json_values())
+            .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+            .dead_letter_queue(Arc::new(dlq.clone()), false)
+            .dead_letter_breaker(
+                kafka_share_sink::dlq::DeadLetterBreaker::disabled().max_records(Some(3)),
+            )
+    });
+    d.initialize().await.unwrap();
+    // Five deliveries (the group's limit), each write failing: two records counted, at the
+    // last one only.
+    for delivery in 1..=5 {
+        let report = d
+            .iteration()
+            .await
+            .unwrap_or_else(|e| panic!("delivery {delivery}: {e:?}"));
+        assert_eq!(report.released, 2, "delivery {delivery}: {report:?}");
+    }
+    assert_eq!(d.metrics().dlq_produce_failures, 10);
+    assert_eq!(d.metrics().dead_letter_breaker_trips, 0);
+    assert_eq!(state(&b, "t", 0), (RecordState::Archived, 5));
+    assert_eq!(d.metrics().records_released_at_limit, 2);
+}
+
 /// Fails every put, retriably or fatally.
 struct Failing {
     fatal: bool,

@@ -333,6 +333,17 @@ impl BreakerWindow {
         Ok(())
     }
 
+    /// Takes back `n` records [`admit`](Self::admit)ted at `at` that were not given up on
+    /// after all (their dead-letter write failed and they were released, to come back). A
+    /// bucket gone out of the window since has nothing left to take back.
+    pub(crate) fn refund(&mut self, at: Instant, n: u64) {
+        let index = self.index(at);
+        if let Some(bucket) = self.buckets.iter_mut().find(|b| b.index == index) {
+            bucket.given_up = bucket.given_up.saturating_sub(n);
+            bucket.finished = bucket.finished.saturating_sub(n);
+        }
+    }
+
     /// The bucket `now` falls in (created when missing); older buckets out of the window
     /// are dropped.
     fn current(&mut self, now: Instant) -> &mut Bucket {

@@ -77,12 +77,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Before giving up on `n` records (a dead-letter write, or a REJECT): `Ok` and counted,
     /// or why the breaker trips (nothing counted; the trip is counted and logged at ERROR).
-    pub(super) fn admit_dead_letters(&mut self, n: usize) -> Result<(), BreakerTripped> {
+    pub(super) fn admit_dead_letters(&mut self, n: usize) -> Result<Instant, BreakerTripped> {
         let added = self.finished_since_observed();
         let n = u64::try_from(n).unwrap_or(u64::MAX);
-        let admitted = self.breaker_window().admit(Instant::now(), added, n);
+        let now = Instant::now();
+        let admitted = self.breaker_window().admit(now, added, n);
         let Err(tripped) = admitted else {
-            return Ok(());
+            return Ok(now);
         };
         self.metrics.dead_letter_breaker_trips += 1;
         tracing::error!(
@@ -94,6 +95,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             "{tripped}; the task stops"
         );
         Err(tripped)
+    }
+
+    /// Takes back from the breaker's count the records of `given_up`, admitted at `at`, that
+    /// come back after all: their dead-letter write failed and they were released before their
+    /// last delivery. Those on their last delivery stay counted: the group archives them.
+    pub(super) fn refund_dead_letters(&mut self, at: Instant, given_up: &[GivenUp]) {
+        let last = self.group_delivery_limit();
+        let back = given_up.iter().filter(|g| g.delivery < last).count();
+        if back > 0 {
+            self.breaker_window()
+                .refund(at, u64::try_from(back).unwrap_or(u64::MAX));
+        }
     }
 
     /// The breaker tripped: RELEASEs `records` (nothing is rejected or dead-lettered: the

@@ -1328,10 +1328,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             return self.dead_letter_implicit(records, report).await;
         }
         let n = records.len();
-        if let Err(tripped) = self.admit_dead_letters(n) {
-            let given_up = records.iter().map(|(r, _)| r.into()).collect();
-            return Err(self.trip_dead_letter_breaker(tripped, given_up).await);
-        }
+        let admitted_at = match self.admit_dead_letters(n) {
+            Ok(at) => at,
+            Err(tripped) => {
+                let given_up = records.iter().map(|(r, _)| r.into()).collect();
+                return Err(self.trip_dead_letter_breaker(tripped, given_up).await);
+            }
+        };
         let mut settle = AcknowledgeType::Reject;
         if let Some(queue) = self.config.dead_letter.clone() {
             let letters = self.dead_letters(&records);
@@ -1346,6 +1349,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 );
                 let given_up: Vec<dead_letter::GivenUp> =
                     records.iter().map(|(r, _)| r.into()).collect();
+                // Not dead-lettered after all: those that come back are not given up on.
+                self.refund_dead_letters(admitted_at, &given_up);
                 let released = self.release_given_up(&given_up);
                 report.released += usize::try_from(released).unwrap_or(usize::MAX);
                 return Ok(0);
@@ -1386,15 +1391,22 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             );
             return Ok(0);
         };
-        if let Err(tripped) = self.admit_dead_letters(n) {
-            self.state = State::Failed;
-            return Err(Error::DeadLetterBreaker(tripped));
-        }
+        let admitted_at = match self.admit_dead_letters(n) {
+            Ok(at) => at,
+            Err(tripped) => {
+                self.state = State::Failed;
+                return Err(Error::DeadLetterBreaker(tripped));
+            }
+        };
         let letters = self.dead_letters(&records);
         self.metrics.dlq_produce_requests += n as u64;
         if let Err(error) = queue.send(letters).await {
             self.metrics.dlq_produce_failures += n as u64;
             self.state = State::Failed;
+            // Released at close, they come back (but those on their last delivery).
+            let given_up: Vec<dead_letter::GivenUp> =
+                records.iter().map(|(r, _)| r.into()).collect();
+            self.refund_dead_letters(admitted_at, &given_up);
             tracing::error!(
                 records = n,
                 topic = queue.topic(),
