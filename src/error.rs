@@ -297,6 +297,12 @@ impl Error {
                 key: "share.dead.letter.queue.required",
                 ..
             } => false,
+            // A plugin whose own factory failed (a schema registry that did not answer, say)
+            // may build on the next try; the other connector errors are the settings'.
+            Self::Connector(crate::config::ConfigError::Plugin {
+                source: crate::plugins::PluginError::Build { .. },
+                ..
+            }) => false,
             Self::Config { .. } | Self::Connector(_) | Self::MissingCapability { .. } => true,
             Self::Consumer(e) => matches!(e, ConsumerError::Config { .. }),
             Self::DeadLetter(e) => matches!(
@@ -382,5 +388,19 @@ mod tests {
         assert!(!required.is_config());
         assert!(!Error::Consumer(ConsumerError::Timeout(Duration::from_secs(1))).is_config());
         assert!(!Error::Failed.is_config());
+    }
+
+    #[test]
+    fn a_plugin_whose_factory_failed_may_build_on_a_restart_a_bad_setting_cannot() {
+        let plugin = |source| {
+            Error::Connector(crate::config::ConfigError::Plugin {
+                key: "value.converter".to_owned(),
+                source,
+            })
+        };
+        let unreachable = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "registry");
+        assert!(!plugin(crate::plugins::PluginError::build(unreachable)).is_config());
+        let missing = crate::plugins::PluginError::missing_config("schema.registry.url");
+        assert!(plugin(missing).is_config());
     }
 }
