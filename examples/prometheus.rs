@@ -95,13 +95,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     match std::env::args().nth(1) {
         Some(addr) => {
-            let shutdown = async {
-                let _ = tokio::signal::ctrl_c().await;
+            // The endpoint failing (a port in use, say) stops the tasks the way Ctrl-C does:
+            // `run` is never dropped, so every task is closed and its records go back.
+            let server = tokio::spawn(async move { serve(&addr, prometheus).await });
+            let server_done = server.abort_handle();
+            let shutdown = async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    result = server => match result {
+                        Ok(Err(error)) => eprintln!("metrics endpoint failed: {error}; stopping"),
+                        Ok(Ok(())) | Err(_) => eprintln!("metrics endpoint stopped; stopping"),
+                    },
+                }
             };
-            tokio::select! {
-                result = supervisor.run(shutdown) => result?,
-                result = serve(&addr, prometheus) => result?,
-            }
+            let outcome = supervisor.run(shutdown).await;
+            server_done.abort();
+            outcome?;
         }
         None => {
             let handle = supervisor.handle();
