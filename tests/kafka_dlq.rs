@@ -602,3 +602,40 @@ async fn the_topic_is_created_with_the_queues_client_id_and_timeout() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A retriable error while setting the queue up (here CreateTopics answered REQUEST_TIMED_OUT
+/// once) is tried again within the delivery timeout, as a topic not ready yet is, instead of
+/// failing `connect` at once.
+#[tokio::test]
+async fn a_retriable_error_while_creating_the_topic_is_tried_again() {
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+    use kafka_protocol::messages::{
+        ApiKey, CreateTopicsResponse, InitProducerIdResponse, ProducerId, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    let broker = fake_broker::FakeBroker::start().await;
+    broker.advertise(ApiKey::InitProducerId, 0, 5);
+    broker.on(ApiKey::InitProducerId, |r| {
+        fake_broker::Reply::message(
+            &InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
+            r.version(),
+        )
+    });
+    broker.once(ApiKey::CreateTopics, |r| {
+        let timed_out = CreatableTopicResult::default()
+            .with_name(TopicName(StrBytes::from_static_str("dlq")))
+            .with_error_code(7);
+        fake_broker::Reply::message(
+            &CreateTopicsResponse::default().with_topics(vec![timed_out]),
+            r.version(),
+        )
+    });
+    KafkaDeadLetterQueue::connect(
+        KafkaDeadLetterQueueConfig::new(broker.addr(), "dlq")
+            .delivery_timeout(Duration::from_secs(6)),
+    )
+    .await
+    .expect("set up after the retriable error");
+    assert_eq!(broker.count(ApiKey::CreateTopics), 2);
+}

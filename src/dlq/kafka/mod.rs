@@ -99,7 +99,9 @@ impl KafkaDeadLetterQueue {
     ///
     /// - [`DeadLetterError::Config`] for a setting out of range;
     /// - [`DeadLetterError::Kafka`] when no bootstrap server answers (retriable), or the
-    ///   cluster answers Metadata with an error;
+    ///   cluster answers Metadata with an error retrying cannot fix (a retriable one is tried
+    ///   again at a backoff within the delivery timeout, as is a retriable CreateTopics
+    ///   error);
     /// - [`DeadLetterError::CreateTopic`] when the topic is missing and cannot be created,
     ///   saying what to do (e.g. lower the replication factor);
     /// - [`DeadLetterError::Timeout`] when all this takes longer than the delivery timeout.
@@ -146,23 +148,31 @@ impl KafkaDeadLetterQueue {
         let mut created = false;
         let mut backoff = FIRST_BACKOFF;
         let layout = loop {
-            match cluster.layout(topic).await.map_err(kafka)? {
+            // A retriable error (a request timed out, a connection lost, a controller moving)
+            // is tried again at the backoff within the delivery timeout, as a topic not ready
+            // yet is; the last one is what a timeout reports.
+            match cluster.layout(topic).await {
                 // A topic found is used as it is; one just created is awaited until every
                 // partition has a leader.
-                Some(layout) if !created || layout.is_ready() => break layout,
-                Some(_) => {}
-                None if !created => {
+                Ok(Some(layout)) if !created || layout.is_ready() => break layout,
+                Ok(Some(_)) => *last = Some(kafka(not_ready(topic))),
+                Ok(None) if created => *last = Some(kafka(not_ready(topic))),
+                Ok(None) => {
                     let rf = config.replication_factor_value();
-                    cluster
-                        .create_topic(topic, 1, rf)
-                        .await
-                        .map_err(|source| create_topic_error(topic, rf, source))?;
-                    created = true;
-                    continue;
+                    match cluster.create_topic(topic, 1, rf).await {
+                        Ok(()) => {
+                            created = true;
+                            continue;
+                        }
+                        Err(source) if source.is_retriable() => {
+                            *last = Some(create_topic_error(topic, rf, source));
+                        }
+                        Err(source) => return Err(create_topic_error(topic, rf, source)),
+                    }
                 }
-                None => {}
+                Err(source) if source.is_retriable() => *last = Some(kafka(source)),
+                Err(source) => return Err(kafka(source)),
             }
-            *last = Some(kafka(not_ready(topic)));
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
