@@ -59,9 +59,54 @@ pub(crate) fn visible<'a>(key: &str, value: &'a str) -> Cow<'a, str> {
     }
 }
 
-/// `value` with the password of every `scheme://user:password@host` in it replaced by
-/// [`REDACTED`] (`connection.url=mongodb://app:hunter2@db:27017`).
+/// `value` with the passwords it holds replaced by [`REDACTED`]: that of every
+/// `scheme://user:password@host` (`connection.url=mongodb://app:hunter2@db:27017`), and the
+/// value of every parameter whose name says it is one (`password=`, `pwd=`, a secret's name,
+/// see [`is_secret`]) in a query or a `;`-separated list
+/// (`jdbc:sqlserver://db;user=app;password=hunter2`, `jdbc:postgresql://db/x?password=hunter2`).
 fn without_url_passwords(value: &str) -> Cow<'_, str> {
+    match without_password_parameters(value) {
+        Cow::Borrowed(_) => without_userinfo_passwords(value),
+        Cow::Owned(masked) => Cow::Owned(without_userinfo_passwords(&masked).into_owned()),
+    }
+}
+
+/// `value` with the value of each `name=value` parameter whose name is a password's replaced
+/// (parameters are separated by `;`, `&` or `?`, as in JDBC URLs and queries).
+fn without_password_parameters(value: &str) -> Cow<'_, str> {
+    if !value.contains('=') {
+        return Cow::Borrowed(value);
+    }
+    let secret_name = |name: &str| {
+        let name = name.trim().to_ascii_lowercase();
+        name.contains("password") || name.contains("passwd") || name == "pwd" || is_secret(&name)
+    };
+    let mut out = String::with_capacity(value.len());
+    let mut changed = false;
+    for piece in value.split_inclusive([';', '&', '?']) {
+        match piece.split_once('=') {
+            Some((name, rest)) if secret_name(name) => {
+                out.push_str(name);
+                out.push('=');
+                out.push_str(REDACTED);
+                // The separator that ended the parameter, if any.
+                if let Some(end) = rest.chars().last().filter(|c| matches!(c, ';' | '&' | '?')) {
+                    out.push(end);
+                }
+                changed = true;
+            }
+            _ => out.push_str(piece),
+        }
+    }
+    if changed {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+/// `value` with the password of every `scheme://user:password@host` in it replaced.
+fn without_userinfo_passwords(value: &str) -> Cow<'_, str> {
     if !value.contains("://") {
         return Cow::Borrowed(value);
     }
@@ -247,6 +292,40 @@ mod tests {
         let debug = format!("{:?}", RedactedMap(pairs.iter().copied()));
         assert!(!debug.contains("hunter2"), "{debug}");
         assert!(debug.contains("u:[redacted]@db"), "{debug}");
+    }
+
+    #[test]
+    fn password_parameters_are_hidden_in_values_that_are_no_secret() {
+        for (value, expected) in [
+            (
+                "jdbc:sqlserver://db:1433;user=app;password=hunter2;encrypt=true",
+                "jdbc:sqlserver://db:1433;user=app;password=[redacted];encrypt=true",
+            ),
+            (
+                "jdbc:postgresql://db/x?user=app&password=hunter2",
+                "jdbc:postgresql://db/x?user=app&password=[redacted]",
+            ),
+            (
+                "jdbc:mysql://db/x?PWD=hunter2&sslMode=REQUIRED",
+                "jdbc:mysql://db/x?PWD=[redacted]&sslMode=REQUIRED",
+            ),
+            (
+                "user=app;sslpassword=hunter2",
+                "user=app;sslpassword=[redacted]",
+            ),
+            ("a=1;b=2", "a=1;b=2"),
+        ] {
+            assert_eq!(shown("connection.url", value), expected);
+        }
+        let pairs = [(
+            "connection.url",
+            "jdbc:sqlserver://u:pw1@db;password=hunter2",
+        )];
+        let debug = format!("{:?}", RedactedMap(pairs.iter().copied()));
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("pw1"),
+            "{debug}"
+        );
     }
 
     #[test]
