@@ -475,31 +475,20 @@ mod tests {
                     m.answered(&beat, code(answer)).next
                 })
                 .collect();
-            let ms = Duration::from_millis;
-            // Fenced on a join: the backoff from its start; unavailable: soon once, then
-            // the backoff.
-            let expected = if answer == UNKNOWN_MEMBER_ID {
-                [
-                    ms(100),
-                    ms(200),
-                    ms(400),
-                    ms(800),
-                    ms(1000),
-                    ms(1000),
-                    ms(1000),
-                ]
+            // The backoff doubles from 100 ms to 1 s. Fenced on a join: the backoff from its
+            // start; unavailable: 50 ms once, then the backoff.
+            let backoff = [100, 200, 400, 800, 1000, 1000, 1000];
+            let first = if answer == UNKNOWN_MEMBER_ID {
+                &[][..]
             } else {
-                [
-                    ms(50),
-                    ms(100),
-                    ms(200),
-                    ms(400),
-                    ms(800),
-                    ms(1000),
-                    ms(1000),
-                ]
+                &[50][..]
             };
-            let expected: Vec<Next> = expected.map(Next::Wait).to_vec();
+            let expected: Vec<Next> = first
+                .iter()
+                .chain(&backoff)
+                .take(7)
+                .map(|ms| Next::Wait(Duration::from_millis(*ms)))
+                .collect();
             assert_eq!(waits, expected, "code {answer}");
             // An answer starts over.
             let beat = m.beat();
