@@ -80,18 +80,19 @@ impl Cluster {
         targets
     }
 
-    /// Merges a fresh answer in. A topic the answer named with an error (`errored`: a leader
-    /// election, say) keeps what was known of it, and the metadata stays stale: records may
-    /// still arrive for it on an open session. A topic the answer left out (no longer
-    /// subscribed) is forgotten.
+    /// Merges a fresh answer in. A topic missing from it keeps what was known of it: records
+    /// may still arrive for it on an open session, and the application may still acknowledge
+    /// records of a topic it no longer subscribes to. Only one the answer named with an error
+    /// (`errored`: a leader election, a deletion) leaves the metadata stale; one it left out
+    /// (no longer asked for) is never in an answer again, and asking again for it would never
+    /// end.
     pub(crate) fn update(&mut self, fresh: Cluster, errored: &[&str]) {
         let old = std::mem::replace(self, fresh);
         for (id, meta) in old.by_id {
-            if errored.contains(&meta.name.as_str())
-                && !self.by_id.contains_key(&id)
-                && !self.by_name.contains_key(meta.name.as_str())
-            {
-                self.stale = true;
+            if !self.by_id.contains_key(&id) && !self.by_name.contains_key(meta.name.as_str()) {
+                if errored.contains(&meta.name.as_str()) {
+                    self.stale = true;
+                }
                 self.by_name.insert(meta.name.to_arc(), id);
                 self.by_id.insert(id, meta);
             }
