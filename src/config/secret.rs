@@ -81,22 +81,41 @@ fn without_password_parameters(value: &str) -> Cow<'_, str> {
         let name = name.trim().to_ascii_lowercase();
         name.contains("password") || name.contains("passwd") || name == "pwd" || is_secret(&name)
     };
+    let separator = |piece: &str| {
+        piece
+            .chars()
+            .last()
+            .filter(|c| matches!(c, ';' | '&' | '?'))
+    };
     let mut out = String::with_capacity(value.len());
     let mut changed = false;
+    // After a password, the separator that ends it: pieces up to the next `name=` are taken
+    // for the rest of the password (which may hold a separator: `password=Pa;ss&w0rd`).
+    let mut in_password: Option<Option<char>> = None;
     for piece in value.split_inclusive([';', '&', '?']) {
-        match piece.split_once('=') {
+        let parameter = piece.split_once('=');
+        if parameter.is_none() {
+            if let Some(end) = in_password.as_mut() {
+                *end = separator(piece);
+                continue;
+            }
+        }
+        if let Some(end) = in_password.take().flatten() {
+            out.push(end);
+        }
+        match parameter {
             Some((name, rest)) if secret_name(name) => {
                 out.push_str(name);
                 out.push('=');
                 out.push_str(REDACTED);
-                // The separator that ended the parameter, if any.
-                if let Some(end) = rest.chars().last().filter(|c| matches!(c, ';' | '&' | '?')) {
-                    out.push(end);
-                }
+                in_password = Some(separator(rest));
                 changed = true;
             }
             _ => out.push_str(piece),
         }
+    }
+    if let Some(end) = in_password.flatten() {
+        out.push(end);
     }
     if changed {
         Cow::Owned(out)
@@ -314,6 +333,15 @@ mod tests {
                 "user=app;sslpassword=[redacted]",
             ),
             ("a=1;b=2", "a=1;b=2"),
+            (
+                "jdbc:sqlserver://db;user=app;password=Pa&ss?w0rd;encrypt=true",
+                "jdbc:sqlserver://db;user=app;password=[redacted];encrypt=true",
+            ),
+            (
+                "jdbc:postgresql://db/x?password=ab;cd&user=app",
+                "jdbc:postgresql://db/x?password=[redacted]&user=app",
+            ),
+            ("password=p;", "password=[redacted];"),
         ] {
             assert_eq!(shown("connection.url", value), expected);
         }

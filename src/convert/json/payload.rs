@@ -58,7 +58,10 @@ impl CopyBudget {
                 Ok(value.clone())
             }
             None => Err(format!(
-                "{path}: the copies of the schema's defaults this record needs would outgrow                  {COPY_PER_INPUT_BYTE} times its size (defaults nested in defaults multiply);                  send the values instead of nulls, or use smaller defaults"
+                "{path}: the copies of the schema's defaults this record needs would outgrow \
+                 {COPY_PER_INPUT_BYTE} times its size (at least {COPY_AT_LEAST} bytes): defaults \
+                 nested in defaults multiply; send the values instead of nulls, or use smaller \
+                 defaults"
             )),
         }
     }

@@ -146,6 +146,7 @@ impl KafkaDeadLetterQueue {
             .await
             .map_err(kafka)?;
         let mut created = false;
+        let mut maybe_created = false;
         let mut backoff = FIRST_BACKOFF;
         let layout = loop {
             // A retriable error (a request timed out, a connection lost, a controller moving)
@@ -154,7 +155,9 @@ impl KafkaDeadLetterQueue {
             match cluster.layout(topic).await {
                 // A topic found is used as it is; one just created is awaited until every
                 // partition has a leader.
-                Ok(Some(layout)) if !created || layout.is_ready() => break layout,
+                Ok(Some(layout)) if !(created || maybe_created) || layout.is_ready() => {
+                    break layout;
+                }
                 Ok(Some(_)) => *last = Some(kafka(not_ready(topic))),
                 Ok(None) if created => *last = Some(kafka(not_ready(topic))),
                 Ok(None) => {
@@ -165,6 +168,8 @@ impl KafkaDeadLetterQueue {
                             continue;
                         }
                         Err(source) if source.is_retriable() => {
+                            // A request that timed out may have created it all the same.
+                            maybe_created = true;
                             *last = Some(create_topic_error(topic, rf, source));
                         }
                         Err(source) => return Err(create_topic_error(topic, rf, source)),
