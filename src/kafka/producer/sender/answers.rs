@@ -111,14 +111,12 @@ pub(crate) fn metadata(
                 if state.waiting.contains_key(&topic) {
                     again = true;
                     state.metadata_wanted.insert(Arc::clone(&topic));
-                    match meta {
-                        TopicMetadata::Retry(error) => {
-                            let because = Arc::new(ProducerError::from_client(error));
-                            state.waiting_because.insert(Arc::clone(&topic), because);
-                        }
-                        _ => {
-                            state.waiting_because.remove(&topic);
-                        }
+                    // Why its records wait: a retriable error, or (none) a topic not known.
+                    if let TopicMetadata::Retry(error) = meta {
+                        let because = Arc::new(ProducerError::from_client(error));
+                        state.waiting_because.insert(Arc::clone(&topic), because);
+                    } else {
+                        state.waiting_because.remove(&topic);
                     }
                 }
             }
