@@ -26,20 +26,6 @@ const WAIT: Duration = Duration::from_secs(10);
 const CYCLES: i64 = 12;
 const PER_FETCH: i64 = 3;
 
-/// The acknowledgement batches of a ShareFetch or ShareAcknowledge request (two types of the
-/// same shape): first and last offset, and the types.
-macro_rules! ack_batches {
-    ($request:expr) => {
-        $request
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .flat_map(|p| p.acknowledgement_batches.iter())
-            .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
-            .collect::<Vec<(i64, i64, Vec<i8>)>>()
-    };
-}
-
 /// The offsets the batches acknowledge.
 fn acknowledged(batches: &[(i64, i64, Vec<i8>)]) -> Vec<i64> {
     batches
@@ -107,8 +93,7 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
         .requests_of(ApiKey::ShareFetch)
         .iter()
         .flat_map(|request| {
-            let body = request.share_fetch().expect("ShareFetch decodes");
-            let batches = ack_batches!(body.request);
+            let batches = request.acknowledgement_batches();
             assert!(
                 batches.iter().all(|(_, _, types)| types == &[1]),
                 "only ACCEPTs: {batches:?}"
@@ -119,12 +104,7 @@ async fn acknowledgements_made_before_a_poll_ride_on_its_fetch() {
     let alone: Vec<i64> = broker
         .requests_of(ApiKey::ShareAcknowledge)
         .iter()
-        .flat_map(|request| {
-            let body = request
-                .share_acknowledge()
-                .expect("ShareAcknowledge decodes");
-            acknowledged(&ack_batches!(body.request))
-        })
+        .flat_map(|request| acknowledged(&request.acknowledgement_batches()))
         .collect();
     assert!(
         alone.is_empty(),

@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kafka_share_sink::dlq::headers;
 use kafka_share_sink::embedded::{
-    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, GroupConfig, ProduceRecord, RecordState,
+    AutoOffsetReset, ConsumerOptions, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig,
+    ProduceRecord, RecordState,
 };
 use kafka_share_sink::{
     BreakerLimit, ConnectorConfig, Error, ErrorTolerance, Plugins, ShareSinkTask, SinkRecord,
@@ -236,11 +237,17 @@ impl SinkTask for AlwaysDown {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker() {
-    // No dead-letter queue of the driver's: records whose last delivery fails are released
-    // and the group archives them. Those count as given up on: the breaker stops the task
-    // after the first poll's worth instead of archiving the whole topic.
+/// `records` records in a group whose delivery-count limit is 2; a driver with no dead-letter
+/// queue of its own, the connector `settings`, four records per poll and a sink that is always
+/// down, iterated until it stops. The broker, the driver and the error it stopped with.
+async fn always_down_until_it_stops(
+    records: usize,
+    settings: &[(&str, &str)],
+) -> (
+    EmbeddedBroker,
+    ShareSinkTask<Box<EmbeddedShareConsumer>>,
+    Error,
+) {
     let b = EmbeddedBroker::new();
     b.create_topic("t", 1).unwrap();
     b.set_group_config(
@@ -250,13 +257,16 @@ async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker(
             .delivery_count_limit(2),
     )
     .unwrap();
-    for _ in 0..40 {
+    for _ in 0..records {
         b.produce("t", ProduceRecord::new().value("1")).unwrap();
     }
-    let config = ConnectorConfig::builder("archived-sink")
+    let mut builder = ConnectorConfig::builder("archived-sink")
         .topics(["t"])
-        .set("errors.deadletterqueue.breaker.max.records", "5")
-        .set("redelivery.backoff.ms", "0")
+        .set("redelivery.backoff.ms", "0");
+    for (key, value) in settings {
+        builder = builder.set(*key, *value);
+    }
+    let config = builder
         .build()
         .unwrap()
         .build_driver_config(&Plugins::new())
@@ -265,14 +275,22 @@ async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker(
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(4));
     let mut d = ShareSinkTask::new(Box::new(AlwaysDown), Box::new(consumer), config);
     d.initialize().await.unwrap();
-    let mut outcome = Ok(());
     for _ in 0..100 {
         if let Err(error) = d.iteration().await {
-            outcome = Err(error);
-            break;
+            return (b, d, error);
         }
     }
-    let error = outcome.expect_err("the breaker stops the task");
+    panic!("the breaker did not stop the task");
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker() {
+    // No dead-letter queue of the driver's: records whose last delivery fails are released
+    // and the group archives them. Those count as given up on: the breaker stops the task
+    // after the first poll's worth instead of archiving the whole topic.
+    let (b, d, error) =
+        always_down_until_it_stops(40, &[("errors.deadletterqueue.breaker.max.records", "5")])
+            .await;
     let Error::DeadLetterBreaker(tripped) = &error else {
         panic!("{error:?}");
     };
@@ -296,41 +314,16 @@ async fn records_the_group_archives_at_the_delivery_limit_count_for_the_breaker(
 /// then, and counted them as first deliveries).
 #[tokio::test(start_paused = true)]
 async fn a_tripping_poll_on_its_last_delivery_is_counted_as_released_at_the_limit() {
-    let b = EmbeddedBroker::new();
-    b.create_topic("t", 1).unwrap();
-    b.set_group_config(
-        GROUP,
-        GroupConfig::new()
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .delivery_count_limit(2),
-    )
-    .unwrap();
-    for _ in 0..4 {
-        b.produce("t", ProduceRecord::new().value("1")).unwrap();
-    }
     // First deliveries fail and are released; the second (last) ones reach
     // max.delivery.attempts, so the driver would reject them, but they would pass the bound.
-    let config = ConnectorConfig::builder("archived-sink")
-        .topics(["t"])
-        .set("max.delivery.attempts", "2")
-        .set("errors.deadletterqueue.breaker.max.records", "3")
-        .set("redelivery.backoff.ms", "0")
-        .build()
-        .unwrap()
-        .build_driver_config(&Plugins::new())
-        .unwrap()
-        .poll_timeout(Duration::from_millis(10));
-    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(4));
-    let mut d = ShareSinkTask::new(Box::new(AlwaysDown), Box::new(consumer), config);
-    d.initialize().await.unwrap();
-    let mut outcome = Ok(());
-    for _ in 0..100 {
-        if let Err(error) = d.iteration().await {
-            outcome = Err(error);
-            break;
-        }
-    }
-    let error = outcome.expect_err("the breaker stops the task");
+    let (b, d, error) = always_down_until_it_stops(
+        4,
+        &[
+            ("max.delivery.attempts", "2"),
+            ("errors.deadletterqueue.breaker.max.records", "3"),
+        ],
+    )
+    .await;
     assert!(matches!(error, Error::DeadLetterBreaker(_)), "{error:?}");
     assert_eq!(
         b.state_counts(GROUP).archived,

@@ -93,6 +93,14 @@ impl SinkTask for BufferingSink {
     }
 }
 
+/// `ack.policy=after.flush` on topic `t`, a commit every iteration, polls of 10 ms.
+fn after_flush() -> DriverConfig {
+    DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .ack_policy(AckPolicy::AfterFlush)
+}
+
 fn buffering(
     broker: &EmbeddedBroker,
     flush_at: usize,
@@ -103,11 +111,7 @@ fn buffering(
         store: Arc::clone(&store),
         flush_at,
     };
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush)
-        .commit_policy(commit);
+    let config = after_flush().commit_policy(commit);
     let consumer = broker.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
     (ShareSinkTask::new(Box::new(sink), consumer, config), store)
 }
@@ -206,11 +210,7 @@ impl SinkTask for DurableBelowTwo {
 #[tokio::test(start_paused = true)]
 async fn after_flush_close_accepts_what_is_durable_and_releases_the_rest() {
     let b = broker(4);
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush)
-        .commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
+    let config = after_flush().commit_policy(CommitPolicy::interval(Duration::from_secs(60)));
     let mut d = ShareSinkTask::new(Box::new(DurableBelowTwo), b.share_consumer(GROUP), config);
     d.initialize().await.unwrap();
     assert_eq!(d.iteration().await.unwrap().records, 4);
@@ -257,10 +257,7 @@ impl SinkTask for FirstFlushHangs {
 #[tokio::test(start_paused = true)]
 async fn after_flush_an_iteration_dropped_in_pre_commit_leaves_the_records_to_the_next_commit() {
     let b = broker(4);
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush();
     let sink = FirstFlushHangs { calls: 0 };
     let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
     d.initialize().await.unwrap();
@@ -471,10 +468,7 @@ async fn without_renew_a_held_record_whose_lock_ran_out_is_held_again_not_writte
         store: Arc::clone(&store),
         flush_at: 100,
     };
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush();
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().renew(false));
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
@@ -754,10 +748,7 @@ async fn a_held_record_the_consumer_lost_is_forgotten_at_its_renewal() {
         store: Arc::clone(&store),
         flush_at: 100,
     };
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush();
     let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(0, AcknowledgeType::Renew);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
@@ -814,10 +805,7 @@ async fn after_flush_a_record_lost_before_its_accept_is_not_counted_as_accepted(
         store: Arc::clone(&store),
         flush_at: 0,
     };
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush();
     let consumer = Wrapped::new(b.share_consumer(GROUP)).lost_at(1, AcknowledgeType::Accept);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();
@@ -939,10 +927,7 @@ impl SinkTask for SlowFlushSink {
 #[tokio::test(start_paused = true)]
 async fn after_flush_a_slow_pre_commit_keeps_the_locks_of_the_records_it_flushes() {
     let b = broker(5);
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(Duration::from_millis(10))
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush();
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
     let sink = SlowFlushSink { flush: LOCK * 3 };
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
@@ -971,10 +956,7 @@ async fn a_poll_timeout_longer_than_the_lock_does_not_let_held_locks_run_out() {
         store: Arc::clone(&store),
         flush_at: 100,
     };
-    let config = DriverConfig::new(["t"])
-        .commit_policy(CommitPolicy::every_iteration())
-        .poll_timeout(LOCK * 3)
-        .ack_policy(AckPolicy::AfterFlush);
+    let config = after_flush().poll_timeout(LOCK * 3);
     let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new().max_poll_records(10));
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.unwrap();

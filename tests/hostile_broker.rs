@@ -470,10 +470,6 @@ async fn share_fetch_of_the_share_consumer() {
 /// (the second entry is not read), and each offset is acknowledged once.
 #[tokio::test]
 async fn a_partition_named_twice_in_one_share_fetch_answer_is_delivered_once() {
-    use kafka_protocol::messages::ShareFetchResponse;
-    use kafka_protocol::messages::share_fetch_response::{
-        AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
-    };
     use std::sync::atomic::{AtomicBool, Ordering};
 
     let _turn = SERIAL.lock().await;
@@ -485,24 +481,8 @@ async fn a_partition_named_twice_in_one_share_fetch_answer_is_delivered_once() {
         if body.request.topics.is_empty() || answered.swap(true, Ordering::SeqCst) {
             return Reply::Default;
         }
-        let entry = PartitionData::default()
-            .with_partition_index(0)
-            .with_records(Some(fake_broker::record_batch(0..3)))
-            .with_acquired_records(vec![
-                AcquiredRecords::default()
-                    .with_first_offset(0)
-                    .with_last_offset(2)
-                    .with_delivery_count(1),
-            ]);
-        Reply::share_fetch(
-            &ShareFetchResponse::default()
-                .with_acquisition_lock_timeout_ms(fake_broker::LOCK_TIMEOUT_MS)
-                .with_responses(vec![
-                    ShareFetchableTopicResponse::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(vec![entry.clone(), entry]),
-                ]),
-        )
+        let entry = fake_broker::acquired_partition(0, 0..3);
+        Reply::share_fetch_partitions(topic_id, vec![entry.clone(), entry])
     });
     let mut consumer = KafkaShareConsumer::connect(consumer_config(&broker))
         .await
@@ -541,32 +521,8 @@ async fn a_partition_named_twice_in_one_share_fetch_answer_is_delivered_once() {
     let mut acknowledged: Vec<i64> = broker
         .requests()
         .iter()
-        .flat_map(|request| {
-            let batches: Vec<(i64, i64)> = if request.is(ApiKey::ShareFetch) {
-                let body = request.share_fetch().expect("ShareFetch decodes");
-                body.request
-                    .topics
-                    .iter()
-                    .flat_map(|t| t.partitions.iter())
-                    .flat_map(|p| p.acknowledgement_batches.iter())
-                    .map(|b| (b.first_offset, b.last_offset))
-                    .collect()
-            } else if request.is(ApiKey::ShareAcknowledge) {
-                let body = request
-                    .share_acknowledge()
-                    .expect("ShareAcknowledge decodes");
-                body.request
-                    .topics
-                    .iter()
-                    .flat_map(|t| t.partitions.iter())
-                    .flat_map(|p| p.acknowledgement_batches.iter())
-                    .map(|b| (b.first_offset, b.last_offset))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            batches.into_iter().flat_map(|(first, last)| first..=last)
-        })
+        .flat_map(fake_broker::Request::acknowledgement_batches)
+        .flat_map(|(first, last, _)| first..=last)
         .collect();
     acknowledged.sort_unstable();
     assert_eq!(acknowledged, [0, 1, 2], "each offset acknowledged once");

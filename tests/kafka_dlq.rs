@@ -563,19 +563,11 @@ async fn invalid_settings_fail_before_connecting() {
 /// admin client's default.
 #[tokio::test]
 async fn the_topic_is_created_with_the_queues_client_id_and_timeout() {
-    use kafka_protocol::messages::{
-        ApiKey, CreateTopicsRequest, InitProducerIdResponse, ProducerId,
-    };
+    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest};
 
     let broker = fake_broker::FakeBroker::start().await;
-    // The queue's idempotent producer asks for a producer id.
+    // The queue's idempotent producer asks for a producer id (the fake broker answers it).
     broker.advertise(ApiKey::InitProducerId, 0, 5);
-    broker.on(ApiKey::InitProducerId, |r| {
-        fake_broker::Reply::message(
-            &InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
-            r.version(),
-        )
-    });
     let _dlq = KafkaDeadLetterQueue::connect(
         KafkaDeadLetterQueueConfig::new(broker.addr(), "dlq")
             .client_id("orders-dlq")
@@ -609,19 +601,12 @@ async fn the_topic_is_created_with_the_queues_client_id_and_timeout() {
 #[tokio::test]
 async fn a_retriable_error_while_creating_the_topic_is_tried_again() {
     use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
-    use kafka_protocol::messages::{
-        ApiKey, CreateTopicsResponse, InitProducerIdResponse, ProducerId, TopicName,
-    };
+    use kafka_protocol::messages::{ApiKey, CreateTopicsResponse, TopicName};
     use kafka_protocol::protocol::StrBytes;
 
     let broker = fake_broker::FakeBroker::start().await;
+    // The queue's idempotent producer asks for a producer id (the fake broker answers it).
     broker.advertise(ApiKey::InitProducerId, 0, 5);
-    broker.on(ApiKey::InitProducerId, |r| {
-        fake_broker::Reply::message(
-            &InitProducerIdResponse::default().with_producer_id(ProducerId(7)),
-            r.version(),
-        )
-    });
     broker.once(ApiKey::CreateTopics, |r| {
         let timed_out = CreatableTopicResult::default()
             .with_name(TopicName(StrBytes::from_static_str("dlq")))

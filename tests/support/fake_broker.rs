@@ -171,24 +171,21 @@ impl Reply {
     /// A ShareFetch answer acquiring the records at `offsets` of partition 0 of `topic_id`
     /// (built by [`record_batch`], first delivery); an empty range acquires nothing.
     pub(crate) fn share_fetch_acquired(topic_id: Uuid, offsets: std::ops::Range<i64>) -> Self {
-        let mut partition = share_fetch_response::PartitionData::default().with_partition_index(0);
-        if !offsets.is_empty() {
-            partition = partition
-                .with_records(Some(record_batch(offsets.clone())))
-                .with_acquired_records(vec![
-                    share_fetch_response::AcquiredRecords::default()
-                        .with_first_offset(offsets.start)
-                        .with_last_offset(offsets.end - 1)
-                        .with_delivery_count(1),
-                ]);
-        }
+        Self::share_fetch_partitions(topic_id, vec![acquired_partition(0, offsets)])
+    }
+
+    /// A ShareFetch answer of `partitions` of `topic_id`, with the fake broker's lock timeout.
+    pub(crate) fn share_fetch_partitions(
+        topic_id: Uuid,
+        partitions: Vec<share_fetch_response::PartitionData>,
+    ) -> Self {
         Self::share_fetch(
             &ShareFetchResponse::default()
                 .with_acquisition_lock_timeout_ms(LOCK_TIMEOUT_MS)
                 .with_responses(vec![
                     share_fetch_response::ShareFetchableTopicResponse::default()
                         .with_topic_id(topic_id)
-                        .with_partitions(vec![partition]),
+                        .with_partitions(partitions),
                 ]),
         )
     }
@@ -298,6 +295,35 @@ impl Request {
             share_acquire_mode: i8::from_be_bytes([extra[0]]),
             is_renew_ack: extra[1] != 0,
         })
+    }
+
+    /// The acknowledgements a ShareFetch or ShareAcknowledge request carries (none for any
+    /// other request): first and last offset, and the types, batch by batch.
+    ///
+    /// # Panics
+    ///
+    /// When the request's body does not decode (the crate sent a broken request).
+    pub(crate) fn acknowledgement_batches(&self) -> Vec<(i64, i64, Vec<i8>)> {
+        // The topics of both requests have the same shape, in two types.
+        macro_rules! batches {
+            ($topics:expr) => {
+                $topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .flat_map(|p| p.acknowledgement_batches.iter())
+                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
+                    .collect()
+            };
+        }
+        if self.is(ApiKey::ShareFetch) {
+            let body = self.share_fetch().expect("ShareFetch decodes");
+            batches!(body.request.topics)
+        } else if self.is(ApiKey::ShareAcknowledge) {
+            let body = self.share_acknowledge().expect("ShareAcknowledge decodes");
+            batches!(body.request.topics)
+        } else {
+            Vec::new()
+        }
     }
 
     /// The body of a ShareAcknowledge v1 or v2. v2 is v1 with `IsRenewAck` (bool) after
@@ -941,6 +967,26 @@ fn default_answer(inner: &Inner, request: &Request) -> anyhow::Result<Option<(By
         }
         _ => Ok(None),
     }
+}
+
+/// Partition `index` of a ShareFetch answer acquiring the records at `offsets` (built by
+/// [`record_batch`], first delivery); an empty range acquires nothing.
+pub(crate) fn acquired_partition(
+    index: i32,
+    offsets: std::ops::Range<i64>,
+) -> share_fetch_response::PartitionData {
+    let partition = share_fetch_response::PartitionData::default().with_partition_index(index);
+    if offsets.is_empty() {
+        return partition;
+    }
+    partition
+        .with_records(Some(record_batch(offsets.clone())))
+        .with_acquired_records(vec![
+            share_fetch_response::AcquiredRecords::default()
+                .with_first_offset(offsets.start)
+                .with_last_offset(offsets.end - 1)
+                .with_delivery_count(1),
+        ])
 }
 
 /// A record batch (v2, uncompressed) of the records at `offsets`, each valued `v{offset}`,
