@@ -736,23 +736,58 @@ impl SinkTask for FailsAfterFirst {
     }
 }
 
+/// Offsets 0 and 1 of `b` (holding 0 and 1) delivered once to a member that went away,
+/// offset 2 produced; then a driver with `config`, whose first batch (offset 0, redelivered,
+/// put alone) succeeds and outlasts a third of the lock, so that offsets 1 (on its second
+/// delivery) and 2 go together in the next batch, which fails. Returns the driver after
+/// that failure and how many records it retained.
+async fn fail_a_batch_with_a_second_delivery(
+    b: &EmbeddedBroker,
+    config: DriverConfig,
+    options: ConsumerOptions,
+) -> (ShareSinkTask<EmbeddedShareConsumer>, usize) {
+    let mut crashed = b.share_consumer(GROUP);
+    crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
+    assert_eq!(
+        crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
+        2
+    );
+    drop(crashed);
+    b.produce("t", ProduceRecord::new().value("2")).unwrap();
+    let puts = Puts::default();
+    let sink = FailsAfterFirst {
+        first_put_takes: LOCK / 2,
+        puts: Arc::clone(&puts),
+    };
+    let consumer = b.share_consumer_with(GROUP, options);
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let mut retained = 0;
+    for _ in 0..3 {
+        retained = d.iteration().await.unwrap().retained;
+        if retained > 0 {
+            break;
+        }
+    }
+    let batches: Vec<Vec<(i64, u16)>> = puts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b, _)| b.clone())
+        .collect();
+    assert_eq!(batches, [vec![(0, 2)], vec![(1, 2), (2, 1)]]);
+    (d, retained)
+}
+
 /// Closing while a failed batch waits out its redelivery backoff, or between retries in
 /// place, gives the batch up as a final failure would: a record on its last delivery goes to
 /// the dead-letter queue before the release that would let the group archive it; the
-/// others are released.
+/// others are released. Held for a backoff, the batch's last deliveries were dead-lettered
+/// when the hold began; retried in place, they are still being put until the close.
 #[tokio::test(start_paused = true)]
 async fn close_during_a_backoff_or_a_retry_dead_letters_the_last_deliveries_first() {
     for retry in [false, true] {
         let b = broker(2);
-        // Offsets 0 and 1 are delivered once to a member that goes away.
-        let mut crashed = b.share_consumer(GROUP);
-        crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
-        assert_eq!(
-            crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
-            2
-        );
-        drop(crashed);
-        b.produce("t", ProduceRecord::new().value("2")).unwrap();
         let dlq = b.dead_letter_queue("t-dlq").unwrap();
         // The driver's own limit: a second delivery is the last.
         let config = if retry {
@@ -762,36 +797,16 @@ async fn close_during_a_backoff_or_a_retry_dead_letters_the_last_deliveries_firs
         }
         .max_delivery_attempts(Some(2))
         .dead_letter_queue(Arc::new(dlq), false);
-        let puts = Puts::default();
-        // The redelivered offset 0 goes first, alone; its put outlasts a third of the lock,
-        // so offsets 1 (on its last delivery) and 2 go together in the next batch, which fails.
-        let sink = FailsAfterFirst {
-            first_put_takes: LOCK / 2,
-            puts: Arc::clone(&puts),
-        };
-        let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
-        let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
-        d.initialize().await.unwrap();
-        let mut retained = 0;
-        for _ in 0..3 {
-            retained = d.iteration().await.unwrap().retained;
-            if retained > 0 {
-                break;
-            }
+        let (mut d, retained) =
+            fail_a_batch_with_a_second_delivery(&b, config, ConsumerOptions::new()).await;
+        let letters_before_close = b.read_log("t-dlq", 0).unwrap().len();
+        if retry {
+            assert_eq!(retained, 2, "the failed batch is retried whole");
+            assert_eq!(letters_before_close, 0, "still being put");
+        } else {
+            assert_eq!(retained, 1, "only offset 2 waits out the backoff");
+            assert_eq!(letters_before_close, 1, "offset 1 given up on at once");
         }
-        let batches: Vec<Vec<(i64, u16)>> = puts
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, b, _)| b.clone())
-            .collect();
-        assert_eq!(
-            batches,
-            [vec![(0, 2)], vec![(1, 2), (2, 1)]],
-            "retry {retry}"
-        );
-        assert_eq!(retained, 2, "retry {retry}: the failed batch waits");
-        assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
         d.close().await.unwrap();
         let letters = b.read_log("t-dlq", 0).unwrap();
         assert_eq!(letters.len(), 1, "retry {retry}");
@@ -803,4 +818,49 @@ async fn close_during_a_backoff_or_a_retry_dead_letters_the_last_deliveries_firs
         );
         assert_eq!(state(&b, 2), (RecordState::Available, 1), "retry {retry}");
     }
+}
+
+/// The group's own limit (2) and the driver's dead-letter queue: a failed batch holding a
+/// record on its last delivery is held for its backoff, and the process dies during it. The
+/// record was dead-lettered (and settled) when the hold began, not left to the group to
+/// archive without a dead-letter write when its lock runs out. The rest comes back.
+#[tokio::test(start_paused = true)]
+async fn a_process_that_dies_during_the_backoff_does_not_leave_a_last_delivery_to_be_archived() {
+    let b = broker(2);
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    let config = config()
+        .redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60))
+        .dead_letter_queue(Arc::new(dlq), false);
+    let (d, retained) = fail_a_batch_with_a_second_delivery(
+        &b,
+        config,
+        ConsumerOptions::new().on_drop(OnDrop::Stall),
+    )
+    .await;
+    assert_eq!(retained, 1, "offset 2 waits out the backoff");
+    let letters = b.read_log("t-dlq", 0).unwrap();
+    assert_eq!(letters.len(), 1, "offset 1 dead-lettered before the hold");
+    assert_eq!(letters[0].value().map(|v| v.as_ref()), Some(&b"1"[..]));
+    // REJECTed after the write (the group has no dead-letter queue of its own) and
+    // committed, not left to expire.
+    assert_eq!(state(&b, 1), (RecordState::Archived, 2));
+    assert_eq!(
+        (
+            d.metrics().records_rejected,
+            d.metrics().records_dead_lettered
+        ),
+        (1, 1)
+    );
+    drop(d);
+    tokio::time::advance(LOCK * 2).await;
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 1);
+    assert_eq!(state(&b, 2), (RecordState::Available, 1));
 }

@@ -9,11 +9,16 @@
 //!
 //! # Where a process can die
 //!
-//! While the batch is held nothing about it is acknowledged: dropped, or dead, the driver
-//! leaves the records acquired by a member that no longer renews them; their locks expire
-//! and the group delivers them again. [`close`](super::ShareSinkTask::close) releases them
-//! at once. Nothing is lost either way.
+//! While the batch is held nothing about it is acknowledged but its records on their last
+//! allowed delivery: those are given up on (dead-lettered, then rejected or accepted) before
+//! the hold begins, not when it ends. Released after the backoff the group would archive
+//! them anyway, and a process that died during the backoff would leave them to expire on
+//! their last delivery and be archived without a dead-letter write. Dropped, or dead, the
+//! driver leaves the other records acquired by a member that no longer renews them; their
+//! locks expire and the group delivers them again. [`close`](super::ShareSinkTask::close)
+//! releases them at once. Nothing is lost either way.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -105,7 +110,12 @@ impl RedeliveryBackoff {
 #[derive(Debug)]
 pub(crate) struct PendingRelease {
     pub(crate) release_at: Instant,
-    pub(crate) error: TaskError,
+    /// Shared so that the release can read it while the batch stays pending: an iteration
+    /// dropped during the release's dead-letter write leaves it to the next.
+    pub(crate) error: Arc<TaskError>,
+    /// The batch's records on their last allowed delivery were given up on when the hold
+    /// began: the release leaves them alone.
+    pub(crate) last_deliveries_settled: bool,
 }
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
@@ -129,8 +139,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ///
     /// The delay is the error's own backoff when it asks for one
     /// ([`TaskError::with_backoff`]), else the schedule's for the highest delivery count in
-    /// the batch below the last allowed one.
-    pub(super) fn hold_for_redelivery(
+    /// the batch below the last allowed one. Records of the batch on their last allowed
+    /// delivery are given up on at once (see the module), the rest held.
+    ///
+    /// Cancel safe: the batch is held before the dead-letter write; dropped during it, the
+    /// release after the backoff gives those records up.
+    pub(super) async fn hold_for_redelivery(
         &mut self,
         error: TaskError,
         since: Instant,
@@ -171,8 +185,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             error = %ErrorChain(&error),
             "put failed; holding the batch for its redelivery backoff before releasing it"
         );
-        self.redelivery = Some(PendingRelease { release_at, error });
-        report.retained += n;
+        let error = Arc::new(error);
+        self.redelivery = Some(PendingRelease {
+            release_at,
+            error: Arc::clone(&error),
+            last_deliveries_settled: false,
+        });
+        let given_up = self.give_up_last_deliveries(&error, report).await?;
+        if let Some(pending) = self.redelivery.as_mut() {
+            pending.last_deliveries_settled = true;
+        }
+        report.retained += n.saturating_sub(given_up);
         Ok(None)
     }
 
@@ -186,16 +209,27 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// Waits out the redelivery backoff of a held batch, if any, then releases it (records on
-    /// their last allowed delivery are dead-lettered and rejected as after any failed `put`).
+    /// their last allowed delivery are dead-lettered and rejected as after any failed `put`,
+    /// unless that was done when the hold began).
+    ///
+    /// Cancel safe: the batch stays pending until it is released; dropped during a
+    /// dead-letter write, the next call releases what is left (the records already released
+    /// are not the consumer's any more and are passed over).
     pub(super) async fn release_after_backoff(
         &mut self,
         report: &mut IterationReport,
     ) -> Result<()> {
         self.wait_redelivery_backoff().await;
-        let Some(pending) = self.redelivery.take() else {
+        let Some((error, settled)) = self
+            .redelivery
+            .as_ref()
+            .map(|p| (Arc::clone(&p.error), p.last_deliveries_settled))
+        else {
             return Ok(());
         };
-        self.release_failed_batch(&pending.error, report).await?;
+        let released = self.release_failed_batch(&error, settled, report).await;
+        self.redelivery = None;
+        released?;
         // The backoff was the pause: poll at once.
         self.backoff_until = None;
         Ok(())

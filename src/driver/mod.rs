@@ -916,40 +916,35 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } else {
             tracing::warn!(records = n, error = %ErrorChain(&error), "put failed, releasing the batch");
         }
-        let Some(error) = self.hold_for_redelivery(error, since, report)? else {
+        let Some(error) = self.hold_for_redelivery(error, since, report).await? else {
             return Ok(());
         };
-        self.release_failed_batch(&error, report).await
+        self.release_failed_batch(&error, false, report).await
     }
 
     /// RELEASEs the batch that failed with `error` (retriable, or a panic: at once, or after
     /// its redelivery backoff); a record on its last allowed delivery is dead-lettered and
-    /// REJECTed instead when the settings say so.
+    /// REJECTed instead when the settings say so, unless `last_deliveries_settled` says that
+    /// was done already (when the batch was held for its backoff).
     async fn release_failed_batch(
         &mut self,
         error: &TaskError,
+        last_deliveries_settled: bool,
         report: &mut IterationReport,
     ) -> Result<()> {
         let now = Instant::now();
         let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
         self.backoff_until = Some(deadline_after(now, backoff));
-        let limit = self.config.max_delivery_attempts;
         let group_limit = self.group_delivery_limit();
-        let dead_letter = self.config.dead_letter.is_some();
-        let mut poison = Vec::new();
         let mut released = 0;
         let mut at_limit = 0;
-        for (i, record) in self.batch.iter().enumerate() {
+        for record in &self.batch {
             let id = record.original_id();
-            self.held.remove(id);
             let count = record.delivery_count();
-            // At max.delivery.attempts the driver rejects; at the group's own limit it saves
-            // the record to its dead-letter queue first when it has one. Released there, the
-            // group would archive it: gone, unless the group has a broker dead-letter queue.
-            if limit.is_some_and(|max| count >= max) || (dead_letter && count >= group_limit) {
-                poison.push(self.polled_record(i));
+            if self.given_up_at_release(count) {
                 continue;
             }
+            self.held.remove(id);
             if !settle(&mut self.consumer, id, AcknowledgeType::Release)? {
                 continue;
             }
@@ -963,15 +958,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_released += released as u64;
         report.released += released;
         self.acknowledged_since_commit += released as u64;
-        if !poison.is_empty() {
-            tracing::warn!(
-                records = poison.len(),
-                max_delivery_attempts = limit,
-                "records failed on their last allowed delivery; rejecting them"
-            );
-            let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
-            let poison = poison.into_iter().map(|r| (r, failure.clone())).collect();
-            self.dead_letter_then_reject(poison, report).await?;
+        if !last_deliveries_settled {
+            self.give_up_last_deliveries(error, report).await?;
         }
         if at_limit > 0 {
             // Released on their last delivery, the group archives them: given up on as surely
@@ -988,6 +976,54 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Ok(())
     }
 
+    /// Whether a record of a batch that failed with a retriable error is given up on rather
+    /// than released, at `count` deliveries: at `max.delivery.attempts` the driver rejects;
+    /// at the group's own limit it saves the record to its dead-letter queue first when it
+    /// has one. Released there, the group would archive it: gone, unless the group has a
+    /// broker dead-letter queue.
+    fn given_up_at_release(&self, count: u16) -> bool {
+        self.config
+            .max_delivery_attempts
+            .is_some_and(|max| count >= max)
+            || (self.config.dead_letter.is_some() && count >= self.group_delivery_limit())
+    }
+
+    /// The records of the batch that failed with `error` on their last allowed delivery
+    /// ([`given_up_at_release`](Self::given_up_at_release)): dead-lettered, then REJECTed
+    /// or ACCEPTed (see `dead_letter_then_reject`), and no longer held. Returns how many
+    /// there were.
+    ///
+    /// Cancel safe: dropped during the dead-letter write, they stay held and unsettled.
+    async fn give_up_last_deliveries(
+        &mut self,
+        error: &TaskError,
+        report: &mut IterationReport,
+    ) -> Result<usize> {
+        let poison: Vec<usize> = (0..self.batch.len())
+            .filter(|&i| self.given_up_at_release(self.batch[i].delivery_count()))
+            .collect();
+        if poison.is_empty() {
+            return Ok(0);
+        }
+        tracing::warn!(
+            records = poison.len(),
+            max_delivery_attempts = self.config.max_delivery_attempts,
+            "records failed on their last allowed delivery; rejecting them"
+        );
+        let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
+        let records = poison
+            .iter()
+            .map(|&i| (self.polled_record(i), failure.clone()))
+            .collect();
+        let outcome = self.dead_letter_then_reject(records, report).await;
+        // Settled (or released, or given back by the tripped breaker): not ours to renew.
+        for &i in &poison {
+            self.held.remove(self.batch[i].original_id());
+        }
+        outcome?;
+        Ok(poison.len())
+    }
+
     /// `put` panicked: the task crashed, the records are not to blame. The batch is
     /// RELEASEd (a record on its last allowed delivery dead-lettered as after a retriable
     /// failure), the release committed, and the driver stops.
@@ -997,7 +1033,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.retry = None;
         if !self.implicit() {
             let mut report = IterationReport::default();
-            if let Err(e) = self.release_failed_batch(&error, &mut report).await {
+            if let Err(e) = self.release_failed_batch(&error, false, &mut report).await {
                 return e;
             }
             if let Err(e) = self.commit_acknowledgements().await {
@@ -1591,15 +1627,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // record on its last delivery goes to the dead-letter queue first (released, the
             // group would archive it).
             let mut given_up = None;
+            let mut last_deliveries_settled = false;
             if let Some(retry) = self.retry.take() {
                 tracing::info!(
                     records = self.batch.len(),
                     attempts = retry.attempts,
                     "closing during a retry in place; the batch is released"
                 );
-                given_up = Some(retry.last_error.unwrap_or_else(|| {
+                given_up = Some(Arc::new(retry.last_error.unwrap_or_else(|| {
                     TaskError::retriable("the driver closed during a retry in place")
-                }));
+                })));
             }
             if let Some(pending) = self.redelivery.take() {
                 tracing::info!(
@@ -1607,10 +1644,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing during a redelivery backoff; the batch is released"
                 );
                 given_up = Some(pending.error);
+                last_deliveries_settled = pending.last_deliveries_settled;
             }
             if let Some(error) = given_up {
                 let mut report = IterationReport::default();
-                if let Err(e) = self.release_failed_batch(&error, &mut report).await {
+                if let Err(e) = self
+                    .release_failed_batch(&error, last_deliveries_settled, &mut report)
+                    .await
+                {
                     first_error.get_or_insert(e);
                 }
             }
