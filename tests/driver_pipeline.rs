@@ -854,3 +854,96 @@ async fn every_converter_fails_the_task_under_none_and_dead_letters_under_all() 
         assert_eq!(letters[0].value(), Some(&bad), "{name}");
     }
 }
+
+/// A dead-letter queue that takes `delay` before each write (a slow or unavailable queue,
+/// up to its delivery timeout, 120 s by default), then writes to the embedded one.
+#[derive(Debug)]
+struct SlowQueue {
+    inner: Arc<dyn kafka_share_sink::DeadLetterQueue>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl kafka_share_sink::DeadLetterQueue for SlowQueue {
+    fn topic(&self) -> &str {
+        self.inner.topic()
+    }
+
+    async fn send(
+        &self,
+        records: Vec<kafka_share_sink::DeadLetterRecord>,
+    ) -> Result<(), kafka_share_sink::DeadLetterError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.send(records).await
+    }
+}
+
+/// Records "1", "x" (not JSON) and "2" under `errors.tolerance=all`, with a dead-letter
+/// queue that takes 70 s per write, over twice the group's 30 s lock.
+fn slow_dead_letter_driver() -> (EmbeddedBroker, ShareSinkTask<EmbeddedShareConsumer>, Seen) {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value("1"),
+            ProduceRecord::new().value("x"),
+            ProduceRecord::new().value("2"),
+        ],
+    );
+    let queue = SlowQueue {
+        inner: Arc::new(b.dead_letter_queue("t-dlq").unwrap()),
+        delay: Duration::from_secs(70),
+    };
+    let (d, seen) = driver(&b, "t", |c| {
+        c.converters(json_values())
+            .errors(ErrorHandling::new().tolerance(ErrorTolerance::All))
+            .dead_letter_queue(Arc::new(queue), false)
+    });
+    (b, d, seen)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_write_longer_than_the_lock_keeps_the_poll_acquired() {
+    let (b, mut d, seen) = slow_dead_letter_driver();
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!(
+        (report.records, report.dead_lettered, report.rejected),
+        (2, 1, 1)
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 1);
+    // Each record delivered once, settled by this member: no lock ran out during the write.
+    assert_eq!(state(&b, "t", 0), (RecordState::Acknowledged, 1));
+    assert_eq!(state(&b, "t", 1), (RecordState::Archived, 1));
+    assert_eq!(state(&b, "t", 2), (RecordState::Acknowledged, 1));
+    let m = d.metrics();
+    assert_eq!(m.lock_losses, 0);
+    assert!(m.records_renewed >= 3, "renewed: {}", m.records_renewed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_iteration_dropped_during_a_dead_letter_write_leaves_nothing_held() {
+    let (b, mut d, seen) = slow_dead_letter_driver();
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(40), d.iteration()).await;
+    assert!(dropped.is_err(), "still writing after 40 s");
+    // Held and renewed while the write ran: the lock of 30 s has not run out.
+    assert_eq!(state(&b, "t", 0), (RecordState::Acquired, 1));
+    // The next iteration releases what the dropped one held for its write, and takes the
+    // records again.
+    let report = d.iteration().await.unwrap();
+    assert_eq!(d.metrics().records_released, 3);
+    for offset in 0..3 {
+        assert_eq!(state(&b, "t", offset).1, 2, "offset {offset} delivered again");
+    }
+    let mut dead_lettered = report.dead_lettered;
+    for _ in 0..3 {
+        if dead_lettered > 0 {
+            break;
+        }
+        dead_lettered += d.iteration().await.unwrap().dead_lettered;
+    }
+    assert_eq!(dead_lettered, 1);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(b.state_counts(GROUP).acquired, 0);
+}

@@ -214,6 +214,10 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     batch_bytes: Vec<u64>,
     /// Records kept acquired across polls, with their lock start.
     held: HeldRecords,
+    /// Records held only for the dead-letter write under way (the records written, and the
+    /// batch beside them): an iteration dropped during it leaves them to the next, which
+    /// releases them, as their locks' expiry would have.
+    held_for_write: Vec<dead_letter::GivenUp>,
     /// Records settled (put, filtered, acknowledged) since the last commit.
     acknowledged_since_commit: u64,
     last_commit: Instant,
@@ -274,6 +278,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             delivered_bytes: Vec::new(),
             batch_bytes: Vec::new(),
             held: HeldRecords::default(),
+            held_for_write: Vec::new(),
             acknowledged_since_commit: 0,
             last_commit: now,
             backoff_until: None,
@@ -539,6 +544,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// [`close`](Self::close), which then does not commit, leaves every record of that poll
     /// to be delivered again.
     fn resume_unfinished(&mut self) -> Result<()> {
+        if !self.held_for_write.is_empty() {
+            let records = std::mem::take(&mut self.held_for_write);
+            tracing::warn!(
+                records = records.len(),
+                "the last iteration was dropped during a dead-letter write; releasing the \
+                 records it held for it"
+            );
+            self.release_given_up(&records);
+        }
         match self.unfinished {
             None => Ok(()),
             Some(Unfinished::Putting) => {
@@ -734,40 +748,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             config,
             ..
         } = self;
-        let mut put = pin!(caught("put", task.put(batch)));
-        let outcome = loop {
-            let batch_due = (!batch.is_empty()).then(|| deadline_after(*batch_acquired, lock / 2));
-            let due = match (batch_due, held.next_due(lock)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+        let put = caught("put", task.put(batch));
+        let outcome = if renewing {
+            let renewal = Renewal {
+                consumer,
+                held,
+                metrics,
+                lock,
+                commit_timeout: config.commit_timeout,
+                during: "put",
             };
-            let Some(due) = due.filter(|_| renewing) else {
-                break put.await;
-            };
-            tokio::select! {
-                outcome = &mut put => break outcome,
-                () = tokio::time::sleep_until(due) => {
-                    let now = Instant::now();
-                    if batch_due.is_some_and(|d| d <= now) {
-                        for record in batch.iter() {
-                            let id = record.original_id();
-                            if !held.contains(id) {
-                                if let Err(e) = consumer.hold_offset(id.topic(), id.partition(), id.offset()) {
-                                    tracing::warn!(record = %id, error = %ErrorChain(&e), "cannot hold a record during a long put");
-                                    continue;
-                                }
-                                held.insert(id.clone(), *batch_acquired);
-                            }
-                        }
-                        *batch_acquired = now;
-                    }
-                    let due = held.due(now, lock);
-                    if let Err(e) = renew(consumer, held, &due, now, metrics) {
-                        tracing::warn!(error = %ErrorChain(&e), "cannot renew locks during a long put");
-                    }
-                    commit_renewals(consumer, config.commit_timeout, metrics).await;
-                }
-            }
+            renewal.around(put, Some((batch, batch_acquired))).await
+        } else {
+            put.await
         };
         let elapsed = started.elapsed();
         match &outcome {
@@ -993,7 +986,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// or ACCEPTed (see `dead_letter_then_reject`), and no longer held. Returns how many
     /// there were.
     ///
-    /// Cancel safe: dropped during the dead-letter write, they stay held and unsettled.
+    /// Cancel safe: dropped during the dead-letter write, they stay held (renewed by the
+    /// next wait) and unsettled.
     async fn give_up_last_deliveries(
         &mut self,
         error: &TaskError,
@@ -1015,12 +1009,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .iter()
             .map(|&i| (self.polled_record(i), failure.clone()))
             .collect();
-        let outcome = self.dead_letter_then_reject(records, report).await;
-        // Settled (or released, or given back by the tripped breaker): not ours to renew.
-        for &i in &poison {
-            self.held.remove(self.batch[i].original_id());
-        }
-        outcome?;
+        self.dead_letter_then_reject(records, false, report).await?;
         Ok(poison.len())
     }
 
@@ -1059,11 +1048,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .enumerate()
                 .map(|(i, _)| (self.polled_record(i), failure.clone()))
                 .collect();
-            for record in &self.batch {
-                self.held.remove(record.original_id());
-            }
             let mut report = IterationReport::default();
-            if let Err(e) = self.dead_letter_then_reject(records, &mut report).await {
+            if let Err(e) = self
+                .dead_letter_then_reject(records, false, &mut report)
+                .await
+            {
                 return e;
             }
             // Make the rejection durable now; the caller may never close us.
@@ -1229,10 +1218,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     self.delivered_bytes.remove(at);
                 }
             }
-            self.held.remove(&id);
+            // Still held (and renewed) during the dead-letter write, which forgets it after.
             records.push((self.polled_record(i), failure.clone()));
         }
-        self.dead_letter_then_reject(records, report).await?;
+        self.dead_letter_then_reject(records, false, report).await?;
         self.commit_acknowledgements().await
     }
 
@@ -1355,14 +1344,36 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// without a queue of its own. The dead-letter circuit breaker is asked first: when it
     /// trips, they are RELEASEd and the error stops the driver. Returns how many were
     /// settled.
+    ///
+    /// While the queue writes them (up to its delivery timeout, longer than a lock), the
+    /// records are held and renewed, with the held records and, when `batch_waits`, the
+    /// batch (records converted beside them, not yet put); afterwards they are no longer
+    /// held, whatever became of them.
     async fn dead_letter_then_reject(
         &mut self,
         records: Vec<(ConsumerRecord, Failure)>,
+        batch_waits: bool,
         report: &mut IterationReport,
     ) -> Result<usize> {
         if self.implicit() {
             return self.dead_letter_implicit(records, report).await;
         }
+        let settled = self
+            .dead_letter_then_settle(&records, batch_waits, report)
+            .await;
+        for (record, _) in &records {
+            self.held.remove(&record.id());
+        }
+        settled
+    }
+
+    /// `dead_letter_then_reject` in explicit mode, but for forgetting the records' holds.
+    async fn dead_letter_then_settle(
+        &mut self,
+        records: &[(ConsumerRecord, Failure)],
+        batch_waits: bool,
+        report: &mut IterationReport,
+    ) -> Result<usize> {
         let n = records.len();
         let admitted_at = match self.admit_dead_letters(n) {
             Ok(at) => at,
@@ -1373,9 +1384,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         };
         let mut settle = AcknowledgeType::Reject;
         if let Some(queue) = self.config.dead_letter.clone() {
-            let letters = self.dead_letters(&records);
+            let letters = self.dead_letters(records);
             self.metrics.dlq_produce_requests += n as u64;
-            if let Err(error) = queue.send(letters).await {
+            if let Err(error) = self
+                .renewing_beside(queue.send(letters), records, batch_waits)
+                .await
+            {
                 self.metrics.dlq_produce_failures += n as u64;
                 tracing::warn!(
                     records = n,
@@ -1395,7 +1409,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             report.dead_lettered += n;
             settle = self.acknowledgement_after_dead_letter();
         }
-        for (record, failure) in &records {
+        for (record, failure) in records {
             tracing::debug!(record = %record.id(), stage = %failure.stage, reason = %failure.reason, ack = ?settle, "settling a record given up on");
             self.consumer.acknowledge(record, settle)?;
         }
@@ -1405,6 +1419,69 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.acknowledged_since_commit += n as u64;
         Ok(n)
+    }
+
+    /// `work` (a dead-letter write of `records`), with `records` held and renewed while it
+    /// runs, beside the held records and, when `batch_waits`, the batch.
+    async fn renewing_beside<T>(
+        &mut self,
+        work: impl Future<Output = T>,
+        records: &[(ConsumerRecord, Failure)],
+        batch_waits: bool,
+    ) -> T {
+        if !self.can_renew() {
+            return work.await;
+        }
+        self.held_for_write.clear();
+        for (record, _) in records {
+            let id = record.id();
+            if self.held.contains(&id) {
+                continue;
+            }
+            match self
+                .consumer
+                .hold_offset(id.topic(), id.partition(), id.offset())
+            {
+                Ok(()) => {
+                    self.held.insert(id, self.batch_acquired);
+                    self.held_for_write.push(record.into());
+                }
+                Err(e) => {
+                    tracing::debug!(record = %id, error = %ErrorChain(&e), "not held during the dead-letter write");
+                }
+            }
+        }
+        if batch_waits {
+            let held = &self.held;
+            self.held_for_write.extend(
+                self.batch
+                    .iter()
+                    .filter(|r| !held.contains(r.original_id()))
+                    .map(dead_letter::GivenUp::from),
+            );
+        }
+        let lock = self.lock_duration();
+        let Self {
+            batch,
+            consumer,
+            held,
+            metrics,
+            batch_acquired,
+            config,
+            ..
+        } = self;
+        let renewal = Renewal {
+            consumer,
+            held,
+            metrics,
+            lock,
+            commit_timeout: config.commit_timeout,
+            during: "a dead-letter write",
+        };
+        let batch = batch_waits.then_some((&batch[..], batch_acquired));
+        let outcome = renewal.around(work, batch).await;
+        self.held_for_write.clear();
+        outcome
     }
 
     /// Implicit mode's `dead_letter_then_reject`: nothing can be rejected or released one by
@@ -1480,15 +1557,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } = self;
         let pre_commit = caught("pre_commit", task.pre_commit(delivered));
         let outcome = if renewing {
-            renewing_held(
-                pre_commit,
+            let renewal = Renewal {
                 consumer,
                 held,
                 metrics,
                 lock,
-                config.commit_timeout,
-            )
-            .await
+                commit_timeout: config.commit_timeout,
+                during: "pre_commit",
+            };
+            renewal.around(pre_commit, None).await
         } else {
             pre_commit.await
         };
@@ -1876,34 +1953,77 @@ fn renew<C: ShareConsumer>(
     Ok(())
 }
 
-/// `work`, renewing held records at half their lock while it runs and sending the renewals
-/// at once, so a slow `pre_commit` does not lose the locks of the records it flushes. `work`
-/// is never cut short; a renewal the consumer refuses ends the renewing (the records come
-/// back through the group).
-async fn renewing_held<C: ShareConsumer, T>(
-    work: impl Future<Output = T>,
-    consumer: &mut C,
-    held: &mut HeldRecords,
-    metrics: &mut DriverMetrics,
+/// What keeps records acquired while the driver waits on something slow (`put`,
+/// `pre_commit`, a dead-letter write): the held records are renewed at half their lock, and
+/// the renewals sent at once.
+struct Renewal<'a, C> {
+    consumer: &'a mut C,
+    held: &'a mut HeldRecords,
+    metrics: &'a mut DriverMetrics,
     lock: Duration,
     commit_timeout: Duration,
-) -> T {
-    let mut work = pin!(work);
-    while let Some(due) = held.next_due(lock) {
-        tokio::select! {
-            outcome = &mut work => return outcome,
-            () = tokio::time::sleep_until(due) => {
-                let now = Instant::now();
-                let due = held.due(now, lock);
-                if let Err(e) = renew(consumer, held, &due, now, metrics) {
-                    tracing::warn!(error = %ErrorChain(&e), "cannot renew held records during pre_commit");
-                    break;
+    /// What the wait is, for the log.
+    during: &'static str,
+}
+
+impl<C: ShareConsumer> Renewal<'_, C> {
+    /// `work`, renewing while it runs. `batch`: records of the last poll neither held nor
+    /// settled, and when their locks started; at half their lock they are held (and renewed
+    /// from then on) and the instant moves to the renewal. `work` is never cut short; a
+    /// renewal the consumer refuses ends the renewing (the records come back through the
+    /// group when their locks run out).
+    async fn around<T>(
+        self,
+        work: impl Future<Output = T>,
+        mut batch: Option<(&[SinkRecord], &mut Instant)>,
+    ) -> T {
+        let Self {
+            consumer,
+            held,
+            metrics,
+            lock,
+            commit_timeout,
+            during,
+        } = self;
+        let mut work = pin!(work);
+        loop {
+            let batch_due = batch
+                .as_ref()
+                .filter(|(records, _)| !records.is_empty())
+                .map(|(_, acquired)| deadline_after(**acquired, lock / 2));
+            let due = match (batch_due, held.next_due(lock)) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => break,
+            };
+            tokio::select! {
+                outcome = &mut work => return outcome,
+                () = tokio::time::sleep_until(due) => {
+                    let now = Instant::now();
+                    if let Some((records, acquired)) = batch.as_mut().filter(|_| batch_due.is_some_and(|d| d <= now)) {
+                        for record in records.iter() {
+                            let id = record.original_id();
+                            if !held.contains(id) {
+                                if let Err(e) = consumer.hold_offset(id.topic(), id.partition(), id.offset()) {
+                                    tracing::warn!(record = %id, during, error = %ErrorChain(&e), "cannot hold a record while waiting");
+                                    continue;
+                                }
+                                held.insert(id.clone(), **acquired);
+                            }
+                        }
+                        **acquired = now;
+                    }
+                    let due = held.due(now, lock);
+                    if let Err(e) = renew(consumer, held, &due, now, metrics) {
+                        tracing::warn!(during, error = %ErrorChain(&e), "cannot renew locks; the records come back through the group if their locks run out");
+                        break;
+                    }
+                    commit_renewals(consumer, commit_timeout, metrics).await;
                 }
-                commit_renewals(consumer, commit_timeout, metrics).await;
             }
         }
+        work.await
     }
-    work.await
 }
 
 /// The first `n` record sizes of a batch (0 for any the batch lacks).

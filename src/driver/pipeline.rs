@@ -287,7 +287,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 (record, failure)
             })
             .collect();
-        let skipped = match self.dead_letter_then_reject(failed, report).await {
+        let skipped = match self.dead_letter_then_reject(failed, true, report).await {
             Ok(n) => n,
             // Implicit mode releases nothing one by one: the stopped driver's close does.
             Err(error @ Error::DeadLetterBreaker(_)) if !self.implicit() => {
