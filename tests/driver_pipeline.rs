@@ -934,7 +934,11 @@ async fn an_iteration_dropped_during_a_dead_letter_write_leaves_nothing_held() {
     let report = d.iteration().await.unwrap();
     assert_eq!(d.metrics().records_released, 3);
     for offset in 0..3 {
-        assert_eq!(state(&b, "t", offset).1, 2, "offset {offset} delivered again");
+        assert_eq!(
+            state(&b, "t", offset).1,
+            2,
+            "offset {offset} delivered again"
+        );
     }
     let mut dead_lettered = report.dead_lettered;
     for _ in 0..3 {

@@ -736,28 +736,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// while it runs, so a slow `put` does not lose them. A `put` is never cut short.
     async fn put_batch(&mut self) -> std::result::Result<(), TaskError> {
         let renewing = self.can_renew();
-        let lock = self.lock_duration();
         let started = Instant::now();
-        let Self {
+        let Split {
             task,
             batch,
-            consumer,
-            held,
-            metrics,
             batch_acquired,
-            config,
+            renewal,
             ..
-        } = self;
+        } = self.split_for_wait("put");
         let put = caught("put", task.put(batch));
         let outcome = if renewing {
-            let renewal = Renewal {
-                consumer,
-                held,
-                metrics,
-                lock,
-                commit_timeout: config.commit_timeout,
-                during: "put",
-            };
             renewal.around(put, Some((batch, batch_acquired))).await
         } else {
             put.await
@@ -1460,25 +1448,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     .map(dead_letter::GivenUp::from),
             );
         }
-        let lock = self.lock_duration();
-        let Self {
+        let Split {
             batch,
-            consumer,
-            held,
-            metrics,
             batch_acquired,
-            config,
+            renewal,
             ..
-        } = self;
-        let renewal = Renewal {
-            consumer,
-            held,
-            metrics,
-            lock,
-            commit_timeout: config.commit_timeout,
-            during: "a dead-letter write",
-        };
-        let batch = batch_waits.then_some((&batch[..], batch_acquired));
+        } = self.split_for_wait("a dead-letter write");
+        let batch = batch_waits.then_some((batch, batch_acquired));
         let outcome = renewal.around(work, batch).await;
         self.held_for_write.clear();
         outcome
@@ -1545,26 +1521,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         // forgotten, held and renewed until close).
         // Records held for this flush keep their locks while it runs.
         let renewing = self.can_renew();
-        let lock = self.lock_duration();
-        let Self {
+        let Split {
             task,
             delivered,
-            consumer,
-            held,
-            metrics,
-            config,
+            renewal,
             ..
-        } = self;
+        } = self.split_for_wait("pre_commit");
         let pre_commit = caught("pre_commit", task.pre_commit(delivered));
         let outcome = if renewing {
-            let renewal = Renewal {
-                consumer,
-                held,
-                metrics,
-                lock,
-                commit_timeout: config.commit_timeout,
-                during: "pre_commit",
-            };
             renewal.around(pre_commit, None).await
         } else {
             pre_commit.await
@@ -1951,6 +1915,47 @@ fn renew<C: ShareConsumer>(
         tracing::debug!(records = ids.len(), "renewing acquisition locks");
     }
     Ok(())
+}
+
+/// The driver's fields split for a wait that renews locks: what the work borrows, and the
+/// [`Renewal`] that keeps records acquired meanwhile.
+struct Split<'a, C> {
+    task: &'a mut Box<dyn SinkTask>,
+    batch: &'a [SinkRecord],
+    batch_acquired: &'a mut Instant,
+    delivered: &'a Delivered,
+    renewal: Renewal<'a, C>,
+}
+
+impl<C: ShareConsumer> ShareSinkTask<C> {
+    fn split_for_wait(&mut self, during: &'static str) -> Split<'_, C> {
+        let lock = self.lock_duration();
+        let Self {
+            task,
+            batch,
+            batch_acquired,
+            delivered,
+            consumer,
+            held,
+            metrics,
+            config,
+            ..
+        } = self;
+        Split {
+            task,
+            batch,
+            batch_acquired,
+            delivered,
+            renewal: Renewal {
+                consumer,
+                held,
+                metrics,
+                lock,
+                commit_timeout: config.commit_timeout,
+                during,
+            },
+        }
+    }
 }
 
 /// What keeps records acquired while the driver waits on something slow (`put`,
