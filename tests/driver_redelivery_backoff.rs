@@ -17,6 +17,11 @@ use kafka_share_sink::{
 };
 use tokio::time::Instant;
 
+#[path = "support/slow_queue.rs"]
+mod slow_queue;
+
+use slow_queue::SlowQueue;
+
 const GROUP: &str = "sink";
 const LOCK: Duration = Duration::from_secs(15);
 
@@ -863,4 +868,80 @@ async fn a_process_that_dies_during_the_backoff_does_not_leave_a_last_delivery_t
     tokio::time::advance(LOCK * 2).await;
     assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 1);
     assert_eq!(state(&b, 2), (RecordState::Available, 1));
+}
+
+/// The hold's dead-letter write is cut short: the iteration that held the batch (offset 1 on
+/// its last delivery, offset 2 not) is dropped while the queue writes offset 1. The next
+/// iteration writes it again and settles it; the release after the backoff leaves it
+/// alone and releases offset 2. Each record is written once, nothing is left held.
+#[tokio::test(start_paused = true)]
+async fn an_iteration_dropped_during_the_holds_dead_letter_write_leaves_it_to_the_next() {
+    let b = broker(2);
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+    let mut crashed = b.share_consumer(GROUP);
+    crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
+    assert_eq!(
+        crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
+        2
+    );
+    drop(crashed);
+    b.produce("t", ProduceRecord::new().value("2")).unwrap();
+    let queue = SlowQueue {
+        inner: Arc::new(b.dead_letter_queue("t-dlq").unwrap()),
+        delay: LOCK * 2,
+    };
+    let config = config()
+        .redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60))
+        .dead_letter_queue(Arc::new(queue), false);
+    let puts = Puts::default();
+    // Offset 0 (redelivered) is put alone, in just under half the lock (so nothing is
+    // renewed during it), past the third after which the rest of the poll goes together.
+    let sink = FailsAfterFirst {
+        first_put_takes: LOCK / 2 - Duration::from_secs(1),
+        puts: Arc::clone(&puts),
+    };
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().retained, 0);
+    // The application's loop does something else for 2 s: offsets 1 and 2 pass half their
+    // lock before the next iteration, which renews them and takes them without a poll.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dropped = tokio::time::timeout(LOCK, d.iteration()).await;
+    assert!(
+        dropped.is_err(),
+        "the hold's dead-letter write outlasts the timeout"
+    );
+    let batches: Vec<Vec<(i64, u16)>> = puts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b, _)| b.clone())
+        .collect();
+    assert_eq!(batches, [vec![(0, 2)], vec![(1, 2), (2, 1)]]);
+    assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
+    assert_eq!(state(&b, 1), (RecordState::Acquired, 2), "held meanwhile");
+    let report = d.iteration().await.unwrap();
+    // Offset 1 written again; then the backoff, offset 2 released, delivered again (its
+    // last delivery), put, failed, and dead-lettered in turn.
+    assert_eq!((report.released, report.dead_lettered), (1, 2));
+    let letters: Vec<Vec<u8>> = b
+        .read_log("t-dlq", 0)
+        .unwrap()
+        .iter()
+        .map(|r| r.value().unwrap().to_vec())
+        .collect();
+    assert_eq!(letters, [b"1".to_vec(), b"2".to_vec()], "each written once");
+    assert_eq!(state(&b, 1), (RecordState::Archived, 2));
+    assert_eq!(state(&b, 2), (RecordState::Archived, 2));
+    assert_eq!(d.metrics().records_dead_lettered, 2);
+    d.close().await.unwrap();
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
+    assert_eq!(b.state_counts(GROUP).acquired, 0);
 }

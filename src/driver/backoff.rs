@@ -18,15 +18,18 @@
 //! locks expire and the group delivers them again. [`close`](super::ShareSinkTask::close)
 //! releases them at once. Nothing is lost either way.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::failure::Failure;
 use super::held::jitter;
 use super::{ErrorChain, IterationReport, ShareSinkTask};
 use crate::consumer::{ConsumerCapability, ShareConsumer};
+use crate::dlq::DeadLetterReason;
 use crate::error::{Result, TaskError};
+use crate::record::RecordId;
 use crate::time::deadline_after;
 
 /// The default first redelivery backoff (`redelivery.backoff.ms`): 3 s, doubled per
@@ -110,12 +113,12 @@ impl RedeliveryBackoff {
 #[derive(Debug)]
 pub(crate) struct PendingRelease {
     pub(crate) release_at: Instant,
-    /// Shared so that the release can read it while the batch stays pending: an iteration
-    /// dropped during the release's dead-letter write leaves it to the next.
-    pub(crate) error: Arc<TaskError>,
-    /// The batch's records on their last allowed delivery were given up on when the hold
-    /// began: the release leaves them alone.
-    pub(crate) last_deliveries_settled: bool,
+    pub(crate) error: TaskError,
+    /// The batch's records on their last allowed delivery, given up on when the hold began
+    /// (or, if that dead-letter write was cut short, by the iteration after it): the
+    /// release leaves them alone. Their ids, not the rule that chose them: the group's
+    /// delivery-count limit may change meanwhile.
+    pub(crate) given_up: HashSet<RecordId>,
 }
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
@@ -142,8 +145,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// the batch below the last allowed one. Records of the batch on their last allowed
     /// delivery are given up on at once (see the module), the rest held.
     ///
-    /// Cancel safe: the batch is held before the dead-letter write; dropped during it, the
-    /// release after the backoff gives those records up.
+    /// Cancel safe: the batch is held, and its release pending, before the dead-letter write;
+    /// dropped during it, the next iteration writes those records again
+    /// (`interrupted_write`).
     pub(super) async fn hold_for_redelivery(
         &mut self,
         error: TaskError,
@@ -185,17 +189,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             error = %ErrorChain(&error),
             "put failed; holding the batch for its redelivery backoff before releasing it"
         );
-        let error = Arc::new(error);
+        let failure = Failure::of_put(&error, DeadLetterReason::DeliveryLimit);
+        let last_deliveries = self.last_deliveries(&HashSet::new());
+        let given_up: HashSet<RecordId> = last_deliveries
+            .iter()
+            .map(|&i| self.batch[i].original_id().clone())
+            .collect();
         self.redelivery = Some(PendingRelease {
             release_at,
-            error: Arc::clone(&error),
-            last_deliveries_settled: false,
+            error,
+            given_up,
         });
-        let given_up = self.give_up_last_deliveries(&error, report).await?;
-        if let Some(pending) = self.redelivery.as_mut() {
-            pending.last_deliveries_settled = true;
-        }
-        report.retained += n.saturating_sub(given_up);
+        self.give_up_last_deliveries(&last_deliveries, failure, report)
+            .await?;
+        report.retained += n.saturating_sub(last_deliveries.len());
         Ok(None)
     }
 
@@ -210,26 +217,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     /// Waits out the redelivery backoff of a held batch, if any, then releases it (records on
     /// their last allowed delivery are dead-lettered and rejected as after any failed `put`,
-    /// unless that was done when the hold began).
-    ///
-    /// Cancel safe: the batch stays pending until it is released; dropped during a
-    /// dead-letter write, the next call releases what is left (the records already released
-    /// are not the consumer's any more and are passed over).
+    /// but for those given up on when the hold began).
     pub(super) async fn release_after_backoff(
         &mut self,
         report: &mut IterationReport,
     ) -> Result<()> {
         self.wait_redelivery_backoff().await;
-        let Some((error, settled)) = self
-            .redelivery
-            .as_ref()
-            .map(|p| (Arc::clone(&p.error), p.last_deliveries_settled))
-        else {
+        let Some(pending) = self.redelivery.take() else {
             return Ok(());
         };
-        let released = self.release_failed_batch(&error, settled, report).await;
-        self.redelivery = None;
-        released?;
+        self.release_failed_batch(&pending.error, &pending.given_up, report)
+            .await?;
         // The backoff was the pause: poll at once.
         self.backoff_until = None;
         Ok(())

@@ -5,11 +5,12 @@
 
 use tokio::time::Instant;
 
-use super::{ErrorChain, ShareSinkTask};
+use super::failure::Failure;
+use super::{ErrorChain, IterationReport, ShareSinkTask};
 use crate::consumer::{AcknowledgeType, BrokerDeadLetterQueue, ShareConsumer};
 use crate::dlq::BreakerTripped;
 use crate::dlq::breaker::{BreakerWindow, SharedBreakerWindow};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 
 /// A record given up on and RELEASEd: its id and the delivery it is on, so that one on its
@@ -18,6 +19,16 @@ use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 pub(super) struct GivenUp {
     pub(super) id: RecordId,
     pub(super) delivery: u16,
+}
+
+/// A dead-letter write cut short by a dropped iteration: what it was writing (admitted to
+/// the breaker at `admitted_at`), and the records held only while it ran (converted beside
+/// them, not yet put). The next iteration, or `close`, finishes it.
+#[derive(Debug)]
+pub(super) struct InterruptedWrite {
+    pub(super) letters: Vec<(ConsumerRecord, Failure)>,
+    pub(super) admitted_at: Instant,
+    pub(super) beside: Vec<GivenUp>,
 }
 
 impl From<&ConsumerRecord> for GivenUp {
@@ -107,6 +118,32 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             self.breaker_window()
                 .refund(at, u64::try_from(back).unwrap_or(u64::MAX));
         }
+    }
+
+    /// Finishes a dead-letter write an iteration dropped: releases the records held only
+    /// while it ran, takes its records back from the breaker's count, and writes them again.
+    pub(super) async fn finish_interrupted_write(
+        &mut self,
+        report: &mut IterationReport,
+    ) -> Result<()> {
+        let Some(write) = self.interrupted_write.take() else {
+            return Ok(());
+        };
+        tracing::warn!(
+            records = write.letters.len(),
+            beside = write.beside.len(),
+            "the last iteration was dropped during a dead-letter write; writing its records \
+             again and releasing those converted beside them"
+        );
+        let released = self.release_given_up(&write.beside);
+        report.released += usize::try_from(released).unwrap_or(usize::MAX);
+        self.breaker_window().refund(
+            write.admitted_at,
+            u64::try_from(write.letters.len()).unwrap_or(u64::MAX),
+        );
+        self.dead_letter_then_reject(write.letters, false, report)
+            .await?;
+        Ok(())
     }
 
     /// The breaker tripped: RELEASEs `records` (nothing is rejected or dead-lettered: the

@@ -36,6 +36,7 @@ mod pipeline;
 mod policy;
 mod redelivered;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -214,10 +215,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     batch_bytes: Vec<u64>,
     /// Records kept acquired across polls, with their lock start.
     held: HeldRecords,
-    /// Records held only for the dead-letter write under way (the records written, and the
-    /// batch beside them): an iteration dropped during it leaves them to the next, which
-    /// releases them, as their locks' expiry would have.
-    held_for_write: Vec<dead_letter::GivenUp>,
+    /// The dead-letter write under way: an iteration dropped during it leaves it to the
+    /// next, or to `close`, which finish it.
+    interrupted_write: Option<dead_letter::InterruptedWrite>,
     /// Records settled (put, filtered, acknowledged) since the last commit.
     acknowledged_since_commit: u64,
     last_commit: Instant,
@@ -278,7 +278,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             delivered_bytes: Vec::new(),
             batch_bytes: Vec::new(),
             held: HeldRecords::default(),
-            held_for_write: Vec::new(),
+            interrupted_write: None,
             acknowledged_since_commit: 0,
             last_commit: now,
             backoff_until: None,
@@ -480,6 +480,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
 
     async fn iterate(&mut self) -> Result<IterationReport> {
         let mut report = IterationReport::default();
+        self.finish_interrupted_write(&mut report).await?;
         self.resume_unfinished()?;
         self.release_after_backoff(&mut report).await?;
         if let Some(next_attempt) = self.retry.as_ref().map(|r| r.next_attempt) {
@@ -496,16 +497,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.sleep_renewing(until).await;
                 self.backoff_until = None;
             }
-            self.renew_due_held()?;
+            let renewed = self.renew_due_held()?;
             if self.flush_bound_reached() && !self.wait_for_flush(&mut report).await? {
                 report.awaiting_flush = self.awaiting_flush();
                 return Ok(report);
             }
             if !self.take_queued_batch() {
+                // The poll carries the renewals.
                 self.poll_batch(&mut report).await?;
                 if !self.implicit() && self.queue_redelivered()? {
                     self.take_queued_batch();
                 }
+            } else if renewed {
+                // No poll to carry them: held records are timed from now, so the renewals
+                // must go now (left for the next commit, they could arrive after the locks).
+                self.commit_renewals().await;
             }
         }
         report.records = self.batch.len();
@@ -544,15 +550,6 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// [`close`](Self::close), which then does not commit, leaves every record of that poll
     /// to be delivered again.
     fn resume_unfinished(&mut self) -> Result<()> {
-        if !self.held_for_write.is_empty() {
-            let records = std::mem::take(&mut self.held_for_write);
-            tracing::warn!(
-                records = records.len(),
-                "the last iteration was dropped during a dead-letter write; releasing the \
-                 records it held for it"
-            );
-            self.release_given_up(&records);
-        }
         match self.unfinished {
             None => Ok(()),
             Some(Unfinished::Putting) => {
@@ -673,11 +670,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         false
     }
 
-    /// Queues a RENEW for every held record at half its lock; the next poll or commit sends
-    /// them.
-    fn renew_due_held(&mut self) -> Result<()> {
+    /// Queues a RENEW for every held record at half its lock, and says whether there was
+    /// any; the next poll or commit sends them (the caller sends them at once when none
+    /// follows soon: the records' lock times already count from now).
+    fn renew_due_held(&mut self) -> Result<bool> {
         if self.held.is_empty() || !self.can_renew() {
-            return Ok(());
+            return Ok(false);
         }
         let lock = self.lock_duration();
         let now = Instant::now();
@@ -689,7 +687,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             now,
             &mut self.metrics,
         )?;
-        Ok(())
+        Ok(!due.is_empty())
     }
 
     /// Sleeps until `until`, renewing held records (and committing the renewals at once)
@@ -900,29 +898,34 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let Some(error) = self.hold_for_redelivery(error, since, report).await? else {
             return Ok(());
         };
-        self.release_failed_batch(&error, false, report).await
+        self.release_failed_batch(&error, &HashSet::new(), report)
+            .await
     }
 
     /// RELEASEs the batch that failed with `error` (retriable, or a panic: at once, or after
     /// its redelivery backoff); a record on its last allowed delivery is dead-lettered and
-    /// REJECTed instead when the settings say so, unless `last_deliveries_settled` says that
-    /// was done already (when the batch was held for its backoff).
+    /// REJECTed instead when the settings say so. The records of `given_up` are left alone:
+    /// they were given up on when the batch was held for its backoff.
+    ///
+    /// Dropped during the dead-letter write, the next iteration writes those records again
+    /// (`interrupted_write`); the releases are made before it.
     async fn release_failed_batch(
         &mut self,
         error: &TaskError,
-        last_deliveries_settled: bool,
+        given_up: &HashSet<RecordId>,
         report: &mut IterationReport,
     ) -> Result<()> {
         let now = Instant::now();
         let backoff = error.backoff().unwrap_or(self.config.retriable_backoff);
         self.backoff_until = Some(deadline_after(now, backoff));
         let group_limit = self.group_delivery_limit();
+        let last_deliveries = self.last_deliveries(given_up);
         let mut released = 0;
         let mut at_limit = 0;
-        for record in &self.batch {
+        let mut last = last_deliveries.iter().peekable();
+        for (i, record) in self.batch.iter().enumerate() {
             let id = record.original_id();
-            let count = record.delivery_count();
-            if self.given_up_at_release(count) {
+            if last.next_if_eq(&&i).is_some() || given_up.contains(id) {
                 continue;
             }
             self.held.remove(id);
@@ -931,7 +934,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             self.redelivered_arrivals.note_released(id);
             released += 1;
-            if count >= group_limit {
+            if record.delivery_count() >= group_limit {
                 at_limit += 1;
             }
         }
@@ -939,9 +942,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_released += released as u64;
         report.released += released;
         self.acknowledged_since_commit += released as u64;
-        if !last_deliveries_settled {
-            self.give_up_last_deliveries(error, report).await?;
-        }
+        let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
+        self.give_up_last_deliveries(&last_deliveries, failure, report)
+            .await?;
         if at_limit > 0 {
             // Released on their last delivery, the group archives them: given up on as surely
             // as a REJECT, so the dead-letter circuit breaker counts them. It cannot save
@@ -957,48 +960,53 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Ok(())
     }
 
-    /// Whether a record of a batch that failed with a retriable error is given up on rather
-    /// than released, at `count` deliveries: at `max.delivery.attempts` the driver rejects;
-    /// at the group's own limit it saves the record to its dead-letter queue first when it
-    /// has one. Released there, the group would archive it: gone, unless the group has a
-    /// broker dead-letter queue.
-    fn given_up_at_release(&self, count: u16) -> bool {
-        self.config
-            .max_delivery_attempts
-            .is_some_and(|max| count >= max)
-            || (self.config.dead_letter.is_some() && count >= self.group_delivery_limit())
+    /// The indexes in the batch, ascending, of the records a failed batch gives up on rather
+    /// than releasing, but for those of `given_up`: at `max.delivery.attempts` the driver
+    /// rejects; at the group's own limit it saves the record to its dead-letter queue first
+    /// when it has one. Released there, the group would archive it: gone, unless the group
+    /// has a broker dead-letter queue.
+    pub(super) fn last_deliveries(&self, given_up: &HashSet<RecordId>) -> Vec<usize> {
+        let max = self.config.max_delivery_attempts;
+        let group = self
+            .config
+            .dead_letter
+            .is_some()
+            .then(|| self.group_delivery_limit());
+        self.batch
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                let count = r.delivery_count();
+                max.is_some_and(|max| count >= max) || group.is_some_and(|limit| count >= limit)
+            })
+            .filter(|(_, r)| !given_up.contains(r.original_id()))
+            .map(|(i, _)| i)
+            .collect()
     }
 
-    /// The records of the batch that failed with `error` on their last allowed delivery
-    /// ([`given_up_at_release`](Self::given_up_at_release)): dead-lettered, then REJECTed
-    /// or ACCEPTed (see `dead_letter_then_reject`), and no longer held. Returns how many
-    /// there were.
-    ///
-    /// Cancel safe: dropped during the dead-letter write, they stay held (renewed by the
-    /// next wait) and unsettled.
-    async fn give_up_last_deliveries(
+    /// Gives up on the records of the batch at `indexes` (see
+    /// [`last_deliveries`](Self::last_deliveries)), failed with `failure`: dead-lettered,
+    /// then REJECTed or ACCEPTed (see `dead_letter_then_reject`), and no longer held.
+    pub(super) async fn give_up_last_deliveries(
         &mut self,
-        error: &TaskError,
+        indexes: &[usize],
+        failure: Failure,
         report: &mut IterationReport,
-    ) -> Result<usize> {
-        let poison: Vec<usize> = (0..self.batch.len())
-            .filter(|&i| self.given_up_at_release(self.batch[i].delivery_count()))
-            .collect();
-        if poison.is_empty() {
-            return Ok(0);
+    ) -> Result<()> {
+        if indexes.is_empty() {
+            return Ok(());
         }
         tracing::warn!(
-            records = poison.len(),
+            records = indexes.len(),
             max_delivery_attempts = self.config.max_delivery_attempts,
             "records failed on their last allowed delivery; rejecting them"
         );
-        let failure = Failure::of_put(error, DeadLetterReason::DeliveryLimit);
-        let records = poison
+        let records = indexes
             .iter()
             .map(|&i| (self.polled_record(i), failure.clone()))
             .collect();
         self.dead_letter_then_reject(records, false, report).await?;
-        Ok(poison.len())
+        Ok(())
     }
 
     /// `put` panicked: the task crashed, the records are not to blame. The batch is
@@ -1010,7 +1018,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.retry = None;
         if !self.implicit() {
             let mut report = IterationReport::default();
-            if let Err(e) = self.release_failed_batch(&error, false, &mut report).await {
+            if let Err(e) = self
+                .release_failed_batch(&error, &HashSet::new(), &mut report)
+                .await
+            {
                 return e;
             }
             if let Err(e) = self.commit_acknowledgements().await {
@@ -1375,7 +1386,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             let letters = self.dead_letters(records);
             self.metrics.dlq_produce_requests += n as u64;
             if let Err(error) = self
-                .renewing_beside(queue.send(letters), records, batch_waits)
+                .renewing_beside(queue.send(letters), records, batch_waits, admitted_at)
                 .await
             {
                 self.metrics.dlq_produce_failures += n as u64;
@@ -1399,7 +1410,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         for (record, failure) in records {
             tracing::debug!(record = %record.id(), stage = %failure.stage, reason = %failure.reason, ack = ?settle, "settling a record given up on");
-            self.consumer.acknowledge(record, settle)?;
+            match self.consumer.acknowledge(record, settle) {
+                Ok(()) => {}
+                // Its lock ran out during the write (or it was settled already): the group
+                // has it, and delivers it again unless this was its last delivery.
+                Err(e) if e.is_not_held() => {
+                    tracing::debug!(record = %record.id(), error = %ErrorChain(&e), "dead-lettered, but no longer ours to settle");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         if settle == AcknowledgeType::Reject {
             self.metrics.records_rejected += n as u64;
@@ -1409,54 +1428,64 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         Ok(n)
     }
 
-    /// `work` (a dead-letter write of `records`), with `records` held and renewed while it
-    /// runs, beside the held records and, when `batch_waits`, the batch.
+    /// `work` (a dead-letter write of `records`, admitted to the breaker at `admitted_at`),
+    /// with `records` held and renewed while it runs, beside the held records and, when
+    /// `batch_waits`, the batch. Noted as under way while it runs (`interrupted_write`).
     async fn renewing_beside<T>(
         &mut self,
         work: impl Future<Output = T>,
         records: &[(ConsumerRecord, Failure)],
         batch_waits: bool,
+        admitted_at: Instant,
     ) -> T {
-        if !self.can_renew() {
-            return work.await;
-        }
-        self.held_for_write.clear();
-        for (record, _) in records {
-            let id = record.id();
-            if self.held.contains(&id) {
-                continue;
-            }
-            match self
-                .consumer
-                .hold_offset(id.topic(), id.partition(), id.offset())
-            {
-                Ok(()) => {
-                    self.held.insert(id, self.batch_acquired);
-                    self.held_for_write.push(record.into());
+        let renewing = self.can_renew();
+        let mut beside = Vec::new();
+        if renewing {
+            for (record, _) in records {
+                let id = record.id();
+                if self.held.contains(&id) {
+                    continue;
                 }
-                Err(e) => {
-                    tracing::debug!(record = %id, error = %ErrorChain(&e), "not held during the dead-letter write");
+                match self
+                    .consumer
+                    .hold_offset(id.topic(), id.partition(), id.offset())
+                {
+                    Ok(()) => {
+                        self.held.insert(id, self.batch_acquired);
+                    }
+                    Err(e) => {
+                        tracing::debug!(record = %id, error = %ErrorChain(&e), "not held during the dead-letter write");
+                    }
                 }
             }
         }
         if batch_waits {
             let held = &self.held;
-            self.held_for_write.extend(
+            beside.extend(
                 self.batch
                     .iter()
                     .filter(|r| !held.contains(r.original_id()))
                     .map(dead_letter::GivenUp::from),
             );
         }
+        self.interrupted_write = Some(dead_letter::InterruptedWrite {
+            letters: records.to_vec(),
+            admitted_at,
+            beside,
+        });
         let Split {
             batch,
             batch_acquired,
             renewal,
             ..
         } = self.split_for_wait("a dead-letter write");
-        let batch = batch_waits.then_some((batch, batch_acquired));
-        let outcome = renewal.around(work, batch).await;
-        self.held_for_write.clear();
+        let outcome = if renewing {
+            let batch = batch_waits.then_some((batch, batch_acquired));
+            renewal.around(work, batch).await
+        } else {
+            work.await
+        };
+        self.interrupted_write = None;
         outcome
     }
 
@@ -1667,17 +1696,21 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             // Given up on now as if its last attempt had failed for good: released, but a
             // record on its last delivery goes to the dead-letter queue first (released, the
             // group would archive it).
+            let mut report = IterationReport::default();
+            if let Err(e) = self.finish_interrupted_write(&mut report).await {
+                first_error.get_or_insert(e);
+            }
             let mut given_up = None;
-            let mut last_deliveries_settled = false;
+            let mut settled_at_hold = HashSet::new();
             if let Some(retry) = self.retry.take() {
                 tracing::info!(
                     records = self.batch.len(),
                     attempts = retry.attempts,
                     "closing during a retry in place; the batch is released"
                 );
-                given_up = Some(Arc::new(retry.last_error.unwrap_or_else(|| {
+                given_up = Some(retry.last_error.unwrap_or_else(|| {
                     TaskError::retriable("the driver closed during a retry in place")
-                })));
+                }));
             }
             if let Some(pending) = self.redelivery.take() {
                 tracing::info!(
@@ -1685,12 +1718,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     "closing during a redelivery backoff; the batch is released"
                 );
                 given_up = Some(pending.error);
-                last_deliveries_settled = pending.last_deliveries_settled;
+                settled_at_hold = pending.given_up;
             }
             if let Some(error) = given_up {
                 let mut report = IterationReport::default();
                 if let Err(e) = self
-                    .release_failed_batch(&error, last_deliveries_settled, &mut report)
+                    .release_failed_batch(&error, &settled_at_hold, &mut report)
                     .await
                 {
                     first_error.get_or_insert(e);
