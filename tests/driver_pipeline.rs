@@ -934,3 +934,53 @@ async fn an_iteration_dropped_during_a_dead_letter_write_leaves_it_to_the_next()
     assert_eq!(b.state_counts(GROUP).acquired, 0);
     assert_eq!(d.metrics().dead_letter_breaker_trips, 0);
 }
+
+/// A sink whose `put` fails for good.
+struct Broken;
+
+#[async_trait]
+impl SinkTask for Broken {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        Err(TaskError::fatal("the table is gone"))
+    }
+}
+
+/// A fatal `put` fails the driver, which then dead-letters the batch; dropped during that
+/// write, the driver is failed and runs no more iterations, and `close` finishes the write
+/// before the consumer would release the records.
+#[tokio::test(start_paused = true)]
+async fn close_finishes_the_dead_letter_write_of_a_failed_driver() {
+    let b = broker(
+        "t",
+        &[
+            ProduceRecord::new().value("1"),
+            ProduceRecord::new().value("2"),
+        ],
+    );
+    let queue = SlowQueue {
+        inner: Arc::new(b.dead_letter_queue("t-dlq").unwrap()),
+        delay: Duration::from_secs(70),
+    };
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10))
+        .dead_letter_queue(Arc::new(queue), false);
+    let mut d = ShareSinkTask::new(Box::new(Broken), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(40), d.iteration()).await;
+    assert!(dropped.is_err(), "still writing after 40 s");
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
+    d.close().await.unwrap();
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
+    for offset in 0..2 {
+        assert_eq!(state(&b, "t", offset), (RecordState::Archived, 1));
+    }
+    assert_eq!(d.metrics().records_dead_lettered, 2);
+}

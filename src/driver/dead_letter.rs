@@ -137,6 +137,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         );
         let released = self.release_given_up(&write.beside);
         report.released += usize::try_from(released).unwrap_or(usize::MAX);
+        // Released by this driver: back on their next delivery, they are not taken for
+        // records a crash brought back.
+        for record in &write.beside {
+            self.redelivered_arrivals.note_released(&record.id);
+        }
         self.breaker_window().refund(
             write.admitted_at,
             u64::try_from(write.letters.len()).unwrap_or(u64::MAX),

@@ -1408,10 +1408,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             report.dead_lettered += n;
             settle = self.acknowledgement_after_dead_letter();
         }
+        let mut settled = 0;
         for (record, failure) in records {
             tracing::debug!(record = %record.id(), stage = %failure.stage, reason = %failure.reason, ack = ?settle, "settling a record given up on");
             match self.consumer.acknowledge(record, settle) {
-                Ok(()) => {}
+                Ok(()) => settled += 1,
                 // Its lock ran out during the write (or it was settled already): the group
                 // has it, and delivers it again unless this was its last delivery.
                 Err(e) if e.is_not_held() => {
@@ -1421,11 +1422,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
         }
         if settle == AcknowledgeType::Reject {
-            self.metrics.records_rejected += n as u64;
-            report.rejected += n;
+            self.metrics.records_rejected += settled as u64;
+            report.rejected += settled;
         }
-        self.acknowledged_since_commit += n as u64;
-        Ok(n)
+        self.acknowledged_since_commit += settled as u64;
+        Ok(settled)
     }
 
     /// `work` (a dead-letter write of `records`, admitted to the breaker at `admitted_at`),
@@ -1692,14 +1693,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                  no final commit, so they are released"
             );
         }
-        if previous == State::Running && !self.retained && !unput {
-            // Given up on now as if its last attempt had failed for good: released, but a
-            // record on its last delivery goes to the dead-letter queue first (released, the
-            // group would archive it).
+        // A dead-letter write an iteration dropped, also one of a driver that failed (a
+        // fatal put, a panic): finished, or its records would be released, and archived on
+        // their last delivery, without it.
+        if previous != State::Created && !self.implicit() {
             let mut report = IterationReport::default();
             if let Err(e) = self.finish_interrupted_write(&mut report).await {
                 first_error.get_or_insert(e);
             }
+        }
+        if previous == State::Running && !self.retained && !unput {
+            // Given up on now as if its last attempt had failed for good: released, but a
+            // record on its last delivery goes to the dead-letter queue first (released, the
+            // group would archive it).
             let mut given_up = None;
             let mut settled_at_hold = HashSet::new();
             if let Some(retry) = self.retry.take() {
