@@ -687,14 +687,7 @@ async fn close_with_last_deliveries_queued_counts_them_as_released_at_the_limit(
     // at a time. `close` (unlike `run`) does not drain the queue: what is left is released,
     // archived by the group, and counted.
     let b = broker(8);
-    b.set_group_config(
-        GROUP,
-        GroupConfig::new()
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .record_lock_duration(LOCK)
-            .delivery_count_limit(2),
-    )
-    .unwrap();
+    last_delivery_is_the_second(&b);
     assert!(one_life(&b, 3, config(), &Puts::default()).await);
     let puts = Puts::default();
     let mut d = healthy_driver(&b, &puts);
@@ -741,6 +734,30 @@ impl SinkTask for FailsAfterFirst {
     }
 }
 
+/// The group's delivery-count limit set to 2: a record's second delivery is its last.
+fn last_delivery_is_the_second(b: &EmbeddedBroker) {
+    b.set_group_config(
+        GROUP,
+        GroupConfig::new()
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .record_lock_duration(LOCK)
+            .delivery_count_limit(2),
+    )
+    .unwrap();
+}
+
+/// Offsets 0 and 1 of `b` delivered once to a member that goes away; offset 2 produced.
+async fn deliver_two_once_then_produce_a_third(b: &EmbeddedBroker) {
+    let mut crashed = b.share_consumer(GROUP);
+    crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
+    assert_eq!(
+        crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
+        2
+    );
+    drop(crashed);
+    b.produce("t", ProduceRecord::new().value("2")).unwrap();
+}
+
 /// Offsets 0 and 1 of `b` (holding 0 and 1) delivered once to a member that went away,
 /// offset 2 produced; then a driver with `config`, whose first batch (offset 0, redelivered,
 /// put alone) succeeds and outlasts a third of the lock, so that offsets 1 (on its second
@@ -751,14 +768,7 @@ async fn fail_a_batch_with_a_second_delivery(
     config: DriverConfig,
     options: ConsumerOptions,
 ) -> (ShareSinkTask<EmbeddedShareConsumer>, usize) {
-    let mut crashed = b.share_consumer(GROUP);
-    crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
-    assert_eq!(
-        crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
-        2
-    );
-    drop(crashed);
-    b.produce("t", ProduceRecord::new().value("2")).unwrap();
+    deliver_two_once_then_produce_a_third(b).await;
     let puts = Puts::default();
     let sink = FailsAfterFirst {
         first_put_takes: LOCK / 2,
@@ -832,14 +842,7 @@ async fn close_during_a_backoff_or_a_retry_dead_letters_the_last_deliveries_firs
 #[tokio::test(start_paused = true)]
 async fn a_process_that_dies_during_the_backoff_does_not_leave_a_last_delivery_to_be_archived() {
     let b = broker(2);
-    b.set_group_config(
-        GROUP,
-        GroupConfig::new()
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .record_lock_duration(LOCK)
-            .delivery_count_limit(2),
-    )
-    .unwrap();
+    last_delivery_is_the_second(&b);
     let dlq = b.dead_letter_queue("t-dlq").unwrap();
     let config = config()
         .redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60))
@@ -877,22 +880,8 @@ async fn a_process_that_dies_during_the_backoff_does_not_leave_a_last_delivery_t
 #[tokio::test(start_paused = true)]
 async fn an_iteration_dropped_during_the_holds_dead_letter_write_leaves_it_to_the_next() {
     let b = broker(2);
-    b.set_group_config(
-        GROUP,
-        GroupConfig::new()
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .record_lock_duration(LOCK)
-            .delivery_count_limit(2),
-    )
-    .unwrap();
-    let mut crashed = b.share_consumer(GROUP);
-    crashed.subscribe(vec!["t".to_owned()]).await.unwrap();
-    assert_eq!(
-        crashed.poll(Duration::from_millis(10)).await.unwrap().len(),
-        2
-    );
-    drop(crashed);
-    b.produce("t", ProduceRecord::new().value("2")).unwrap();
+    last_delivery_is_the_second(&b);
+    deliver_two_once_then_produce_a_third(&b).await;
     let queue = SlowQueue {
         inner: Arc::new(b.dead_letter_queue("t-dlq").unwrap()),
         delay: LOCK * 2,
