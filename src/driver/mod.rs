@@ -1665,7 +1665,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// (held ones included). A batch whose `put` failed and that waits for a retry in place
     /// or for its redelivery backoff is given up first as after a final failure: a record on
     /// its last delivery goes to the dead-letter queue (released, the group would archive
-    /// it), the rest is released. Every step is attempted; the first error is returned, except
+    /// it), the rest is released. A dead-letter write an iteration was dropped in is finished
+    /// first, also by a driver that failed (its records written and settled, which may take
+    /// up to the queue's delivery timeout). Every step is attempted; the first error is
+    /// returned, except
     /// that a cluster out of reach does not fail the close (as Java's consumer `close`): a
     /// retriable error of the last commit and the consumer's close problems are logged at
     /// WARN, and what was not acknowledged is redelivered once its locks expire. Closing
