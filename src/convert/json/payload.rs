@@ -291,6 +291,7 @@ fn map_value(
             ));
         };
         entries.reserve(pairs.len());
+        let mut seen: HashMap<ScalarKey, usize> = HashMap::new();
         for (i, pair) in pairs.into_iter().enumerate() {
             let pair_path = path.index(i);
             let [key, value] = match pair {
@@ -323,10 +324,51 @@ fn map_value(
                 depth + 1,
                 budget,
             )?;
-            entries.push((key, value));
+            // A key given twice keeps its first place and takes the last value, as a JSON
+            // object's repeated member does (Connect reads the pairs into a map: last wins).
+            match ScalarKey::of(&key) {
+                Some(scalar) => match seen.entry(scalar) {
+                    std::collections::hash_map::Entry::Occupied(at) => {
+                        entries[*at.get()].1 = value;
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(entries.len());
+                        entries.push((key, value));
+                    }
+                },
+                None => entries.push((key, value)),
+            }
         }
     }
     Ok(Value::Map(entries))
+}
+
+/// A map key that can be compared by hashing: any but an array, map or struct (keys of
+/// those kinds are kept as they come, repeated or not). Floats compare as Java's
+/// `Double.equals` does: by their bits, every NaN alike.
+#[derive(PartialEq, Eq, Hash)]
+enum ScalarKey {
+    Null,
+    Bytes(Bytes),
+    String(String),
+    Boolean(bool),
+    Int(i64),
+    Float(u64),
+}
+
+impl ScalarKey {
+    fn of(key: &Value) -> Option<Self> {
+        Some(match key {
+            Value::Null => Self::Null,
+            Value::Bytes(b) => Self::Bytes(b.clone()),
+            Value::String(s) => Self::String(s.clone()),
+            Value::Boolean(b) => Self::Boolean(*b),
+            Value::Int(i) => Self::Int(*i),
+            Value::Float(f) if f.is_nan() => Self::Float(f64::NAN.to_bits()),
+            Value::Float(f) => Self::Float(f.to_bits()),
+            _ => return None,
+        })
+    }
 }
 
 /// The fields of the schema, in its order, from the object's members (the last of a
@@ -522,6 +564,14 @@ mod tests {
                 (Value::Int(1), Value::from("a")),
                 (Value::Int(2), Value::from("b"))
             ]))
+        );
+        assert_eq!(
+            convert(&by_id, r#"[[2,"a"],[1,"b"],[2,"c"]]"#),
+            Ok(Value::Map(vec![
+                (Value::Int(2), Value::from("c")),
+                (Value::Int(1), Value::from("b"))
+            ])),
+            "a repeated key keeps its place and takes the last value"
         );
         assert_eq!(
             convert(&by_id, r#"[[1,"a",3]]"#).unwrap_err(),
