@@ -26,6 +26,11 @@ mod slow_queue;
 
 use slow_queue::SlowQueue;
 
+#[path = "support/broken_sink.rs"]
+mod broken_sink;
+
+use broken_sink::Broken;
+
 const GROUP: &str = "sink";
 
 fn broker(topic: &str, records: &[ProduceRecord]) -> EmbeddedBroker {
@@ -933,22 +938,6 @@ async fn an_iteration_dropped_during_a_dead_letter_write_leaves_it_to_the_next()
     assert_eq!(state(&b, "t", 2), (RecordState::Acknowledged, 2));
     assert_eq!(b.state_counts(GROUP).acquired, 0);
     assert_eq!(d.metrics().dead_letter_breaker_trips, 0);
-}
-
-/// A sink whose `put` fails for good.
-struct Broken;
-
-#[async_trait]
-impl SinkTask for Broken {
-    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
-        Ok(())
-    }
-    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        Err(TaskError::fatal("the table is gone"))
-    }
 }
 
 /// A fatal `put` fails the driver, which then dead-letters the batch; dropped during that

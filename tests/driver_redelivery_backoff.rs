@@ -734,6 +734,18 @@ impl SinkTask for FailsAfterFirst {
     }
 }
 
+/// Offset 0 (redelivered) was put alone, then offsets 1 (on its second delivery) and 2
+/// together.
+fn assert_first_two_batches(puts: &Puts) {
+    let batches: Vec<Vec<(i64, u16)>> = puts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b, _)| b.clone())
+        .collect();
+    assert_eq!(batches, [vec![(0, 2)], vec![(1, 2), (2, 1)]]);
+}
+
 /// The group's delivery-count limit set to 2: a record's second delivery is its last.
 fn last_delivery_is_the_second(b: &EmbeddedBroker) {
     b.set_group_config(
@@ -784,13 +796,7 @@ async fn fail_a_batch_with_a_second_delivery(
             break;
         }
     }
-    let batches: Vec<Vec<(i64, u16)>> = puts
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, b, _)| b.clone())
-        .collect();
-    assert_eq!(batches, [vec![(0, 2)], vec![(1, 2), (2, 1)]]);
+    assert_first_two_batches(&puts);
     (d, retained)
 }
 
@@ -907,13 +913,7 @@ async fn an_iteration_dropped_during_the_holds_dead_letter_write_leaves_it_to_th
         dropped.is_err(),
         "the hold's dead-letter write outlasts the timeout"
     );
-    let batches: Vec<Vec<(i64, u16)>> = puts
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, b, _)| b.clone())
-        .collect();
-    assert_eq!(batches, [vec![(0, 2)], vec![(1, 2), (2, 1)]]);
+    assert_first_two_batches(&puts);
     assert!(b.read_log("t-dlq", 0).unwrap().is_empty());
     assert_eq!(state(&b, 1), (RecordState::Acquired, 2), "held meanwhile");
     let report = d.iteration().await.unwrap();

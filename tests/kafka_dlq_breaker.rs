@@ -22,27 +22,15 @@ use kafka_share_sink::{
 };
 use tokio::time::Instant;
 
+#[path = "support/broken_sink.rs"]
+mod broken_sink;
+
+use broken_sink::Broken;
+
 const RECORDS: usize = 40;
 const PER_POLL: i32 = 4;
 /// The breaker's count bound.
 const MAX_DEAD_LETTERS: u64 = 10;
-
-/// Fails every `put` fatally, as a sink whose target refuses everything.
-struct Broken;
-
-#[async_trait]
-impl SinkTask for Broken {
-    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
-        Ok(())
-    }
-
-    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        Err(TaskError::fatal("the target refuses every row"))
-    }
-}
 
 /// Takes everything, noting each record's offset.
 struct Healthy(Arc<Mutex<Vec<i64>>>);
