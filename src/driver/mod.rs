@@ -693,30 +693,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Sleeps until `until`, renewing held records (and committing the renewals at once)
     /// whenever one reaches half its lock on the way.
     async fn sleep_renewing(&mut self, until: Instant) {
-        loop {
-            let next = if self.held.is_empty() || !self.can_renew() {
-                None
-            } else {
-                self.held.next_due(self.lock_duration())
-            };
-            match next {
-                Some(at) if at < until => {
-                    tokio::time::sleep_until(at).await;
-                    if let Err(e) = self.renew_due_held() {
-                        // Their due time stays past: trying again at once would spin. Records
-                        // whose locks expire come back through the group.
-                        tracing::warn!(error = %ErrorChain(&e), "could not renew held records");
-                        tokio::time::sleep_until(until).await;
-                        return;
-                    }
-                    self.commit_renewals().await;
-                }
-                _ => {
-                    tokio::time::sleep_until(until).await;
-                    return;
-                }
-            }
+        let sleep = tokio::time::sleep_until(until);
+        if self.held.is_empty() || !self.can_renew() {
+            return sleep.await;
         }
+        let Split { renewal, .. } = self.split_for_wait("a pause");
+        renewal.around(sleep, None).await;
     }
 
     /// Sends queued renewals now; failures are logged (the records come back through the
