@@ -1,15 +1,13 @@
 //! The driver's conversion and transform stages on the embedded share group: converter
 //! failures under `errors.tolerance` none and all, retries, transforms and predicates.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kafka_share_sink::convert::{
-    ConvertError, Converter, JsonConverter, SchemaAndValue, StringConverter,
-};
+use kafka_share_sink::convert::{JsonConverter, StringConverter};
 use kafka_share_sink::embedded::{
     AutoOffsetReset, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, ProduceRecord, RecordState,
 };
@@ -17,14 +15,19 @@ use kafka_share_sink::transform::{
     Filter, HasHeaderKey, RecordIsTombstone, TopicNameMatches, transform_fn,
 };
 use kafka_share_sink::{
-    CommitPolicy, Converters, DriverConfig, Error, ErrorHandling, ErrorTolerance, Headers,
-    ShareSinkTask, SinkRecord, SinkTask, Stage, TaskConfig, TaskError, TransformChain, Value,
+    CommitPolicy, Converters, DriverConfig, Error, ErrorHandling, ErrorTolerance, ShareSinkTask,
+    SinkRecord, SinkTask, Stage, TaskConfig, TaskError, TransformChain, Value,
 };
 
 #[path = "support/slow_queue.rs"]
 mod slow_queue;
 
 use slow_queue::SlowQueue;
+
+#[path = "support/flaky_converters.rs"]
+mod flaky_converters;
+
+use flaky_converters::{Flaky, SlowOne};
 
 #[path = "support/broken_sink.rs"]
 mod broken_sink;
@@ -257,28 +260,6 @@ async fn key_and_header_converter_failures_name_their_stage() {
         panic!("expected a record error");
     };
     assert_eq!(source.stage(), Stage::HeaderConverter);
-}
-
-/// Fails retriably a given number of times, then passes bytes through.
-#[derive(Debug)]
-struct Flaky(AtomicUsize);
-
-impl Converter for Flaky {
-    fn to_sink_data(
-        &self,
-        _topic: &str,
-        _headers: &Headers,
-        data: Option<&Bytes>,
-    ) -> Result<SchemaAndValue, ConvertError> {
-        if self
-            .0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(ConvertError::retriable("schema registry unavailable"));
-        }
-        Ok(SchemaAndValue::schemaless(Value::from(data.cloned())))
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -972,4 +953,104 @@ async fn close_finishes_the_dead_letter_write_of_a_failed_driver() {
         assert_eq!(state(&b, "t", offset), (RecordState::Archived, 1));
     }
     assert_eq!(d.metrics().records_dead_lettered, 2);
+}
+
+/// A poll of `x`, `bad`, `slow`, `y` whose `slow` fails retriably `failures` times, retried
+/// after 0.3 s, then twice as long each time, under `errors.tolerance=all` with no
+/// dead-letter queue.
+fn slow_conversion_driver(
+    failures: usize,
+) -> (EmbeddedBroker, ShareSinkTask<EmbeddedShareConsumer>, Seen) {
+    let values = ["x", "bad", "slow", "y"];
+    let records: Vec<ProduceRecord> = values
+        .iter()
+        .map(|v| ProduceRecord::new().value(*v))
+        .collect();
+    let b = broker("t", &records);
+    let (d, seen) = driver(&b, "t", |c| {
+        c.converters(Converters::byte_array().with_value(Arc::new(SlowOne::new("slow", failures))))
+            .errors(
+                ErrorHandling::new()
+                    .tolerance(ErrorTolerance::All)
+                    .retry_timeout(Some(Duration::from_secs(600))),
+            )
+    });
+    (b, d, seen)
+}
+
+fn values(seen: &Seen) -> Vec<Vec<u8>> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|r| match r.value() {
+            Value::Bytes(b) => b.to_vec(),
+            other => panic!("not bytes: {other:?}"),
+        })
+        .collect()
+}
+
+/// A conversion retried for 76 s, far past the 30 s lock: the records of the poll (those
+/// converted before it, the failed one, the one retried, those after it) are renewed
+/// meanwhile, so each is delivered once and settled by this member.
+#[tokio::test(start_paused = true)]
+async fn conversion_retries_longer_than_the_lock_keep_the_poll_acquired() {
+    let (b, mut d, seen) = slow_conversion_driver(8);
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert!(start.elapsed() > Duration::from_secs(70));
+    assert_eq!((report.records, report.rejected), (3, 1));
+    assert_eq!(
+        values(&seen),
+        [b"x".to_vec(), b"slow".to_vec(), b"y".to_vec()]
+    );
+    for (offset, settled) in [
+        RecordState::Acknowledged,
+        RecordState::Archived,
+        RecordState::Acknowledged,
+        RecordState::Acknowledged,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert_eq!(
+            state(&b, "t", offset as i64),
+            (settled, 1),
+            "offset {offset}"
+        );
+    }
+    let m = d.metrics();
+    assert_eq!(m.lock_losses, 0);
+    assert!(m.records_renewed >= 4 * 4, "renewed: {}", m.records_renewed);
+}
+
+/// Dropped during a conversion retry that renewed the poll's locks, the iteration leaves the
+/// records acquired; the consumer presents them again, and the next iteration converts and
+/// puts them: each written once, none delivered twice. Dropped at 44 s (last renewal at
+/// 30 s) and called again 2 s later, the next iteration's retries (19 s) outlast the locks
+/// unless it renews them by the last renewal, not by its own poll.
+#[tokio::test(start_paused = true)]
+async fn an_iteration_dropped_during_a_conversion_retry_converts_the_poll_again() {
+    // Eight failures in the first 44 s, six more (18.9 s) in the next iteration.
+    let (b, mut d, seen) = slow_conversion_driver(14);
+    d.initialize().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_secs(44), d.iteration()).await;
+    assert!(dropped.is_err(), "still retrying after 44 s");
+    assert!(seen.lock().unwrap().is_empty());
+    // Renewed while the retries ran: the lock of 30 s has not run out.
+    assert_eq!(state(&b, "t", 0), (RecordState::Acquired, 1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert!(start.elapsed() > Duration::from_secs(18));
+    assert_eq!((report.records, report.rejected), (3, 1));
+    assert_eq!(
+        values(&seen),
+        [b"x".to_vec(), b"slow".to_vec(), b"y".to_vec()]
+    );
+    for offset in [0, 2, 3] {
+        assert_eq!(state(&b, "t", offset), (RecordState::Acknowledged, 1));
+    }
+    assert_eq!(state(&b, "t", 1), (RecordState::Archived, 1));
+    assert_eq!(d.metrics().lock_losses, 0);
 }

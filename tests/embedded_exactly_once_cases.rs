@@ -7,7 +7,11 @@
 
 #[path = "support/dies_at_commit.rs"]
 mod dies_at_commit;
+#[path = "support/flaky_converters.rs"]
+#[allow(dead_code)]
+mod flaky_converters;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1328,5 +1332,51 @@ async fn a_retriable_failure_on_the_last_delivery_without_a_queue_is_counted() {
                 assert_eq!(state(&broker, offset), (expected, delivery), "{mode:?}");
             }
         }
+    }
+}
+
+/// A conversion retried for 76 s, past the 30 s locks: the round renews the poll's records
+/// meanwhile, and commits each once.
+#[tokio::test(start_paused = true)]
+async fn a_conversion_retried_past_the_lock_keeps_the_poll_acquired() {
+    for mode in [
+        ExactlyOnceMode::AtomicAcknowledgements,
+        ExactlyOnceMode::Ledger,
+    ] {
+        let broker = broker(3);
+        if mode == ExactlyOnceMode::Ledger {
+            broker.set_capabilities(kafka_4_4());
+        }
+        let eos = eos(0, 1);
+        let producer = transactional(&broker, &eos);
+        let flaky = flaky_converters::Flaky(AtomicUsize::new(8));
+        let config = config()
+            .converters(Converters::byte_array().with_value(Arc::new(flaky)))
+            .errors(ErrorHandling::new().retry_timeout(Some(Duration::from_secs(600))));
+        let consumer = broker.share_consumer(GROUP);
+        let task = CopyOffsets::default();
+        let mut d = driver_with(&broker, task, consumer, Arc::new(producer), eos, config);
+        d.initialize().await.expect("initialize");
+        assert_eq!(d.exactly_once_mode(), Some(mode));
+        let start = tokio::time::Instant::now();
+        let report = d.iteration_exactly_once().await.expect("iteration");
+        assert!(start.elapsed() > Duration::from_secs(70), "{mode:?}");
+        assert_eq!(report.accepted, 3, "{mode:?}: {report:?}");
+        assert_eq!(
+            committed(&broker, "out").await,
+            ["out-0", "out-1", "out-2"],
+            "{mode:?}"
+        );
+        for offset in 0..3 {
+            assert_eq!(
+                state(&broker, offset),
+                (RecordState::Acknowledged, 1),
+                "{mode:?}: offset {offset}"
+            );
+        }
+        let m = d.metrics();
+        assert_eq!(m.lock_losses, 0, "{mode:?}");
+        assert!(m.records_renewed >= 3, "{mode:?}: {}", m.records_renewed);
+        d.close().await.expect("close");
     }
 }

@@ -3,6 +3,10 @@
 
 mod support;
 
+#[path = "support/flaky_converters.rs"]
+#[allow(dead_code)]
+mod flaky_converters;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +25,16 @@ use tokio::time::Instant;
 const LOCK_MS: u64 = 2_000;
 
 async fn setup(test: &str, records: usize) -> Option<(String, String, String)> {
+    setup_with_lock(test, records, LOCK_MS).await
+}
+
+/// A topic of `records` values `v<i>` (written in batches of 100) and a group reading it
+/// from the earliest record with locks of `lock_ms`.
+async fn setup_with_lock(
+    test: &str,
+    records: usize,
+    lock_ms: u64,
+) -> Option<(String, String, String)> {
     let bootstrap = support::bootstrap(test)?;
     let topic = support::unique(test);
     let group = support::unique(&format!("{test}-group"));
@@ -31,7 +45,7 @@ async fn setup(test: &str, records: usize) -> Option<(String, String, String)> {
             &group,
             &[
                 ("share.auto.offset.reset", "earliest"),
-                ("share.record.lock.duration.ms", &LOCK_MS.to_string()),
+                ("share.record.lock.duration.ms", &lock_ms.to_string()),
             ],
         )
         .await
@@ -419,4 +433,133 @@ async fn with_the_defaults_acknowledgements_ride_on_fetches() {
         "a ShareAcknowledge of its own only for a commit (and at most two that waited too \
          long for a fetch): {counts:?}, {commits} commits"
     );
+}
+
+/// The value converter of the conversion-retry test: [`flaky_converters::SlowOne`], saying
+/// when it is first called (the driver's poll has returned its records by then).
+#[derive(Debug)]
+struct SaysStarted {
+    inner: flaky_converters::SlowOne,
+    started: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl kafka_share_sink::convert::Converter for SaysStarted {
+    fn to_sink_data(
+        &self,
+        topic: &str,
+        headers: &kafka_share_sink::Headers,
+        data: Option<&bytes::Bytes>,
+    ) -> Result<kafka_share_sink::convert::SchemaAndValue, kafka_share_sink::convert::ConvertError>
+    {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.to_sink_data(topic, headers, data)
+    }
+}
+
+/// A conversion retried for about 19 s, past three locks of 6 s: the driver renews the
+/// poll's records meanwhile, so a member that joins the group during the retries gets none of
+/// them, and each record is put once, on its first delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversion_retries_past_the_lock_keep_the_poll_from_other_members() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use kafka_share_sink::{Converters, ErrorHandling};
+    const RECORDS: usize = 10;
+    const LOCK: u64 = 6_000;
+    // Written in one batch, which one ShareFetch acquires whole: the driver's first poll
+    // has every record.
+    let Some((bootstrap, topic, group)) = setup_with_lock("conversion_retry", RECORDS, LOCK).await
+    else {
+        return;
+    };
+    let started = Arc::new(AtomicBool::new(false));
+    // v3 fails six times: retried after 0.3, 0.6, 1.2, 2.4, 4.8 and 9.6 s.
+    let converter = SaysStarted {
+        inner: flaky_converters::SlowOne::new("v3", 6),
+        started: Arc::clone(&started),
+    };
+    let config = DriverConfig::new([topic.clone()])
+        .poll_timeout(Duration::from_millis(500))
+        .commit_policy(CommitPolicy::every_iteration())
+        .converters(Converters::byte_array().with_value(Arc::new(converter)))
+        .errors(ErrorHandling::new().retry_timeout(Some(Duration::from_secs(60))));
+    let sink_consumer = consumer(&bootstrap, &group, &topic).await;
+    assert!(sink_consumer.supports_renew(), "Kafka 4.2+ supports RENEW");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut driver =
+        ShareSinkTask::new(Box::new(Collect(Arc::clone(&seen))), sink_consumer, config);
+    driver.initialize().await.expect("initialize");
+    // A rival member joins once the driver's poll has its records and a lock has run out,
+    // and polls until the driver is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let rival = tokio::spawn({
+        let (bootstrap, group, topic) = (bootstrap.clone(), group.clone(), topic.clone());
+        let (started, done) = (Arc::clone(&started), Arc::clone(&done));
+        async move {
+            while !started.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(LOCK * 3 / 2)).await;
+            let mut rival = consumer(&bootstrap, &group, &topic).await;
+            let mut stolen = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let records = match rival.poll(Duration::from_millis(200)).await {
+                    Ok(records) => records,
+                    Err(e) => {
+                        // A join or coordinator hiccup: not what this test is about.
+                        eprintln!("rival poll: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                stolen.extend(records.iter().map(|r| r.offset()));
+                for record in &records {
+                    // Released, so that the driver can still finish if the locks were lost.
+                    rival
+                        .acknowledge(record, kafka_share_sink::AcknowledgeType::Release)
+                        .expect("release");
+                }
+            }
+            rival
+                .close(Duration::from_secs(10))
+                .await
+                .expect("close rival");
+            stolen
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while seen.lock().unwrap().len() < RECORDS {
+        assert!(
+            Instant::now() < deadline,
+            "records not put in time: {:?}",
+            driver.metrics()
+        );
+        let report = driver.iteration().await.expect("iteration");
+        if report.records > 0 {
+            assert!(report.committed, "{report:?}");
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let stolen = rival.await.expect("rival");
+    let put: Vec<(i64, u16)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| (r.offset(), r.delivery_count()))
+        .collect();
+    let expected: Vec<(i64, u16)> = (0..RECORDS as i64).map(|o| (o, 1)).collect();
+    assert_eq!(put, expected, "each record put once, on its first delivery");
+    assert!(
+        stolen.is_empty(),
+        "records went to another member: {stolen:?}"
+    );
+    let metrics = driver.metrics();
+    assert_eq!(
+        (metrics.retries, metrics.lock_losses),
+        (6, 0),
+        "{metrics:?}"
+    );
+    assert!(metrics.records_renewed >= RECORDS as u64 * 3, "{metrics:?}");
+    driver.close().await.expect("close");
 }

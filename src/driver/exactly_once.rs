@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use super::dead_letter::GivenUp;
 use super::failure::{Captured, Failure};
+use super::pipeline::Converting;
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -464,8 +465,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 .await;
             }
         }
+        let poll_started = Instant::now();
         let records = self.poll_consumer().await?;
         let polled = Instant::now();
+        // When the records' locks started, for renewals during conversion retries; records
+        // fetched ahead were acquired before the poll.
+        self.batch_acquired = self
+            .consumer
+            .last_poll_acquired_at()
+            .map_or(poll_started, |at| at.min(poll_started));
         self.metrics.records_read += records.len() as u64;
         let last_delivery = self.last_delivery_limit();
         let last = records
@@ -509,7 +517,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if record.delivery_count() > 1 {
                 self.metrics.records_redelivered += 1;
             }
-            match self.process(&record).await {
+            let poll = Converting {
+                batch: false,
+                converted: &raw,
+                failed: &failed,
+                rest: records.as_slice(),
+            };
+            match self.process(&record, poll).await {
                 Ok(Some(sink)) => {
                     batch.push(sink);
                     raw.push(record);

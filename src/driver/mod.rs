@@ -191,6 +191,11 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Set while the records of a poll are being built into the batch and put; still set at
     /// the next call when the iteration was dropped in between.
     unfinished: Option<Unfinished>,
+    /// Explicit mode, after an iteration dropped while its batch was being built: when the
+    /// locks of that poll last started (its poll, or a renewal during a conversion retry).
+    /// Records it renewed are presented again by the next poll with those locks, not new
+    /// ones.
+    presented_again_from: Option<Instant>,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
     retry: Option<RetryInPlace>,
     /// Explicit mode: the batch failed with a retriable error and is held for its
@@ -269,6 +274,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             batch_is_poll: false,
             retained: false,
             unfinished: None,
+            presented_again_from: None,
             retry: None,
             redelivery: None,
             redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
@@ -439,9 +445,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// when their locks expire or [`close`](Self::close) releases them (nothing is lost), and
     /// the next iteration puts the batch again when it was dropped during `put`, and fails
     /// when it was dropped while the batch was being built: with the consumer's
-    /// `UnacknowledgedRecords`, or in implicit acknowledgement mode (where the next poll or
-    /// commit would accept those records) with [`Error::Interrupted`], after which `close`
-    /// sends no commit, so the poll's records are released. To stop on a signal, use
+    /// `UnacknowledgedRecords` (unless a conversion retry had renewed the poll's locks: the
+    /// consumer then presents the records again and the next iteration converts them anew),
+    /// or in implicit acknowledgement mode (where the next poll or commit would accept those
+    /// records) with [`Error::Interrupted`], after which `close` sends no commit, so the
+    /// poll's records are released. To stop on a signal, use
     /// [`run`](Self::run), which never cuts an iteration short.
     pub async fn iteration(&mut self) -> Result<IterationReport> {
         match self.state {
@@ -545,7 +553,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// handed to `put` whole is put again (in explicit mode its records may be held, renewed
     /// while that `put` ran: left alone, they would stay held until close). Dropped while the
     /// batch was being built, records may be missing from it: in explicit mode the consumer's
-    /// poll refuses (`UnacknowledgedRecords`); in implicit mode, where the next poll or commit
+    /// poll refuses (`UnacknowledgedRecords`), or, when a conversion retry renewed them (see
+    /// `sleep_converting`), presents them again, their locks running from the last renewal
+    /// (`presented_again_from`); in implicit mode, where the next poll or commit
     /// would accept them unwritten, the driver stops with [`Error::Interrupted`] and
     /// [`close`](Self::close), which then does not commit, leaves every record of that poll
     /// to be delivered again.
@@ -567,6 +577,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             Some(Unfinished::Converting) if !self.implicit() => {
                 self.unfinished = None;
+                self.presented_again_from = Some(self.batch_acquired);
                 Ok(())
             }
             Some(Unfinished::Converting) => Err(Error::Interrupted {
@@ -726,7 +737,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         } = self.split_for_wait("put");
         let put = caught("put", task.put(batch));
         let outcome = if renewing {
-            renewal.around(put, Some((batch, batch_acquired))).await
+            renewal
+                .around(put, Some((Unheld::Hold(batch), batch_acquired)))
+                .await
         } else {
             put.await
         };
@@ -1463,7 +1476,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             ..
         } = self.split_for_wait("a dead-letter write");
         let outcome = if renewing {
-            let batch = batch_waits.then_some((batch, batch_acquired));
+            let batch = batch_waits.then_some((Unheld::Hold(batch), batch_acquired));
             renewal.around(work, batch).await
         } else {
             work.await
@@ -1941,6 +1954,36 @@ fn renew<C: ShareConsumer>(
     Ok(())
 }
 
+/// Queues a RENEW for each of `ids`, records of the last poll that are not held (one the
+/// consumer no longer has is skipped: the group delivers it again).
+fn renew_unheld<C: ShareConsumer>(
+    consumer: &mut C,
+    ids: &[RecordId],
+    metrics: &mut DriverMetrics,
+) -> Result<()> {
+    for id in ids {
+        if settle(consumer, id, AcknowledgeType::Renew)? {
+            metrics.records_renewed += 1;
+        }
+    }
+    if !ids.is_empty() {
+        tracing::debug!(
+            records = ids.len(),
+            "renewing the locks of a poll being converted"
+        );
+    }
+    Ok(())
+}
+
+impl Unheld<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Hold(records) => records.is_empty(),
+            Self::Renew(ids) => ids.is_empty(),
+        }
+    }
+}
+
 /// The driver's fields split for a wait that renews locks: what the work borrows, and the
 /// [`Renewal`] that keeps records acquired meanwhile.
 struct Split<'a, C> {
@@ -1995,16 +2038,28 @@ struct Renewal<'a, C> {
     during: &'static str,
 }
 
+/// Records of the last poll neither held nor settled, that a [`Renewal`] keeps acquired
+/// beside the held ones.
+enum Unheld<'b> {
+    /// A batch built whole: at half its lock each record is held, and renewed as held from
+    /// then on.
+    Hold(&'b [SinkRecord]),
+    /// A poll still being built into a batch: renewed in place, never held (the build loop
+    /// takes a held record for one written already and handed again). The consumer presents
+    /// them again at its next poll unless they are acknowledged before it.
+    Renew(&'b [RecordId]),
+}
+
 impl<C: ShareConsumer> Renewal<'_, C> {
-    /// `work`, renewing while it runs. `batch`: records of the last poll neither held nor
-    /// settled, and when their locks started; at half their lock they are held (and renewed
-    /// from then on) and the instant moves to the renewal. `work` is never cut short; a
+    /// `work`, renewing while it runs. `unheld`: records of the last poll neither held nor
+    /// settled, and when their locks started; at half their lock they are renewed (see
+    /// [`Unheld`]) and the instant moves to the renewal. `work` is never cut short; a
     /// renewal the consumer refuses ends the renewing (the records come back through the
     /// group when their locks run out).
     async fn around<T>(
         self,
         work: impl Future<Output = T>,
-        mut batch: Option<(&[SinkRecord], &mut Instant)>,
+        mut unheld: Option<(Unheld<'_>, &mut Instant)>,
     ) -> T {
         let Self {
             consumer,
@@ -2016,7 +2071,7 @@ impl<C: ShareConsumer> Renewal<'_, C> {
         } = self;
         let mut work = pin!(work);
         loop {
-            let batch_due = batch
+            let batch_due = unheld
                 .as_ref()
                 .filter(|(records, _)| !records.is_empty())
                 .map(|(_, acquired)| deadline_after(**acquired, lock / 2));
@@ -2029,21 +2084,29 @@ impl<C: ShareConsumer> Renewal<'_, C> {
                 outcome = &mut work => return outcome,
                 () = tokio::time::sleep_until(due) => {
                     let now = Instant::now();
-                    if let Some((records, acquired)) = batch.as_mut().filter(|_| batch_due.is_some_and(|d| d <= now)) {
-                        for record in records.iter() {
-                            let id = record.original_id();
-                            if !held.contains(id) {
-                                if let Err(e) = consumer.hold_offset(id.topic(), id.partition(), id.offset()) {
-                                    tracing::warn!(record = %id, during, error = %ErrorChain(&e), "cannot hold a record while waiting");
-                                    continue;
+                    let mut renewed = Ok(());
+                    if let Some((records, acquired)) = unheld.as_mut().filter(|_| batch_due.is_some_and(|d| d <= now)) {
+                        match records {
+                            Unheld::Hold(records) => {
+                                for record in records.iter() {
+                                    let id = record.original_id();
+                                    if !held.contains(id) {
+                                        if let Err(e) = consumer.hold_offset(id.topic(), id.partition(), id.offset()) {
+                                            tracing::warn!(record = %id, during, error = %ErrorChain(&e), "cannot hold a record while waiting");
+                                            continue;
+                                        }
+                                        held.insert(id.clone(), **acquired);
+                                    }
                                 }
-                                held.insert(id.clone(), **acquired);
                             }
+                            Unheld::Renew(ids) => renewed = renew_unheld(consumer, ids, metrics),
                         }
-                        **acquired = now;
+                        if renewed.is_ok() {
+                            **acquired = now;
+                        }
                     }
                     let due = held.due(now, lock);
-                    if let Err(e) = renew(consumer, held, &due, now, metrics) {
+                    if let Err(e) = renewed.and_then(|()| renew(consumer, held, &due, now, metrics)) {
                         tracing::warn!(during, error = %ErrorChain(&e), "cannot renew locks; the records come back through the group if their locks run out");
                         break;
                     }

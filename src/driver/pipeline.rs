@@ -8,17 +8,21 @@
 //! set, then REJECTed (accepted by the next poll in implicit acknowledgement mode, where a
 //! failed dead-letter write stops the driver instead, so that close releases the poll).
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::dead_letter::GivenUp;
 use super::failure::Failure;
 use super::held::retry_backoff;
-use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, Unfinished};
+use super::{
+    ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, Split, Unfinished, Unheld,
+};
 use crate::consumer::{AcknowledgeType, AcknowledgementMode, ShareConsumer};
 use crate::convert::StageFailure;
 use crate::delivered::Delivered;
 use crate::error::{Error, Result};
-use crate::record::{ConsumerRecord, SinkRecord};
+use crate::record::{ConsumerRecord, RecordId, SinkRecord};
 use crate::time::deadline_after;
 
 impl<C: ShareConsumer> ShareSinkTask<C> {
@@ -39,11 +43,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.batch.reserve(records.len());
         let last_delivery = self.last_delivery_limit();
-        // Records fetched ahead were acquired before the poll: their locks run from then.
+        // Records fetched ahead were acquired before the poll: their locks run from then; so
+        // do those of records presented again after a dropped iteration renewed them.
         self.batch_acquired = self
             .consumer
             .last_poll_acquired_at()
-            .map_or(polled_at, |at| at.min(polled_at));
+            .into_iter()
+            .chain(self.presented_again_from.take())
+            .fold(polled_at, Instant::min);
         self.metrics.records_read += records.len() as u64;
         let passthrough = self.config.converters.is_byte_array()
             && self.config.transforms.is_empty()
@@ -109,7 +116,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
                 continue;
             }
-            match self.process(&record).await {
+            let poll = Converting {
+                batch: true,
+                converted: &[],
+                failed: &failed,
+                rest: records.as_slice(),
+            };
+            match self.process(&record, poll).await {
                 Ok(Some(sink)) => {
                     self.batch.push(sink);
                     if track_bytes {
@@ -155,11 +168,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
     }
 
-    /// Converts and transforms one record, retrying retriable failures for
-    /// `errors.retry.timeout` with Connect's backoff. `Ok(None)`: filtered.
+    /// Converts and transforms one record of `poll`, retrying retriable failures for
+    /// `errors.retry.timeout` with Connect's backoff, the poll's locks renewed meanwhile.
+    /// `Ok(None)`: filtered.
     pub(super) async fn process(
         &mut self,
         record: &ConsumerRecord,
+        poll: Converting<'_>,
     ) -> std::result::Result<Option<SinkRecord>, StageFailure> {
         let timeout = self.config.errors.retry_timeout;
         // errors.retry.timeout=0 (the default): a failure is final, and no clock is read
@@ -196,8 +211,43 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 delay = delay.min(d.saturating_duration_since(now));
             }
             tracing::debug!(stage = %failure.stage(), attempt, ?delay, "retriable failure, retrying");
-            tokio::time::sleep(delay).await;
+            self.sleep_converting(delay, record, &poll).await;
         }
+    }
+
+    /// Waits `delay` before a conversion is tried again, renewing at half their lock the
+    /// records of the poll not settled yet (`record`, and those `poll` names) and the held
+    /// ones: retries may run for `errors.retry.timeout`, far past a lock. The poll's records
+    /// are renewed, not held: the consumer presents them again at its next poll if the
+    /// iteration is dropped before they are settled, so that they are converted again.
+    async fn sleep_converting(
+        &mut self,
+        delay: Duration,
+        record: &ConsumerRecord,
+        poll: &Converting<'_>,
+    ) {
+        let sleep = tokio::time::sleep(delay);
+        if !self.can_renew() {
+            // Implicit mode, or a broker without RENEW: the locks run from the poll.
+            return sleep.await;
+        }
+        let batch: &[SinkRecord] = if poll.batch { &self.batch } else { &[] };
+        let unsettled: Vec<RecordId> = batch
+            .iter()
+            .map(|r| r.original_id().clone())
+            .chain(poll.converted.iter().map(ConsumerRecord::id))
+            .chain(std::iter::once(record.id()))
+            .chain(poll.failed.iter().map(|(r, _)| r.id()))
+            .chain(poll.rest.iter().map(ConsumerRecord::id))
+            .collect();
+        let Split {
+            renewal,
+            batch_acquired,
+            ..
+        } = self.split_for_wait("a conversion retry");
+        renewal
+            .around(sleep, Some((Unheld::Renew(&unsettled), batch_acquired)))
+            .await;
     }
 
     /// Connect's `LogReporter`, through tracing, under `errors.log.enable`.
@@ -306,6 +356,19 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.records_skipped += skipped as u64;
         Ok(())
     }
+}
+
+/// The records of a poll being converted, besides the one converted now: what a
+/// conversion retry keeps acquired.
+pub(super) struct Converting<'a> {
+    /// The driver's batch holds the records of this poll converted so far.
+    pub(super) batch: bool,
+    /// Records of this poll converted so far, kept elsewhere than the driver's batch.
+    pub(super) converted: &'a [ConsumerRecord],
+    /// Records of this poll that failed, to be skipped when the poll is converted.
+    pub(super) failed: &'a [(ConsumerRecord, StageFailure)],
+    /// Records of this poll not converted yet.
+    pub(super) rest: &'a [ConsumerRecord],
 }
 
 /// How many of `records` were redelivered and how many are on their last delivery, noting

@@ -180,6 +180,13 @@ impl ErrorHandling {
     /// `errors.retry.timeout`: how long a retriable failure is retried; `None` is forever
     /// (`-1`). A timeout too long to add to the clock (e.g. [`Duration::MAX`]) is taken as
     /// about 30 years, which is forever in practice too.
+    ///
+    /// While a conversion or transform is retried, the driver renews the acquisition locks of
+    /// the poll's records (and of the held ones) at half their duration, so a retry may
+    /// outlast a lock. That takes explicit acknowledgement mode and a broker with RENEW
+    /// (Kafka 4.2+); otherwise the locks run from the poll, and records whose lock ran out
+    /// during a retry are delivered again, each spending a delivery (the group archives a
+    /// record that was on its last).
     pub fn retry_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.retry_timeout = timeout;
         self
