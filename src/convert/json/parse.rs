@@ -713,6 +713,10 @@ impl<'a> Parser<'a> {
     fn string(&mut self, limit: usize, what: &str) -> Result<String, ParseError> {
         self.pos += 1;
         let mut out = String::new();
+        // The UTF-16 units of `out[..counted]`. Counted only once `out` has more bytes than
+        // `limit` (UTF-8 never has fewer bytes than UTF-16 units), then as it grows: once per
+        // byte, however many escapes break the string up.
+        let (mut units, mut counted) = (0usize, 0usize);
         loop {
             // A run of characters that need no attention.
             let start = self.pos;
@@ -723,7 +727,11 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
             }
             self.push_text(&mut out, start)?;
-            if out.len() > limit && utf16_len(&out) > limit {
+            if out.len() > limit {
+                units = units.saturating_add(utf16_len(&out[counted..]));
+                counted = out.len();
+            }
+            if units > limit {
                 return Err(self.error(
                     ErrorKind::Limit,
                     format!("{what} longer than {limit} UTF-16 units"),
@@ -1045,6 +1053,30 @@ mod tests {
         assert_eq!(lenient(b"1e+"), Err(ErrorKind::EndOfInput));
         assert_eq!(lenient(b"1."), Err(ErrorKind::Syntax));
         assert_eq!(lenient(b"1.e5"), Err(ErrorKind::Syntax));
+    }
+
+    #[test]
+    fn string_length_is_counted_in_utf16_units_across_escapes() {
+        let name = |body: &str| format!("{{\"{body}\":1}}");
+        // 'é' is two bytes and one unit, "\n" one unit: more bytes than the limit, exactly
+        // the limit in units.
+        let at_limit = "é\\n".repeat(MAX_NAME_LENGTH / 2);
+        assert!(lenient(name(&at_limit).as_bytes()).is_ok());
+        assert_eq!(
+            lenient(name(&format!("{at_limit}x")).as_bytes()),
+            Err(ErrorKind::Limit)
+        );
+        assert_eq!(
+            lenient(name(&format!("{at_limit}\\u00e9")).as_bytes()),
+            Err(ErrorKind::Limit)
+        );
+        // Outside the BMP a character is two units (four bytes).
+        let pairs = "\u{1F600}".repeat(MAX_NAME_LENGTH / 2);
+        assert!(lenient(name(&pairs).as_bytes()).is_ok());
+        assert_eq!(
+            lenient(name(&format!("{pairs}\\t")).as_bytes()),
+            Err(ErrorKind::Limit)
+        );
     }
 
     #[test]
