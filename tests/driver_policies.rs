@@ -3,6 +3,10 @@
 
 mod support;
 
+#[path = "support/flaky_converters.rs"]
+#[allow(dead_code)]
+mod flaky_converters;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -158,6 +162,42 @@ async fn after_flush_holds_records_while_polling_on_and_renews_them_past_the_loc
     assert_eq!(report.awaiting_flush, 0);
     assert_eq!(b.state_counts(GROUP).acknowledged, 26);
     assert_eq!(store.lock().unwrap().durable.len(), 26);
+    d.close().await.unwrap();
+}
+
+/// Records held for a flush stay acquired while the next poll's conversion is retried for
+/// 76 s, past the 30 s lock, and are accepted with it at the flush.
+#[tokio::test(start_paused = true)]
+async fn after_flush_held_records_are_renewed_during_a_conversion_retry() {
+    use kafka_share_sink::Converters;
+    let b = broker(1);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let sink = BufferingSink {
+        store: Arc::clone(&store),
+        flush_at: 2,
+    };
+    let slow = flaky_converters::SlowOne::new("slow", 8);
+    let config = after_flush()
+        .converters(Converters::byte_array().with_value(Arc::new(slow)))
+        .errors(ErrorHandling::new().retry_timeout(Some(Duration::from_secs(600))));
+    let mut d = ShareSinkTask::new(Box::new(sink), b.share_consumer(GROUP), config);
+    d.initialize().await.unwrap();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.awaiting_flush), (1, 1));
+    b.produce("t", ProduceRecord::new().value("slow")).unwrap();
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert!(start.elapsed() > Duration::from_secs(70));
+    assert_eq!((report.records, report.accepted), (1, 2));
+    for offset in 0..2 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acknowledged, 1),
+            "offset {offset}"
+        );
+    }
+    assert_eq!(store.lock().unwrap().durable.len(), 2);
+    assert_eq!(d.metrics().lock_losses, 0);
     d.close().await.unwrap();
 }
 
