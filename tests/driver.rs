@@ -1,6 +1,9 @@
 //! The driver on the embedded share group: the put → acknowledge rules, crashes, commit policy,
 //! life cycle errors.
 
+#[path = "support/prompt_shutdown.rs"]
+mod prompt_shutdown;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -485,8 +488,17 @@ async fn a_panic_in_start_pre_commit_or_stop_is_that_stage_s_task_error() {
     );
 }
 
-/// A consumer that loses every acknowledgement: the driver must not hide what follows.
-struct ForgetfulConsumer(EmbeddedShareConsumer);
+/// A consumer with a flaw (see [`Flaw`]), and the default `hold_offset` and `capabilities`:
+/// the driver must not hide what follows.
+struct ForgetfulConsumer(EmbeddedShareConsumer, Flaw);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    /// It loses every acknowledgement.
+    Forgets,
+    /// Its polls time out, as when the cluster is out of reach.
+    Unreachable,
+}
 
 #[async_trait]
 impl ShareConsumer for ForgetfulConsumer {
@@ -497,16 +509,22 @@ impl ShareConsumer for ForgetfulConsumer {
         self.0.subscription()
     }
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if self.1 == Flaw::Unreachable {
+            return Err(ConsumerError::Timeout(timeout));
+        }
         self.0.poll(timeout).await
     }
     fn acknowledge_offset(
         &mut self,
-        _: &str,
-        _: i32,
-        _: i64,
-        _: AcknowledgeType,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
     ) -> Result<(), ConsumerError> {
-        Ok(())
+        if self.1 == Flaw::Forgets {
+            return Ok(());
+        }
+        self.0.acknowledge_offset(topic, partition, offset, ack)
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
         self.0.commit_sync(timeout).await
@@ -528,6 +546,17 @@ impl ShareConsumer for ForgetfulConsumer {
     }
 }
 
+/// `run` takes a shutdown during the backoff after a failed iteration, not after it.
+#[tokio::test(start_paused = true)]
+async fn run_takes_a_shutdown_during_the_backoff_after_a_failed_iteration() {
+    let b = broker(1, 1);
+    let (sink, _) = ScriptedSink::new(&[]);
+    let consumer = ForgetfulConsumer(b.share_consumer(GROUP), Flaw::Unreachable);
+    let config = config().retriable_backoff(Duration::from_secs(3600));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
+}
+
 /// A consumer that cannot hold records across polls (`ForgetfulConsumer` keeps the default
 /// `hold_offset` and `capabilities`) is refused at `initialize` by the settings that hold
 /// records, with the capability and the setting named, before the task starts; it initializes
@@ -547,7 +576,7 @@ async fn settings_that_hold_records_refuse_a_consumer_that_cannot_hold_at_initia
     ];
     for (config, setting) in refusing {
         let (sink, log) = ScriptedSink::new(&[]);
-        let consumer = ForgetfulConsumer(b.share_consumer(GROUP));
+        let consumer = ForgetfulConsumer(b.share_consumer(GROUP), Flaw::Forgets);
         assert!(!consumer.capabilities().contains(ConsumerCapability::Hold));
         let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
         let err = d.initialize().await.unwrap_err();
@@ -576,14 +605,15 @@ async fn settings_that_hold_records_refuse_a_consumer_that_cannot_hold_at_initia
     }
 
     let (sink, _log) = ScriptedSink::new(&[]);
-    let consumer: Box<dyn ShareConsumer> = Box::new(ForgetfulConsumer(b.share_consumer(GROUP)));
+    let consumer: Box<dyn ShareConsumer> =
+        Box::new(ForgetfulConsumer(b.share_consumer(GROUP), Flaw::Forgets));
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
     d.initialize().await.expect("after.put needs no capability");
     d.close().await.unwrap();
 
     let implicit = ConsumerOptions::new().acknowledgement_mode(AcknowledgementMode::Implicit);
     let (sink, _log) = ScriptedSink::new(&[]);
-    let consumer = ForgetfulConsumer(b.share_consumer_with(GROUP, implicit));
+    let consumer = ForgetfulConsumer(b.share_consumer_with(GROUP, implicit), Flaw::Forgets);
     let config = config().put_retriable_policy(PutRetriablePolicy::RetryInPlace);
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     d.initialize().await.expect("implicit mode holds nothing");
@@ -594,7 +624,8 @@ async fn settings_that_hold_records_refuse_a_consumer_that_cannot_hold_at_initia
 async fn explicit_mode_rule_is_enforced_and_surfaces_as_a_typed_error() {
     let b = broker(2, 1);
     let (sink, _log) = ScriptedSink::new(&[]);
-    let consumer: Box<dyn ShareConsumer> = Box::new(ForgetfulConsumer(b.share_consumer(GROUP)));
+    let consumer: Box<dyn ShareConsumer> =
+        Box::new(ForgetfulConsumer(b.share_consumer(GROUP), Flaw::Forgets));
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config());
     d.initialize().await.unwrap();
     d.iteration().await.unwrap();

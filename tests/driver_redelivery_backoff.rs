@@ -17,6 +17,9 @@ use kafka_share_sink::{
 };
 use tokio::time::Instant;
 
+#[path = "support/prompt_shutdown.rs"]
+mod prompt_shutdown;
+
 #[path = "support/slow_queue.rs"]
 mod slow_queue;
 
@@ -319,14 +322,7 @@ async fn run_stops_at_once_on_shutdown_during_the_backoff_and_releases_the_batch
         config().redelivery_backoff(Duration::from_secs(50), Duration::from_secs(60)),
         ConsumerOptions::new(),
     );
-    let start = Instant::now();
-    let shutdown = tokio::time::sleep(Duration::from_secs(5));
-    d.run(shutdown).await.unwrap();
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
+    prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
     assert_eq!(
         state(&b, 0),
         (RecordState::Available, 1),
@@ -681,6 +677,30 @@ async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
     assert_eq!(b.state_counts(GROUP).acknowledged, 8);
 }
 
+/// A queued poll is put to the end before a shutdown only while its batches go through: one
+/// that waits for a retry in place (here for an hour, the target being down) lets the
+/// shutdown in at once, and close releases the batch and the rest of the queue.
+#[tokio::test(start_paused = true)]
+async fn run_takes_a_shutdown_while_a_queued_batch_waits_for_a_retry_in_place() {
+    let b = broker(8);
+    assert!(one_life(&b, 3, config(), &Puts::default()).await);
+    let (mut d, puts) = driver(
+        &b,
+        Duration::from_secs(7200),
+        retry_in_place(Duration::from_secs(3600)),
+        ConsumerOptions::new(),
+    );
+    prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
+    let puts = puts.lock().unwrap();
+    assert!(!puts.is_empty() && puts.iter().all(|(_, batch, up)| !up && batch.len() == 4));
+    let counts = b.state_counts(GROUP);
+    assert_eq!(
+        (counts.acknowledged, counts.available),
+        (0, 8),
+        "{counts:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn close_with_last_deliveries_queued_counts_them_as_released_at_the_limit() {
     // A group limit of 2: after one crash the records are on their last delivery, put one
@@ -933,4 +953,63 @@ async fn an_iteration_dropped_during_the_holds_dead_letter_write_leaves_it_to_th
     d.close().await.unwrap();
     assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
     assert_eq!(b.state_counts(GROUP).acquired, 0);
+}
+
+/// Down for good, and fails `pre_commit` fatally; asks for a commit at each `put`.
+struct DownAndBroken {
+    context: Option<kafka_share_sink::SinkTaskContext>,
+}
+
+#[async_trait]
+impl SinkTask for DownAndBroken {
+    fn initialize(&mut self, context: kafka_share_sink::SinkTaskContext) {
+        self.context = Some(context);
+    }
+
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if let Some(context) = &self.context {
+            context.request_commit();
+        }
+        Err(TaskError::retriable("target down"))
+    }
+
+    async fn pre_commit(
+        &mut self,
+        _: &kafka_share_sink::Delivered,
+    ) -> Result<kafka_share_sink::Durability, TaskError> {
+        Err(TaskError::fatal("the flush broke"))
+    }
+}
+
+/// A driver that fails (its `pre_commit`) while a batch waits for a retry in place still
+/// gives that batch up at close as after a final failure: the records on their last
+/// delivery go to the dead-letter queue rather than being released for the group to archive.
+#[tokio::test(start_paused = true)]
+async fn close_of_a_failed_driver_dead_letters_the_last_deliveries_of_a_retried_batch() {
+    let b = broker(2);
+    let dlq = b.dead_letter_queue("t-dlq").unwrap();
+    // The driver's own limit: the first delivery is the last.
+    let config = retry_in_place(Duration::from_secs(600))
+        .max_delivery_attempts(Some(1))
+        .dead_letter_queue(Arc::new(dlq), false);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let sink = DownAndBroken { context: None };
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let error = d.iteration().await.expect_err("pre_commit fails");
+    assert!(!error.is_retriable(), "{error:?}");
+    assert!(b.read_log("t-dlq", 0).unwrap().is_empty(), "still retried");
+    d.close().await.unwrap();
+    assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
+    for offset in 0..2 {
+        assert_eq!(state(&b, offset), (RecordState::Archived, 1), "rejected");
+    }
+    assert_eq!(d.metrics().records_dead_lettered, 2);
 }

@@ -1658,12 +1658,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Ends the driver: a final `pre_commit` and commit of what was accepted, the task's
     /// `stop`, and the consumer's `close`, which releases every record not acknowledged
     /// (held ones included). A batch whose `put` failed and that waits for a retry in place
-    /// or for its redelivery backoff is given up first as after a final failure: a record on
-    /// its last delivery goes to the dead-letter queue (released, the group would archive
-    /// it), the rest is released. A dead-letter write an iteration was dropped in is finished
-    /// first, also by a driver that failed (its records written and settled, which may take
-    /// up to the queue's delivery timeout). Every step is attempted; the first error is
-    /// returned, except
+    /// or for its redelivery backoff is given up first as after a final failure, also by a
+    /// driver that failed: a record on its last delivery goes to the dead-letter queue
+    /// (released, the group would archive it), the rest is released. A dead-letter write an
+    /// iteration was dropped in is finished first, also by a driver that failed (its records
+    /// written and settled, which may take up to the queue's delivery timeout). A driver
+    /// that failed runs no final `pre_commit` or commit (its acknowledgements go with the
+    /// consumer's close). Every step is attempted; the first error is returned, except
     /// that a cluster out of reach does not fail the close (as Java's consumer `close`): a
     /// retriable error of the last commit and the consumer's close problems are logged at
     /// WARN, and what was not acknowledged is redelivered once its locks expire. Closing
@@ -1700,10 +1701,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 first_error.get_or_insert(e);
             }
         }
-        if previous == State::Running && !self.retained && !unput {
+        let gives_up = !self.retained && !unput;
+        if gives_up && matches!(previous, State::Running | State::Failed) {
             // Given up on now as if its last attempt had failed for good: released, but a
             // record on its last delivery goes to the dead-letter queue first (released, the
-            // group would archive it).
+            // group would archive it). Also by a driver that failed after the batch was held
+            // (its commit or pre_commit failed): the task has no part in it.
             let mut given_up = None;
             let mut settled_at_hold = HashSet::new();
             if let Some(retry) = self.retry.take() {
@@ -1743,6 +1746,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 );
                 self.release_given_up(&queued);
             }
+        }
+        if gives_up && previous == State::Running {
             match self.commit().await {
                 Ok(_) => {}
                 // As the consumer's close: a cluster out of reach is no reason to fail the
@@ -1797,8 +1802,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ///
     /// Shutdown is checked between iterations, so it takes effect within one poll timeout
     /// plus one `put`; a `put` is never cut short. During the redelivery backoff of a failed
-    /// batch it takes effect at once, and the close releases the batch. Retriable errors are
-    /// logged and the loop goes on after the retriable backoff.
+    /// batch, or the wait before a retry in place, it takes effect at once, and the close
+    /// releases the batch. After a poll that brought redelivered records, which the driver
+    /// puts in small batches, the rest of that poll is put first (released at close, a
+    /// record of it on its last delivery would be archived), unless a batch of it waits for
+    /// a retry in place or records awaiting a flush hold the next one back. Retriable errors
+    /// are logged and the loop goes on after the retriable backoff.
     ///
     /// # Cancel safety
     ///
@@ -1821,11 +1830,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.initialize().await?;
             }
             loop {
-                // A poll that brought redelivered records is put to the end first: released
-                // at close, a record of it on its last delivery would be archived.
-                if !self.redelivered_arrivals.is_draining()
-                    && futures::poll!(shutdown.as_mut()).is_ready()
-                {
+                if !self.drains_before_shutdown() && futures::poll!(shutdown.as_mut()).is_ready() {
                     return Ok(());
                 }
                 if self.redelivery.is_some() {
@@ -1834,6 +1839,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     tokio::select! {
                         () = shutdown.as_mut() => return Ok(()),
                         () = self.wait_redelivery_backoff() => {}
+                    }
+                }
+                if let Some(next_attempt) = self.retry.as_ref().map(|r| r.next_attempt) {
+                    // So too before a retry in place: close gives the batch up (its last
+                    // deliveries to the dead-letter queue) and releases it.
+                    tokio::select! {
+                        () = shutdown.as_mut() => return Ok(()),
+                        () = self.sleep_renewing(next_attempt) => {}
                     }
                 }
                 #[cfg(feature = "exactly-once")]
@@ -1852,11 +1865,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     Err(e) if e.is_retriable() => {
                         tracing::warn!(error = %ErrorChain(&e), "iteration failed, retrying");
                         // A failing iteration does not hold a shutdown back, also while a
-                        // poll of redelivered records drains (the cluster may be down).
-                        if futures::poll!(shutdown.as_mut()).is_ready() {
-                            return Ok(());
+                        // poll of redelivered records drains (the cluster may be down); nor
+                        // does its backoff, during which held records keep their locks.
+                        let until = deadline_after(Instant::now(), self.config.retriable_backoff);
+                        tokio::select! {
+                            biased;
+                            () = shutdown.as_mut() => return Ok(()),
+                            () = self.sleep_renewing(until) => {}
                         }
-                        tokio::time::sleep(self.config.retriable_backoff).await;
                     }
                     Err(e) => return Err(e),
                 }
@@ -1865,6 +1881,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         .await;
         let closed = self.close().await;
         result.and(closed)
+    }
+
+    /// Whether `run` puts the rest of a poll that brought redelivered records before it
+    /// takes a shutdown: released at close, a record of it on its last delivery would be
+    /// archived. Only while its batches go through: not while one waits for a retry in
+    /// place (which may last `errors.retry.timeout`, or for ever), nor while records
+    /// awaiting a flush keep the next batch from being taken.
+    fn drains_before_shutdown(&self) -> bool {
+        self.redelivered_arrivals.is_draining()
+            && self.retry.is_none()
+            && !self.flush_bound_reached()
     }
 
     /// The driver's counters.
