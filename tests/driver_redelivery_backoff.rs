@@ -678,18 +678,22 @@ async fn run_puts_a_queued_poll_to_the_end_before_it_takes_a_shutdown() {
 }
 
 /// A queued poll is put to the end before a shutdown only while its batches go through: one
-/// that waits for a retry in place (here for an hour, the target being down) lets the
-/// shutdown in at once, and close releases the batch and the rest of the queue.
+/// that waits for a retry in place (the target down, asking for 10 minutes between tries)
+/// lets the shutdown in at once, also during the wait, and close releases the batch and the
+/// rest of the queue.
 #[tokio::test(start_paused = true)]
 async fn run_takes_a_shutdown_while_a_queued_batch_waits_for_a_retry_in_place() {
     let b = broker(8);
     assert!(one_life(&b, 3, config(), &Puts::default()).await);
-    let (mut d, puts) = driver(
-        &b,
-        Duration::from_secs(7200),
-        retry_in_place(Duration::from_secs(3600)),
-        ConsumerOptions::new(),
-    );
+    let puts = Puts::default();
+    let target = Target {
+        up_at: Instant::now() + Duration::from_secs(7200),
+        backoff: Some(Duration::from_secs(600)),
+        puts: Arc::clone(&puts),
+    };
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let config = retry_in_place(Duration::from_secs(3600));
+    let mut d = ShareSinkTask::new(Box::new(target), consumer, config);
     prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
     let puts = puts.lock().unwrap();
     assert!(!puts.is_empty() && puts.iter().all(|(_, batch, up)| !up && batch.len() == 4));
@@ -953,6 +957,48 @@ async fn an_iteration_dropped_during_the_holds_dead_letter_write_leaves_it_to_th
     d.close().await.unwrap();
     assert_eq!(b.read_log("t-dlq", 0).unwrap().len(), 2);
     assert_eq!(b.state_counts(GROUP).acquired, 0);
+}
+
+/// Puts everything and never makes any of it durable.
+struct NeverFlushes;
+
+#[async_trait]
+impl SinkTask for NeverFlushes {
+    async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    async fn pre_commit(
+        &mut self,
+        _: &kafka_share_sink::Delivered,
+    ) -> Result<kafka_share_sink::Durability, TaskError> {
+        Ok(kafka_share_sink::Durability::Nothing)
+    }
+}
+
+/// Nor does a queued poll hold a shutdown back once a wait for a flush found too much still
+/// waiting for one (`ack.policy=after.flush`, at most 4 records awaiting a flush, a task that
+/// never flushes): the second half of the poll could never be taken.
+#[tokio::test(start_paused = true)]
+async fn run_takes_a_shutdown_while_a_queued_poll_waits_for_a_flush_that_does_not_come() {
+    let b = broker(8);
+    assert!(one_life(&b, 3, config(), &Puts::default()).await);
+    let consumer = b.share_consumer_with(GROUP, ConsumerOptions::new());
+    let config = config()
+        .ack_policy(kafka_share_sink::AckPolicy::AfterFlush)
+        .max_awaiting_flush(4, 0);
+    let mut d = ShareSinkTask::new(Box::new(NeverFlushes), consumer, config);
+    prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
+    let counts = b.state_counts(GROUP);
+    assert_eq!(
+        (counts.acknowledged, counts.available),
+        (0, 8),
+        "{counts:?}"
+    );
 }
 
 /// Down for good, and fails `pre_commit` fatally; asks for a commit at each `put`.

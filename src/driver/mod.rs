@@ -196,6 +196,9 @@ pub struct ShareSinkTask<C: ShareConsumer = Box<dyn ShareConsumer>> {
     /// Records it renewed are presented again by the next poll with those locks, not new
     /// ones.
     presented_again_from: Option<Instant>,
+    /// `ack.policy=after.flush`: the last wait for a flush left too much waiting for one, so
+    /// no batch can be taken until the task flushes.
+    flush_stalled: bool,
     /// Explicit mode, `retry.in.place`: the batch is held and put again.
     retry: Option<RetryInPlace>,
     /// Explicit mode: the batch failed with a retriable error and is held for its
@@ -275,6 +278,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             retained: false,
             unfinished: None,
             presented_again_from: None,
+            flush_stalled: false,
             retry: None,
             redelivery: None,
             redelivered_arrivals: redelivered::RedeliveredArrivals::default(),
@@ -1153,7 +1157,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.metrics.flush_waits += 1;
         report.accepted += self.commit().await?;
         report.committed = true;
-        if !self.flush_bound_reached() {
+        self.flush_stalled = self.flush_bound_reached();
+        if !self.flush_stalled {
             return Ok(true);
         }
         tracing::debug!(
@@ -1886,12 +1891,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Whether `run` puts the rest of a poll that brought redelivered records before it
     /// takes a shutdown: released at close, a record of it on its last delivery would be
     /// archived. Only while its batches go through: not while one waits for a retry in
-    /// place (which may last `errors.retry.timeout`, or for ever), nor while records
-    /// awaiting a flush keep the next batch from being taken.
+    /// place (which may last `errors.retry.timeout`, or for ever), nor once a wait for a
+    /// flush found the records awaiting one still keeping the next batch from being taken.
     fn drains_before_shutdown(&self) -> bool {
         self.redelivered_arrivals.is_draining()
             && self.retry.is_none()
-            && !self.flush_bound_reached()
+            && !(self.flush_stalled && self.flush_bound_reached())
     }
 
     /// The driver's counters.
