@@ -1376,7 +1376,8 @@ async fn a_conversion_retried_past_the_lock_keeps_the_poll_acquired() {
         }
         let m = d.metrics();
         assert_eq!(m.lock_losses, 0, "{mode:?}");
-        assert!(m.records_renewed >= 3, "{mode:?}: {}", m.records_renewed);
+        // Every 15 s for 76 s: at least four rounds of the three records.
+        assert!(m.records_renewed >= 3 * 4, "{mode:?}: {}", m.records_renewed);
         d.close().await.expect("close");
     }
 }

@@ -510,7 +510,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.backoff_until = None;
             }
             let renewed = self.renew_due_held()?;
-            if self.flush_bound_reached() && !self.wait_for_flush(&mut report).await? {
+            if !self.flush_bound_reached() {
+                // A commit since the last wait (of an interrupted write, a release) made room.
+                self.flush_stalled = false;
+            } else if !self.wait_for_flush(&mut report).await? {
                 report.awaiting_flush = self.awaiting_flush();
                 return Ok(report);
             }
@@ -1850,6 +1853,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                     // So too before a retry in place: close gives the batch up (its last
                     // deliveries to the dead-letter queue) and releases it.
                     tokio::select! {
+                        biased;
                         () = shutdown.as_mut() => return Ok(()),
                         () = self.sleep_renewing(next_attempt) => {}
                     }
