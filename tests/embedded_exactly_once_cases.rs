@@ -1377,7 +1377,11 @@ async fn a_conversion_retried_past_the_lock_keeps_the_poll_acquired() {
         let m = d.metrics();
         assert_eq!(m.lock_losses, 0, "{mode:?}");
         // Every 15 s for 76 s: at least four rounds of the three records.
-        assert!(m.records_renewed >= 3 * 4, "{mode:?}: {}", m.records_renewed);
+        assert!(
+            m.records_renewed >= 3 * 4,
+            "{mode:?}: {}",
+            m.records_renewed
+        );
         d.close().await.expect("close");
     }
 }
