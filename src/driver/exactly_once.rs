@@ -468,12 +468,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let poll_started = Instant::now();
         let records = self.poll_consumer().await?;
         let polled = Instant::now();
-        // When the records' locks started, for renewals during conversion retries; records
-        // fetched ahead were acquired before the poll.
-        self.batch_acquired = self
-            .consumer
-            .last_poll_acquired_at()
-            .map_or(poll_started, |at| at.min(poll_started));
+        // For renewals during conversion retries.
+        self.note_poll_acquired(poll_started);
         self.metrics.records_read += records.len() as u64;
         let last_delivery = self.last_delivery_limit();
         let last = records

@@ -38,7 +38,7 @@ mod redelivered;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1852,10 +1852,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 if let Some(next_attempt) = self.retry.as_ref().map(|r| r.next_attempt) {
                     // So too before a retry in place: close gives the batch up (its last
                     // deliveries to the dead-letter queue) and releases it.
-                    tokio::select! {
-                        biased;
-                        () = shutdown.as_mut() => return Ok(()),
-                        () = self.sleep_renewing(next_attempt) => {}
+                    if self
+                        .sleep_unless_shutdown(next_attempt, shutdown.as_mut())
+                        .await
+                    {
+                        return Ok(());
                     }
                 }
                 #[cfg(feature = "exactly-once")]
@@ -1877,10 +1878,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                         // poll of redelivered records drains (the cluster may be down); nor
                         // does its backoff, during which held records keep their locks.
                         let until = deadline_after(Instant::now(), self.config.retriable_backoff);
-                        tokio::select! {
-                            biased;
-                            () = shutdown.as_mut() => return Ok(()),
-                            () = self.sleep_renewing(until) => {}
+                        if self.sleep_unless_shutdown(until, shutdown.as_mut()).await {
+                            return Ok(());
                         }
                     }
                     Err(e) => return Err(e),
@@ -1890,6 +1889,20 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         .await;
         let closed = self.close().await;
         result.and(closed)
+    }
+
+    /// `sleep_renewing` until `until`, unless `shutdown` comes first (checked first): then
+    /// true. Cancel safe, as `sleep_renewing` is.
+    async fn sleep_unless_shutdown<S: Future<Output = ()>>(
+        &mut self,
+        until: Instant,
+        shutdown: Pin<&mut S>,
+    ) -> bool {
+        tokio::select! {
+            biased;
+            () = shutdown => true,
+            () = self.sleep_renewing(until) => false,
+        }
     }
 
     /// Whether `run` puts the rest of a poll that brought redelivered records before it

@@ -43,14 +43,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.batch.reserve(records.len());
         let last_delivery = self.last_delivery_limit();
-        // Records fetched ahead were acquired before the poll: their locks run from then; so
-        // do those of records presented again after a dropped iteration renewed them.
-        self.batch_acquired = self
-            .consumer
-            .last_poll_acquired_at()
-            .into_iter()
-            .chain(self.presented_again_from.take())
-            .fold(polled_at, Instant::min);
+        self.note_poll_acquired(polled_at);
         self.metrics.records_read += records.len() as u64;
         let passthrough = self.config.converters.is_byte_array()
             && self.config.transforms.is_empty()
@@ -158,6 +151,18 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
         self.built_whole();
         Ok(())
+    }
+
+    /// Sets `batch_acquired` for the records of the poll started at `poll_started`. Records
+    /// fetched ahead were acquired before the poll: their locks run from then; so do those
+    /// of records presented again after a dropped iteration renewed them.
+    pub(super) fn note_poll_acquired(&mut self, poll_started: Instant) {
+        self.batch_acquired = self
+            .consumer
+            .last_poll_acquired_at()
+            .into_iter()
+            .chain(self.presented_again_from.take())
+            .fold(poll_started, Instant::min);
     }
 
     /// The batch holds every record of the poll it is to hold: dropped from here on, the
