@@ -20,11 +20,11 @@ use super::{
     AdminError, Failure, KafkaAdmin, metadata, missing, negotiate, negotiate_and_send, send,
     topic_name, with_topic,
 };
-use crate::kafka::cluster::metadata::{ANY_VERSION, LEADER_NOT_AVAILABLE};
+use crate::kafka::cluster::metadata::ANY_VERSION;
 use crate::kafka::codec::client_list_offsets;
+use crate::kafka::error::BrokerError;
 use crate::kafka::error::ClientError;
-use crate::kafka::error::codes::{api_name, broker_error, check};
-use crate::kafka::error::{BrokerError, ProtocolError};
+use crate::kafka::error::codes::{api_name, broker_error, check, leader_not_available};
 use crate::kafka::net::connection::Connection;
 
 /// ListOffsets' timestamp for the log start offset.
@@ -292,16 +292,15 @@ impl KafkaAdmin {
         let found = metadata::known_topic(&connection, &snapshot, topic)?;
         let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
         for (index, p) in &found.partitions {
-            let Some(node) = p.leader else {
-                return Err(Failure::Client(ClientError::Broker(BrokerError {
-                    api: api_name(ApiKey::Metadata),
-                    code: LEADER_NOT_AVAILABLE,
-                    name: "LEADER_NOT_AVAILABLE",
-                    message: Some(format!(
-                        "topic `{topic}` partition {index} has no leader (an election is under way)"
-                    )),
-                    retriable: true,
-                })));
+            // A leader the answer does not list (stopped or fenced a moment ago) is none yet.
+            let Some(node) = p.leader.filter(|node| snapshot.brokers.contains_key(node)) else {
+                return Err(Failure::Client(leader_not_available(format!(
+                    "topic `{topic}` partition {index} has no live leader (an election is under \
+                     way{})",
+                    p.leader
+                        .map(|node| format!("; broker {node} is not among the live brokers"))
+                        .unwrap_or_default()
+                ))));
             };
             led.entry(node).or_default().push((*index, p.leader_epoch));
         }
@@ -310,13 +309,9 @@ impl KafkaAdmin {
         };
         for (node, partitions) in led {
             let address = snapshot.brokers.get(&node).cloned().ok_or_else(|| {
-                Failure::Client(ClientError::Protocol(ProtocolError::Malformed {
-                    broker: connection.broker().to_owned(),
-                    reason: format!(
-                        "the Metadata response names broker {node} the leader of a \
-                             partition of `{topic}` but does not list it"
-                    ),
-                }))
+                Failure::Client(leader_not_available(format!(
+                    "broker {node} has no address"
+                )))
             })?;
             let leader = Connection::connect(&address, self.config())
                 .await

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::kafka::error::ClientError;
-use crate::kafka::error::ProtocolError;
+use crate::kafka::error::codes::leader_not_available;
 use crate::kafka::net::connection::{Connection, ConnectionConfig};
 
 /// The brokers' addresses and the open connections to them.
@@ -112,8 +112,10 @@ impl BrokerPool {
     ///
     /// # Errors
     ///
-    /// [`ClientError::Protocol`] when the last answer did not give the broker's address;
-    /// the errors of [`Connection::connect`].
+    /// A retriable LEADER_NOT_AVAILABLE [`ClientError::Broker`] when the last answer did not
+    /// list the broker (it named it a leader, but the broker stopped or was fenced: a new
+    /// leader is on its way, so ask the metadata again); the errors of
+    /// [`Connection::connect`].
     ///
     /// # Cancel safety
     ///
@@ -127,10 +129,10 @@ impl BrokerPool {
             state.addresses.get(&node).cloned()
         };
         let Some(address) = address else {
-            return Err(ClientError::Protocol(ProtocolError::Malformed {
-                broker: format!("node {node}"),
-                reason: format!("the metadata names broker {node} but not its address"),
-            }));
+            return Err(leader_not_available(format!(
+                "broker {node} is not among the brokers of the last metadata answer (stopped or \
+                 fenced?): it has no address to connect to"
+            )));
         };
         let fresh = Connection::connect(&address, &self.config).await?;
         self.lock().connections.insert(node, fresh.clone());
@@ -150,11 +152,13 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[tokio::test]
-    async fn a_broker_the_last_answer_did_not_list_is_a_protocol_error_naming_it() {
+    async fn a_broker_the_last_answer_did_not_list_is_a_retriable_leader_not_available() {
         let pool = BrokerPool::new(ConnectionConfig::default());
+        // A broker just stopped or fenced: the answer drops it before its partitions move.
         let no_address = |error: &ClientError, node: i32| {
-            matches!(error, ClientError::Protocol(ProtocolError::Malformed { reason, .. })
-                if reason.contains(&format!("broker {node} but not its address")))
+            error.is_retriable()
+                && matches!(error, ClientError::Broker(b) if b.code == 5
+                    && b.message.as_deref().is_some_and(|m| m.starts_with(&format!("broker {node} is not among"))))
         };
         pool.learn(&BTreeMap::from([(1, "127.0.0.1:9".to_owned())]));
         assert!(pool.cached(1).is_none());

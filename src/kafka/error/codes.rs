@@ -36,6 +36,20 @@ pub(crate) fn broker_error(
     broker(api, code, message).map(ClientError::Broker)
 }
 
+/// LEADER_NOT_AVAILABLE (retriable) for a leader the client cannot reach through the last
+/// Metadata answer: none was elected, or the one named is not among the answer's brokers (a
+/// broker stopped or fenced a moment ago is dropped from the list before its partitions have
+/// new leaders; Java's client takes such a leader for none, too). `what` says which.
+pub(crate) fn leader_not_available(what: String) -> ClientError {
+    ClientError::Broker(BrokerError {
+        api: "Metadata",
+        code: crate::kafka::cluster::metadata::LEADER_NOT_AVAILABLE,
+        name: "LEADER_NOT_AVAILABLE",
+        message: Some(what),
+        retriable: true,
+    })
+}
+
 /// Like [`broker_error`], for the usual `(error_code, error_message)` pair of a response,
 /// as `Err` so that it can be used with `?`.
 pub(crate) fn check(
