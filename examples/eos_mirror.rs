@@ -50,7 +50,23 @@ fn args() -> BoxResult<HashMap<String, String>> {
 }
 
 #[tokio::main]
-async fn main() -> BoxResult<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The whole chain, for the logs of whoever started this process.
+            eprintln!("eos_mirror: stopped: {error}");
+            let mut cause = error.source();
+            while let Some(inner) = cause {
+                eprintln!("  caused by: {inner}");
+                cause = inner.source();
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> BoxResult<()> {
     let args = args()?;
     let get = |k: &str| -> BoxResult<String> {
         args.get(k)

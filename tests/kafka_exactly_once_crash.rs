@@ -55,6 +55,8 @@ struct Workers {
     binary: PathBuf,
     setup_args: Vec<String>,
     children: Vec<Child>,
+    /// The stderr log of each child, by task.
+    logs: Vec<PathBuf>,
     log_dir: PathBuf,
     starts: usize,
 }
@@ -85,31 +87,34 @@ impl Workers {
                 "60".into(),
             ],
             children: Vec::new(),
+            logs: Vec::new(),
             log_dir,
             starts: 0,
         };
         for task in 0..WORKERS {
-            let child = workers.spawn(task);
+            let (child, log) = workers.spawn(task);
             workers.children.push(child);
+            workers.logs.push(log);
         }
         workers
     }
 
-    fn spawn(&mut self, task: u32) -> Child {
+    /// Starts task `task`; returns the child and the path of its stderr log.
+    fn spawn(&mut self, task: u32) -> (Child, PathBuf) {
         self.starts += 1;
-        let log = std::fs::File::create(
-            self.log_dir
-                .join(format!("task-{task}-start-{}.log", self.starts)),
-        )
-        .expect("log file");
-        Command::new(&self.binary)
+        let path = self
+            .log_dir
+            .join(format!("task-{task}-start-{}.log", self.starts));
+        let log = std::fs::File::create(&path).expect("log file");
+        let child = Command::new(&self.binary)
             .args(&self.setup_args)
             .args(["--task", &task.to_string()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start eos_mirror")
+            .expect("start eos_mirror");
+        (child, path)
     }
 
     /// SIGKILL, then start again with the same task id.
@@ -117,15 +122,18 @@ impl Workers {
         let i = task as usize;
         let child = &mut self.children[i];
         if let Ok(Some(status)) = child.try_wait() {
+            // CI keeps only the test's output: the error the process ended with goes there.
+            let log = std::fs::read_to_string(&self.logs[i]).unwrap_or_default();
             panic!(
-                "eos_mirror task {task} exited by itself ({status}); see {}",
-                self.log_dir.display()
+                "eos_mirror task {task} exited by itself ({status}); its stderr ({}):\n{log}",
+                self.logs[i].display()
             );
         }
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
-        let fresh = self.spawn(task);
+        let (fresh, log) = self.spawn(task);
         self.children[i] = fresh;
+        self.logs[i] = log;
     }
 }
 
