@@ -11,7 +11,7 @@ mod dies_at_commit;
 #[allow(dead_code)]
 mod flaky_converters;
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -431,6 +431,183 @@ async fn kafka_4_4_capabilities_get_the_ledger() {
         1,
         "one claim for the one source partition"
     );
+}
+
+/// The embedded cluster, whose first `capability_failures` capability reads fail as a read on
+/// a connection to a broker killed a moment ago does (retriable), and whose ledger topic
+/// creation fails for good when `ledger_refused`.
+#[derive(Debug)]
+struct FlakyCluster {
+    inner: EmbeddedBroker,
+    capability_failures: AtomicUsize,
+    capability_reads: AtomicUsize,
+    ledger_refused: bool,
+    ledger_creations: AtomicUsize,
+}
+
+impl FlakyCluster {
+    fn new(inner: &EmbeddedBroker, capability_failures: usize, ledger_refused: bool) -> Self {
+        Self {
+            inner: inner.clone(),
+            capability_failures: AtomicUsize::new(capability_failures),
+            capability_reads: AtomicUsize::new(0),
+            ledger_refused,
+            ledger_creations: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl LogReader for FlakyCluster {
+    async fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        isolation: IsolationLevel,
+        max_wait: Duration,
+    ) -> Result<kafka_share_sink::producer::LogRead, kafka_share_sink::ConsumerError> {
+        self.inner
+            .read(topic, partition, from, isolation, max_wait)
+            .await
+    }
+
+    async fn end_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        isolation: IsolationLevel,
+    ) -> Result<i64, kafka_share_sink::ConsumerError> {
+        self.inner.end_offset(topic, partition, isolation).await
+    }
+}
+
+#[async_trait]
+impl ExactlyOnceCluster for FlakyCluster {
+    async fn capabilities(&self, group_id: &str) -> Result<ClusterCapabilities, ExactlyOnceError> {
+        self.capability_reads.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .capability_failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(ExactlyOnceError::Cluster {
+                operation: "reading the cluster's features",
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the broker went away mid-request",
+                )),
+            });
+        }
+        self.inner.capabilities(group_id).await
+    }
+
+    async fn partition_count(&self, topic: &str) -> Result<Option<i32>, ExactlyOnceError> {
+        self.inner.partition_count(topic).await
+    }
+
+    async fn create_ledger_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<(), ExactlyOnceError> {
+        self.ledger_creations.fetch_add(1, Ordering::SeqCst);
+        if self.ledger_refused {
+            return Err(ExactlyOnceError::Ledger {
+                topic: topic.to_owned(),
+                reason: "not allowed here".to_owned(),
+            });
+        }
+        self.inner.create_ledger_topic(topic, partitions).await
+    }
+
+    async fn topic_config(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<String>, ExactlyOnceError> {
+        self.inner.topic_config(topic, key).await
+    }
+
+    async fn leader_epochs(
+        &self,
+        partitions: &[kafka_share_sink::TopicPartition],
+    ) -> Result<std::collections::HashMap<kafka_share_sink::TopicPartition, i32>, ExactlyOnceError>
+    {
+        self.inner.leader_epochs(partitions).await
+    }
+
+    async fn share_partition_start_offsets(
+        &self,
+        group_id: &str,
+        topic: &str,
+    ) -> Result<std::collections::HashMap<i32, i64>, ExactlyOnceError> {
+        self.inner
+            .share_partition_start_offsets(group_id, topic)
+            .await
+    }
+
+    async fn ledger_start_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<i64, ExactlyOnceError> {
+        self.inner.ledger_start_offset(topic, partition).await
+    }
+
+    async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, ExactlyOnceError> {
+        self.inner.transactional_ids(prefix).await
+    }
+
+    async fn fence_transactional_id(&self, transactional_id: &str) -> Result<(), ExactlyOnceError> {
+        self.inner.fence_transactional_id(transactional_id).await
+    }
+}
+
+/// The driver of task 0 of 1 on `cluster`.
+fn driver_on(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>) -> Driver {
+    let eos = eos(0, 1);
+    let producer = transactional(broker, &eos);
+    ShareSinkTask::new(
+        Box::new(CopyOffsets::default()),
+        broker.share_consumer(GROUP),
+        config(),
+    )
+    .with_exactly_once(Arc::new(producer), cluster, eos)
+}
+
+/// A broker killed a moment ago fails a request of the setup: `initialize` tries the setup
+/// again (it used to fail the driver for good), then the iteration copies as usual.
+#[tokio::test]
+async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let cluster = Arc::new(FlakyCluster::new(&broker, 3, false));
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    d.initialize()
+        .await
+        .expect("initialize after three failed reads");
+    assert_eq!(cluster.capability_reads.load(Ordering::SeqCst), 4);
+    assert_eq!(d.exactly_once_mode(), Some(ExactlyOnceMode::Ledger));
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.records, 3);
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+}
+
+/// What no retry changes fails `initialize` at once, tried once.
+#[tokio::test]
+async fn initialize_does_not_try_again_what_no_retry_changes() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let cluster = Arc::new(FlakyCluster::new(&broker, 0, true));
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    let error = d.initialize().await.expect_err("the ledger is refused");
+    assert!(
+        matches!(error, Error::ExactlyOnce(ExactlyOnceError::Ledger { .. })),
+        "{error:?}"
+    );
+    assert_eq!(cluster.ledger_creations.load(Ordering::SeqCst), 1);
+    assert_eq!(cluster.capability_reads.load(Ordering::SeqCst), 1);
 }
 
 // ---- 3. Orphan fencing when tasks.max shrinks ---------------------------------------------

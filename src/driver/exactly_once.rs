@@ -163,6 +163,92 @@ fn refused_output_failure(refused: &RefusedOutput) -> Failure {
     }
 }
 
+/// How long `initialize` tries the exactly-once setup again after retriable failures (Java's
+/// admin client: `default.api.timeout.ms`, 60 s).
+const SETUP_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The first pause before the setup is tried again; it doubles up to [`SETUP_BACKOFF_MAX`].
+const SETUP_BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two tries of the setup.
+const SETUP_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Whether a failed setup is tried again: a retriable error, but of the producer only one
+/// retrying may fix (the iteration also counts as retriable what needs an abort, which a
+/// setup has none of: a refused version, say, would fail every try).
+fn set_up_again(error: &Error) -> bool {
+    match error {
+        Error::ExactlyOnce(ExactlyOnceError::Producer(e)) => {
+            e.is_retriable() && error.is_retriable()
+        }
+        other => other.is_retriable(),
+    }
+}
+
+/// One try of the exactly-once setup of `initialize`: the checks, the mode, the ledger, the
+/// producer's epoch and the fencing of orphans.
+async fn set_up(
+    eos: &mut ExactlyOnce,
+    group: &str,
+    implicit: bool,
+    consumer_capabilities: ConsumerCapabilities,
+    topics: &[String],
+    outputs: &[(String, Vec<OutputTarget>)],
+) -> Result<()> {
+    eos.config.validate()?;
+    if implicit {
+        return Err(Error::Config {
+            key: "share.acknowledgement.mode",
+            reason: "the exactly-once iteration settles records one by one after its \
+                     transaction: use explicit acknowledgement"
+                .to_owned(),
+        });
+    }
+    let Some(id) = eos.producer.transactional_id().map(str::to_owned) else {
+        return Err(ExactlyOnceError::Config {
+            key: "transactional.id",
+            reason: format!(
+                "the exactly-once iteration needs a transactional producer: set \
+                 transactional.id={}",
+                eos.config.transactional_id()
+            ),
+        }
+        .into());
+    };
+    if id != eos.config.transactional_id() {
+        tracing::warn!(
+            transactional_id = %id,
+            expected = %eos.config.transactional_id(),
+            "the producer's transactional.id is not <connector>-eos-<task>: a restarted \
+             task fences its predecessor only if it keeps the same id"
+        );
+    }
+    check_targets(&*eos.cluster, outputs).await?;
+    let capabilities = eos.cluster.capabilities(group).await?;
+    let mode = choose_mode(&capabilities, eos.config.mode)
+        .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
+    let mode = fit_mode_to_consumer(mode, eos.config.mode, &capabilities, consumer_capabilities)?;
+    if mode == ExactlyOnceMode::Ledger {
+        eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, topics).await?);
+    }
+    eos.producer
+        .init_transactions()
+        .await
+        .map_err(ExactlyOnceError::Producer)?;
+    eos.needs_init = false;
+    if eos.config.fence_orphans && eos.config.task_id == 0 {
+        fence_orphans(&*eos.cluster, &eos.config).await?;
+    }
+    eos.mode = Some(mode);
+    tracing::info!(
+        %mode,
+        transactional_id = %id,
+        ledger = eos.ledger.as_ref().map(Ledger::topic),
+        strict = eos.config.strict,
+        ?capabilities,
+        "exactly-once iteration ready"
+    );
+    Ok(())
+}
+
 /// The mode chosen for the cluster, checked against what the consumer can do (see
 /// [`ShareConsumer#capabilities`]): atomic acknowledgements need
 /// [`ConsumerCapability::TransactionalAcknowledgements`] (under `exactly.once.mode=auto` the
@@ -296,65 +382,36 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .map(|t| (t.clone(), self.task.transactional_outputs(t)))
             .collect();
         let mut eos = self.exactly_once.take().ok_or(Error::NotInitialized)?;
-        // Nothing of `self` is borrowed inside: the future stays Send for any consumer.
-        let result = async {
-            eos.config.validate()?;
-            if implicit {
-                return Err(Error::Config {
-                    key: "share.acknowledgement.mode",
-                    reason: "the exactly-once iteration settles records one by one after its \
-                             transaction: use explicit acknowledgement"
-                        .to_owned(),
-                });
-            }
-            let Some(id) = eos.producer.transactional_id().map(str::to_owned) else {
-                return Err(ExactlyOnceError::Config {
-                    key: "transactional.id",
-                    reason: format!(
-                        "the exactly-once iteration needs a transactional producer: set \
-                         transactional.id={}",
-                        eos.config.transactional_id()
-                    ),
+        // A retriable failure (a broker killed a moment ago, a coordinator moving) is tried
+        // again, the whole setup (each step may be repeated: reads, a ledger topic created if
+        // missing, a new producer epoch, fencing), for up to SETUP_RETRY_TIMEOUT, as Java's
+        // admin client retries a call until its default.api.timeout.ms.
+        let deadline = crate::time::deadline_after(Instant::now(), SETUP_RETRY_TIMEOUT);
+        let mut backoff = SETUP_BACKOFF_FIRST;
+        let result = loop {
+            // Nothing of `self` is borrowed inside: the future stays Send for any consumer.
+            let attempt = set_up(
+                &mut eos,
+                &group,
+                implicit,
+                consumer_capabilities,
+                &topics,
+                &outputs,
+            )
+            .await;
+            match attempt {
+                Err(error) if set_up_again(&error) => {
+                    let again = crate::time::deadline_after(Instant::now(), backoff);
+                    if again >= deadline {
+                        break Err(error);
+                    }
+                    tracing::warn!(error = %ErrorChain(&error), ?backoff, "exactly-once setup failed; trying again");
+                    tokio::time::sleep_until(again).await;
+                    backoff = backoff.saturating_mul(2).min(SETUP_BACKOFF_MAX);
                 }
-                .into());
-            };
-            if id != eos.config.transactional_id() {
-                tracing::warn!(
-                    transactional_id = %id,
-                    expected = %eos.config.transactional_id(),
-                    "the producer's transactional.id is not <connector>-eos-<task>: a restarted \
-                     task fences its predecessor only if it keeps the same id"
-                );
+                other => break other,
             }
-            check_targets(&*eos.cluster, &outputs).await?;
-            let capabilities = eos.cluster.capabilities(&group).await?;
-            let mode = choose_mode(&capabilities, eos.config.mode)
-                .map_err(|capability| ExactlyOnceError::MissingCapability { capability })?;
-            let mode =
-                fit_mode_to_consumer(mode, eos.config.mode, &capabilities, consumer_capabilities)?;
-            if mode == ExactlyOnceMode::Ledger {
-                eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, &topics).await?);
-            }
-            eos.producer
-                .init_transactions()
-                .await
-                .map_err(ExactlyOnceError::Producer)?;
-            eos.needs_init = false;
-            if eos.config.fence_orphans && eos.config.task_id == 0 {
-                fence_orphans(&*eos.cluster, &eos.config).await?;
-            }
-            eos.mode = Some(mode);
-            tracing::info!(
-                %mode,
-                transactional_id = %id,
-                ledger = eos.ledger.as_ref().map(Ledger::topic),
-                strict = eos.config.strict,
-                ?capabilities,
-                "exactly-once iteration ready"
-            );
-            Ok(())
-        }
-        .await;
+        };
         self.exactly_once = Some(eos);
         result
     }

@@ -316,6 +316,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// [`ConsumerCapability::Hold`]; the exactly-once modes are checked once the mode is
     /// chosen).
     ///
+    /// With [`with_exactly_once`](Self::with_exactly_once) it also checks the cluster, chooses
+    /// the mode, prepares the ledger, initializes the transactional producer and fences the
+    /// producers of task slots that no longer exist. A retriable failure there (a broker
+    /// killed a moment ago, a coordinator moving) is tried again, the whole setup, with a
+    /// backoff of 100 ms doubling up to 2 s, for up to 60 s (Java's admin client retries a call
+    /// until `default.api.timeout.ms`, 60 s); then, or at once for any other failure, the
+    /// driver fails: close it and build a new one.
+    ///
     /// # Cancel safety
     ///
     /// Not cancel safe: dropped after the subscription and before the task started, the driver

@@ -184,6 +184,12 @@ impl ExactlyOnceCluster for KafkaExactlyOnceCluster {
         {
             Ok(()) => Ok(()),
             Err(e) if broker_code(&e) == Some(TOPIC_ALREADY_EXISTS) => Ok(()),
+            // A lost connection, a timeout, a controller moving: asked again, not the topic's
+            // fault (a retry that finds it made gets TOPIC_ALREADY_EXISTS).
+            Err(e) if e.is_retriable() => Err(ExactlyOnceError::cluster(
+                "creating the exactly-once ledger topic",
+                e,
+            )),
             Err(e) => Err(ExactlyOnceError::Ledger {
                 topic: topic.to_owned(),
                 reason: format!(

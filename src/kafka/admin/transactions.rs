@@ -64,8 +64,9 @@ impl KafkaAdmin {
         .await
     }
 
-    /// ListTransactions on the broker at `address`. A broker that cannot be reached or drops
-    /// the connection (restarting, say: the metadata still names it) is tried again with a
+    /// ListTransactions on the broker at `address`. A broker that cannot be reached, drops
+    /// the connection (restarting, say: the metadata still names it) or answers a retriable
+    /// error (its coordinator still loading) is tried again with a
     /// backoff until the request timeout has passed, as Java's admin retries until its API
     /// timeout; then its failure is the call's. Skipping it could miss the transactional ids
     /// its coordinator knows.
@@ -84,13 +85,16 @@ impl KafkaAdmin {
                     source,
                 }),
             };
-            let lost = matches!(
+            // Also a retriable answer: a broker that has just taken over partitions of
+            // `__transaction_state` answers COORDINATOR_LOAD_IN_PROGRESS while it loads them.
+            let transient = matches!(
                 &result,
                 Err(Failure::Connect { source, .. } | Failure::Client(source))
                     if matches!(source, ClientError::Connection(ConnectionError::Io { .. }))
+                        || matches!(source, ClientError::Broker(b) if b.retriable)
             );
             let again = deadline_after(Instant::now(), backoff);
-            if !lost || again >= deadline {
+            if !transient || again >= deadline {
                 return result;
             }
             debug!(
