@@ -441,8 +441,24 @@ struct FlakyCluster {
     inner: EmbeddedBroker,
     capability_failures: AtomicUsize,
     capability_reads: AtomicUsize,
+    /// What a failing capability read returns.
+    capability_error: fn() -> ExactlyOnceError,
     ledger_refused: bool,
     ledger_creations: AtomicUsize,
+    /// How many transactional-id listings (the orphan fencing, after the producer's
+    /// initialization) fail retriably first.
+    listing_failures: AtomicUsize,
+}
+
+/// A request cut by a broker killed a moment ago: retriable.
+fn cut_request() -> ExactlyOnceError {
+    ExactlyOnceError::Cluster {
+        operation: "reading the cluster's features",
+        source: Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "the broker went away mid-request",
+        )),
+    }
 }
 
 impl FlakyCluster {
@@ -451,10 +467,18 @@ impl FlakyCluster {
             inner: inner.clone(),
             capability_failures: AtomicUsize::new(capability_failures),
             capability_reads: AtomicUsize::new(0),
+            capability_error: cut_request,
             ledger_refused,
             ledger_creations: AtomicUsize::new(0),
+            listing_failures: AtomicUsize::new(0),
         }
     }
+}
+
+/// Takes one from `n` if it is above zero: whether this call fails.
+fn failing(n: &AtomicUsize) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 #[async_trait]
@@ -486,18 +510,8 @@ impl LogReader for FlakyCluster {
 impl ExactlyOnceCluster for FlakyCluster {
     async fn capabilities(&self, group_id: &str) -> Result<ClusterCapabilities, ExactlyOnceError> {
         self.capability_reads.fetch_add(1, Ordering::SeqCst);
-        let failing = self
-            .capability_failures
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            return Err(ExactlyOnceError::Cluster {
-                operation: "reading the cluster's features",
-                source: Box::new(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "the broker went away mid-request",
-                )),
-            });
+        if failing(&self.capability_failures) {
+            return Err((self.capability_error)());
         }
         self.inner.capabilities(group_id).await
     }
@@ -556,6 +570,15 @@ impl ExactlyOnceCluster for FlakyCluster {
     }
 
     async fn transactional_ids(&self, prefix: &str) -> Result<Vec<String>, ExactlyOnceError> {
+        if failing(&self.listing_failures) {
+            return Err(ExactlyOnceError::Cluster {
+                operation: "listing transactions",
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "a coordinator did not answer in time",
+                )),
+            });
+        }
         self.inner.transactional_ids(prefix).await
     }
 
@@ -592,6 +615,75 @@ async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
     let report = d.iteration_exactly_once().await.expect("iteration");
     assert_eq!(report.records, 3);
     assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+}
+
+/// The orphan fencing (task 0) fails retriably after the producer was initialized: the next
+/// try does not initialize it again (the producer would refuse, and that refusal would stop
+/// the driver for good).
+#[tokio::test]
+async fn a_retried_setup_initializes_the_producer_once() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let cluster = Arc::new(FlakyCluster::new(&broker, 0, false));
+    cluster.listing_failures.store(2, Ordering::SeqCst);
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    d.initialize()
+        .await
+        .expect("initialize after two failed listings");
+    assert_eq!(cluster.listing_failures.load(Ordering::SeqCst), 0);
+    assert_eq!(cluster.capability_reads.load(Ordering::SeqCst), 3);
+    let report = d.iteration_exactly_once().await.expect("iteration");
+    assert_eq!(report.records, 3);
+    assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+}
+
+/// A cluster request whose own error no retry changes (here a client setting the cluster
+/// refused) is tried once, although the iteration would count a failed request retriable.
+#[tokio::test]
+async fn a_cluster_request_refused_for_good_is_tried_once() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let mut flaky = FlakyCluster::new(&broker, 5, false);
+    flaky.capability_error = || ExactlyOnceError::Cluster {
+        operation: "reading the cluster's features",
+        source: Box::new(kafka_share_sink::ClientError::Config {
+            key: "sasl.jaas.config".to_owned(),
+            reason: "not a JAAS line".to_owned(),
+        }),
+    };
+    let cluster = Arc::new(flaky);
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    let error = d.initialize().await.expect_err("refused");
+    assert!(
+        matches!(error, Error::ExactlyOnce(ExactlyOnceError::Cluster { .. })),
+        "{error:?}"
+    );
+    assert_eq!(cluster.capability_reads.load(Ordering::SeqCst), 1);
+}
+
+/// `initialize` dropped while its exactly-once setup waits to try again: the driver is
+/// failed, not a driver without exactly-once that a second `initialize` would start.
+#[tokio::test]
+async fn initialize_dropped_during_the_setup_leaves_the_driver_failed() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let cluster = Arc::new(FlakyCluster::new(&broker, usize::MAX, false));
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    tokio::time::timeout(Duration::from_millis(300), d.initialize())
+        .await
+        .expect_err("still trying the setup");
+    assert!(cluster.capability_reads.load(Ordering::SeqCst) >= 2);
+    assert!(
+        matches!(d.initialize().await, Err(Error::AlreadyInitialized)),
+        "a second initialize must not start the driver"
+    );
+    assert!(matches!(d.iteration().await, Err(Error::Failed)));
+    assert!(matches!(
+        d.iteration_exactly_once().await,
+        Err(Error::Failed)
+    ));
+    d.close().await.expect("close");
+    assert!(committed(&broker, "out").await.is_empty());
 }
 
 /// What no retry changes fails `initialize` at once, tried once.

@@ -173,11 +173,25 @@ const SETUP_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Whether a failed setup is tried again: a retriable error, but of the producer only one
 /// retrying may fix (the iteration also counts as retriable what needs an abort, which a
-/// setup has none of: a refused version, say, would fail every try).
+/// setup has none of: a refused version, say, would fail every try), and of a cluster request
+/// only what its own error says is retriable (the iteration retries any failed cluster
+/// request; refused credentials or an unsupported request would fail every try of a setup).
 fn set_up_again(error: &Error) -> bool {
     match error {
         Error::ExactlyOnce(ExactlyOnceError::Producer(e)) => {
             e.is_retriable() && error.is_retriable()
+        }
+        Error::ExactlyOnce(ExactlyOnceError::Cluster { source, .. }) => {
+            if let Some(e) = source.downcast_ref::<crate::kafka::admin::AdminError>() {
+                e.is_retriable()
+            } else if let Some(e) = source.downcast_ref::<ProducerError>() {
+                e.is_retriable()
+            } else if let Some(e) = source.downcast_ref::<ClientError>() {
+                e.is_retriable()
+            } else {
+                // Another cluster implementation's error: the variant says retriable.
+                true
+            }
         }
         other => other.is_retriable(),
     }
@@ -221,6 +235,9 @@ async fn set_up(
              task fences its predecessor only if it keeps the same id"
         );
     }
+    // What an earlier try chose is chosen again (the cluster may answer otherwise now).
+    eos.ledger = None;
+    eos.mode = None;
     check_targets(&*eos.cluster, outputs).await?;
     let capabilities = eos.cluster.capabilities(group).await?;
     let mode = choose_mode(&capabilities, eos.config.mode)
@@ -229,11 +246,15 @@ async fn set_up(
     if mode == ExactlyOnceMode::Ledger {
         eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, topics).await?);
     }
-    eos.producer
-        .init_transactions()
-        .await
-        .map_err(ExactlyOnceError::Producer)?;
-    eos.needs_init = false;
+    // Once per producer: a later try (after the fencing failed, say) finds it initialized,
+    // and the producer refuses a second init_transactions while no transaction is open.
+    if eos.needs_init {
+        eos.producer
+            .init_transactions()
+            .await
+            .map_err(ExactlyOnceError::Producer)?;
+        eos.needs_init = false;
+    }
     if eos.config.fence_orphans && eos.config.task_id == 0 {
         fence_orphans(&*eos.cluster, &eos.config).await?;
     }
@@ -382,10 +403,15 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             .map(|t| (t.clone(), self.task.transactional_outputs(t)))
             .collect();
         let mut eos = self.exactly_once.take().ok_or(Error::NotInitialized)?;
+        // Dropped from here on, the driver has no exactly-once setup: it must not pass for a
+        // driver without one (a second initialize, then iteration() at least once). Running
+        // once initialize has finished; Failed when it fails.
+        self.state = State::Failed;
         // A retriable failure (a broker killed a moment ago, a coordinator moving) is tried
         // again, the whole setup (each step may be repeated: reads, a ledger topic created if
-        // missing, a new producer epoch, fencing), for up to SETUP_RETRY_TIMEOUT, as Java's
-        // admin client retries a call until its default.api.timeout.ms.
+        // missing, the producer initialized if it is not yet, fencing), until
+        // SETUP_RETRY_TIMEOUT has passed, as Java's admin client retries a call until its
+        // default.api.timeout.ms (one try may itself wait up to the request timeout).
         let deadline = crate::time::deadline_after(Instant::now(), SETUP_RETRY_TIMEOUT);
         let mut backoff = SETUP_BACKOFF_FIRST;
         let result = loop {

@@ -320,14 +320,17 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// the mode, prepares the ledger, initializes the transactional producer and fences the
     /// producers of task slots that no longer exist. A retriable failure there (a broker
     /// killed a moment ago, a coordinator moving) is tried again, the whole setup, with a
-    /// backoff of 100 ms doubling up to 2 s, for up to 60 s (Java's admin client retries a call
-    /// until `default.api.timeout.ms`, 60 s); then, or at once for any other failure, the
-    /// driver fails: close it and build a new one.
+    /// backoff of 100 ms doubling up to 2 s, until 60 s have passed (Java's admin client
+    /// retries a call until `default.api.timeout.ms`, 60 s; one try may itself wait up to the
+    /// request timeout); then, or at once for any other failure (refused credentials, a
+    /// missing capability, an unfit target), the driver fails: close it and build a new one.
     ///
     /// # Cancel safety
     ///
     /// Not cancel safe: dropped after the subscription and before the task started, the driver
-    /// stays uninitialized with a subscribed consumer; call [`close`](Self::close).
+    /// stays uninitialized with a subscribed consumer; call [`close`](Self::close). With
+    /// exactly-once, dropped from the exactly-once setup on, the driver fails
+    /// ([`Error::Failed`]): close it and build a new one.
     pub async fn initialize(&mut self) -> Result<()> {
         match self.state {
             State::Created => {}

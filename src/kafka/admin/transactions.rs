@@ -100,7 +100,7 @@ impl KafkaAdmin {
             debug!(
                 broker = address,
                 ?backoff,
-                "ListTransactions: broker unreachable, trying again"
+                "ListTransactions: broker unreachable or not ready, trying again"
             );
             tokio::time::sleep_until(again).await;
             backoff = backoff.saturating_mul(2).min(LIST_BACKOFF_MAX);
