@@ -68,6 +68,18 @@ pub(crate) struct ExactlyOnce {
     accepts: Option<crate::consumer::PendingCommit>,
 }
 
+impl ExactlyOnce {
+    /// Initializes the producer if it must be (`needs_init`), once: it refuses a second
+    /// `init_transactions` while no transaction is open.
+    async fn init_if_needed(&mut self) -> std::result::Result<(), ProducerError> {
+        if self.needs_init {
+            self.producer.init_transactions().await?;
+            self.needs_init = false;
+        }
+        Ok(())
+    }
+}
+
 /// A record that went into the transaction, and how it is settled after the commit.
 struct Finished {
     id: RecordId,
@@ -246,15 +258,10 @@ async fn set_up(
     if mode == ExactlyOnceMode::Ledger {
         eos.ledger = Some(prepare_ledger(&*eos.cluster, &eos.config, topics).await?);
     }
-    // Once per producer: a later try (after the fencing failed, say) finds it initialized,
-    // and the producer refuses a second init_transactions while no transaction is open.
-    if eos.needs_init {
-        eos.producer
-            .init_transactions()
-            .await
-            .map_err(ExactlyOnceError::Producer)?;
-        eos.needs_init = false;
-    }
+    // A later try (after the fencing failed, say) finds the producer initialized.
+    eos.init_if_needed()
+        .await
+        .map_err(ExactlyOnceError::Producer)?;
     if eos.config.fence_orphans && eos.config.task_id == 0 {
         fence_orphans(&*eos.cluster, &eos.config).await?;
     }
@@ -530,13 +537,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     async fn round(&mut self, eos: &mut ExactlyOnce) -> Result<IterationReport> {
         let mut report = IterationReport::default();
         let mode = eos.mode.ok_or(Error::NotInitialized)?;
-        if eos.needs_init {
-            eos.producer
-                .init_transactions()
-                .await
-                .map_err(ExactlyOnceError::Producer)?;
-            eos.needs_init = false;
-        }
+        eos.init_if_needed()
+            .await
+            .map_err(ExactlyOnceError::Producer)?;
         if let Some(ledger) = eos.ledger.as_mut() {
             if ledger.prune_due(eos.config.prune_interval) {
                 prune(
@@ -1307,13 +1310,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         if finished.is_empty() && sends.is_empty() {
             return Ok(());
         }
-        if eos.needs_init {
-            // An abort failed earlier in this round (an isolation goes on after it).
-            eos.producer
-                .init_transactions()
-                .await
-                .map_err(|e| self.producer_failed(eos, e))?;
-            eos.needs_init = false;
+        // After an abort that failed earlier in this round (an isolation goes on after it).
+        if let Err(e) = eos.init_if_needed().await {
+            return Err(self.producer_failed(eos, e));
         }
         let producer = Arc::clone(&eos.producer);
         producer

@@ -290,10 +290,11 @@ impl KafkaAdmin {
             .metadata_on(&connection, Some(&[topic]), ANY_VERSION)
             .await?;
         let found = metadata::known_topic(&connection, &snapshot, topic)?;
-        let mut led: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
+        // The partitions with their leader epochs, by the leader's address.
+        let mut led: BTreeMap<&str, Vec<(i32, i32)>> = BTreeMap::new();
         for (index, p) in &found.partitions {
             // A leader the answer does not list (stopped or fenced a moment ago) is none yet.
-            let Some(node) = p.leader.filter(|node| snapshot.brokers.contains_key(node)) else {
+            let Some(address) = p.leader.and_then(|node| snapshot.brokers.get(&node)) else {
                 return Err(Failure::Client(leader_not_available(format!(
                     "topic `{topic}` partition {index} has no live leader (an election is under \
                      way{})",
@@ -302,21 +303,18 @@ impl KafkaAdmin {
                         .unwrap_or_default()
                 ))));
             };
-            led.entry(node).or_default().push((*index, p.leader_epoch));
+            led.entry(address)
+                .or_default()
+                .push((*index, p.leader_epoch));
         }
         let mut leaders = Leaders {
             by_leader: Vec::with_capacity(led.len()),
         };
-        for (node, partitions) in led {
-            let address = snapshot.brokers.get(&node).cloned().ok_or_else(|| {
-                Failure::Client(leader_not_available(format!(
-                    "broker {node} has no address"
-                )))
-            })?;
-            let leader = Connection::connect(&address, self.config())
+        for (address, partitions) in led {
+            let leader = Connection::connect(address, self.config())
                 .await
                 .map_err(|source| Failure::Connect {
-                    bootstrap: address,
+                    bootstrap: address.to_owned(),
                     source,
                 })?;
             leaders.by_leader.push((leader, partitions));
