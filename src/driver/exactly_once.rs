@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::dead_letter::GivenUp;
 use super::failure::{Captured, Failure};
 use super::pipeline::Converting;
+use super::target_watch::watch_targets;
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -1741,31 +1742,6 @@ enum Aborted {
 enum Output {
     Concerned,
     NotConcerned,
-}
-
-/// How long a transaction's sends may take before [`watch_targets`] first checks that their
-/// topics still exist, and how often it checks again.
-const WATCH_FIRST: Duration = Duration::from_secs(1);
-const WATCH_EVERY: Duration = Duration::from_secs(2);
-
-/// Completes with the first of `topics` that no longer exists, checking after
-/// [`WATCH_FIRST`] and then every [`WATCH_EVERY`]; never while they all exist (or cannot be
-/// checked).
-async fn watch_targets(cluster: &dyn ExactlyOnceCluster, topics: &[String]) -> String {
-    let mut wait = WATCH_FIRST;
-    loop {
-        tokio::time::sleep(wait).await;
-        wait = WATCH_EVERY;
-        for topic in topics {
-            match cluster.partition_count(topic).await {
-                Ok(None) => return topic.clone(),
-                Ok(Some(_)) => {}
-                Err(error) => {
-                    tracing::debug!(%topic, error = %ErrorChain(&error), "could not check that a target exists");
-                }
-            }
-        }
-    }
 }
 
 /// How much of a round a transaction's error condemns: fatal errors first, then

@@ -35,6 +35,8 @@ mod metrics;
 mod pipeline;
 mod policy;
 mod redelivered;
+#[cfg(feature = "exactly-once")]
+mod target_watch;
 
 use std::collections::HashSet;
 use std::future::Future;
