@@ -686,6 +686,30 @@ async fn initialize_dropped_during_the_setup_leaves_the_driver_failed() {
     assert!(committed(&broker, "out").await.is_empty());
 }
 
+/// A shutdown while the exactly-once setup waits for the cluster stops `run_exactly_once`
+/// at once (it used to wait out the setup's retries, up to a minute), and no record was
+/// taken.
+#[tokio::test]
+async fn a_shutdown_during_the_setup_stops_the_run() {
+    let broker = broker(3);
+    broker.set_capabilities(kafka_4_4());
+    let cluster = Arc::new(FlakyCluster::new(&broker, usize::MAX, false));
+    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    let run = d.run_exactly_once(tokio::time::sleep(Duration::from_millis(300)));
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the shutdown stops the setup")
+        .expect("a clean stop");
+    assert!(cluster.capability_reads.load(Ordering::SeqCst) >= 2);
+    assert!(committed(&broker, "out").await.is_empty());
+    for offset in 0..3 {
+        assert!(
+            broker.record_state(GROUP, "in", 0, offset).is_none(),
+            "record {offset} was never acquired"
+        );
+    }
+}
+
 /// What no retry changes fails `initialize` at once, tried once.
 #[tokio::test]
 async fn initialize_does_not_try_again_what_no_retry_changes() {

@@ -1828,7 +1828,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// puts in small batches, the rest of that poll is put first (released at close, a
     /// record of it on its last delivery would be archived), unless a batch of it waits for
     /// a retry in place or records awaiting a flush hold the next one back. Retriable errors
-    /// are logged and the loop goes on after the retriable backoff.
+    /// are logged and the loop goes on after the retriable backoff. A shutdown during the
+    /// initialization (the exactly-once setup retries a cluster that is not ready for up to a
+    /// minute) stops it at once, and the driver closes without having started.
     ///
     /// # Cancel safety
     ///
@@ -1848,7 +1850,13 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         let mut shutdown = pin!(shutdown);
         let result = async {
             if self.state == State::Created {
-                self.initialize().await?;
+                // A shutdown during the start (the exactly-once setup may retry for up to a
+                // minute) stops it: the close below settles what the dropped start left.
+                tokio::select! {
+                    biased;
+                    () = shutdown.as_mut() => return Ok(()),
+                    initialized = self.initialize() => initialized?,
+                }
             }
             loop {
                 if !self.drains_before_shutdown() && futures::poll!(shutdown.as_mut()).is_ready() {
