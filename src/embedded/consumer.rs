@@ -320,6 +320,16 @@ impl ShareConsumer for EmbeddedShareConsumer {
         let limit = self.shared.lock().group_settings(&self.group_id).0;
         let at_limit = u64::try_from(self.batch.unsettled_at(limit)).unwrap_or(u64::MAX);
         self.given_back_at_limit = self.given_back_at_limit.saturating_add(at_limit);
+        if at_limit > 0 {
+            // As the Kafka consumer's close: the group archives these, which must not be silent.
+            tracing::warn!(
+                records = at_limit,
+                delivery_count_limit = limit,
+                "closing with records on their last allowed delivery and no final \
+                 acknowledgement: the group archives them (into its broker dead-letter queue, \
+                 if it has one)"
+            );
+        }
         let results = self.send_acknowledgements(false);
         for (partition, error) in results.failures() {
             tracing::warn!(%partition, %error, "acknowledgement failed during close");
