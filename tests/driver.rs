@@ -57,6 +57,8 @@ struct ScriptedSink {
     context: Option<SinkTaskContext>,
     request_commit_on_put: bool,
     fail_start: bool,
+    /// `start` never finishes (a target that cannot be reached yet).
+    hang_start: bool,
 }
 
 impl ScriptedSink {
@@ -68,6 +70,7 @@ impl ScriptedSink {
             context: None,
             request_commit_on_put: false,
             fail_start: false,
+            hang_start: false,
         };
         (sink, log)
     }
@@ -82,6 +85,9 @@ impl SinkTask for ScriptedSink {
     async fn start(&mut self, _config: &TaskConfig) -> Result<(), TaskError> {
         if self.fail_start {
             return Err(TaskError::fatal("cannot reach the database"));
+        }
+        if self.hang_start {
+            std::future::pending::<()>().await;
         }
         self.log.lock().unwrap().started = true;
         Ok(())
@@ -555,6 +561,24 @@ async fn run_takes_a_shutdown_during_the_backoff_after_a_failed_iteration() {
     let config = config().retriable_backoff(Duration::from_secs(3600));
     let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
     prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
+}
+
+/// `run` takes a shutdown while the task's `start` waits (a target not reachable yet): it
+/// stops, and the close stops the started task (as Connect's does); nothing was polled.
+#[tokio::test(start_paused = true)]
+async fn run_takes_a_shutdown_while_the_task_starts_and_stops_the_task() {
+    let b = broker(1, 1);
+    let (mut sink, log) = ScriptedSink::new(&[]);
+    sink.hang_start = true;
+    let mut d = driver(&b, sink, ConsumerOptions::new());
+    prompt_shutdown::run_until_shutdown_at_5_s(&mut d).await;
+    {
+        let log = log.lock().unwrap();
+        assert!(!log.started, "start never finished");
+        assert!(log.stopped, "the started task was stopped");
+        assert!(log.batches.is_empty());
+    }
+    assert!(matches!(d.initialize().await, Err(Error::Closed)));
 }
 
 /// A consumer that cannot hold records across polls (`ForgetfulConsumer` keeps the default

@@ -329,10 +329,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropped after the subscription and before the task started, the driver
-    /// stays uninitialized with a subscribed consumer; call [`close`](Self::close). With
-    /// exactly-once, dropped from the exactly-once setup on, the driver fails
-    /// ([`Error::Failed`]): close it and build a new one.
+    /// Not cancel safe: dropped after the subscription and before the task's `start`, the
+    /// driver stays uninitialized with a subscribed consumer; call [`close`](Self::close).
+    /// With exactly-once, dropped from the exactly-once setup on, the driver fails
+    /// ([`Error::Failed`]): close it and build a new one. Dropped during the task's `start`,
+    /// the driver fails too, and its close stops the task.
     pub async fn initialize(&mut self) -> Result<()> {
         match self.state {
             State::Created => {}
@@ -400,8 +401,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         self.task.initialize(context.clone());
         self.context = Some(context);
         self.start_lag_reader();
+        // Failed until the task started: dropped during `start`, the driver is not one that
+        // a second `initialize` would start again.
+        self.state = State::Failed;
         if let Err(source) = caught("start", self.task.start(&self.config.task_config)).await {
-            self.state = State::Failed;
             return Err(Error::Task {
                 stage: TaskStage::Start,
                 source,
@@ -1794,7 +1797,10 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             }
             self.delivered.clear();
         }
-        if previous != State::Created {
+        // Stopped once its start was called (as Connect's close does, also after a start that
+        // failed or was cut short); never a task that was not started (a driver closed before
+        // `initialize`, or whose exactly-once setup failed before the task's turn).
+        if self.context.is_some() {
             if let Err(source) = caught("stop", self.task.stop()).await {
                 first_error.get_or_insert(Error::Task {
                     stage: TaskStage::Stop,
