@@ -21,6 +21,8 @@ const RECORDS: usize = 600;
 struct Store {
     /// Offset → (times written, by which tasks).
     written: HashMap<i64, Vec<u32>>,
+    /// Task ids whose sink's start was called.
+    started: Vec<u32>,
     stopped: Vec<u32>,
 }
 
@@ -33,6 +35,7 @@ struct Sink {
 #[async_trait]
 impl SinkTask for Sink {
     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        self.store.lock().unwrap().started.push(self.task);
         if self.fail_start {
             return Err(TaskError::fatal("warehouse not reachable yet"));
         }
@@ -121,13 +124,18 @@ async fn three_supervised_tasks_drain_one_partition_with_a_restart_and_stop_clea
     );
     let handle = supervisor.handle();
     let watched = Arc::clone(&store);
-    let restarted = Arc::clone(&builds_of_task_0);
     tokio::time::timeout(
         Duration::from_secs(120),
         supervisor.run(async move {
             loop {
-                let done = watched.lock().unwrap().written.len() == RECORDS;
-                if done && restarted.load(Ordering::SeqCst) >= 2 {
+                // Task 0's second sink started: a shutdown before that would not start it
+                // (and so not stop it).
+                let done = {
+                    let store = watched.lock().unwrap();
+                    store.written.len() == RECORDS
+                        && store.started.iter().filter(|t| **t == 0).count() >= 2
+                };
+                if done {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -24,12 +24,16 @@ enum Fault {
     FailStart,
     /// The first non-empty put panics.
     PanicOnFirstPut,
+    /// `start` never finishes (a target not reachable yet).
+    HangStart,
 }
 
 #[derive(Debug, Default)]
 struct Store {
     /// How many times each record was written.
     written: HashMap<RecordId, u32>,
+    /// Task ids whose sink's start was called.
+    started: Vec<u32>,
     /// Task ids whose sink was stopped.
     stopped: Vec<u32>,
 }
@@ -43,8 +47,12 @@ struct Sink {
 #[async_trait]
 impl SinkTask for Sink {
     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        self.store.lock().unwrap().started.push(self.task);
         if self.fault == Fault::FailStart {
             return Err(TaskError::fatal("the database went away"));
+        }
+        if self.fault == Fault::HangStart {
+            std::future::pending::<()>().await;
         }
         Ok(())
     }
@@ -53,7 +61,7 @@ impl SinkTask for Sink {
             return Ok(());
         }
         match std::mem::replace(&mut self.fault, Fault::None) {
-            Fault::None | Fault::FailStart => {}
+            Fault::None | Fault::FailStart | Fault::HangStart => {}
             Fault::PanicOnFirstPut => panic!("a bug in the sink"),
         }
         let mut store = self.store.lock().unwrap();
@@ -153,9 +161,13 @@ async fn three_tasks_drain_one_group_and_a_shutdown_closes_them_all() {
         store.written.values().all(|n| *n == 1),
         "no failure, so no record is written twice"
     );
+    // A task the shutdown found still starting up is not started at all.
     let mut stopped = store.stopped.clone();
     stopped.sort_unstable();
-    assert_eq!(stopped, [0, 1, 2], "every task's sink was stopped");
+    let mut started = store.started.clone();
+    started.sort_unstable();
+    assert!(!started.is_empty());
+    assert_eq!(stopped, started, "every started task's sink was stopped");
     let statuses = handle.statuses();
     assert_eq!(statuses.len(), 3);
     for (i, status) in statuses.iter().enumerate() {
@@ -173,6 +185,47 @@ async fn three_tasks_drain_one_group_and_a_shutdown_closes_them_all() {
     // The close committed everything: nothing is left acquired or available.
     let counts = broker.state_counts(GROUP);
     assert_eq!(counts.acknowledged, 300, "{counts:?}");
+}
+
+/// A shutdown while a task's `start` waits stops it: the supervisor returns, and each task
+/// whose start was called is stopped (it waited for ever before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_while_the_tasks_start_stops_them() {
+    let broker = broker(10);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let (group, sinks) = (broker.clone(), Arc::clone(&store));
+    let supervisor = Supervisor::new("hang", SupervisorConfig::new(2), move |task| {
+        let consumer = group.share_consumer(GROUP);
+        let store = Arc::clone(&sinks);
+        async move {
+            let sink = Sink {
+                task,
+                store,
+                fault: Fault::HangStart,
+            };
+            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
+        }
+    });
+    let handle = supervisor.handle();
+    let watched = Arc::clone(&store);
+    within(supervisor.run(async move {
+        while watched.lock().unwrap().started.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect("a clean stop");
+    let store = store.lock().unwrap();
+    assert!(store.written.is_empty());
+    let mut stopped = store.stopped.clone();
+    stopped.sort_unstable();
+    assert_eq!(stopped, [0, 1], "each started task was stopped");
+    assert!(
+        handle
+            .statuses()
+            .iter()
+            .all(|s| s.state == TaskState::Stopped)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -381,8 +381,9 @@ where
     }
 
     /// Runs every task until `shutdown` completes (a signal, say), then stops them all
-    /// gracefully, each after its current iteration. Returns early when every task failed
-    /// for good.
+    /// gracefully, each after its current iteration (a task still starting is stopped at
+    /// once: its `start` is cut short and its sink stopped). Returns early when every task
+    /// failed for good.
     ///
     /// Each task runs on its own tokio task (`tokio::spawn`), so a multi-threaded runtime
     /// runs them in parallel.
@@ -573,7 +574,13 @@ where
         driver.use_lag_reader(reader);
     }
     let result: Result<(), Error> = async {
-        driver.initialize().await?;
+        // A shutdown while the task starts (a sink that cannot reach its target yet) stops
+        // the start: the close below stops the task.
+        tokio::select! {
+            biased;
+            _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+            initialized = driver.initialize() => initialized?,
+        }
         while !*stopping.borrow() {
             let outcome = driver.iteration().await;
             let (d, c) = (driver.metrics(), consumer_metrics.snapshot());
