@@ -643,6 +643,10 @@ struct Wrapped {
     buffered: Vec<ConsumerRecord>,
     acquired: Option<tokio::time::Instant>,
     lost_at: Option<(i64, AcknowledgeType)>,
+    /// How many of the next `commit_sync` calls fail (a timeout) without sending anything.
+    failing_commits: usize,
+    /// When each RENEW was made, shared with the test.
+    renewed_at: Arc<Mutex<Vec<tokio::time::Instant>>>,
 }
 
 impl Wrapped {
@@ -653,7 +657,14 @@ impl Wrapped {
             buffered: Vec::new(),
             acquired: None,
             lost_at: None,
+            failing_commits: 0,
+            renewed_at: Arc::default(),
         }
+    }
+
+    fn failing_commits(mut self, n: usize) -> Self {
+        self.failing_commits = n;
+        self
     }
 
     fn fetched_ahead(mut self) -> Self {
@@ -708,6 +719,12 @@ impl ShareConsumer for Wrapped {
                 record: RecordId::new(topic, partition, offset),
             });
         }
+        if ack == AcknowledgeType::Renew {
+            self.renewed_at
+                .lock()
+                .unwrap()
+                .push(tokio::time::Instant::now());
+        }
         self.inner.acknowledge_offset(topic, partition, offset, ack)
     }
     fn hold_offset(
@@ -725,6 +742,10 @@ impl ShareConsumer for Wrapped {
         self.inner.capabilities()
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        if self.failing_commits > 0 {
+            self.failing_commits -= 1;
+            return Err(ConsumerError::Timeout(timeout));
+        }
         self.inner.commit_sync(timeout).await
     }
     fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
@@ -770,6 +791,51 @@ async fn records_fetched_ahead_are_renewed_by_their_acquisition_not_by_the_poll(
         d.metrics().records_renewed >= 3,
         "renewed during the put: {}",
         d.metrics().records_renewed
+    );
+    assert_eq!(d.metrics().lock_losses, 0);
+    for offset in 0..3 {
+        assert_eq!(state(&b, offset), (RecordState::Acknowledged, 1));
+    }
+}
+
+/// The commit of a renewal during a slow `put` fails (a timeout): the locks did not move, so
+/// the renewal is tried again a second later, not half a lock later, when the locks run out.
+/// The records stay acquired, on their first delivery, through a put of 50 s.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_whose_commit_failed_is_tried_again_soon() {
+    let b = broker(3);
+    let sink = Flaky {
+        failures_left: 0,
+        puts: Arc::default(),
+        put_time: Duration::from_secs(50),
+    };
+    let consumer = Wrapped::new(b.share_consumer(GROUP)).failing_commits(1);
+    let renewed_at = Arc::clone(&consumer.renewed_at);
+    let config = DriverConfig::new(["t"])
+        .commit_policy(CommitPolicy::every_iteration())
+        .poll_timeout(Duration::from_millis(10));
+    let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+    d.initialize().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let report = d.iteration().await.unwrap();
+    assert_eq!((report.records, report.accepted), (3, 3));
+    let renewals: Vec<Duration> = renewed_at
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|at| at.duration_since(start))
+        .collect();
+    // Three records: the failed renewal at half the lock, its retry a second later (before,
+    // the next one came at 30 s, when the locks ran out), then half a lock after the retry.
+    assert!(renewals.len() >= 9, "{renewals:?}");
+    let (failed, retried) = (renewals[0], renewals[3]);
+    assert!(
+        failed >= LOCK / 2 && failed < LOCK / 2 + Duration::from_secs(1),
+        "{renewals:?}"
+    );
+    assert!(
+        retried > failed && retried <= failed + Duration::from_secs(2),
+        "{renewals:?}"
     );
     assert_eq!(d.metrics().lock_losses, 0);
     for offset in 0..3 {

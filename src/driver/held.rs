@@ -10,10 +10,17 @@ use tokio::time::Instant;
 use crate::record::RecordId;
 use crate::time::deadline_after;
 
+/// How long after a renewal whose commit failed the next one is tried, at most (an eighth
+/// of the lock when that is shorter): soon, since the locks did not move, but not at once,
+/// which would spin while the cluster refuses.
+const RENEWAL_RETRY: Duration = Duration::from_secs(1);
+
 /// Held records and the instant each one's acquisition lock (re)started.
 #[derive(Debug, Default)]
 pub(crate) struct HeldRecords {
     since: HashMap<RecordId, Instant>,
+    /// After a renewal whose commit failed: no renewal comes due before this.
+    not_before: Option<Instant>,
 }
 
 impl HeldRecords {
@@ -66,11 +73,15 @@ impl HeldRecords {
         self.since
             .values()
             .min()
-            .map(|since| deadline_after(*since, lock / 2))
+            .map(|since| self.held_off(deadline_after(*since, lock / 2)))
     }
 
-    /// The held records that reached half of `lock` by `now`.
+    /// The held records that reached half of `lock` by `now` (none while a failed renewal's
+    /// retry waits).
     pub(crate) fn due(&self, now: Instant, lock: Duration) -> Vec<RecordId> {
+        if self.not_before.is_some_and(|at| now < at) {
+            return Vec::new();
+        }
         self.since
             .iter()
             .filter(|(_, since)| deadline_after(**since, lock / 2) <= now)
@@ -78,9 +89,33 @@ impl HeldRecords {
             .collect()
     }
 
+    /// `due`, or later while a failed renewal's retry waits.
+    pub(crate) fn held_off(&self, due: Instant) -> Instant {
+        self.not_before.map_or(due, |at| due.max(at))
+    }
+
+    /// The commit of a renewal failed: the locks may not have moved. Each record of
+    /// `previous` (as [`renew`](super::renew) touched it) gets its last known lock start
+    /// back, and no renewal comes due for a short while (see [`RENEWAL_RETRY`]) rather than
+    /// half a lock later, when the lock may already have run out.
+    pub(crate) fn renewal_failed(
+        &mut self,
+        previous: &[(RecordId, Instant)],
+        now: Instant,
+        lock: Duration,
+    ) {
+        for (id, since) in previous {
+            if let Some(held) = self.since.get_mut(id) {
+                *held = *since;
+            }
+        }
+        self.not_before = Some(deadline_after(now, RENEWAL_RETRY.min(lock / 8)));
+    }
+
     /// Forgets everything (the consumer released it all).
     pub(crate) fn clear(&mut self) {
         self.since.clear();
+        self.not_before = None;
     }
 }
 
@@ -128,6 +163,38 @@ mod tests {
             assert!(retry_backoff(attempt, max) < max);
         }
         assert_eq!(retry_backoff(5, Duration::ZERO), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_keeps_the_old_lock_start_and_is_tried_again_soon() {
+        let lock = Duration::from_secs(30);
+        let id = RecordId::new("t", 0, 1);
+        let mut held = HeldRecords::default();
+        let t0 = Instant::now();
+        held.insert(id.clone(), t0);
+        let at = t0 + Duration::from_secs(15);
+        assert_eq!(held.due(at, lock), vec![id.clone()]);
+        held.touch(&id, at);
+        held.renewal_failed(&[(id.clone(), t0)], at, lock);
+        assert_eq!(held.since(&id), Some(t0), "the lock did not move");
+        assert!(held.due(at, lock).is_empty(), "not again at once");
+        let retry = at + Duration::from_secs(1);
+        assert_eq!(held.next_due(lock), Some(retry));
+        assert_eq!(held.due(retry, lock), vec![id.clone()]);
+        // A later success moves the lock as usual.
+        held.touch(&id, retry);
+        assert_eq!(held.next_due(lock), Some(retry + Duration::from_secs(15)));
+        // Short locks retry within an eighth of the lock.
+        let short = Duration::from_secs(4);
+        held.renewal_failed(
+            &[(id.clone(), retry - Duration::from_secs(2))],
+            retry,
+            short,
+        );
+        assert_eq!(
+            held.next_due(short),
+            Some(retry + Duration::from_millis(500))
+        );
     }
 
     #[tokio::test(start_paused = true)]

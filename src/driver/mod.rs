@@ -539,10 +539,12 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 if !self.implicit() && self.queue_redelivered()? {
                     self.take_queued_batch();
                 }
-            } else if renewed {
+            } else if !renewed.is_empty() && !self.commit_renewals().await {
                 // No poll to carry them: held records are timed from now, so the renewals
                 // must go now (left for the next commit, they could arrive after the locks).
-                self.commit_renewals().await;
+                // Failed, the locks keep their old starts and are renewed again shortly.
+                let lock = self.lock_duration();
+                self.held.renewal_failed(&renewed, Instant::now(), lock);
             }
         }
         report.records = self.batch.len();
@@ -707,9 +709,9 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     /// Queues a RENEW for every held record at half its lock, and says whether there was
     /// any; the next poll or commit sends them (the caller sends them at once when none
     /// follows soon: the records' lock times already count from now).
-    fn renew_due_held(&mut self) -> Result<bool> {
+    fn renew_due_held(&mut self) -> Result<Vec<(RecordId, Instant)>> {
         if self.held.is_empty() || !self.can_renew() {
-            return Ok(false);
+            return Ok(Vec::new());
         }
         let lock = self.lock_duration();
         let now = Instant::now();
@@ -720,8 +722,7 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             &due,
             now,
             &mut self.metrics,
-        )?;
-        Ok(!due.is_empty())
+        )
     }
 
     /// Sleeps until `until`, renewing held records (and committing the renewals at once)
@@ -736,14 +737,14 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
     }
 
     /// Sends queued renewals now; failures are logged (the records come back through the
-    /// group), never returned.
-    async fn commit_renewals(&mut self) {
+    /// group), never returned. False when the commit itself failed.
+    async fn commit_renewals(&mut self) -> bool {
         commit_renewals(
             &mut self.consumer,
             self.config.commit_timeout,
             &mut self.metrics,
         )
-        .await;
+        .await
     }
 
     /// `put`, renewing the batch's locks (and those of held records) at half their duration
@@ -2006,16 +2007,21 @@ pub(crate) async fn connect_parts(
     Ok((consumer, driver_config))
 }
 
-/// Queues a RENEW for each of `ids` and restarts their lock clocks.
+/// Queues a RENEW for each of `ids` and restarts their lock clocks; returns when each
+/// renewed lock had started before, for [`HeldRecords::renewal_failed`].
 fn renew<C: ShareConsumer>(
     consumer: &mut C,
     held: &mut HeldRecords,
     ids: &[RecordId],
     now: Instant,
     metrics: &mut DriverMetrics,
-) -> Result<()> {
+) -> Result<Vec<(RecordId, Instant)>> {
+    let mut previous = Vec::with_capacity(ids.len());
     for id in ids {
         if settle(consumer, id, AcknowledgeType::Renew)? {
+            if let Some(since) = held.since(id) {
+                previous.push((id.clone(), since));
+            }
             held.touch(id, now);
             metrics.records_renewed += 1;
         } else {
@@ -2027,7 +2033,7 @@ fn renew<C: ShareConsumer>(
     if !ids.is_empty() {
         tracing::debug!(records = ids.len(), "renewing acquisition locks");
     }
-    Ok(())
+    Ok(previous)
 }
 
 /// Queues a RENEW for each of `ids`, records of the last poll that are not held (one the
@@ -2150,7 +2156,7 @@ impl<C: ShareConsumer> Renewal<'_, C> {
             let batch_due = unheld
                 .as_ref()
                 .filter(|(records, _)| !records.is_empty())
-                .map(|(_, acquired)| deadline_after(**acquired, lock / 2));
+                .map(|(_, acquired)| held.held_off(deadline_after(**acquired, lock / 2)));
             let due = match (batch_due, held.next_due(lock)) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,
@@ -2161,6 +2167,8 @@ impl<C: ShareConsumer> Renewal<'_, C> {
                 () = tokio::time::sleep_until(due) => {
                     let now = Instant::now();
                     let mut renewed = Ok(());
+                    // The batch's lock start before this renewal, if it moved.
+                    let mut batch_before = None;
                     if let Some((records, acquired)) = unheld.as_mut().filter(|_| batch_due.is_some_and(|d| d <= now)) {
                         match records {
                             Unheld::Hold(records) => {
@@ -2178,15 +2186,26 @@ impl<C: ShareConsumer> Renewal<'_, C> {
                             Unheld::Renew(ids) => renewed = renew_unheld(consumer, ids, metrics),
                         }
                         if renewed.is_ok() {
+                            batch_before = Some(**acquired);
                             **acquired = now;
                         }
                     }
                     let due = held.due(now, lock);
-                    if let Err(e) = renewed.and_then(|()| renew(consumer, held, &due, now, metrics)) {
-                        tracing::warn!(during, error = %ErrorChain(&e), "cannot renew locks; the records come back through the group if their locks run out");
-                        break;
+                    let previous = match renewed.and_then(|()| renew(consumer, held, &due, now, metrics)) {
+                        Ok(previous) => previous,
+                        Err(e) => {
+                            tracing::warn!(during, error = %ErrorChain(&e), "cannot renew locks; the records come back through the group if their locks run out");
+                            break;
+                        }
+                    };
+                    if !commit_renewals(consumer, commit_timeout, metrics).await {
+                        // The locks may not have moved: keep their old starts and try again
+                        // shortly, rather than half a lock later, when they may have run out.
+                        held.renewal_failed(&previous, Instant::now(), lock);
+                        if let (Some((_, acquired)), Some(before)) = (unheld.as_mut(), batch_before) {
+                            **acquired = before;
+                        }
                     }
-                    commit_renewals(consumer, commit_timeout, metrics).await;
                 }
             }
         }
@@ -2200,15 +2219,22 @@ fn sizes(batch_bytes: &[u64], n: usize) -> impl Iterator<Item = u64> + '_ {
 }
 
 /// Sends queued acknowledgements (renewals) at once; failures are logged, never returned:
-/// a record whose renewal failed comes back through the group.
+/// a record whose renewal failed comes back through the group. False when the commit itself
+/// failed (a timeout, a lost connection), so that the renewals may not have taken.
 async fn commit_renewals<C: ShareConsumer>(
     consumer: &mut C,
     timeout: Duration,
     metrics: &mut DriverMetrics,
-) {
+) -> bool {
     match consumer.commit_sync(timeout).await {
-        Ok(results) => count_failures(&results, metrics),
-        Err(e) => tracing::warn!(error = %ErrorChain(&e), "could not send lock renewals"),
+        Ok(results) => {
+            count_failures(&results, metrics);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %ErrorChain(&e), "could not send lock renewals; trying again shortly");
+            false
+        }
     }
 }
 
