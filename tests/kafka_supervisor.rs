@@ -128,12 +128,15 @@ async fn three_supervised_tasks_drain_one_partition_with_a_restart_and_stop_clea
         Duration::from_secs(120),
         supervisor.run(async move {
             loop {
-                // Task 0's second sink started: a shutdown before that would not start it
-                // (and so not stop it).
+                // Every sink expected to be stopped below started: a shutdown before a
+                // task's start does not start it (and so does not stop it).
                 let done = {
                     let store = watched.lock().unwrap();
+                    let starts = |task: u32| store.started.iter().filter(|t| **t == task).count();
                     store.written.len() == RECORDS
-                        && store.started.iter().filter(|t| **t == 0).count() >= 2
+                        && starts(0) >= 2
+                        && starts(1) >= 1
+                        && starts(2) >= 1
                 };
                 if done {
                     return;

@@ -154,6 +154,13 @@ impl LockKeeper {
             every,
         }
     }
+
+    /// A renewal's commit failed: the locks may not have moved, so the next renewal comes
+    /// within a second (half the interval if shorter), not a whole interval later.
+    fn retry_soon(&mut self, now: Instant) {
+        let wait = Duration::from_secs(1).min(self.every / 2);
+        self.due = crate::time::deadline_after(now, wait);
+    }
 }
 
 /// Why the record whose output was refused is dead-lettered, for its
@@ -1180,7 +1187,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %ErrorChain(&e), "could not send the acknowledgements before renewing the waiting records; renewing later");
+                tracing::warn!(error = %ErrorChain(&e), "could not send the acknowledgements before renewing the waiting records; trying again shortly");
+                locks.retry_soon(Instant::now());
                 return;
             }
         }
@@ -1209,7 +1217,8 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %ErrorChain(&e), "the renewal of the waiting records was not answered: a record whose lock runs out is delivered again later (not lost)");
+                tracing::warn!(error = %ErrorChain(&e), "the renewal of the waiting records was not answered; trying again shortly (a record whose lock runs out is delivered again later, not lost)");
+                locks.retry_soon(Instant::now());
             }
         }
     }

@@ -529,22 +529,33 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             if !self.flush_bound_reached() {
                 // A commit since the last wait (of an interrupted write, a release) made room.
                 self.flush_stalled = false;
-            } else if !self.wait_for_flush(&mut report).await? {
-                report.awaiting_flush = self.awaiting_flush();
-                return Ok(report);
+            } else {
+                // Its commit carries the renewals.
+                match self.wait_for_flush(&mut report).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        report.awaiting_flush = self.awaiting_flush();
+                        return Ok(report);
+                    }
+                    Err(e) => {
+                        self.renewals_lost(&renewed);
+                        return Err(e);
+                    }
+                }
             }
             if !self.take_queued_batch() {
                 // The poll carries the renewals.
-                self.poll_batch(&mut report).await?;
+                if let Err(e) = self.poll_batch(&mut report).await {
+                    self.renewals_lost(&renewed);
+                    return Err(e);
+                }
                 if !self.implicit() && self.queue_redelivered()? {
                     self.take_queued_batch();
                 }
             } else if !renewed.is_empty() && !self.commit_renewals().await {
                 // No poll to carry them: held records are timed from now, so the renewals
                 // must go now (left for the next commit, they could arrive after the locks).
-                // Failed, the locks keep their old starts and are renewed again shortly.
-                let lock = self.lock_duration();
-                self.held.renewal_failed(&renewed, Instant::now(), lock);
+                self.renewals_lost(&renewed);
             }
         }
         report.records = self.batch.len();
@@ -723,6 +734,16 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
             now,
             &mut self.metrics,
         )
+    }
+
+    /// The request that was to carry the `renewed` records' RENEWs failed: they may not have
+    /// reached the broker, so the records get their old lock starts back and are renewed
+    /// again shortly ([`HeldRecords::renewal_failed`]).
+    fn renewals_lost(&mut self, renewed: &[(RecordId, Instant)]) {
+        if !renewed.is_empty() {
+            let lock = self.lock_duration();
+            self.held.renewal_failed(renewed, Instant::now(), lock);
+        }
     }
 
     /// Sleeps until `until`, renewing held records (and committing the renewals at once)
