@@ -156,9 +156,10 @@ impl LockKeeper {
     }
 
     /// A renewal's commit failed: the locks may not have moved, so the next renewal comes
-    /// within a second (half the interval if shorter), not a whole interval later.
+    /// after [`RENEWAL_RETRY`](super::held::RENEWAL_RETRY) (half the interval if shorter),
+    /// not a whole interval later.
     fn retry_soon(&mut self, now: Instant) {
-        let wait = Duration::from_secs(1).min(self.every / 2);
+        let wait = super::held::RENEWAL_RETRY.min(self.every / 2);
         self.due = crate::time::deadline_after(now, wait);
     }
 }

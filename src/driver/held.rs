@@ -10,10 +10,11 @@ use tokio::time::Instant;
 use crate::record::RecordId;
 use crate::time::deadline_after;
 
-/// How long after a renewal whose commit failed the next one is tried, at most (an eighth
+/// How long after a renewal whose commit failed the next one is tried, at most (a fraction
 /// of the lock when that is shorter): soon, since the locks did not move, but not at once,
-/// which would spin while the cluster refuses.
-const RENEWAL_RETRY: Duration = Duration::from_secs(1);
+/// which would spin while the cluster refuses. The exactly-once iteration's renewals of
+/// records waiting for their own transaction use it too.
+pub(crate) const RENEWAL_RETRY: Duration = Duration::from_secs(1);
 
 /// Held records and the instant each one's acquisition lock (re)started.
 #[derive(Debug, Default)]
@@ -96,8 +97,9 @@ impl HeldRecords {
 
     /// The commit of a renewal failed: the locks may not have moved. Each record of
     /// `previous` (as [`renew`](super::renew) touched it) gets its last known lock start
-    /// back, and no renewal comes due for a short while (see [`RENEWAL_RETRY`]) rather than
-    /// half a lock later, when the lock may already have run out.
+    /// back, and no renewal comes due for a short while ([`RENEWAL_RETRY`], or an eighth of
+    /// the lock if shorter) rather than half a lock later, when the lock may already have
+    /// run out.
     pub(crate) fn renewal_failed(
         &mut self,
         previous: &[(RecordId, Instant)],

@@ -717,9 +717,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         false
     }
 
-    /// Queues a RENEW for every held record at half its lock, and says whether there was
-    /// any; the next poll or commit sends them (the caller sends them at once when none
-    /// follows soon: the records' lock times already count from now).
+    /// Queues a RENEW for every held record at half its lock, and returns the renewed records
+    /// with their previous lock starts (empty: none was due); the next poll or commit sends
+    /// them (the caller sends them at once when none follows soon: the records' lock times
+    /// already count from now), and gives the starts back if that fails
+    /// ([`renewals_lost`](Self::renewals_lost)).
     fn renew_due_held(&mut self) -> Result<Vec<(RecordId, Instant)>> {
         if self.held.is_empty() || !self.can_renew() {
             return Ok(Vec::new());
