@@ -1,7 +1,8 @@
 //! What a subscription to a topic that cannot be read does, against the scriptable fake
 //! broker: a name Kafka would refuse fails `subscribe`, a topic the client may not read fails
 //! the next poll naming it, and a topic that does not exist yet is waited for (said once at
-//! INFO), as Java's consumer does.
+//! INFO), as Java's consumer does. A consumer that subscribes again after `unsubscribe` waits
+//! for its next poll before it fetches, as after its first `subscribe`.
 
 #[path = "support/fake_broker.rs"]
 mod fake_broker;
@@ -11,11 +12,14 @@ use std::time::Duration;
 
 use fake_broker::{FakeBroker, Reply};
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, ShareGroupHeartbeatRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_share_sink::BrokerError;
 use kafka_share_sink::{
-    ConsumerError, KafkaShareConsumer, KafkaShareConsumerConfig, ShareConsumer,
+    AcknowledgeType, AcquisitionSizing, ConsumerError, KafkaShareConsumer,
+    KafkaShareConsumerConfig, ShareConsumer,
 };
 
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
@@ -182,5 +186,100 @@ async fn metadata_is_not_asked_again_and_again_for_a_topic_left_or_deleted() {
             asked <= MOST,
             "{how}: {asked} Metadata requests in {WINDOW:?}, at most {MOST} expected"
         );
+    }
+}
+
+/// A consumer that leaves with `unsubscribe` and joins again with `subscribe` fetches nothing
+/// until it is polled again, as on its first join: a fetch ahead would acquire records (and
+/// count a delivery of each) that no poll may take for a while, keeping them from the other
+/// members of the group until their locks ran out. Both acquisitions: fixed with records
+/// fetched ahead, and sized after a poll that handed records out.
+#[tokio::test]
+async fn a_consumer_that_subscribes_again_fetches_nothing_before_its_next_poll() {
+    for sizing in [AcquisitionSizing::Fixed, AcquisitionSizing::Sized] {
+        let broker = FakeBroker::start().await;
+        let topic_id = broker.add_topic("orders", 1);
+        broker.set_heartbeat_interval(Duration::from_millis(100));
+        // Every fetch acquires the next five records, so a sized acquisition fetches ahead
+        // too (an empty answer would send it to wait for the next poll by itself).
+        let next = std::sync::atomic::AtomicI64::new(0);
+        broker.on(ApiKey::ShareFetch, move |_| {
+            let from = next.fetch_add(5, std::sync::atomic::Ordering::Relaxed);
+            Reply::share_fetch_acquired(topic_id, from..from + 5)
+        });
+        let config = KafkaShareConsumerConfig::new(broker.addr(), "g")
+            .fetch_max_wait(Duration::from_millis(50))
+            .acquisition_sizing(sizing)
+            .prefetch_records(100);
+        let mut consumer = KafkaShareConsumer::connect(config).await.expect("connects");
+        let topics = vec!["orders".to_owned()];
+        consumer
+            .subscribe(topics.clone())
+            .await
+            .expect("subscribes");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{sizing:?}: no records"
+            );
+            let records = consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("polls");
+            if !records.is_empty() {
+                for record in &records {
+                    consumer
+                        .acknowledge(record, AcknowledgeType::Accept)
+                        .expect("acknowledges");
+                }
+                break;
+            }
+        }
+        consumer.unsubscribe().await.expect("unsubscribes");
+        let fetches = broker.count(ApiKey::ShareFetch);
+        let heartbeats = broker.count(ApiKey::ShareGroupHeartbeat);
+        consumer.subscribe(topics).await.expect("subscribes again");
+        // Joined again (epoch 0), and a few heartbeats later: the assignment long taken.
+        let joined = loop {
+            let requests = broker.requests_of(ApiKey::ShareGroupHeartbeat);
+            let rejoin = requests.iter().skip(heartbeats).position(|r| {
+                let heartbeat: ShareGroupHeartbeatRequest = r.decode().expect("a heartbeat");
+                heartbeat.member_epoch == 0
+            });
+            if let Some(at) = rejoin {
+                break heartbeats + at + 1;
+            }
+            broker
+                .wait_for(
+                    ApiKey::ShareGroupHeartbeat,
+                    requests.len() + 1,
+                    Duration::from_secs(5),
+                )
+                .await;
+        };
+        broker
+            .wait_for(
+                ApiKey::ShareGroupHeartbeat,
+                joined + 5,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert_eq!(
+            broker.count(ApiKey::ShareFetch),
+            fetches,
+            "{sizing:?}: the member fetched after joining again, before any poll"
+        );
+        // The next poll fetches.
+        while broker.count(ApiKey::ShareFetch) == fetches {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{sizing:?}: no fetch after the poll"
+            );
+            consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("polls");
+        }
     }
 }

@@ -374,6 +374,8 @@ impl Engine {
                 self.subscription.clear();
                 self.leaving = Some(reply);
                 self.demand.unsubscribed();
+                // As after the first subscribe: nothing is fetched ahead of the next poll.
+                self.polled = false;
             }
             Command::Want { deadline } => {
                 self.polled = true;
