@@ -25,7 +25,7 @@ use kafka_share_sink::embedded::{
 };
 use kafka_share_sink::exactly_once::{
     ClusterCapabilities, ExactlyOnceCluster, ExactlyOnceConfig, ExactlyOnceError, ExactlyOnceMode,
-    ModePreference, TransactionalOutput,
+    MirrorTask, ModePreference, TransactionalOutput,
 };
 use kafka_share_sink::producer::{
     DeliveryFuture, IsolationLevel, LogReader, Producer, ProducerError, ProducerRecord,
@@ -448,6 +448,10 @@ struct FlakyCluster {
     /// How many transactional-id listings (the orphan fencing, after the producer's
     /// initialization) fail retriably first.
     listing_failures: AtomicUsize,
+    /// How many partition counts of `unknown_topic` answer that it does not exist first (a
+    /// broker restarted a moment ago, whose metadata has not caught up).
+    unknown_answers: AtomicUsize,
+    unknown_topic: &'static str,
 }
 
 /// A request cut by a broker killed a moment ago: retriable.
@@ -471,6 +475,8 @@ impl FlakyCluster {
             ledger_refused,
             ledger_creations: AtomicUsize::new(0),
             listing_failures: AtomicUsize::new(0),
+            unknown_answers: AtomicUsize::new(0),
+            unknown_topic: "",
         }
     }
 }
@@ -517,6 +523,9 @@ impl ExactlyOnceCluster for FlakyCluster {
     }
 
     async fn partition_count(&self, topic: &str) -> Result<Option<i32>, ExactlyOnceError> {
+        if topic == self.unknown_topic && failing(&self.unknown_answers) {
+            return Ok(None);
+        }
         self.inner.partition_count(topic).await
     }
 
@@ -615,6 +624,44 @@ async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
     let report = d.iteration_exactly_once().await.expect("iteration");
     assert_eq!(report.records, 3);
     assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+}
+
+/// A declared target that a broker restarted a moment ago does not know yet (one
+/// UNKNOWN_TOPIC_OR_PARTITION answer) is asked about again, not refused for good; one that
+/// stays unknown is refused, naming it.
+#[tokio::test]
+async fn a_target_unknown_for_a_moment_is_asked_about_again_at_the_setup() {
+    for (unknown_answers, refused) in [(1, false), (usize::MAX, true)] {
+        let broker = broker(3);
+        broker.set_capabilities(kafka_4_4());
+        broker.create_topic("copy.in", 1).expect("target");
+        let mut cluster = FlakyCluster::new(&broker, 0, false);
+        cluster.unknown_topic = "copy.in";
+        cluster.unknown_answers = AtomicUsize::new(unknown_answers);
+        let eos = eos(0, 1);
+        let producer = transactional(&broker, &eos);
+        let mut d = ShareSinkTask::new(
+            Box::new(MirrorTask::with_prefix("copy.")),
+            broker.share_consumer(GROUP),
+            config(),
+        )
+        .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos);
+        let outcome = d.initialize().await;
+        if refused {
+            let Err(Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { target, reason, .. })) =
+                &outcome
+            else {
+                panic!("expected UnfitTarget, got {outcome:?}");
+            };
+            assert_eq!(target, "copy.in");
+            assert!(reason.contains("does not exist"), "{reason}");
+            continue;
+        }
+        outcome.expect("initialize after one unknown answer");
+        let report = d.iteration_exactly_once().await.expect("iteration");
+        assert_eq!(report.records, 3);
+        assert_eq!(committed(&broker, "copy.in").await, ["v0", "v1", "v2"]);
+    }
 }
 
 /// The orphan fencing (task 0) fails retriably after the producer was initialized: the next

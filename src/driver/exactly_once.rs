@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::dead_letter::GivenUp;
 use super::failure::{Captured, Failure};
 use super::pipeline::Converting;
-use super::target_watch::watch_targets;
+use super::target_watch::{target_partitions, watch_targets};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -1767,7 +1767,9 @@ impl Aborted {
     }
 }
 
-/// Refuses a declared target that cannot take what the task will write.
+/// Refuses a declared target that cannot take what the task will write. A target found
+/// unknown is asked about again before it is refused ([`target_partitions`]): a broker that
+/// restarted a moment ago may not know a topic that exists yet.
 async fn check_targets(
     cluster: &dyn ExactlyOnceCluster,
     outputs: &[(String, Vec<OutputTarget>)],
@@ -1784,7 +1786,7 @@ async fn check_targets(
                 reason,
             };
             match (
-                cluster.partition_count(target.topic()).await?,
+                target_partitions(cluster, target.topic()).await?,
                 source_partitions,
             ) {
                 (None, _) => {
@@ -1793,7 +1795,7 @@ async fn check_targets(
                          first write gets its default partition count)",
                         match source_partitions {
                             Some(n) if target.keeps_partitions() => {
-                                format!(" with at least {n} partitions, as the source has")
+                                format!(" with at least {}, as the source has", partitions(n))
                             }
                             _ => String::new(),
                         }
@@ -1801,10 +1803,11 @@ async fn check_targets(
                 }
                 (Some(have), Some(need)) if target.keeps_partitions() && have < need => {
                     return Err(unfit(format!(
-                        "it has {have} partitions and the source {need}, and each output keeps \
+                        "it has {} and the source {need}, and each output keeps \
                          its source partition: records of partitions {have} to {} could not be \
                          written; add partitions to the target, or let the producer pick them \
                          (MirrorTask::keep_partition(false))",
+                        partitions(have),
                         need - 1
                     )));
                 }
@@ -1813,6 +1816,15 @@ async fn check_targets(
         }
     }
     Ok(())
+}
+
+/// "1 partition", "3 partitions".
+fn partitions(n: i32) -> String {
+    if n == 1 {
+        "1 partition".to_owned()
+    } else {
+        format!("{n} partitions")
+    }
 }
 
 /// Finds or creates the ledger topic.

@@ -1,16 +1,18 @@
-//! Watching a slow transaction's target topics: a topic deleted meanwhile would keep its
-//! sends retrying until the delivery timeout, and the next transaction's again.
+//! Whether a transaction's target topics exist: checked once at the setup
+//! ([`target_partitions`]), and watched while a transaction's sends are slow
+//! ([`watch_targets`]): a topic deleted meanwhile would keep its sends retrying until the
+//! delivery timeout, and the next transaction's again.
 //!
 //! One answer that a topic is unknown is not proof that it is gone: a broker that restarted
 //! a moment ago, or one whose metadata lags the controller's, answers
-//! UNKNOWN_TOPIC_OR_PARTITION for a topic that exists. A topic counts as gone only when
+//! UNKNOWN_TOPIC_OR_PARTITION for a topic that exists. A topic counts as missing only when
 //! [`CONFIRMATIONS`] answers in a row, [`WATCH_EVERY`] apart, say so.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::ErrorChain;
-use crate::exactly_once::ExactlyOnceCluster;
+use crate::exactly_once::{ExactlyOnceCluster, ExactlyOnceError};
 
 /// How long a transaction's sends may take before [`watch_targets`] first checks that their
 /// topics still exist.
@@ -45,6 +47,30 @@ pub(super) async fn watch_targets(cluster: &dyn ExactlyOnceCluster, topics: &[St
                 return topic.clone();
             }
         }
+    }
+}
+
+/// The partition count of `topic`, `None` when [`CONFIRMATIONS`] answers in a row,
+/// [`WATCH_EVERY`] apart, find it unknown (a topic that exists answers at once).
+///
+/// # Errors
+///
+/// The cluster's, as [`ExactlyOnceCluster::partition_count`] gives them.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads metadata.
+pub(super) async fn target_partitions(
+    cluster: &dyn ExactlyOnceCluster,
+    topic: &str,
+) -> Result<Option<i32>, ExactlyOnceError> {
+    let mut gone = GoneTopics::default();
+    loop {
+        let count = cluster.partition_count(topic).await?;
+        if gone.observe(topic, Some(count.is_some())) || count.is_some() {
+            return Ok(count);
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
     }
 }
 
