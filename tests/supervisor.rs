@@ -2,16 +2,21 @@
 //! restarted with backoff or left failed, and a shutdown closes every task.
 
 use std::collections::HashMap;
+use std::future::Ready;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kafka_share_sink::embedded::{AutoOffsetReset, EmbeddedBroker, GroupConfig, ProduceRecord};
+use kafka_share_sink::embedded::{
+    AutoOffsetReset, EmbeddedBroker, EmbeddedShareConsumer, GroupConfig, ProduceRecord,
+};
 use kafka_share_sink::supervisor::{
     Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle, TaskParts, TaskState,
 };
-use kafka_share_sink::{DriverConfig, RecordId, SinkRecord, SinkTask, TaskConfig, TaskError};
+use kafka_share_sink::{
+    BoxError, DriverConfig, RecordId, SinkRecord, SinkTask, TaskConfig, TaskError,
+};
 use tokio::time::Instant;
 
 const GROUP: &str = "sink";
@@ -104,6 +109,30 @@ fn driver_config() -> DriverConfig {
         .retriable_backoff(Duration::from_millis(10))
 }
 
+/// A factory of tasks that each write to `store` with the fault `fault` gives their task id,
+/// on `broker`'s group.
+fn sinks(
+    broker: &EmbeddedBroker,
+    store: &Arc<Mutex<Store>>,
+    fault: impl Fn(u32) -> Fault + Send + Sync + 'static,
+) -> impl Fn(u32) -> Ready<Result<TaskParts<EmbeddedShareConsumer>, BoxError>> + Send + Sync + 'static
+{
+    let (broker, store) = (broker.clone(), Arc::clone(store));
+    move |task| {
+        let sink = Sink {
+            task,
+            store: Arc::clone(&store),
+            fault: fault(task),
+        };
+        let consumer = broker.share_consumer(GROUP);
+        std::future::ready(Ok(TaskParts::new(
+            Box::new(sink),
+            consumer,
+            driver_config(),
+        )))
+    }
+}
+
 /// Completes once `done` holds for the statuses (checked every 5 ms).
 async fn until(handle: SupervisorHandle, done: impl Fn(&SupervisorHandle) -> bool) {
     while !done(&handle) {
@@ -126,19 +155,8 @@ fn distinct_written(store: &Arc<Mutex<Store>>) -> usize {
 async fn three_tasks_drain_one_group_and_a_shutdown_closes_them_all() {
     let broker = broker(300);
     let store = Arc::new(Mutex::new(Store::default()));
-    let (group, sinks) = (broker.clone(), Arc::clone(&store));
-    let supervisor = Supervisor::new("drain", SupervisorConfig::new(3), move |task| {
-        let consumer = group.share_consumer(GROUP);
-        let store = Arc::clone(&sinks);
-        async move {
-            let sink = Sink {
-                task,
-                store,
-                fault: Fault::None,
-            };
-            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
-        }
-    });
+    let factory = sinks(&broker, &store, |_| Fault::None);
+    let supervisor = Supervisor::new("drain", SupervisorConfig::new(3), factory);
     let handle = supervisor.handle();
     assert!(
         handle
@@ -193,19 +211,8 @@ async fn three_tasks_drain_one_group_and_a_shutdown_closes_them_all() {
 async fn a_shutdown_while_the_tasks_start_stops_them() {
     let broker = broker(10);
     let store = Arc::new(Mutex::new(Store::default()));
-    let (group, sinks) = (broker.clone(), Arc::clone(&store));
-    let supervisor = Supervisor::new("hang", SupervisorConfig::new(2), move |task| {
-        let consumer = group.share_consumer(GROUP);
-        let store = Arc::clone(&sinks);
-        async move {
-            let sink = Sink {
-                task,
-                store,
-                fault: Fault::HangStart,
-            };
-            Ok(TaskParts::new(Box::new(sink), consumer, driver_config()))
-        }
-    });
+    let factory = sinks(&broker, &store, |_| Fault::HangStart);
+    let supervisor = Supervisor::new("hang", SupervisorConfig::new(2), factory);
     let handle = supervisor.handle();
     let watched = Arc::clone(&store);
     within(supervisor.run(async move {
@@ -228,32 +235,48 @@ async fn a_shutdown_while_the_tasks_start_stops_them() {
     );
 }
 
+/// A shutdown while the factory builds the tasks (connecting to a cluster that does not
+/// answer, say) stops the builds: the supervisor returns, and no task was started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_while_the_tasks_are_built_stops_the_builds() {
+    let builds = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&builds);
+    let supervisor = Supervisor::new("unbuilt", SupervisorConfig::new(2), move |_task| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<TaskParts<EmbeddedShareConsumer>, BoxError>>()
+    });
+    let handle = supervisor.handle();
+    within(supervisor.run(async move {
+        while builds.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }))
+    .await
+    .expect("a clean stop");
+    let statuses = handle.statuses();
+    assert!(
+        statuses.iter().all(|s| s.state == TaskState::Stopped),
+        "{statuses:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_task_is_built_again_and_restarted_after_the_backoff() {
     let broker = broker(100);
     let store = Arc::new(Mutex::new(Store::default()));
     let builds = Arc::new(AtomicU32::new(0));
-    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&builds));
+    let counter = Arc::clone(&builds);
     let config =
         SupervisorConfig::new(2).restart_backoff(Duration::from_millis(50), Duration::from_secs(1));
-    let supervisor = Supervisor::new("restart", config, move |task| {
-        let consumer = group.share_consumer(GROUP);
-        let store = Arc::clone(&sinks);
-        // Task 1's first build fails to start; its rebuilds do not.
-        let first_of_task_1 = task == 1 && counter.fetch_add(1, Ordering::SeqCst) == 0;
-        async move {
-            let fault = if first_of_task_1 {
-                Fault::FailStart
-            } else {
-                Fault::None
-            };
-            Ok(TaskParts::new(
-                Box::new(Sink { task, store, fault }),
-                consumer,
-                driver_config(),
-            ))
+    // Task 1's first build fails to start; its rebuilds do not.
+    let factory = sinks(&broker, &store, move |task| {
+        if task == 1 && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            Fault::FailStart
+        } else {
+            Fault::None
         }
     });
+    let supervisor = Supervisor::new("restart", config, factory);
     let handle = supervisor.handle();
     let watched = Arc::clone(&store);
     let restarted = handle.clone();
@@ -296,26 +319,17 @@ async fn a_panicking_task_is_restarted_and_its_records_come_back() {
     let broker = broker(40);
     let store = Arc::new(Mutex::new(Store::default()));
     let builds = Arc::new(AtomicU32::new(0));
-    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&builds));
+    let counter = Arc::clone(&builds);
     let config = SupervisorConfig::new(1)
         .restart_backoff(Duration::from_millis(10), Duration::from_millis(10));
-    let supervisor = Supervisor::new("panics", config, move |task| {
-        let consumer = group.share_consumer(GROUP);
-        let store = Arc::clone(&sinks);
-        let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
-        async move {
-            let fault = if first {
-                Fault::PanicOnFirstPut
-            } else {
-                Fault::None
-            };
-            Ok(TaskParts::new(
-                Box::new(Sink { task, store, fault }),
-                consumer,
-                driver_config(),
-            ))
+    let factory = sinks(&broker, &store, move |_| {
+        if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            Fault::PanicOnFirstPut
+        } else {
+            Fault::None
         }
     });
+    let supervisor = Supervisor::new("panics", config, factory);
     let handle = supervisor.handle();
     let watched = Arc::clone(&store);
     within(supervisor.run(async move {

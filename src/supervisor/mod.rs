@@ -344,7 +344,9 @@ where
     C: ShareConsumer + 'static,
 {
     /// A supervisor of `config.tasks()` tasks of `connector`, each built by `factory` with
-    /// its task id (0, 1, ...) when it starts and again at every restart.
+    /// its task id (0, 1, ...) when it starts and again at every restart. The future the
+    /// factory returns is dropped when the shutdown comes before it completes: it should
+    /// hold nothing that needs more than a drop to let go.
     pub fn new(connector: impl Into<String>, config: SupervisorConfig, factory: F) -> Self {
         // Too many tasks: `run` refuses before anything is built (no status either, so an
         // absurd count allocates nothing).
@@ -382,7 +384,8 @@ where
 
     /// Runs every task until `shutdown` completes (a signal, say), then stops them all
     /// gracefully, each after its current iteration (a task still starting is stopped at
-    /// once: its `start` is cut short and its sink stopped). Returns early when every task
+    /// once: its `start` is cut short and its sink stopped; a task the factory is still
+    /// building is not built: the factory's future is dropped). Returns early when every task
     /// failed for good.
     ///
     /// Each task runs on its own tokio task (`tokio::spawn`), so a multi-threaded runtime
@@ -555,7 +558,13 @@ where
     Fut: Future<Output = Result<TaskParts<C>, BoxError>> + Send + 'static,
     C: ShareConsumer + 'static,
 {
-    let parts = factory(task).await?;
+    // A shutdown while the task is built (its factory connecting to a cluster that does not
+    // answer, say) drops the build: nothing was started, so nothing needs closing.
+    let parts = tokio::select! {
+        biased;
+        _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+        parts = factory(task) => parts?,
+    };
     let labels = MetricLabels::new(
         shared.connector.clone(),
         task,
