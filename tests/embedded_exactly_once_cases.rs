@@ -90,11 +90,19 @@ struct CopyOffsets {
     /// Fails its first call retriably (a sink briefly away).
     away_first: bool,
     calls: usize,
+    /// How many times `start` and `stop` were called.
+    starts: Arc<AtomicUsize>,
+    stops: Arc<AtomicUsize>,
 }
 
 #[async_trait]
 impl SinkTask for CopyOffsets {
     async fn start(&mut self, _: &TaskConfig) -> Result<(), TaskError> {
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn stop(&mut self) -> Result<(), TaskError> {
+        self.stops.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     async fn put(&mut self, _: &[SinkRecord]) -> Result<(), TaskError> {
@@ -598,14 +606,18 @@ impl ExactlyOnceCluster for FlakyCluster {
 
 /// The driver of task 0 of 1 on `cluster`.
 fn driver_on(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>) -> Driver {
+    driver_of(broker, cluster, CopyOffsets::default())
+}
+
+/// The driver of `task`, task 0 of 1 on `cluster`.
+fn driver_of(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>, task: CopyOffsets) -> Driver {
     let eos = eos(0, 1);
     let producer = transactional(broker, &eos);
-    ShareSinkTask::new(
-        Box::new(CopyOffsets::default()),
-        broker.share_consumer(GROUP),
-        config(),
+    ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config()).with_exactly_once(
+        Arc::new(producer),
+        cluster,
+        eos,
     )
-    .with_exactly_once(Arc::new(producer), cluster, eos)
 }
 
 /// A broker killed a moment ago fails a request of the setup: `initialize` tries the setup
@@ -615,7 +627,9 @@ async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
     let broker = broker(3);
     broker.set_capabilities(kafka_4_4());
     let cluster = Arc::new(FlakyCluster::new(&broker, 3, false));
-    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    let task = CopyOffsets::default();
+    let (starts, stops) = (Arc::clone(&task.starts), Arc::clone(&task.stops));
+    let mut d = driver_of(&broker, Arc::clone(&cluster), task);
     d.initialize()
         .await
         .expect("initialize after three failed reads");
@@ -624,6 +638,12 @@ async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
     let report = d.iteration_exactly_once().await.expect("iteration");
     assert_eq!(report.records, 3);
     assert_eq!(committed(&broker, "out").await, ["out-0", "out-1", "out-2"]);
+    d.close().await.expect("close");
+    assert_eq!(
+        (starts.load(Ordering::SeqCst), stops.load(Ordering::SeqCst)),
+        (1, 1),
+        "the task is started once, after the setup, and stopped at close"
+    );
 }
 
 /// A declared target that a broker restarted a moment ago does not know yet (one
@@ -761,7 +781,9 @@ async fn initialize_does_not_try_again_what_no_retry_changes() {
     let broker = broker(3);
     broker.set_capabilities(kafka_4_4());
     let cluster = Arc::new(FlakyCluster::new(&broker, 0, true));
-    let mut d = driver_on(&broker, Arc::clone(&cluster));
+    let task = CopyOffsets::default();
+    let (starts, stops) = (Arc::clone(&task.starts), Arc::clone(&task.stops));
+    let mut d = driver_of(&broker, Arc::clone(&cluster), task);
     let error = d.initialize().await.expect_err("the ledger is refused");
     assert!(
         matches!(error, Error::ExactlyOnce(ExactlyOnceError::Ledger { .. })),
@@ -769,6 +791,13 @@ async fn initialize_does_not_try_again_what_no_retry_changes() {
     );
     assert_eq!(cluster.ledger_creations.load(Ordering::SeqCst), 1);
     assert_eq!(cluster.capability_reads.load(Ordering::SeqCst), 1);
+    // The setup failed before the task's turn: it was never started, so it is not stopped
+    // (as Connect calls stop only on a task it started).
+    let _ = d.close().await;
+    assert_eq!(
+        (starts.load(Ordering::SeqCst), stops.load(Ordering::SeqCst)),
+        (0, 0)
+    );
 }
 
 // ---- 3. Orphan fencing when tasks.max shrinks ---------------------------------------------
