@@ -241,6 +241,43 @@ async fn past_the_flush_bound_the_driver_stops_polling_until_the_task_flushes() 
     d.close().await.unwrap();
 }
 
+/// A driver stalled at the flush bound keeps the locks of what it holds: the RENEWs it queues
+/// at half a lock go out even though the flush-wait commit has nothing to accept. Before,
+/// that commit was skipped, nothing else was sent while stalled, and the records were
+/// delivered again when their locks ran out (archived on their last delivery).
+#[tokio::test(start_paused = true)]
+async fn a_driver_stalled_at_the_flush_bound_keeps_the_locks_of_what_it_holds() {
+    let b = broker(30);
+    let (mut d, store) = driver(&b, |c| c.max_awaiting_flush(10, 0));
+    d.initialize().await.unwrap();
+    assert_eq!(d.iteration().await.unwrap().awaiting_flush, 10);
+    // Three locks' time without a flush.
+    for _ in 0..20 {
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let report = d.iteration().await.unwrap();
+        assert!(report.waited_for_flush);
+    }
+    assert_eq!(d.metrics().lock_losses, 0);
+    for offset in 0..10 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acquired, 1),
+            "offset {offset}"
+        );
+    }
+    store.lock().unwrap().flush = true;
+    let report = d.iteration().await.unwrap();
+    assert_eq!(report.accepted, 10);
+    for offset in 0..10 {
+        assert_eq!(
+            state(&b, offset),
+            (RecordState::Acknowledged, 1),
+            "offset {offset}"
+        );
+    }
+    d.close().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_byte_bound_counts_keys_values_and_headers() {
     let b = broker(30);

@@ -647,6 +647,12 @@ struct Wrapped {
     failing_commits: usize,
     /// When each RENEW was made, shared with the test.
     renewed_at: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    /// The next poll, or commit, after a RENEW fails (a timeout) without sending anything,
+    /// once.
+    failing_renewal_poll: bool,
+    failing_renewal_commit: bool,
+    /// RENEWs were made since the last poll or commit.
+    renewed_unsent: bool,
 }
 
 impl Wrapped {
@@ -659,7 +665,20 @@ impl Wrapped {
             lost_at: None,
             failing_commits: 0,
             renewed_at: Arc::default(),
+            failing_renewal_poll: false,
+            failing_renewal_commit: false,
+            renewed_unsent: false,
         }
+    }
+
+    fn failing_renewal_commit(mut self) -> Self {
+        self.failing_renewal_commit = true;
+        self
+    }
+
+    fn failing_renewal_poll(mut self) -> Self {
+        self.failing_renewal_poll = true;
+        self
     }
 
     fn failing_commits(mut self, n: usize) -> Self {
@@ -687,6 +706,10 @@ impl ShareConsumer for Wrapped {
         self.inner.subscription()
     }
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if std::mem::take(&mut self.renewed_unsent) && self.failing_renewal_poll {
+            self.failing_renewal_poll = false;
+            return Err(ConsumerError::Timeout(timeout));
+        }
         if !self.fetch_ahead {
             return self.inner.poll(timeout).await;
         }
@@ -720,6 +743,7 @@ impl ShareConsumer for Wrapped {
             });
         }
         if ack == AcknowledgeType::Renew {
+            self.renewed_unsent = true;
             self.renewed_at
                 .lock()
                 .unwrap()
@@ -742,6 +766,10 @@ impl ShareConsumer for Wrapped {
         self.inner.capabilities()
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        if std::mem::take(&mut self.renewed_unsent) && self.failing_renewal_commit {
+            self.failing_renewal_commit = false;
+            return Err(ConsumerError::Timeout(timeout));
+        }
         if self.failing_commits > 0 {
             self.failing_commits -= 1;
             return Err(ConsumerError::Timeout(timeout));
@@ -840,6 +868,64 @@ async fn a_renewal_whose_commit_failed_is_tried_again_soon() {
     assert_eq!(d.metrics().lock_losses, 0);
     for offset in 0..3 {
         assert_eq!(state(&b, offset), (RecordState::Acknowledged, 1));
+    }
+}
+
+/// The request that was to carry the renewals of held records (`ack.policy=after.flush`, the
+/// sink not flushed yet) fails: the poll (the iteration fails), or the commit that a driver
+/// stalled at the flush bound (`max.awaiting.flush` reached) sends them with (the iteration
+/// waits for the flush as usual). The RENEWs may not have reached the broker, so the records
+/// are renewed again a second or so later, not half a lock later, when their locks run out.
+#[tokio::test(start_paused = true)]
+async fn held_records_whose_renewing_request_failed_are_renewed_again_soon() {
+    for fails in ["poll", "flush-wait commit"] {
+        let b = broker(3);
+        let sink = BufferingSink {
+            store: Arc::default(),
+            flush_at: 100,
+        };
+        let (consumer, config) = if fails == "poll" {
+            let consumer = Wrapped::new(b.share_consumer(GROUP)).failing_renewal_poll();
+            (consumer, after_flush())
+        } else {
+            let consumer = Wrapped::new(b.share_consumer(GROUP)).failing_renewal_commit();
+            (consumer, after_flush().max_awaiting_flush(3, 0))
+        };
+        let renewed_at = Arc::clone(&consumer.renewed_at);
+        let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
+        d.initialize().await.unwrap();
+        assert_eq!(d.iteration().await.unwrap().awaiting_flush, 3, "{fails}");
+        tokio::time::advance(LOCK / 2 + Duration::from_secs(1)).await;
+        let failed_at = tokio::time::Instant::now();
+        let outcome = d.iteration().await;
+        if fails == "poll" {
+            let error = outcome.expect_err("the poll failed");
+            assert!(error.is_retriable(), "{error:?}");
+        } else {
+            assert!(outcome.expect("a stalled iteration").waited_for_flush);
+        }
+        assert_eq!(
+            renewed_at.lock().unwrap().len(),
+            3,
+            "{fails}: renewed first"
+        );
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        let report = d.iteration().await.expect("the next iteration");
+        assert_eq!(report.awaiting_flush, 3, "{fails}");
+        let renewals: Vec<Duration> = renewed_at
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|at| at.duration_since(failed_at))
+            .collect();
+        assert_eq!(renewals.len(), 6, "{fails}: renewed again: {renewals:?}");
+        assert!(
+            renewals[3..].iter().all(|at| *at <= Duration::from_secs(2)),
+            "{fails}: {renewals:?}"
+        );
+        for offset in 0..3 {
+            assert_eq!(state(&b, offset), (RecordState::Acquired, 1), "{fails}");
+        }
     }
 }
 

@@ -525,22 +525,28 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
                 self.sleep_renewing(until).await;
                 self.backoff_until = None;
             }
-            let renewed = self.renew_due_held()?;
+            let mut renewed = self.renew_due_held()?;
             if !self.flush_bound_reached() {
                 // A commit since the last wait (of an interrupted write, a release) made room.
                 self.flush_stalled = false;
             } else {
-                // Its commit carries the renewals.
+                // The renewals go first, on their own: the flush-wait commit sends nothing
+                // when the task made nothing durable (or its `pre_commit` failed), and a
+                // stalled driver does not poll, so they would wait for the flush while the
+                // locks ran out.
+                if !renewed.is_empty() {
+                    if !self.commit_renewals().await {
+                        self.renewals_lost(&renewed);
+                    }
+                    renewed.clear();
+                }
                 match self.wait_for_flush(&mut report).await {
                     Ok(true) => {}
                     Ok(false) => {
                         report.awaiting_flush = self.awaiting_flush();
                         return Ok(report);
                     }
-                    Err(e) => {
-                        self.renewals_lost(&renewed);
-                        return Err(e);
-                    }
+                    Err(e) => return Err(e),
                 }
             }
             if !self.take_queued_batch() {
