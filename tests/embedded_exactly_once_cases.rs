@@ -684,6 +684,39 @@ async fn a_target_unknown_for_a_moment_is_asked_about_again_at_the_setup() {
     }
 }
 
+/// A source that a broker restarted a moment ago does not know yet is asked about again: its
+/// partition count is what a target that keeps the source partition is checked against (taken
+/// for missing, the check was skipped and the narrow target accepted).
+#[tokio::test]
+async fn a_source_unknown_for_a_moment_still_has_its_targets_checked() {
+    let broker = EmbeddedBroker::new();
+    broker.create_topic("in", 2).expect("source");
+    broker.create_topic("copy.in", 1).expect("narrow target");
+    broker
+        .set_group_config(GROUP, group_config(5))
+        .expect("group");
+    broker.set_capabilities(kafka_4_4());
+    let mut cluster = FlakyCluster::new(&broker, 0, false);
+    cluster.unknown_topic = "in";
+    cluster.unknown_answers = AtomicUsize::new(1);
+    let eos = eos(0, 1);
+    let producer = transactional(&broker, &eos);
+    let mut d = ShareSinkTask::new(
+        Box::new(MirrorTask::with_prefix("copy.")),
+        broker.share_consumer(GROUP),
+        config(),
+    )
+    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos);
+    let outcome = d.initialize().await;
+    let Err(Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { reason, .. })) = &outcome else {
+        panic!("expected UnfitTarget, got {outcome:?}");
+    };
+    assert!(
+        reason.contains("it has 1 partition and the source 2"),
+        "{reason}"
+    );
+}
+
 /// The orphan fencing (task 0) fails retriably after the producer was initialized: the next
 /// try does not initialize it again (the producer would refuse, and that refusal would stop
 /// the driver for good).

@@ -1767,9 +1767,9 @@ impl Aborted {
     }
 }
 
-/// Refuses a declared target that cannot take what the task will write. A target found
-/// unknown is asked about again before it is refused ([`target_partitions`]): a broker that
-/// restarted a moment ago may not know a topic that exists yet.
+/// Refuses a declared target that cannot take what the task will write. A target or source
+/// found unknown is asked about again ([`target_partitions`]): a broker that restarted a
+/// moment ago may not know a topic that exists yet.
 async fn check_targets(
     cluster: &dyn ExactlyOnceCluster,
     outputs: &[(String, Vec<OutputTarget>)],
@@ -1778,7 +1778,8 @@ async fn check_targets(
         if targets.is_empty() {
             continue;
         }
-        let source_partitions = cluster.partition_count(source).await?;
+        // Asked again when unknown too: a source taken for missing skips the partition check.
+        let source_partitions = target_partitions(cluster, source).await?;
         for target in targets {
             let unfit = |reason: String| ExactlyOnceError::UnfitTarget {
                 source_topic: source.clone(),
