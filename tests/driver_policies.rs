@@ -653,6 +653,8 @@ struct Wrapped {
     failing_renewal_commit: bool,
     /// RENEWs were made since the last poll or commit.
     renewed_unsent: bool,
+    /// When a poll or commit went through carrying RENEWs, shared with the test.
+    renewals_sent_at: Arc<Mutex<Vec<tokio::time::Instant>>>,
 }
 
 impl Wrapped {
@@ -668,7 +670,33 @@ impl Wrapped {
             failing_renewal_poll: false,
             failing_renewal_commit: false,
             renewed_unsent: false,
+            renewals_sent_at: Arc::default(),
         }
+    }
+
+    /// Notes that a request carrying RENEWs went through.
+    fn sent_renewals<T>(&self, carried: bool, outcome: &Result<T, ConsumerError>) {
+        if carried && outcome.is_ok() {
+            self.renewals_sent_at
+                .lock()
+                .unwrap()
+                .push(tokio::time::Instant::now());
+        }
+    }
+
+    async fn poll_inner(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if !self.fetch_ahead {
+            return self.inner.poll(timeout).await;
+        }
+        if self.acquired.is_none() {
+            self.buffered = self.inner.poll(timeout).await?;
+            self.acquired = Some(tokio::time::Instant::now());
+            return Ok(Vec::new());
+        }
+        Ok(std::mem::take(&mut self.buffered))
     }
 
     fn failing_renewal_commit(mut self) -> Self {
@@ -706,19 +734,14 @@ impl ShareConsumer for Wrapped {
         self.inner.subscription()
     }
     async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
-        if std::mem::take(&mut self.renewed_unsent) && self.failing_renewal_poll {
+        let carried = std::mem::take(&mut self.renewed_unsent);
+        if carried && self.failing_renewal_poll {
             self.failing_renewal_poll = false;
             return Err(ConsumerError::Timeout(timeout));
         }
-        if !self.fetch_ahead {
-            return self.inner.poll(timeout).await;
-        }
-        if self.acquired.is_none() {
-            self.buffered = self.inner.poll(timeout).await?;
-            self.acquired = Some(tokio::time::Instant::now());
-            return Ok(Vec::new());
-        }
-        Ok(std::mem::take(&mut self.buffered))
+        let polled = self.poll_inner(timeout).await;
+        self.sent_renewals(carried, &polled);
+        polled
     }
     fn last_poll_acquired_at(&self) -> Option<tokio::time::Instant> {
         if self.fetch_ahead {
@@ -766,7 +789,8 @@ impl ShareConsumer for Wrapped {
         self.inner.capabilities()
     }
     async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
-        if std::mem::take(&mut self.renewed_unsent) && self.failing_renewal_commit {
+        let carried = std::mem::take(&mut self.renewed_unsent);
+        if carried && self.failing_renewal_commit {
             self.failing_renewal_commit = false;
             return Err(ConsumerError::Timeout(timeout));
         }
@@ -774,7 +798,9 @@ impl ShareConsumer for Wrapped {
             self.failing_commits -= 1;
             return Err(ConsumerError::Timeout(timeout));
         }
-        self.inner.commit_sync(timeout).await
+        let committed = self.inner.commit_sync(timeout).await;
+        self.sent_renewals(carried, &committed);
+        committed
     }
     fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
         self.inner.commit_async()
@@ -892,6 +918,7 @@ async fn held_records_whose_renewing_request_failed_are_renewed_again_soon() {
             (consumer, after_flush().max_awaiting_flush(3, 0))
         };
         let renewed_at = Arc::clone(&consumer.renewed_at);
+        let sent_at = Arc::clone(&consumer.renewals_sent_at);
         let mut d = ShareSinkTask::new(Box::new(sink), consumer, config);
         d.initialize().await.unwrap();
         assert_eq!(d.iteration().await.unwrap().awaiting_flush, 3, "{fails}");
@@ -922,6 +949,18 @@ async fn held_records_whose_renewing_request_failed_are_renewed_again_soon() {
         assert!(
             renewals[3..].iter().all(|at| *at <= Duration::from_secs(2)),
             "{fails}: {renewals:?}"
+        );
+        // Queued again and sent: a poll or commit carried them.
+        let sent: Vec<Duration> = sent_at
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|at| at.saturating_duration_since(failed_at))
+            .collect();
+        assert!(
+            sent.iter()
+                .any(|at| *at > Duration::ZERO && *at <= Duration::from_secs(2)),
+            "{fails}: renewals sent {sent:?}"
         );
         for offset in 0..3 {
             assert_eq!(state(&b, offset), (RecordState::Acquired, 1), "{fails}");
