@@ -1,5 +1,6 @@
 //! The driver's policies over `KafkaShareConsumer` against a real Apache Kafka broker
-//! (started by `scripts/test.sh`): acknowledge after flush with RENEW past the lock duration.
+//! (started by `scripts/test.sh`): acknowledge after flush with RENEW past the lock duration,
+//! also by a driver stalled at the flush bound.
 
 mod support;
 
@@ -112,7 +113,22 @@ impl SinkTask for SlowFlushSink {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_flush_renews_locks_past_the_lock_duration_until_the_flush() {
-    let Some((bootstrap, topic, group)) = setup("after_flush", 50).await else {
+    after_flush_keeps_the_locks_until_the_flush("after_flush", None).await;
+}
+
+/// The same with the driver stalled at the flush bound (`max.awaiting.flush` of 50 records):
+/// it polls no more, so its renewals go in commits of their own (they waited for the flush
+/// before, and the locks ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_flush_stalled_at_the_flush_bound_renews_locks_until_the_flush() {
+    after_flush_keeps_the_locks_until_the_flush("after_flush_stalled", Some(50)).await;
+}
+
+/// 50 records held for a flush three locks away, by a driver that polls on (`bound` none) or
+/// stops polling at `bound` records awaiting the flush: none goes to a rival member, each
+/// is put once and accepted at the flush.
+async fn after_flush_keeps_the_locks_until_the_flush(test: &str, bound: Option<usize>) {
+    let Some((bootstrap, topic, group)) = setup(test, 50).await else {
         return;
     };
     let store = Arc::new(Mutex::new(Store::default()));
@@ -121,10 +137,13 @@ async fn after_flush_renews_locks_past_the_lock_duration_until_the_flush() {
         first_put: None,
         hold: Duration::from_millis(LOCK_MS * 3),
     };
-    let config = DriverConfig::new([topic.clone()])
+    let mut config = DriverConfig::new([topic.clone()])
         .poll_timeout(Duration::from_millis(200))
         .ack_policy(AckPolicy::AfterFlush)
         .commit_policy(CommitPolicy::interval(Duration::from_millis(300)));
+    if let Some(records) = bound {
+        config = config.max_awaiting_flush(records, 0);
+    }
     let sink_consumer = consumer(&bootstrap, &group, &topic).await;
     assert!(sink_consumer.supports_renew(), "Kafka 4.2+ supports RENEW");
     let mut driver = ShareSinkTask::new(Box::new(sink), sink_consumer, config);
