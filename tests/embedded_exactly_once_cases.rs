@@ -610,7 +610,11 @@ fn driver_on(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>) -> Driver {
 }
 
 /// The driver of `task`, task 0 of 1 on `cluster`.
-fn driver_of(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>, task: CopyOffsets) -> Driver {
+fn driver_of(
+    broker: &EmbeddedBroker,
+    cluster: Arc<FlakyCluster>,
+    task: impl SinkTask + 'static,
+) -> Driver {
     let eos = eos(0, 1);
     let producer = transactional(broker, &eos);
     ShareSinkTask::new(Box::new(task), broker.share_consumer(GROUP), config()).with_exactly_once(
@@ -618,6 +622,16 @@ fn driver_of(broker: &EmbeddedBroker, cluster: Arc<FlakyCluster>, task: CopyOffs
         cluster,
         eos,
     )
+}
+
+/// A driver of `MirrorTask` to `copy.<source>` on `broker`, whose cluster answers that `topic`
+/// does not exist `answers` times first.
+fn mirror_after_unknown(broker: &EmbeddedBroker, topic: &'static str, answers: usize) -> Driver {
+    broker.set_capabilities(kafka_4_4());
+    let mut cluster = FlakyCluster::new(broker, 0, false);
+    cluster.unknown_topic = topic;
+    cluster.unknown_answers = AtomicUsize::new(answers);
+    driver_of(broker, Arc::new(cluster), MirrorTask::with_prefix("copy."))
 }
 
 /// A broker killed a moment ago fails a request of the setup: `initialize` tries the setup
@@ -653,19 +667,8 @@ async fn initialize_tries_the_setup_again_after_a_retriable_cluster_failure() {
 async fn a_target_unknown_for_a_moment_is_asked_about_again_at_the_setup() {
     for (unknown_answers, refused) in [(1, false), (usize::MAX, true)] {
         let broker = broker(3);
-        broker.set_capabilities(kafka_4_4());
         broker.create_topic("copy.in", 1).expect("target");
-        let mut cluster = FlakyCluster::new(&broker, 0, false);
-        cluster.unknown_topic = "copy.in";
-        cluster.unknown_answers = AtomicUsize::new(unknown_answers);
-        let eos = eos(0, 1);
-        let producer = transactional(&broker, &eos);
-        let mut d = ShareSinkTask::new(
-            Box::new(MirrorTask::with_prefix("copy.")),
-            broker.share_consumer(GROUP),
-            config(),
-        )
-        .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos);
+        let mut d = mirror_after_unknown(&broker, "copy.in", unknown_answers);
         let outcome = d.initialize().await;
         if refused {
             let Err(Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { target, reason, .. })) =
@@ -695,18 +698,7 @@ async fn a_source_unknown_for_a_moment_still_has_its_targets_checked() {
     broker
         .set_group_config(GROUP, group_config(5))
         .expect("group");
-    broker.set_capabilities(kafka_4_4());
-    let mut cluster = FlakyCluster::new(&broker, 0, false);
-    cluster.unknown_topic = "in";
-    cluster.unknown_answers = AtomicUsize::new(1);
-    let eos = eos(0, 1);
-    let producer = transactional(&broker, &eos);
-    let mut d = ShareSinkTask::new(
-        Box::new(MirrorTask::with_prefix("copy.")),
-        broker.share_consumer(GROUP),
-        config(),
-    )
-    .with_exactly_once(Arc::new(producer), Arc::new(cluster), eos);
+    let mut d = mirror_after_unknown(&broker, "in", 1);
     let outcome = d.initialize().await;
     let Err(Error::ExactlyOnce(ExactlyOnceError::UnfitTarget { reason, .. })) = &outcome else {
         panic!("expected UnfitTarget, got {outcome:?}");
