@@ -15,7 +15,9 @@ use kafka_share_sink::supervisor::{
     Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle, TaskParts, TaskState,
 };
 use kafka_share_sink::{
-    BoxError, DriverConfig, RecordId, SinkRecord, SinkTask, TaskConfig, TaskError,
+    AckPolicy, AcknowledgeType, AcknowledgementMode, BoxError, CommitResults, ConsumerCapabilities,
+    ConsumerError, ConsumerRecord, Delivered, DriverConfig, Durability, GroupMetadata,
+    PendingCommit, RecordId, ShareConsumer, SinkRecord, SinkTask, TaskConfig, TaskError,
 };
 use tokio::time::Instant;
 
@@ -31,6 +33,9 @@ enum Fault {
     PanicOnFirstPut,
     /// `start` never finishes (a target not reachable yet).
     HangStart,
+    /// Nothing put is ever made durable (`pre_commit` says so): under
+    /// `ack.policy=after.flush` the driver holds it all.
+    NeverFlush,
 }
 
 #[derive(Debug, Default)]
@@ -66,7 +71,7 @@ impl SinkTask for Sink {
             return Ok(());
         }
         match std::mem::replace(&mut self.fault, Fault::None) {
-            Fault::None | Fault::FailStart | Fault::HangStart => {}
+            Fault::None | Fault::FailStart | Fault::HangStart | Fault::NeverFlush => {}
             Fault::PanicOnFirstPut => panic!("a bug in the sink"),
         }
         let mut store = self.store.lock().unwrap();
@@ -75,9 +80,83 @@ impl SinkTask for Sink {
         }
         Ok(())
     }
+    async fn pre_commit(&mut self, _: &Delivered) -> Result<Durability, TaskError> {
+        Ok(if self.fault == Fault::NeverFlush {
+            Durability::Nothing
+        } else {
+            Durability::All
+        })
+    }
     async fn stop(&mut self) -> Result<(), TaskError> {
         self.store.lock().unwrap().stopped.push(self.task);
         Ok(())
+    }
+}
+
+/// The embedded consumer, whose second poll fails (retriably: a timeout).
+struct FailsSecondPoll {
+    inner: EmbeddedShareConsumer,
+    /// Polls so far, shared with the test.
+    polls: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl ShareConsumer for FailsSecondPoll {
+    async fn subscribe(&mut self, topics: Vec<String>) -> Result<(), ConsumerError> {
+        self.inner.subscribe(topics).await
+    }
+    fn subscription(&self) -> Vec<String> {
+        self.inner.subscription()
+    }
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if self.polls.fetch_add(1, Ordering::SeqCst) == 1 {
+            return Err(ConsumerError::Timeout(timeout));
+        }
+        self.inner.poll(timeout).await
+    }
+    fn last_poll_acquired_at(&self) -> Option<Instant> {
+        self.inner.last_poll_acquired_at()
+    }
+    fn acknowledge_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        ack: AcknowledgeType,
+    ) -> Result<(), ConsumerError> {
+        self.inner.acknowledge_offset(topic, partition, offset, ack)
+    }
+    fn hold_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ConsumerError> {
+        self.inner.hold_offset(topic, partition, offset)
+    }
+    fn supports_renew(&self) -> bool {
+        self.inner.supports_renew()
+    }
+    fn capabilities(&self) -> ConsumerCapabilities {
+        self.inner.capabilities()
+    }
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResults, ConsumerError> {
+        self.inner.commit_sync(timeout).await
+    }
+    fn commit_async(&mut self) -> Result<PendingCommit, ConsumerError> {
+        self.inner.commit_async()
+    }
+    async fn close(&mut self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.inner.close(timeout).await
+    }
+    fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.inner.acquisition_lock_timeout()
+    }
+    fn group_metadata(&self) -> GroupMetadata {
+        self.inner.group_metadata()
+    }
+    fn acknowledgement_mode(&self) -> AcknowledgementMode {
+        self.inner.acknowledgement_mode()
     }
 }
 
@@ -258,6 +337,68 @@ async fn a_shutdown_while_the_tasks_are_built_stops_the_builds() {
         statuses.iter().all(|s| s.state == TaskState::Stopped),
         "{statuses:?}"
     );
+}
+
+/// The backoff after a retriable iteration error keeps the locks of what the task holds:
+/// records put under `ack.policy=after.flush` and not yet flushed stay with it through a
+/// backoff longer than their lock (40 s against 30 s), and are written once. Before, the
+/// backoff was a plain sleep: the locks ran out and the group delivered the records again.
+#[tokio::test(start_paused = true)]
+async fn the_backoff_after_a_failed_iteration_keeps_the_locks_of_held_records() {
+    let broker = broker(4);
+    let store = Arc::new(Mutex::new(Store::default()));
+    let polls = Arc::new(AtomicU32::new(0));
+    let (group, sinks, counter) = (broker.clone(), Arc::clone(&store), Arc::clone(&polls));
+    let supervisor = Supervisor::new("held", SupervisorConfig::new(1), move |task| {
+        let consumer = FailsSecondPoll {
+            inner: group.share_consumer(GROUP),
+            polls: Arc::clone(&counter),
+        };
+        let sink = Sink {
+            task,
+            store: Arc::clone(&sinks),
+            fault: Fault::NeverFlush,
+        };
+        let config = driver_config()
+            .ack_policy(AckPolicy::AfterFlush)
+            .retriable_backoff(Duration::from_secs(40));
+        std::future::ready(Ok::<_, BoxError>(TaskParts::new(
+            Box::new(sink),
+            consumer,
+            config,
+        )))
+    });
+    let watched = Arc::clone(&store);
+    let handle = supervisor.handle();
+    within(supervisor.run(async move {
+        while distinct_written(&watched) < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Past the backoff, and a few iterations after it.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+    }))
+    .await
+    .expect("a clean stop");
+    let status = &handle.statuses()[0];
+    assert_eq!(status.restarts, 0, "{status:?}");
+    let driver = &status.driver;
+    assert!(
+        polls.load(Ordering::SeqCst) > 2,
+        "polled on after the failed poll: {status:?}"
+    );
+    assert_eq!(
+        (driver.records_read, driver.records_put),
+        (4, 4),
+        "held records were delivered again: {driver:?}"
+    );
+    assert_eq!(
+        (driver.lock_losses, driver.records_redelivered),
+        (0, 0),
+        "{driver:?}"
+    );
+    assert!(driver.records_renewed >= 4, "{driver:?}");
+    let store = store.lock().unwrap();
+    assert_eq!(store.written.len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

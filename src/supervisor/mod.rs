@@ -68,6 +68,7 @@ use crate::error::{BoxError, Error, ErrorChain};
 use crate::lag::{LagReader, ShareGroupLag};
 use crate::task::SinkTask;
 use crate::telemetry::{ConsumerMetrics, MeteredConsumer, MetricLabels};
+use crate::time::deadline_after;
 
 /// What a [`Supervisor`]'s factory builds for one task: the sink task, its consumer (in the
 /// connector's share group), and the driver config. The supervisor sets the config's
@@ -601,8 +602,12 @@ where
                 Ok(_) => {}
                 Err(e) if e.is_retriable() => {
                     tracing::warn!(task, error = %ErrorChain(&e), "iteration failed, retrying");
+                    // Renewing what the driver holds (records awaiting a flush, a batch
+                    // waiting for its retry): a backoff longer than half a lock would
+                    // otherwise let their locks run out.
+                    let until = deadline_after(Instant::now(), backoff);
                     tokio::select! {
-                        () = tokio::time::sleep(backoff) => {}
+                        () = driver.pause_renewing(until) => {}
                         _ = stopping.wait_for(|stop| *stop) => {}
                     }
                 }
