@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::dead_letter::GivenUp;
 use super::failure::{Captured, Failure};
 use super::pipeline::Converting;
-use super::target_watch::{target_partitions, watch_targets};
+use super::target_watch::{confirmed_partition_count, watch_targets};
 use super::{ErrorChain, ErrorTolerance, IterationReport, ShareSinkTask, State, caught};
 use crate::consumer::{
     AcknowledgeType, AcknowledgementMode, ConsumerCapabilities, ConsumerCapability, ConsumerError,
@@ -1768,7 +1768,7 @@ impl Aborted {
 }
 
 /// Refuses a declared target that cannot take what the task will write. A target or source
-/// found unknown is asked about again ([`target_partitions`]): a broker that restarted a
+/// found unknown is asked about again ([`confirmed_partition_count`]): a broker that restarted a
 /// moment ago may not know a topic that exists yet.
 async fn check_targets(
     cluster: &dyn ExactlyOnceCluster,
@@ -1779,7 +1779,7 @@ async fn check_targets(
             continue;
         }
         // Asked again when unknown too: a source taken for missing skips the partition check.
-        let source_partitions = target_partitions(cluster, source).await?;
+        let source_partitions = confirmed_partition_count(cluster, source).await?;
         for target in targets {
             let unfit = |reason: String| ExactlyOnceError::UnfitTarget {
                 source_topic: source.clone(),
@@ -1787,7 +1787,7 @@ async fn check_targets(
                 reason,
             };
             match (
-                target_partitions(cluster, target.topic()).await?,
+                confirmed_partition_count(cluster, target.topic()).await?,
                 source_partitions,
             ) {
                 (None, _) => {

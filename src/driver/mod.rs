@@ -754,16 +754,11 @@ impl<C: ShareConsumer> ShareSinkTask<C> {
         }
     }
 
-    /// A pause between iterations, for a loop of the crate's own around `iteration` (the
-    /// supervisor's backoff after a retriable error): [`sleep_renewing`](Self::sleep_renewing),
-    /// so that what the driver holds keeps its locks. Cancel safe, as that is.
-    pub(crate) async fn pause_renewing(&mut self, until: Instant) {
-        self.sleep_renewing(until).await;
-    }
-
     /// Sleeps until `until`, renewing held records (and committing the renewals at once)
-    /// whenever one reaches half its lock on the way.
-    async fn sleep_renewing(&mut self, until: Instant) {
+    /// whenever one reaches half its lock on the way. Also the supervisor's backoff between
+    /// iterations, so that what the driver holds keeps its locks. Cancel safe: dropped, the
+    /// renewals queued so far go with the next commit or poll, and `close` reads no lock start.
+    pub(crate) async fn sleep_renewing(&mut self, until: Instant) {
         let sleep = tokio::time::sleep_until(until);
         if self.held.is_empty() || !self.can_renew() {
             return sleep.await;

@@ -1,5 +1,5 @@
-//! Whether a transaction's target topics exist: checked once at the setup
-//! ([`target_partitions`]), and watched while a transaction's sends are slow
+//! Whether the topics of the exactly-once iteration exist: sources and targets checked once at
+//! the setup ([`confirmed_partition_count`]), targets watched while a transaction's sends are slow
 //! ([`watch_targets`]): a topic deleted meanwhile would keep its sends retrying until the
 //! delivery timeout, and the next transaction's again.
 //!
@@ -60,14 +60,14 @@ pub(super) async fn watch_targets(cluster: &dyn ExactlyOnceCluster, topics: &[St
 /// # Cancel safety
 ///
 /// Cancel safe: it only reads metadata.
-pub(super) async fn target_partitions(
+pub(super) async fn confirmed_partition_count(
     cluster: &dyn ExactlyOnceCluster,
     topic: &str,
 ) -> Result<Option<i32>, ExactlyOnceError> {
     let mut gone = GoneTopics::default();
     loop {
         let count = cluster.partition_count(topic).await?;
-        if gone.observe(topic, Some(count.is_some())) || count.is_some() {
+        if count.is_some() || gone.observe(topic, Some(false)) {
             return Ok(count);
         }
         tokio::time::sleep(WATCH_EVERY).await;

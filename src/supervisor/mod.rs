@@ -607,7 +607,7 @@ where
                     // otherwise let their locks run out.
                     let until = deadline_after(Instant::now(), backoff);
                     tokio::select! {
-                        () = driver.pause_renewing(until) => {}
+                        () = driver.sleep_renewing(until) => {}
                         _ = stopping.wait_for(|stop| *stop) => {}
                     }
                 }
